@@ -1,0 +1,132 @@
+"""Cross-cutting REST behaviour: Ironic error bodies, version headers,
+http_basic auth, body size and nesting limits."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import bcrypt
+from aiohttp import web
+
+from services.api import versions
+from services.common import errors
+
+LOG = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PUBLIC_PREFIXES = ("/v1/lookup", "/v1/heartbeat/", "/v1/continue_inspection")
+PUBLIC_PATHS = ("/", "/v1", "/v1/", "/openapi.yaml")
+
+
+def error_response(status: int, message: str, faultcode: str = "Client") -> web.Response:
+    """Ironic's shape: error_message holds JSON text with faultstring."""
+    inner = json.dumps({"faultcode": faultcode, "faultstring": message, "debuginfo": None})
+    return web.json_response({"error_message": inner}, status=status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except errors.FerrumError as exc:
+        if exc.http_status >= 500 and not exc.retryable:
+            LOG.error("request failed: %s", exc.message)
+        response = error_response(exc.http_status, exc.message, exc.faultcode)
+        if isinstance(exc, errors.Unauthorized):
+            response.headers["WWW-Authenticate"] = 'Basic realm="Baremetal API"'
+        return response
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = {404: "The resource could not be found.", 405: "The method is not allowed for this resource."}
+        response = error_response(exc.status, message.get(exc.status, exc.reason))
+        if exc.status == 405 and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+    except Exception:
+        LOG.exception("unexpected error serving %s %s", request.method, request.path)
+        return error_response(500, "Internal Server Error", "Server")
+
+
+@web.middleware
+async def version_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        version = versions.negotiate(
+            request.headers.get(versions.HEADER), request.headers.get(versions.STANDARD_HEADER)
+        )
+    except errors.NotAcceptable as exc:
+        response = error_response(406, exc.message)
+        response.headers.update(versions.headers(versions.MIN_VERSION))
+        return response
+    request["version"] = version
+    response = await handler(request)
+    response.headers.update(versions.headers(version))
+    return response
+
+
+def load_htpasswd(path: str) -> dict[str, bytes]:
+    users: dict[str, bytes] = {}
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if line and not line.startswith("#") and ":" in line:
+                user, hashed = line.split(":", 1)
+                users[user] = hashed.encode()
+    return users
+
+
+def basic_auth_middleware(users: dict[str, bytes]) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Ironic standalone's http_basic: bcrypt hashes from an htpasswd file."""
+    import base64
+    import binascii
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        path = request.path
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        if not header.lower().startswith("basic "):
+            raise errors.Unauthorized("Authorization required")
+        try:
+            user, _, password = base64.b64decode(header[6:].strip()).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise errors.Unauthorized("Invalid authorization header") from None
+        hashed = users.get(user)
+        if hashed is None or not bcrypt.checkpw(password.encode(), hashed.replace(b"$2y$", b"$2b$")):
+            raise errors.Unauthorized("Incorrect username or password")
+        return await handler(request)
+
+    return middleware
+
+
+def json_depth(value: Any, limit: int) -> None:
+    """Reject nesting deeper than ``limit`` without recursing unboundedly."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            raise errors.Invalid(f"JSON body is nested deeper than the maximum depth of {limit}")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+
+
+async def read_json(request: web.Request, *, limit: int, depth: int) -> Any:
+    """The request body as JSON, within the size and nesting limits."""
+    if request.content_length is not None and request.content_length > limit:
+        raise errors.PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes")
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise errors.PayloadTooLarge(f"Request body is larger than the limit of {limit} bytes")
+    if not body:
+        raise errors.Invalid("The request body is empty; a JSON document is required")
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise errors.Invalid(f"The request body is not valid JSON: {exc}") from None
+    json_depth(value, depth)
+    return value

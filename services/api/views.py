@@ -1,0 +1,146 @@
+"""Rendering stored rows as Ironic API documents, version-gated and masked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from services.common import errors, states
+from services.common.db.rows import iso
+
+MASK = "******"
+SECRET_HINTS = ("password", "secret", "token", "key", "credential")
+INSTANCE_SECRETS = ("configdrive", "image_url")
+
+# Field -> microversion it appeared in (CONTRACT.md 1.5), for fields Ferrum stores.
+NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
+    "uuid": (1, 1), "created_at": (1, 1), "updated_at": (1, 1), "links": (1, 1), "driver": (1, 1),
+    "driver_info": (1, 1), "properties": (1, 1), "instance_info": (1, 1), "instance_uuid": (1, 1),
+    "extra": (1, 1), "chassis_uuid": (1, 1), "power_state": (1, 1), "target_power_state": (1, 1),
+    "provision_state": (1, 1), "target_provision_state": (1, 1), "provision_updated_at": (1, 1),
+    "maintenance": (1, 1), "maintenance_reason": (1, 1), "last_error": (1, 1), "reservation": (1, 1),
+    "console_enabled": (1, 1), "driver_internal_info": (1, 3), "name": (1, 5),
+    "inspection_started_at": (1, 6), "inspection_finished_at": (1, 6), "clean_step": (1, 7),
+    "raid_config": (1, 12), "target_raid_config": (1, 12), "network_interface": (1, 20),
+    "resource_class": (1, 21), "boot_interface": (1, 31), "console_interface": (1, 31),
+    "deploy_interface": (1, 31), "inspect_interface": (1, 31), "management_interface": (1, 31),
+    "power_interface": (1, 31), "raid_interface": (1, 31), "vendor_interface": (1, 31),
+    "storage_interface": (1, 33), "traits": (1, 37), "rescue_interface": (1, 38),
+    "bios_interface": (1, 40), "fault": (1, 42), "deploy_step": (1, 44), "conductor_group": (1, 46),
+    "automated_clean": (1, 47), "protected": (1, 48), "protected_reason": (1, 48), "conductor": (1, 49),
+    "owner": (1, 50), "description": (1, 51), "allocation_uuid": (1, 52),
+}
+NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")
+PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
+    "uuid": (1, 1), "address": (1, 1), "node_uuid": (1, 1), "extra": (1, 1), "created_at": (1, 1),
+    "updated_at": (1, 1), "links": (1, 1), "internal_info": (1, 18), "local_link_connection": (1, 19),
+    "pxe_enabled": (1, 19), "portgroup_uuid": (1, 24), "physical_network": (1, 34), "is_smartnic": (1, 53),
+}
+PORT_LIST_FIELDS = ("uuid", "address")
+_TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at", "inspection_finished_at")
+
+
+def mask_secrets(info: dict[str, Any]) -> dict[str, Any]:
+    return {k: (MASK if any(h in k.lower() for h in SECRET_HINTS) and v not in (None, "") else v) for k, v in info.items()}
+
+
+def links(base: str, resource: str, ident: str) -> list[dict[str, str]]:
+    return [
+        {"href": f"{base}/v1/{resource}/{ident}", "rel": "self"},
+        {"href": f"{base}/{resource}/{ident}", "rel": "bookmark"},
+    ]
+
+
+def check_fields(fields: Iterable[str], known: dict[str, tuple[int, int]], version: tuple[int, int]) -> list[str]:
+    """Validate ?fields=: unknown -> 400, too new for the version -> 406."""
+    result = []
+    for name in fields:
+        if name not in known:
+            raise errors.InvalidParameterValue(f"Field(s) \"{name}\" are not valid")
+        if known[name] > version:
+            raise errors.NotAcceptable(f"Field {name} is not supported at API version {version[0]}.{version[1]}")
+        result.append(name)
+    return result
+
+
+def node_document(
+    row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Iterable[str] | None = None,
+    conductor: str | None = None, full: bool = True,
+) -> dict[str, Any]:
+    """One node as Ironic returns it at ``version``."""
+    doc: dict[str, Any] = {}
+    for key, since in NODE_FIELD_VERSIONS.items():
+        if since > version:
+            continue
+        if key == "links":
+            doc[key] = links(base, "nodes", row["uuid"])
+        elif key in _TIMESTAMPS:
+            doc[key] = iso(row.get(key))
+        elif key == "driver_info":
+            doc[key] = mask_secrets(row["driver_info"])
+        elif key == "driver_internal_info":
+            doc[key] = mask_secrets(row["driver_internal_info"])
+        elif key == "instance_info":
+            doc[key] = {k: (MASK if k in INSTANCE_SECRETS else v) for k, v in row["instance_info"].items()}
+        elif key in ("chassis_uuid", "allocation_uuid"):
+            doc[key] = None
+        elif key == "console_enabled":
+            doc[key] = False
+        elif key == "conductor":
+            doc[key] = conductor
+        elif key in ("clean_step", "deploy_step"):
+            doc[key] = row.get(key) or {}
+        elif key == "automated_clean":
+            doc[key] = row.get("automated_clean")
+        else:
+            doc[key] = row.get(key)
+    if version < (1, 2) and doc.get("provision_state") == states.AVAILABLE:
+        doc["provision_state"] = None
+    if full:
+        doc["ports"] = links(base, "nodes", row["uuid"] + "/ports")
+        if version >= (1, 14):
+            doc["states"] = links(base, "nodes", row["uuid"] + "/states")
+        if version >= (1, 24):
+            doc["portgroups"] = links(base, "nodes", row["uuid"] + "/portgroups")
+        if version >= (1, 32):
+            doc["volume"] = links(base, "nodes", row["uuid"] + "/volume")
+    if fields is not None:
+        wanted = set(fields) | {"links"}
+        doc = {k: v for k, v in doc.items() if k in wanted}
+    return doc
+
+
+def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
+    doc = {
+        "console_enabled": False,
+        "last_error": row["last_error"],
+        "power_state": row["power_state"],
+        "provision_state": row["provision_state"],
+        "provision_updated_at": iso(row["provision_updated_at"]),
+        "target_power_state": row["target_power_state"],
+        "target_provision_state": row["target_provision_state"],
+    }
+    if version >= (1, 12):
+        doc["raid_config"] = row["raid_config"]
+        doc["target_raid_config"] = row["target_raid_config"]
+    return doc
+
+
+def port_document(
+    row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Iterable[str] | None = None,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for key, since in PORT_FIELD_VERSIONS.items():
+        if since > version:
+            continue
+        if key == "links":
+            doc[key] = links(base, "ports", row["uuid"])
+        elif key in ("created_at", "updated_at"):
+            doc[key] = iso(row.get(key))
+        elif key == "portgroup_uuid":
+            doc[key] = None
+        else:
+            doc[key] = row.get(key)
+    if fields is not None:
+        doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
+    return doc

@@ -1,0 +1,331 @@
+"""Typed, frozen configuration for every Ferrum service.
+
+Settings come from three layers, later ones winning: dataclass defaults, an
+optional TOML file (``FERRUM_CONFIG`` or ``--config``), then ``FERRUM_*``
+environment variables. Only ``main`` (the CLI) reads the environment; services
+receive a frozen ``Settings`` and never look anything up globally.
+
+Every option has exactly one environment name: ``FERRUM_<SECTION>_<KEY>`` for
+section options (``FERRUM_API_PORT``) and ``FERRUM_<KEY>`` for top-level ones
+(``FERRUM_STATE_DIR``). Unknown names in the file or the environment are
+errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class ConfigError(Exception):
+    """A configuration value is missing, malformed or unknown."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatabaseConfig:
+    """Where node state lives. An empty url means the embedded PostgreSQL."""
+
+    url: str = ""
+    pool_min: int = 1
+    pool_max: int = 10
+    embedded_port: int = 0
+    embedded_fsync: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiConfig:
+    host: str = "127.0.0.1"
+    port: int = 6385
+    grpc_port: int = 6386
+    auth_strategy: str = "noauth"
+    htpasswd_file: str = ""
+    public_endpoint: str = ""
+    max_json_body_size: int = 1024 * 1024
+    max_json_body_size_provision: int = 64 * 1024 * 1024
+    max_json_body_depth: int = 25
+    max_limit: int = 1000
+    conductor_timeout: float = 30.0
+    ring_refresh_interval: float = 2.0
+    renderer_address: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConductorConfig:
+    host: str = "127.0.0.1"
+    grpc_port: int = 6387
+    metrics_port: int = 6388
+    hostname: str = ""
+    conductor_group: str = ""
+    enabled_hardware_types: tuple[str, ...] = ("fake-hardware",)
+    enabled_boot_interfaces: tuple[str, ...] = ("fake", "ipxe")
+    enabled_deploy_interfaces: tuple[str, ...] = ("fake",)
+    enabled_power_interfaces: tuple[str, ...] = ("fake",)
+    enabled_management_interfaces: tuple[str, ...] = ("fake",)
+    enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
+    enabled_network_interfaces: tuple[str, ...] = ("noop",)
+    enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
+    enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 30.0
+    lock_lease: float = 60.0
+    workers: int = 200
+    automated_clean: bool = True
+    deploy_callback_timeout: float = 1800.0
+    clean_callback_timeout: float = 1800.0
+    timeout_check_interval: float = 60.0
+    power_sync_interval: float = 120.0
+    fake_power_delay: str = "0"
+    fake_boot_delay: str = "0"
+    fake_deploy_delay: str = "0"
+    fake_management_delay: str = "0"
+    fake_storage_delay: str = "0"
+    fake_vendor_delay: str = "0"
+    fake_inspect_delay: str = "0"
+    objectstore_address: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class IpxeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    grpc_port: int = 8081
+    api_url: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectStoreConfig:
+    host: str = "127.0.0.1"
+    grpc_port: int = 6390
+    http_port: int = 6391
+    backend: str = "filesystem"
+    root: str = ""
+    public_url: str = ""
+    temp_url_secret: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything a Ferrum process may need; each service reads its section."""
+
+    state_dir: str = ".ferrum"
+    log_level: str = "INFO"
+    log_format: str = "text"
+    database: DatabaseConfig = DatabaseConfig()
+    api: ApiConfig = ApiConfig()
+    conductor: ConductorConfig = ConductorConfig()
+    ipxe: IpxeConfig = IpxeConfig()
+    objectstore: ObjectStoreConfig = ObjectStoreConfig()
+
+    def conductor_hostname(self) -> str:
+        """The name a conductor holds locks under: configured, else host:pid."""
+        return self.conductor.hostname or f"{socket.gethostname()}-{os.getpid()}"
+
+
+SECTIONS = ("database", "api", "conductor", "ipxe", "objectstore")
+CONFIG_FILE_ENV = "FERRUM_CONFIG"
+_PORT_KEYS = ("port", "grpc_port", "metrics_port", "http_port", "embedded_port")
+
+
+def env_name(section: str | None, key: str) -> str:
+    """The single environment variable name of an option."""
+    return f"FERRUM_{section.upper()}_{key.upper()}" if section else f"FERRUM_{key.upper()}"
+
+
+def option_env_names() -> dict[str, tuple[str | None, str]]:
+    """Every environment name Ferrum reads, mapped to (section, key)."""
+    names: dict[str, tuple[str | None, str]] = {CONFIG_FILE_ENV: (None, "__config__")}
+    for field in dataclasses.fields(Settings):
+        if field.name in SECTIONS:
+            for sub in dataclasses.fields(_section_type(field.name)):
+                names[env_name(field.name, sub.name)] = (field.name, sub.name)
+        else:
+            names[env_name(None, field.name)] = (None, field.name)
+    return names
+
+
+def _section_type(name: str) -> type:
+    return type(getattr(Settings(), name))
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    """Convert a raw TOML or environment value to the option's declared type."""
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected a boolean, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if hint is float:
+        try:
+            return float(str(value).strip())
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if origin is tuple:
+        if isinstance(value, str):
+            return tuple(item.strip() for item in value.split(",") if item.strip())
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{where}: expected a list of names, got {value!r}")
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported option type {hint!r}")  # pragma: no cover
+
+
+def _apply(raw: dict[str | None, dict[str, Any]], source: str) -> dict[str | None, dict[str, Any]]:
+    """Type-check raw values per section; unknown keys are errors."""
+    result: dict[str | None, dict[str, Any]] = {}
+    top_hints = _field_types(Settings)
+    for section, values in raw.items():
+        cls = _section_type(section) if section else Settings
+        hints = _field_types(cls)
+        for key, value in values.items():
+            if key not in hints or (section is None and key in SECTIONS):
+                where = f"[{section}] {key}" if section else key
+                raise ConfigError(f"unknown option {where} in {source}")
+            hint = hints[key] if section else top_hints[key]
+            label = env_name(section, key) if source == "environment" else f"{source}: {section + '.' if section else ''}{key}"
+            result.setdefault(section, {})[key] = _coerce(value, hint, label)
+    return result
+
+
+def _read_toml(path: Path) -> dict[str | None, dict[str, Any]]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    raw: dict[str | None, dict[str, Any]] = {}
+    for key, value in data.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{path}: [{key}] must be a table")
+            raw[key] = dict(value)
+        elif isinstance(value, dict):
+            raise ConfigError(f"unknown section [{key}] in {path}")
+        else:
+            raw.setdefault(None, {})[key] = value
+    return raw
+
+
+def _read_env(env: Mapping[str, str]) -> dict[str | None, dict[str, Any]]:
+    known = option_env_names()
+    raw: dict[str | None, dict[str, Any]] = {}
+    for name, value in env.items():
+        if not name.startswith("FERRUM_") or name == CONFIG_FILE_ENV:
+            continue
+        if name not in known:
+            raise ConfigError(f"unknown environment variable {name}")
+        section, key = known[name]
+        raw.setdefault(section, {})[key] = value
+    return raw
+
+
+def _merge(*layers: dict[str | None, dict[str, Any]]) -> Settings:
+    top: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for layer in layers:
+        for section, values in layer.items():
+            (sections[section] if section else top).update(values)
+    built = {name: dataclasses.replace(_section_type(name)(), **values) for name, values in sections.items()}
+    return Settings(**top, **built)
+
+
+def validate(settings: Settings) -> Settings:
+    """Reject values that are well-typed but cannot work."""
+    url = settings.database.url
+    if url:
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres") or not parts.hostname and "host=" not in parts.query:
+            raise ConfigError(
+                f"FERRUM_DATABASE_URL {url!r} is not a PostgreSQL URL "
+                "(expected postgresql://user[:password]@host[:port]/dbname)"
+            )
+        try:
+            parts.port
+        except ValueError:
+            raise ConfigError(f"FERRUM_DATABASE_URL {url!r} has an invalid port") from None
+    for section in SECTIONS:
+        values = getattr(settings, section)
+        for key in _PORT_KEYS:
+            if hasattr(values, key) and not 0 <= getattr(values, key) <= 65535:
+                raise ConfigError(f"{env_name(section, key)} must be between 0 and 65535")
+    if settings.api.auth_strategy not in ("noauth", "http_basic"):
+        raise ConfigError("FERRUM_API_AUTH_STRATEGY must be noauth or http_basic")
+    if settings.api.auth_strategy == "http_basic" and not settings.api.htpasswd_file:
+        raise ConfigError("FERRUM_API_AUTH_STRATEGY=http_basic needs FERRUM_API_HTPASSWD_FILE")
+    if settings.objectstore.backend not in ("filesystem", "s3"):
+        raise ConfigError("FERRUM_OBJECTSTORE_BACKEND must be filesystem or s3")
+    if settings.log_format not in ("text", "json"):
+        raise ConfigError("FERRUM_LOG_FORMAT must be text or json")
+    if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError("FERRUM_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
+    if settings.database.pool_min < 1 or settings.database.pool_max < settings.database.pool_min:
+        raise ConfigError("database pool sizes need 1 <= pool_min <= pool_max")
+    return settings
+
+
+def load_settings(
+    env: Mapping[str, str],
+    *,
+    config_file: str | None = None,
+    overrides: Mapping[str | None, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """Build the frozen settings from file, environment and CLI overrides.
+
+    ``overrides`` are already-typed values from command-line flags; they win
+    over everything because the operator typed them last.
+    """
+    path = config_file or env.get(CONFIG_FILE_ENV)
+    layers = []
+    if path:
+        layers.append(_apply(_read_toml(Path(path)), str(path)))
+    layers.append(_apply(_read_env(env), "environment"))
+    if overrides:
+        layers.append({section: dict(values) for section, values in overrides.items()})
+    return validate(_merge(*layers))
+
+
+def describe_options() -> str:
+    """A listing of every option with its environment name and default, for docs and --help."""
+    lines = []
+    defaults = Settings()
+    for name, (section, key) in sorted(option_env_names().items()):
+        if key == "__config__":
+            lines.append(f"{name}  path of a TOML config file")
+            continue
+        value = getattr(getattr(defaults, section), key) if section else getattr(defaults, key)
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        lines.append(f"{name}  (default: {value!r})")
+    return "\n".join(lines)
+
+
+def frozen_copy(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only view, for handing configuration pieces to plugins."""
+    return types.MappingProxyType(dict(mapping))

@@ -1,0 +1,81 @@
+"""Node history (the audit trail) and node events (the WatchNodes change feed)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from services.common.db.rows import row_to_dict
+
+NOTIFY_CHANNEL = "ferrum_node_events"
+
+
+class EventRepository:
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._db = db
+
+    async def record(
+        self,
+        node: dict[str, Any],
+        *,
+        event: str,
+        message: str = "",
+        severity: str = "INFO",
+        conductor: str | None = None,
+        event_type: str = "provisioning",
+        history: bool = True,
+    ) -> int:
+        """Append to the change feed (and the history unless ``history`` is off).
+
+        Both rows are written in the caller's transaction when it passes a
+        connection, so a state change and its event commit together.
+        """
+        sequence = await self._db.fetchval(
+            "INSERT INTO node_events (node_uuid, event, provision_state, target_provision_state, "
+            "power_state, severity, message, conductor) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8) "
+            "RETURNING sequence",
+            node["uuid"], event, node.get("provision_state"), node.get("target_provision_state"),
+            node.get("power_state"), severity, message, conductor,
+        )
+        if history and node.get("id") is not None:
+            await self._db.execute(
+                "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity) "
+                "VALUES ($1, $2, $3, $4, $5, $6)",
+                uuid.uuid4(), node["id"], conductor, event_type, message or event, severity,
+            )
+        return int(sequence)
+
+    async def events_after(self, sequence: int, *, node_uuid: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        if node_uuid:
+            rows = await self._db.fetch(
+                "SELECT * FROM node_events WHERE sequence > $1 AND node_uuid = $2::uuid ORDER BY sequence LIMIT $3",
+                sequence, node_uuid, limit,
+            )
+        else:
+            rows = await self._db.fetch(
+                "SELECT * FROM node_events WHERE sequence > $1 ORDER BY sequence LIMIT $2", sequence, limit
+            )
+        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+
+    async def latest_sequence(self) -> int:
+        return int(await self._db.fetchval("SELECT coalesce(max(sequence), 0) FROM node_events"))
+
+    async def history(self, node_id: int, *, limit: int = 1000, marker: str | None = None) -> list[dict[str, Any]]:
+        if marker:
+            rows = await self._db.fetch(
+                "SELECT * FROM node_history WHERE node_id = $1 AND id > "
+                "(SELECT id FROM node_history WHERE uuid = $2::uuid) ORDER BY id LIMIT $3",
+                node_id, marker, limit,
+            )
+        else:
+            rows = await self._db.fetch(
+                "SELECT * FROM node_history WHERE node_id = $1 ORDER BY id LIMIT $2", node_id, limit
+            )
+        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+
+    async def history_entry(self, node_id: int, entry_uuid: str) -> dict[str, Any] | None:
+        return row_to_dict(await self._db.fetchrow(
+            "SELECT * FROM node_history WHERE node_id = $1 AND uuid = $2::uuid", node_id, entry_uuid
+        ))

@@ -1,0 +1,318 @@
+"""Node queries. The only place that writes SQL for the nodes table.
+
+Locking follows ARCHITECTURE.md: the exclusive lock is the ``reservation``
+column, taken with a conditional UPDATE and held under a lease that the
+holder refreshes; an expired lease (a dead conductor) may be taken over.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.rows import row_to_dict
+
+INTERFACE_FIELDS = (
+    "boot_interface", "deploy_interface", "power_interface", "management_interface",
+    "storage_interface", "network_interface", "vendor_interface", "inspect_interface",
+    "console_interface", "raid_interface", "rescue_interface", "bios_interface",
+    "firmware_interface",
+)
+JSON_FIELDS = (
+    "driver_info", "driver_internal_info", "instance_info", "properties", "extra",
+    "network_data", "raid_config", "target_raid_config", "clean_step", "deploy_step",
+    "service_step",
+)
+# Columns a caller may write through create/update; everything else is managed.
+WRITABLE_FIELDS = frozenset((
+    "uuid", "name", "driver", *INTERFACE_FIELDS, *JSON_FIELDS, "traits",
+    "provision_state", "target_provision_state", "provision_updated_at",
+    "power_state", "target_power_state", "boot_mode", "secure_boot",
+    "maintenance", "maintenance_reason", "fault", "last_error",
+    "conductor_group", "resource_class", "instance_uuid", "owner", "lessee",
+    "automated_clean", "protected", "protected_reason", "retired", "retired_reason",
+    "description", "inspection_started_at", "inspection_finished_at",
+))
+SORT_KEYS = frozenset((
+    "id", "uuid", "name", "driver", "created_at", "updated_at", "provision_state",
+    "provision_updated_at", "power_state", "maintenance", "resource_class",
+    "conductor_group", "owner", "lessee", "instance_uuid", "provision_state",
+))
+# Filter name -> SQL predicate on parameter $n (n filled in by _filters).
+_FILTERS = {
+    "provision_state": "provision_state = ${}",
+    "driver": "driver = ${}",
+    "maintenance": "maintenance = ${}",
+    "resource_class": "resource_class = ${}",
+    "conductor_group": "lower(conductor_group) = lower(${})",
+    "owner": "owner = ${}",
+    "lessee": "lessee = ${}",
+    "instance_uuid": "instance_uuid = ${}::uuid",
+    "fault": "fault = ${}",
+    "retired": "retired = ${}",
+    "description_contains": "description LIKE '%' || ${} || '%'",
+    "reservation": "reservation = ${}",
+}
+
+
+def _node(record: asyncpg.Record | None) -> dict[str, Any] | None:
+    return row_to_dict(record)
+
+
+def is_uuid(value: str) -> bool:
+    try:
+        uuidlib.UUID(value)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+class NodeRepository:
+    """Named node queries over a pool (or one connection inside a transaction)."""
+
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._db = db
+
+    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(values) - WRITABLE_FIELDS
+        if unknown:
+            raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
+        columns = list(values)
+        placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        sql = (
+            f"INSERT INTO nodes ({', '.join(columns)}, updated_at) VALUES ({placeholders}, NULL) "
+            "RETURNING *"
+        )
+        try:
+            return _node(await self._db.fetchrow(sql, *[values[c] for c in columns]))  # type: ignore[return-value]
+        except asyncpg.UniqueViolationError as exc:
+            raise _unique_error(exc, values) from None
+
+    async def get(self, node_uuid: str) -> dict[str, Any]:
+        node = _node(await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", node_uuid))
+        if node is None:
+            raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
+        return node
+
+    async def get_by_ident(self, ident: str) -> dict[str, Any]:
+        """By UUID or logical name, as the REST API addresses nodes."""
+        if is_uuid(ident):
+            row = await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", ident)
+        else:
+            row = await self._db.fetchrow("SELECT * FROM nodes WHERE name = $1", ident)
+        node = _node(row)
+        if node is None:
+            raise errors.NodeNotFound(f"Node {ident} could not be found.")
+        return node
+
+    async def get_by_id(self, node_id: int) -> dict[str, Any]:
+        node = _node(await self._db.fetchrow("SELECT * FROM nodes WHERE id = $1", node_id))
+        if node is None:
+            raise errors.NodeNotFound(f"Node id {node_id} could not be found.")
+        return node
+
+    async def get_by_port_address(self, addresses: Sequence[str]) -> dict[str, Any] | None:
+        row = await self._db.fetchrow(
+            "SELECT n.* FROM nodes n JOIN ports p ON p.node_id = n.id "
+            "WHERE p.address = ANY($1::text[]) ORDER BY n.id LIMIT 1",
+            list(addresses),
+        )
+        return _node(row)
+
+    async def list(
+        self,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        associated: bool | None = None,
+        limit: int = 1000,
+        marker: str | None = None,
+        sort_key: str = "id",
+        sort_dir: str = "asc",
+        columns: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """One page of nodes. Keyset pagination on (sort_key, id), so a page of
+        10,000 never scans or holds more than ``limit`` rows."""
+        if sort_key not in SORT_KEYS:
+            raise errors.InvalidParameterValue(
+                f"The sort_key value {sort_key!r} is an invalid field for sorting"
+            )
+        if sort_dir not in ("asc", "desc"):
+            raise errors.InvalidParameterValue(
+                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
+            )
+        where: list[str] = []
+        args: list[Any] = []
+        for name, value in (filters or {}).items():
+            if name not in _FILTERS:
+                raise errors.InvalidParameterValue(f"unknown filter {name}")
+            args.append(value)
+            where.append(_FILTERS[name].format(len(args)))
+        if associated is not None:
+            where.append("instance_uuid IS NOT NULL" if associated else "instance_uuid IS NULL")
+        op = ">" if sort_dir == "asc" else "<"
+        if marker:
+            marker_row = await self._db.fetchrow(
+                f"SELECT id, {sort_key} AS k FROM nodes WHERE uuid = $1::uuid", marker
+            ) if is_uuid(marker) else None
+            if marker_row is None:
+                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
+            if sort_key == "id":
+                args.append(marker_row["id"])
+                where.append(f"id {op} ${len(args)}")
+            elif marker_row["k"] is None:
+                # NULLS LAST in both directions: after a NULL only NULLs follow.
+                args.append(marker_row["id"])
+                where.append(f"({sort_key} IS NULL AND id {op} ${len(args)})")
+            else:
+                args.extend([marker_row["k"], marker_row["id"]])
+                k, i = len(args) - 1, len(args)
+                where.append(
+                    f"({sort_key} {op} ${k} OR ({sort_key} = ${k} AND id {op} ${i}) "
+                    f"OR {sort_key} IS NULL)"
+                )
+        args.append(limit)
+        select = ", ".join(columns) if columns else "*"
+        sql = (
+            f"SELECT {select} FROM nodes"
+            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
+        )
+        return [_node(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+
+    async def count(self) -> int:
+        return int(await self._db.fetchval("SELECT count(*) FROM nodes"))
+
+    async def update(
+        self, node_uuid: str, changes: Mapping[str, Any], *, expect_reservation: str | None = None
+    ) -> dict[str, Any]:
+        """Write changed fields; with ``expect_reservation`` only while that
+        holder still owns the lock (a conductor that lost its lease must not write)."""
+        unknown = set(changes) - WRITABLE_FIELDS
+        if unknown:
+            raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
+        columns = [c for c in changes if c != "uuid"]
+        sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
+        args: list[Any] = [node_uuid, *[changes[c] for c in columns]]
+        sql = f"UPDATE nodes SET {', '.join(sets)} WHERE uuid = $1::uuid"
+        if expect_reservation is not None:
+            args.append(expect_reservation)
+            sql += f" AND reservation = ${len(args)}"
+        sql += " RETURNING *"
+        try:
+            node = _node(await self._db.fetchrow(sql, *args))
+        except asyncpg.UniqueViolationError as exc:
+            raise _unique_error(exc, changes) from None
+        except asyncpg.CheckViolationError as exc:
+            raise errors.InvalidParameterValue(f"invalid node value: {exc.constraint_name}") from None
+        if node is None:
+            await self.get(node_uuid)  # raises NodeNotFound
+            raise errors.NodeLocked(f"Node {node_uuid} lock was lost before the update.")
+        return node
+
+    async def delete(self, node_uuid: str) -> None:
+        result = await self._db.execute("DELETE FROM nodes WHERE uuid = $1::uuid", node_uuid)
+        if result.endswith(" 0"):
+            raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
+
+    # -- locks ---------------------------------------------------------------
+
+    async def reserve(self, node_uuid: str, holder: str, lease: float) -> dict[str, Any]:
+        """Take the exclusive lock or raise NodeLocked at once (never waits).
+
+        An expired lease is treated as free: its holder stopped refreshing it,
+        so it is dead or partitioned and must not write any more.
+        """
+        row = await self._db.fetchrow(
+            "UPDATE nodes SET reservation = $2, "
+            "reservation_expires_at = now() + make_interval(secs => $3) "
+            "WHERE uuid = $1::uuid AND (reservation IS NULL OR reservation = $2 "
+            "OR reservation_expires_at < now()) RETURNING *",
+            node_uuid, holder, lease,
+        )
+        if row is not None:
+            return _node(row)  # type: ignore[return-value]
+        current = await self._db.fetchrow(
+            "SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid
+        )
+        if current is None:
+            raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
+        raise errors.NodeLocked(
+            f"Node {node_uuid} is locked by host {current['reservation']}, please retry "
+            "after the current operation is completed."
+        )
+
+    async def release(self, node_uuid: str, holder: str) -> bool:
+        result = await self._db.execute(
+            "UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL "
+            "WHERE uuid = $1::uuid AND reservation = $2",
+            node_uuid, holder,
+        )
+        return not result.endswith(" 0")
+
+    async def refresh_leases(self, holder: str, node_uuids: Sequence[str], lease: float) -> list[str]:
+        """Extend the leases still held; returns the uuids actually refreshed."""
+        rows = await self._db.fetch(
+            "UPDATE nodes SET reservation_expires_at = now() + make_interval(secs => $3) "
+            "WHERE reservation = $1 AND uuid = ANY($2::uuid[]) RETURNING uuid",
+            holder, list(node_uuids), lease,
+        )
+        return [str(r["uuid"]) for r in rows]
+
+    async def release_all(self, holder: str) -> int:
+        """Drop every lock of a holder (its own graceful shutdown, or a dead conductor)."""
+        result = await self._db.execute(
+            "UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL WHERE reservation = $1",
+            holder,
+        )
+        return int(result.split()[-1])
+
+    async def list_reserved_by(self, holders: Sequence[str]) -> list[dict[str, Any]]:
+        rows = await self._db.fetch(
+            "SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders)
+        )
+        return [_node(r) for r in rows]  # type: ignore[misc]
+
+    async def list_expired_reservations(self) -> list[dict[str, Any]]:
+        rows = await self._db.fetch(
+            "SELECT * FROM nodes WHERE reservation IS NOT NULL AND reservation_expires_at < now()"
+        )
+        return [_node(r) for r in rows]  # type: ignore[misc]
+
+    async def list_in_states(self, states: Sequence[str], *, updated_before: datetime.datetime | None = None) -> list[dict[str, Any]]:
+        if updated_before is None:
+            rows = await self._db.fetch(
+                "SELECT * FROM nodes WHERE provision_state = ANY($1::text[])", list(states)
+            )
+        else:
+            rows = await self._db.fetch(
+                "SELECT * FROM nodes WHERE provision_state = ANY($1::text[]) "
+                "AND provision_updated_at < $2",
+                list(states), updated_before,
+            )
+        return [_node(r) for r in rows]  # type: ignore[misc]
+
+    async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> list[dict[str, Any]]:
+        rows = await self._db.fetch(
+            "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 AND NOT maintenance "
+            "AND reservation IS NULL ORDER BY id LIMIT $2",
+            after_id, limit,
+        )
+        return [_node(r) for r in rows]  # type: ignore[misc]
+
+
+def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.FerrumError:
+    constraint = exc.constraint_name or ""
+    if "name" in constraint:
+        return errors.DuplicateName(f"A node with name {values.get('name')} already exists.")
+    if "instance_uuid" in constraint:
+        return errors.InstanceAssociated(
+            f"Instance {values.get('instance_uuid')} is already associated with a node."
+        )
+    if "uuid" in constraint:
+        return errors.Conflict(f"A node with UUID {values.get('uuid')} already exists.")
+    return errors.Conflict(str(exc))

@@ -1,0 +1,229 @@
+"""Ferrum's one exception tree.
+
+Each class carries its REST status, gRPC code, Ironic faultcode and whether a
+client may retry, so the api and gRPC layers map errors mechanically::
+
+    FerrumError (500, INTERNAL)
+    ├── Invalid (400, INVALID_ARGUMENT)
+    │   ├── InvalidParameterValue, MissingParameter, PatchError
+    │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
+    │   └── ConfigDriveInvalid
+    ├── Unauthorized (401, UNAUTHENTICATED)
+    ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
+    ├── NotFound (404, NOT_FOUND) ── NodeNotFound, PortNotFound, VolumeNotFound, ObjectNotFound
+    ├── NotAcceptable (406, FAILED_PRECONDITION)
+    ├── Conflict (409, ALREADY_EXISTS)
+    │   ├── NodeLocked (ABORTED, retryable), InvalidState (FAILED_PRECONDITION)
+    │   ├── DuplicateName, MACAlreadyExists, NodeAssociated, InstanceAssociated
+    │   └── VolumeConnectorExists, VolumeTargetBootIndexExists
+    ├── PayloadTooLarge (413, INVALID_ARGUMENT)
+    ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
+    │   ├── NoFreeConductorWorker, NoConductorAvailable
+    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch
+"""
+
+from __future__ import annotations
+
+import grpc
+
+ERROR_METADATA_KEY = "ferrum-error"
+
+
+class FerrumError(Exception):
+    http_status = 500
+    grpc_code = grpc.StatusCode.INTERNAL
+    faultcode = "Server"
+    retryable = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__name__)
+        self.message = message or self.__class__.__name__
+
+
+class Invalid(FerrumError):
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    faultcode = "Client"
+
+
+class InvalidParameterValue(Invalid):
+    pass
+
+
+class MissingParameter(Invalid):
+    pass
+
+
+class PatchError(Invalid):
+    pass
+
+
+class InvalidStateRequested(Invalid):
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class NodeInMaintenance(Invalid):
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DriverNotFound(Invalid):
+    pass
+
+
+class ConfigDriveInvalid(Invalid):
+    pass
+
+
+class Unauthorized(FerrumError):
+    http_status = 401
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    faultcode = "Client"
+
+
+class Forbidden(FerrumError):
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    faultcode = "Client"
+
+
+class NodeProtected(Forbidden):
+    pass
+
+
+class NotFound(FerrumError):
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+    faultcode = "Client"
+
+
+class NodeNotFound(NotFound):
+    pass
+
+
+class PortNotFound(NotFound):
+    pass
+
+
+class VolumeNotFound(NotFound):
+    pass
+
+
+class ObjectNotFound(NotFound):
+    pass
+
+
+class NotAcceptable(FerrumError):
+    http_status = 406
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    faultcode = "Client"
+
+
+class Conflict(FerrumError):
+    http_status = 409
+    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+    faultcode = "Client"
+
+
+class NodeLocked(Conflict):
+    grpc_code = grpc.StatusCode.ABORTED
+    retryable = True
+
+
+class InvalidState(Conflict):
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class DuplicateName(Conflict):
+    pass
+
+
+class MACAlreadyExists(Conflict):
+    pass
+
+
+class NodeAssociated(Conflict):
+    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class InstanceAssociated(Conflict):
+    pass
+
+
+class VolumeConnectorExists(Conflict):
+    pass
+
+
+class VolumeTargetBootIndexExists(Conflict):
+    pass
+
+
+class PayloadTooLarge(FerrumError):
+    http_status = 413
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    faultcode = "Client"
+
+
+class ServiceUnavailable(FerrumError):
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retryable = True
+
+
+class NoFreeConductorWorker(ServiceUnavailable):
+    pass
+
+
+class NoConductorAvailable(ServiceUnavailable):
+    pass
+
+
+class HardwareError(FerrumError):
+    pass
+
+
+class BMCError(HardwareError):
+    pass
+
+
+class ImageError(HardwareError):
+    pass
+
+
+class ChecksumMismatch(ImageError):
+    pass
+
+
+def _all_subclasses(cls: type[FerrumError]) -> dict[str, type[FerrumError]]:
+    found = {cls.__name__: cls}
+    for sub in cls.__subclasses__():
+        found.update(_all_subclasses(sub))
+    return found
+
+
+def error_class(name: str) -> type[FerrumError]:
+    """The FerrumError subclass of that name; FerrumError when unknown."""
+    return _all_subclasses(FerrumError).get(name, FerrumError)
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: FerrumError) -> None:
+    """End a gRPC call with the error's status code and its class as metadata.
+
+    The class name travels in trailing metadata so that the api can re-raise
+    the very same error (and answer the same REST status) as the conductor.
+    """
+    context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
+    await context.abort(exc.grpc_code, exc.message)
+
+
+def from_rpc_error(error: grpc.aio.AioRpcError) -> FerrumError:
+    """Turn a failed gRPC call back into the FerrumError the server raised."""
+    name = ""
+    for key, value in error.trailing_metadata() or ():
+        if key == ERROR_METADATA_KEY:
+            name = value if isinstance(value, str) else value.decode()
+    if name:
+        return error_class(name)(error.details() or name)
+    code = error.code()
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return NoConductorAvailable(f"conductor unreachable: {error.details()}")
+    return FerrumError(f"conductor call failed: {code.name}: {error.details()}")

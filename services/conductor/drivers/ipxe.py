@@ -1,0 +1,47 @@
+"""The ``ipxe`` boot interface.
+
+Ferrum renders iPXE scripts per request from node state (seed 003), so
+preparing a boot writes no file anywhere: it only points the machine at the
+network and checks that the renderer will have what it needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.common import errors
+from services.conductor.drivers import base
+
+REQUIRED_DEPLOY_KEYS = ("deploy_kernel", "deploy_ramdisk")
+
+
+class IpxeBoot(base.BootInterface):
+    name = "ipxe"
+    capabilities = frozenset({"ipxe_boot", "pxe_boot", "iscsi_volume_boot", "ramdisk_boot"})
+
+    def get_properties(self) -> dict[str, str]:
+        return {
+            "deploy_kernel": "URL of the deploy kernel. Required.",
+            "deploy_ramdisk": "URL of the deploy ramdisk. Required.",
+            "kernel_append_params": "Extra kernel arguments for the deploy ramdisk. Optional.",
+        }
+
+    async def validate(self, task: base.Task) -> None:
+        info = task.node.get("driver_info") or {}
+        missing = [k for k in REQUIRED_DEPLOY_KEYS if not info.get(k)]
+        if missing:
+            raise errors.MissingParameter(
+                f"Node {task.node['uuid']} is missing driver_info: {', '.join(missing)}"
+            )
+        if not any(p.get("pxe_enabled") for p in task.ports):
+            raise errors.InvalidParameterValue(
+                f"Node {task.node['uuid']} has no PXE-enabled port to boot from"
+            )
+
+    async def prepare_ramdisk(self, task: base.Task, ramdisk_params: Any) -> None:
+        await task.driver.management.set_boot_device(task, "pxe", persistent=False)
+
+    async def prepare_instance(self, task: base.Task) -> None:
+        # Whole-disk images boot through the renderer's local-disk script, so the
+        # machine keeps booting from the network (persistently) as Ironic does.
+        await task.driver.management.set_boot_device(task, "pxe", persistent=True)

@@ -1,0 +1,395 @@
+"""What the conductor does to nodes: provisioning flows, power, maintenance.
+
+Each public method is the synchronous half of an RPC: it takes the node lock,
+checks everything that can be checked without touching hardware, records the
+first state change and returns. The hardware half runs in the background
+under the same lock (TaskManager.spawn), moving the node through the state
+machine table in services.common.states and never by hand-coded targets.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import secrets
+import uuid as uuidlib
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from services.common import errors, states
+from services.common.config import ConductorConfig
+from services.common.db.events import EventRepository
+from services.common.db.nodes import NodeRepository
+from services.conductor.drivers.base import Task
+from services.conductor.drivers.registry import DriverRegistry
+from services.conductor.taskmanager import TaskManager
+
+LOG = logging.getLogger(__name__)
+
+NODE_CREATE_FIELDS = frozenset((
+    "uuid", "name", "driver", "driver_info", "properties", "instance_info", "extra",
+    "resource_class", "conductor_group", "owner", "lessee", "description", "automated_clean",
+    "network_data", "chassis_uuid", "instance_uuid", "protected", "protected_reason",
+    "retired", "retired_reason", "maintenance", "maintenance_reason", "provision_state",
+    "boot_interface", "deploy_interface", "power_interface", "management_interface",
+    "storage_interface", "network_interface", "vendor_interface", "inspect_interface",
+    "console_interface", "raid_interface", "rescue_interface", "bios_interface",
+    "firmware_interface", "traits",
+))
+# Interfaces Ferrum composes; the other Ironic interface fields are stored as given.
+COMPOSED_INTERFACE_FIELDS = tuple(
+    f"{k}_interface" for k in ("power", "management", "boot", "deploy", "storage", "network", "vendor", "inspect")
+)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class ConductorManager:
+    def __init__(
+        self, pool: asyncpg.Pool, registry: DriverRegistry, config: ConductorConfig, *, hostname: str
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.config = config
+        self.hostname = hostname
+        self.nodes = NodeRepository(pool)
+        self.tasks = TaskManager(
+            pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers
+        )
+
+    # -- node records ----------------------------------------------------------
+
+    async def create_node(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(values) - NODE_CREATE_FIELDS
+        if unknown:
+            raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
+        record = {k: v for k, v in values.items() if k != "chassis_uuid"}
+        record.setdefault("uuid", str(uuidlib.uuid4()))
+        record.setdefault("provision_state", states.ENROLL)
+        record.update(self.registry.resolve_interfaces(record["driver"], record))
+        async with self.pool.acquire() as conn, conn.transaction():
+            node = await NodeRepository(conn).create(record)
+            await EventRepository(conn).record(node, event="create", message="Node created", conductor=self.hostname)
+        return node
+
+    async def update_node(
+        self, node_uuid: str, changes: Mapping[str, Any], *, reset_interfaces: bool = False
+    ) -> dict[str, Any]:
+        """Apply a validated patch; re-resolve interfaces when driver/interfaces change."""
+        node = await self.nodes.get(node_uuid)
+        if node["reservation"] and node["reservation_expires_at"] and node["reservation_expires_at"] > _now():
+            raise errors.NodeLocked(
+                f"Node {node_uuid} is locked by host {node['reservation']}, please retry after the "
+                "current operation is completed."
+            )
+        changed = dict(changes)
+        touches_driver = "driver" in changed or any(f in changed for f in COMPOSED_INTERFACE_FIELDS)
+        if touches_driver:
+            merged = {**node, **changed}
+            if reset_interfaces:
+                for field in COMPOSED_INTERFACE_FIELDS:
+                    if field not in changes:
+                        merged[field] = None
+            else:
+                # Interfaces the new driver does not support are reset to its defaults.
+                for field in COMPOSED_INTERFACE_FIELDS:
+                    kind = field.removesuffix("_interface")
+                    if field not in changes and merged.get(field) not in self.registry.supported(merged["driver"], kind):
+                        merged[field] = None
+            changed.update(self.registry.resolve_interfaces(merged["driver"], merged))
+        return await self.nodes.update(node_uuid, changed)
+
+    async def destroy_node(self, node_uuid: str) -> None:
+        task = await self.tasks.acquire(node_uuid)
+        try:
+            node = task.node
+            if node["protected"]:
+                raise errors.NodeProtected(f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted")
+            if not node["maintenance"]:
+                if node["instance_uuid"]:
+                    raise errors.NodeAssociated(
+                        f"Node {node_uuid} is associated with instance {node['instance_uuid']}."
+                    )
+                if not states.delete_allowed(node["provision_state"]):
+                    raise errors.InvalidState(
+                        f"Can not delete node {node_uuid} while it is in provision state "
+                        f"\"{node['provision_state']}\". Valid provision states to perform deletion are: "
+                        f"{sorted(s for s in (*states.DELETE_ALLOWED_STATES, states.AVAILABLE) if s)}, or set "
+                        "the node into maintenance mode"
+                    )
+            await self.nodes.delete(node_uuid)
+            await EventRepository(self.pool).record(
+                {**node, "id": None}, event="delete", message="Node deleted", conductor=self.hostname, history=False
+            )
+        finally:
+            await self.tasks.release(node_uuid)
+
+    # -- state changes -----------------------------------------------------------
+
+    async def transition(
+        self, task: Task, event: str, *, last_error: str | None = None, changes: Mapping[str, Any] | None = None,
+        severity: str = "INFO",
+    ) -> dict[str, Any]:
+        """Move the locked node by ``event`` through the table and record it."""
+        node = task.node
+        move = states.next_state(node["provision_state"], event)
+        update: dict[str, Any] = {
+            "provision_state": move.target,
+            "target_provision_state": states.next_target(node["target_provision_state"], move),
+            "provision_updated_at": _now(),
+        }
+        if last_error is not None or event in ("deploy", "rebuild", "manage", "provide", "clean", "inspect"):
+            update["last_error"] = last_error
+        update.update(changes or {})
+        message = last_error or f"{node['provision_state']} -> {move.target} ({event})"
+        async with self.pool.acquire() as conn, conn.transaction():
+            saved = await NodeRepository(conn).update(node["uuid"], update, expect_reservation=self.hostname)
+            await EventRepository(conn).record(
+                saved, event=event, message=message, conductor=self.hostname,
+                severity="ERROR" if last_error else severity,
+            )
+        task.node = saved
+        return saved
+
+    async def fail(self, task: Task, message: str) -> None:
+        LOG.warning("operation failed node_uuid=%s state=%s reason=%s", task.node["uuid"], task.node["provision_state"], message)
+        try:
+            await self.transition(task, "fail", last_error=message)
+        except states.InvalidTransition:
+            await self.nodes.update(task.node["uuid"], {"last_error": message})
+
+    async def do_provision_action(
+        self,
+        node_uuid: str,
+        event: str,
+        *,
+        configdrive: Any = None,
+        clean_steps: list[Any] | None = None,
+        rescue_password: str | None = None,
+    ) -> None:
+        self.tasks.check_capacity()
+        task = await self.tasks.acquire(node_uuid)
+        try:
+            node = task.node
+            if event in ("deploy", "rebuild") and node["maintenance"]:
+                raise errors.NodeInMaintenance(
+                    f"The {event} action can not be performed on node {node_uuid} while it is in maintenance mode."
+                )
+            if event in ("rebuild", "delete") and node["protected"]:
+                raise errors.NodeProtected(f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted")
+            if event == "provide" and node["retired"]:
+                raise errors.InvalidParameterValue(f"Node {node_uuid} is retired and cannot be provided")
+            try:
+                move = states.next_state(node["provision_state"], event)
+            except states.InvalidTransition:
+                raise errors.InvalidStateRequested(
+                    f"The requested action \"{event}\" can not be performed on node \"{node_uuid}\" while it "
+                    f"is in state \"{node['provision_state']}\"."
+                ) from None
+            if event in ("deploy", "rebuild"):
+                await self._validate_for_deploy(task)
+            changes: dict[str, Any] = {}
+            if configdrive is not None and event in ("deploy", "rebuild"):
+                changes["instance_info"] = {**node["instance_info"], "configdrive": configdrive}
+            if clean_steps is not None:
+                changes["driver_internal_info"] = {**node["driver_internal_info"], "clean_steps": clean_steps}
+            await self.transition(task, event, changes=changes)
+        except BaseException:
+            await self.tasks.release(node_uuid)
+            raise
+        work = {
+            states.DEPLOYING: self._deploy_flow,
+            states.DELETING: self._tear_down_flow,
+            states.VERIFYING: self._verify_flow,
+            states.CLEANING: self._clean_flow,
+            states.INSPECTING: self._inspect_flow,
+            states.ADOPTING: self._done_flow,
+            states.RESCUING: self._done_flow,
+            states.UNRESCUING: self._done_flow,
+            states.SERVICING: self._done_flow,
+        }.get(move.target)
+        if work is None:  # abort, unhold, manage from available...: nothing more to do
+            await self.tasks.release(node_uuid)
+            return
+        self.tasks.spawn(task, work, name=event)
+
+    async def _validate_for_deploy(self, task: Task) -> None:
+        for kind in ("power", "management", "boot", "deploy", "storage"):
+            try:
+                await getattr(task.driver, kind).validate(task)
+            except errors.FerrumError as exc:
+                raise errors.InvalidParameterValue(
+                    f"Failed to validate {kind} interface for node {task.node['uuid']}: {exc.message}"
+                ) from None
+
+    async def _guard(self, task: Task, what: str, coro: Any) -> bool:
+        """Run one hardware step; on error fail the node with a clear last_error."""
+        try:
+            await coro
+            return True
+        except Exception as exc:  # a driver error must never leave the node in an *ing state
+            message = exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
+            await self.fail(task, f"{what} failed for node {task.node['uuid']}: {message}")
+            return False
+
+    async def _deploy_flow(self, task: Task) -> None:
+        async def run() -> None:
+            await task.driver.storage.attach_volumes(task)
+            await task.driver.deploy.prepare(task)
+            result = await task.driver.deploy.deploy(task)
+            if result == states.DEPLOYWAIT:
+                await self.transition(task, "wait")
+                return
+            await task.driver.boot.prepare_instance(task)
+            await self.transition(task, "done")
+
+        await self._guard(task, "Deploy", run())
+
+    async def _tear_down_flow(self, task: Task) -> None:
+        async def run() -> None:
+            await task.driver.deploy.tear_down(task)
+            await task.driver.boot.clean_up_instance(task)
+            await task.driver.storage.detach_volumes(task)
+            await self.transition(
+                task, "clean", changes={"instance_info": {}, "instance_uuid": None}
+            )
+            await self._run_cleaning(task)
+
+        await self._guard(task, "Tear down", run())
+
+    async def _clean_flow(self, task: Task) -> None:
+        await self._guard(task, "Cleaning", self._run_cleaning(task))
+
+    async def _run_cleaning(self, task: Task) -> None:
+        node = task.node
+        manual = node["target_provision_state"] == states.MANAGEABLE
+        automated = node["automated_clean"] if node["automated_clean"] is not None else self.config.automated_clean
+        if manual or automated:
+            # Fake and no-op interfaces have no real steps; the vendor "log" step
+            # of fake-hardware is the one trivial automated step (as in Ironic).
+            await task.driver.power.validate(task)
+        info = {k: v for k, v in node["driver_internal_info"].items() if k != "clean_steps"}
+        await self.transition(task, "manage" if manual else "done", changes={"driver_internal_info": info})
+
+    async def _verify_flow(self, task: Task) -> None:
+        async def run() -> None:
+            await task.driver.power.validate(task)
+            await task.driver.management.validate(task)
+            power = await task.driver.power.get_power_state(task)
+            await self.transition(task, "done", changes={"power_state": power})
+
+        await self._guard(task, "Verification", run())
+
+    async def _inspect_flow(self, task: Task) -> None:
+        async def run() -> None:
+            await task.driver.inspect.inspect_hardware(task)
+            await self.transition(task, "done", changes={"inspection_finished_at": _now()})
+
+        await self._guard(task, "Inspection", run())
+
+    async def _done_flow(self, task: Task) -> None:
+        await self._guard(task, task.node["provision_state"], self.transition(task, "done"))
+
+    # -- power, maintenance, management -------------------------------------------
+
+    async def change_power_state(self, node_uuid: str, target: str, timeout: int | None = None) -> None:
+        self.tasks.check_capacity()
+        task = await self.tasks.acquire(node_uuid)
+        try:
+            node = task.node
+            if node["provision_state"] in (states.CLEANING, states.CLEANWAIT):
+                raise errors.InvalidStateRequested(
+                    f"The requested action \"{target}\" can not be performed on node \"{node_uuid}\" "
+                    f"while it is in state \"{node['provision_state']}\"."
+                )
+            supported = task.driver.power.get_supported_power_states()
+            if target not in supported:
+                raise errors.InvalidParameterValue(
+                    f"The requested power state {target} is not supported by the power interface; "
+                    f"supported: {supported}"
+                )
+            await task.driver.power.validate(task)
+            final = states.POWER_ON if target in (states.POWER_ON, states.REBOOT, states.SOFT_REBOOT) else states.POWER_OFF
+            task.node = await self.nodes.update(
+                node_uuid, {"target_power_state": final, "last_error": None}, expect_reservation=self.hostname
+            )
+        except BaseException:
+            await self.tasks.release(node_uuid)
+            raise
+
+        async def work(task: Task) -> None:
+            try:
+                if target in (states.REBOOT,):
+                    await task.driver.power.reboot(task, timeout)
+                else:
+                    await task.driver.power.set_power_state(task, target, timeout)
+                changes = {"power_state": final, "target_power_state": None}
+                message = f"power state changed to {final}"
+                severity = "INFO"
+            except Exception as exc:
+                text = exc.message if isinstance(exc, errors.FerrumError) else str(exc)
+                message = f"Failed to change power state to '{target}' by '{target}': {text}"
+                changes = {"target_power_state": None, "last_error": message}
+                severity = "ERROR"
+            async with self.pool.acquire() as conn, conn.transaction():
+                saved = await NodeRepository(conn).update(node_uuid, changes, expect_reservation=self.hostname)
+                await EventRepository(conn).record(
+                    saved, event="power", message=message, severity=severity, conductor=self.hostname,
+                    event_type="power",
+                )
+
+        self.tasks.spawn(task, work, name="power")
+
+    async def set_maintenance(self, node_uuid: str, maintenance: bool, reason: str | None) -> None:
+        node = await self.nodes.get(node_uuid)
+        changes: dict[str, Any] = {"maintenance": maintenance, "maintenance_reason": reason if maintenance else None}
+        if not maintenance:
+            changes["fault"] = None
+        saved = await self.nodes.update(node["uuid"], changes)
+        await EventRepository(self.pool).record(
+            saved, event="maintenance", message=f"maintenance {'on' if maintenance else 'off'}"
+            + (f": {reason}" if maintenance and reason else ""), conductor=self.hostname, event_type="maintenance",
+        )
+
+    async def set_boot_device(self, node_uuid: str, device: str, persistent: bool) -> None:
+        task = await self.tasks.acquire(node_uuid)
+        try:
+            await task.driver.management.validate(task)
+            await task.driver.management.set_boot_device(task, device, persistent)
+        finally:
+            await self.tasks.release(node_uuid)
+
+    async def get_boot_device(self, node_uuid: str) -> dict[str, Any]:
+        node = await self.nodes.get(node_uuid)
+        task = await self.tasks.build_task(node)
+        return await task.driver.management.get_boot_device(task)
+
+    async def get_supported_boot_devices(self, node_uuid: str) -> list[str]:
+        node = await self.nodes.get(node_uuid)
+        task = await self.tasks.build_task(node)
+        return task.driver.management.get_supported_boot_devices(task)
+
+    async def validate_interfaces(self, node_uuid: str) -> list[tuple[str, bool, str]]:
+        """Ironic's /validate: every interface, shared access (no lock)."""
+        node = await self.nodes.get(node_uuid)
+        task = await self.tasks.build_task(node)
+        results = []
+        for kind in ("bios", "boot", "console", "deploy", "firmware", "inspect", "management",
+                     "network", "power", "raid", "rescue", "storage"):
+            impl = getattr(task.driver, kind, None)
+            if impl is None:
+                results.append((kind, False, "not supported"))
+                continue
+            try:
+                await impl.validate(task)
+                results.append((kind, True, ""))
+            except errors.FerrumError as exc:
+                results.append((kind, False, exc.message))
+        return results
+
+    def new_agent_token(self) -> str:
+        return secrets.token_urlsafe(32)

@@ -1,0 +1,176 @@
+"""The conductor service: gRPC ConductorService over the manager, registry
+membership, periodic work, a /metrics endpoint and graceful shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import asyncpg
+import grpc
+from aiohttp import web
+
+from ferrum.v1 import conductor_pb2 as pb
+from ferrum.v1 import conductor_pb2_grpc as pb_grpc
+from services.common import errors, states
+from services.common.config import Settings
+from services.common.db.conductors import ConductorRepository
+from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.httpserver import start_http_site
+from services.common.jsonutil import dumps
+from services.common.logs import node_uuid_var
+from services.common.metrics import ServiceMetrics
+from services.conductor.drivers.registry import DriverRegistry
+from services.conductor.manager import ConductorManager
+from services.conductor.periodic import PeriodicWork
+
+LOG = logging.getLogger(__name__)
+
+
+def _json_or(value: str, default: Any) -> Any:
+    return json.loads(value) if value else default
+
+
+class ConductorServicer(pb_grpc.ConductorServiceServicer):
+    """Thin translation between protobuf messages and ConductorManager calls."""
+
+    def __init__(self, manager: ConductorManager) -> None:
+        self.manager = manager
+
+    async def _run(self, context: grpc.aio.ServicerContext, node_uuid: str, coro: Any) -> Any:
+        node_uuid_var.set(node_uuid or "-")
+        try:
+            return await coro
+        except errors.FerrumError as exc:
+            await errors.abort_with(context, exc)
+        except (asyncpg.DataError, ValueError) as exc:
+            await errors.abort_with(context, errors.InvalidParameterValue(str(exc)))
+
+    async def CreateNode(self, request: pb.ConductorCreateNodeRequest, context: grpc.aio.ServicerContext) -> pb.ConductorNodeReply:
+        node = await self._run(context, "", self.manager.create_node(json.loads(request.node_json)))
+        return pb.ConductorNodeReply(node_json=dumps(node))
+
+    async def UpdateNode(self, request: pb.ConductorUpdateNodeRequest, context: grpc.aio.ServicerContext) -> pb.ConductorNodeReply:
+        node = await self._run(context, request.node_uuid, self.manager.update_node(
+            request.node_uuid, json.loads(request.changes_json), reset_interfaces=request.reset_interfaces))
+        return pb.ConductorNodeReply(node_json=dumps(node))
+
+    async def DestroyNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.destroy_node(request.node_uuid))
+        return pb.Empty()
+
+    async def DoProvisionAction(self, request: pb.ProvisionActionRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.do_provision_action(
+            request.node_uuid, request.event,
+            configdrive=_json_or(request.configdrive_json, None),
+            clean_steps=_json_or(request.clean_steps_json, None),
+            rescue_password=request.rescue_password or None,
+        ))
+        return pb.Empty()
+
+    async def ChangePowerState(self, request: pb.PowerStateRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.change_power_state(
+            request.node_uuid, request.target, request.timeout or None))
+        return pb.Empty()
+
+    async def SetMaintenance(self, request: pb.MaintenanceRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.set_maintenance(
+            request.node_uuid, request.maintenance, request.reason or None))
+        return pb.Empty()
+
+    async def SetBootDevice(self, request: pb.BootDeviceRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.set_boot_device(
+            request.node_uuid, request.boot_device, request.persistent))
+        return pb.Empty()
+
+    async def GetBootDevice(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.BootDeviceReply:
+        result = await self._run(context, request.node_uuid, self.manager.get_boot_device(request.node_uuid))
+        return pb.BootDeviceReply(boot_device=result.get("boot_device") or "", persistent=bool(result.get("persistent")))
+
+    async def GetSupportedBootDevices(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.SupportedBootDevicesReply:
+        devices = await self._run(context, request.node_uuid, self.manager.get_supported_boot_devices(request.node_uuid))
+        return pb.SupportedBootDevicesReply(boot_devices=devices)
+
+    async def ValidateDriverInterfaces(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.ValidateReply:
+        results = await self._run(context, request.node_uuid, self.manager.validate_interfaces(request.node_uuid))
+        return pb.ValidateReply(interfaces=[
+            pb.InterfaceValidation(interface=k, result=ok, reason=reason) for k, ok, reason in results
+        ])
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await errors.abort_with(context, errors.InvalidParameterValue("agent heartbeats arrive with the deploy issue"))
+        return pb.Empty()
+
+    async def LookupToken(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.LookupTokenReply:
+        await errors.abort_with(context, errors.InvalidParameterValue("agent lookup arrives with the deploy issue"))
+        return pb.LookupTokenReply()
+
+
+class ConductorService:
+    """One conductor process (or one member of ``ferrum stack``)."""
+
+    name = "conductor"
+
+    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+        self.settings = settings
+        self.config = settings.conductor
+        self.pool = pool
+        self.hostname = settings.conductor_hostname()
+        self.metrics = ServiceMetrics("conductor")
+        self.registry = DriverRegistry(self.config)
+        self.manager = ConductorManager(pool, self.registry, self.config, hostname=self.hostname)
+        self.endpoints: dict[str, str] = {}
+        self._grpc: Any = None
+        self._health: Any = None
+        self._http: web.AppRunner | None = None
+        self._periodic: PeriodicWork | None = None
+
+    async def start(self) -> dict[str, str]:
+        c = self.config
+        servicer = ConductorServicer(self.manager)
+        self._grpc, grpc_port, self._health = await start_grpc_server(
+            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            register=lambda server: pb_grpc.add_ConductorServiceServicer_to_server(servicer, server),
+            service_names=[pb.DESCRIPTOR.services_by_name["ConductorService"].full_name],
+        )
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics.handle)
+        self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
+        address = f"{c.host}:{grpc_port}"
+        registration = dict(
+            hostname=self.hostname, grpc_address=address, conductor_group=c.conductor_group,
+            hardware_types=list(self.registry.hardware_types),
+            interfaces=self.registry.describe(),
+        )
+        await self._recover_own_locks()
+        await ConductorRepository(self.pool).register(**registration)
+        self.manager.tasks.start()
+        self._periodic = PeriodicWork(self.manager, registration=registration)
+        self._periodic.start()
+        LOG.info("conductor %s registered at %s for %s", self.hostname, address, ",".join(self.registry.hardware_types))
+        self.endpoints = {
+            "conductor gRPC": address,
+            "conductor metrics": f"http://{c.host}:{metrics_port}/metrics",
+        }
+        return self.endpoints
+
+    async def _recover_own_locks(self) -> None:
+        """A previous incarnation with our hostname crashed: its locks are stale."""
+        stale = await self.manager.nodes.list_reserved_by([self.hostname])
+        for node in stale:
+            task = await self.manager.tasks.build_task(node)
+            if node["provision_state"] in states.STUCK_ON_RESTART:
+                await self.manager.fail(task, f"Conductor {self.hostname} restarted while the node was in "
+                                        f"state \"{node['provision_state']}\"; the operation was aborted.")
+            await self.manager.nodes.release(node["uuid"], self.hostname)
+
+    async def stop(self) -> None:
+        if self._periodic:
+            await self._periodic.stop()
+        await self.manager.tasks.stop()
+        await ConductorRepository(self.pool).unregister(self.hostname)
+        if self._grpc is not None:
+            await stop_grpc_server(self._grpc, self._health)
+        if self._http is not None:
+            await self._http.cleanup()

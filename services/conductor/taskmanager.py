@@ -1,0 +1,126 @@
+"""Exclusive node locks with leases, and bounded background work.
+
+An operation is accepted synchronously (lock taken, checks done) so the api
+can answer 202 or 409 at once; the rest runs as an asyncio task that keeps the
+lock. While a conductor holds locks it refreshes their leases; if it dies the
+leases expire and other conductors recover the nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.nodes import NodeRepository
+from services.common.db.ports import PortRepository
+from services.common.logs import node_uuid_var
+from services.conductor.drivers.base import Task
+from services.conductor.drivers.registry import DriverRegistry
+
+LOG = logging.getLogger(__name__)
+
+
+class TaskManager:
+    def __init__(
+        self, pool: asyncpg.Pool, registry: DriverRegistry, *, hostname: str, lease: float, workers: int
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.hostname = hostname
+        self.lease = lease
+        self.max_workers = workers
+        self.nodes = NodeRepository(pool)
+        self.ports = PortRepository(pool)
+        self._held: set[str] = set()
+        self._running: set[asyncio.Task[Any]] = set()
+        self._refresher: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._refresher = asyncio.create_task(self._refresh_leases(), name="lease-refresh")
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Let running operations finish (bounded), then drop every lock we hold."""
+        if self._running:
+            _, pending = await asyncio.wait(set(self._running), timeout=grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=2)
+        if self._refresher:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        with contextlib.suppress(Exception):
+            await self.nodes.release_all(self.hostname)
+        self._held.clear()
+
+    @property
+    def busy(self) -> int:
+        return len(self._running)
+
+    def check_capacity(self) -> None:
+        """Fail fast with a retryable error rather than queue without bound."""
+        if len(self._running) >= self.max_workers:
+            raise errors.NoFreeConductorWorker(
+                f"Requested action cannot be performed due to lack of free conductor workers "
+                f"({self.max_workers} busy on {self.hostname})."
+            )
+
+    async def acquire(self, node_uuid: str) -> Task:
+        """Lock the node (NodeLocked at once if taken) and build its task."""
+        node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
+        self._held.add(node_uuid)
+        try:
+            return await self.build_task(node)
+        except BaseException:
+            await self.release(node_uuid)
+            raise
+
+    async def build_task(self, node: dict[str, Any]) -> Task:
+        ports = await self.ports.list_for_node_ids([node["id"]])
+        driver = self.registry.compose(node)
+        return Task(node=node, ports=ports, driver=driver, conductor=self.hostname)
+
+    async def release(self, node_uuid: str) -> None:
+        self._held.discard(node_uuid)
+        try:
+            await self.nodes.release(node_uuid, self.hostname)
+        except Exception:  # the lease will expire; recovery handles it
+            LOG.exception("could not release lock node_uuid=%s", node_uuid)
+
+    def spawn(self, task: Task, work: Callable[[Task], Awaitable[None]], *, name: str) -> None:
+        """Run ``work`` in the background; the lock is released when it ends."""
+        node_uuid = task.node["uuid"]
+
+        async def runner() -> None:
+            node_uuid_var.set(node_uuid)
+            try:
+                await work(task)
+            except Exception:
+                LOG.exception("background operation %s crashed node_uuid=%s", name, node_uuid)
+            finally:
+                await self.release(node_uuid)
+
+        job = asyncio.create_task(runner(), name=f"{name}:{node_uuid}")
+        self._running.add(job)
+        job.add_done_callback(self._running.discard)
+
+    async def _refresh_leases(self) -> None:
+        interval = max(self.lease / 3, 0.2)
+        while True:
+            await asyncio.sleep(interval)
+            if not self._held:
+                continue
+            try:
+                kept = set(await self.nodes.refresh_leases(self.hostname, list(self._held), self.lease))
+                lost = self._held - kept
+                if lost:
+                    LOG.warning("lost locks on %d nodes (taken over?): %s", len(lost), sorted(lost)[:5])
+            except Exception:
+                LOG.exception("lease refresh failed; will retry")
