@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepare a fresh clone: Debian packages the tests need, a virtualenv with
+# Ferrum and its test extras, and the generated gRPC code. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+need_apt=()
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+if [ "${#need_apt[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing Debian packages: ${need_apt[*]}"
+    (apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null 2>&1 \
+        || (apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null)) \
+        || echo "bootstrap: warning: could not install ${need_apt[*]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv"
+    "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.ferrum-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "bootstrap: installing Ferrum and test dependencies into .venv (takes a few minutes the first time)"
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
+    touch "$stamp"
+fi
+echo "bootstrap: generating gRPC code from protos/"
+.venv/bin/python scripts/gen_protos.py

@@ -1,0 +1,63 @@
+"""The api service: Ironic-compatible REST on :6385 plus a gRPC server
+(health and reflection now; the native ferrum.v1 NodeService comes next)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from aiohttp import web
+
+from services.api.rest import RestApi
+from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
+from services.api.router import ConductorRouter
+from services.common.config import Settings
+from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.httpserver import request_context_middleware, start_http_site
+from services.common.metrics import ServiceMetrics
+
+
+def build_app(settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, metrics: ServiceMetrics) -> web.Application:
+    config = settings.api
+    middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
+    if config.auth_strategy == "http_basic":
+        middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
+    app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
+    app.router.add_get("/metrics", metrics.handle)
+    RestApi(pool, router, config).routes(app)
+    return app
+
+
+class ApiService:
+    name = "api"
+
+    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.metrics = ServiceMetrics("api")
+        self.router = ConductorRouter(
+            pool, refresh_interval=settings.api.ring_refresh_interval,
+            heartbeat_timeout=settings.conductor.heartbeat_timeout, timeout=settings.api.conductor_timeout,
+        )
+        self._http: web.AppRunner | None = None
+        self._grpc: Any = None
+        self._health: Any = None
+
+    async def start(self) -> dict[str, str]:
+        c = self.settings.api
+        if c.auth_strategy == "http_basic":
+            load_htpasswd(c.htpasswd_file)  # fail at start, not on the first request
+        await self.router.start()
+        self._grpc, grpc_port, self._health = await start_grpc_server(
+            host=c.host, port=c.grpc_port, metrics=self.metrics, register=lambda server: None, service_names=[],
+        )
+        self._http, port = await start_http_site(build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port)
+        return {"api REST (Ironic v1)": f"http://{c.host}:{port}", "api gRPC": f"{c.host}:{grpc_port}",
+                "api metrics": f"http://{c.host}:{port}/metrics"}
+
+    async def stop(self) -> None:
+        if self._http is not None:
+            await self._http.cleanup()
+        if self._grpc is not None:
+            await stop_grpc_server(self._grpc, self._health)
+        await self.router.stop()

@@ -1,0 +1,157 @@
+"""The ``ferrum`` command. The only place that reads the environment and flags."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from services.common.config import ConfigError, Settings, describe_options, load_settings
+
+ALL_SERVICES = ["objectstore", "ipxe", "conductor", "api"]
+EPILOG = "Every option can also be set with a FERRUM_* environment variable or a TOML file (--config); run `ferrum options` for the list."
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML config file (also FERRUM_CONFIG)")
+    parser.add_argument("--database-url", help="PostgreSQL URL; empty = embedded PostgreSQL (FERRUM_DATABASE_URL)")
+    parser.add_argument("--state-dir", help="where embedded PostgreSQL and local objects live (default ./.ferrum)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferrum", description="Ferrum: bare-metal provisioning with an Ironic-compatible API.", epilog=EPILOG,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    stack = sub.add_parser("stack", help="run api, conductor, ipxe and objectstore (and embedded PostgreSQL) in one process",
+                           description="Run the whole control plane in one process until Ctrl-C/SIGTERM. "
+                           "REST API on 127.0.0.1:6385, iPXE on 127.0.0.1:8080 (see docs/ports-and-endpoints.md).", epilog=EPILOG)
+    _common(stack)
+    stack.add_argument("--ports-file", help="write the bound endpoints as JSON to this file")
+    stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
+
+    api = sub.add_parser("api", help="run the REST (Ironic v1) and gRPC api service", epilog=EPILOG)
+    _common(api)
+    api.add_argument("--host", help="listen address (default 127.0.0.1)")
+    api.add_argument("--port", type=int, help="REST port (default 6385)")
+    api.add_argument("--grpc-port", type=int, help="gRPC port (default 6386)")
+
+    conductor = sub.add_parser("conductor", help="run a conductor (state machine, drivers, periodic work)", epilog=EPILOG)
+    _common(conductor)
+    conductor.add_argument("--host", help="listen address, also the address registered for the api (default 127.0.0.1)")
+    conductor.add_argument("--grpc-port", type=int, help="gRPC port (default 6387)")
+    conductor.add_argument("--metrics-port", type=int, help="/metrics HTTP port (default 6388)")
+    conductor.add_argument("--hostname", help="name the conductor registers and locks nodes under (default host-pid)")
+    conductor.add_argument("--conductor-group", help="conductor group this conductor serves")
+
+    ipxe = sub.add_parser("ipxe", help="run the iPXE script renderer", epilog=EPILOG)
+    _common(ipxe)
+    ipxe.add_argument("--host", help="listen address (default 127.0.0.1)")
+    ipxe.add_argument("--port", type=int, help="HTTP port (default 8080)")
+    ipxe.add_argument("--grpc-port", type=int, help="gRPC port (default 8081)")
+
+    store = sub.add_parser("objectstore", help="run the object store shim", epilog=EPILOG)
+    _common(store)
+    store.add_argument("--host", help="listen address (default 127.0.0.1)")
+    store.add_argument("--grpc-port", type=int, help="gRPC port (default 6390)")
+    store.add_argument("--http-port", type=int, help="temp-URL download port (default 6391)")
+    store.add_argument("--root", help="directory of the filesystem backend (default STATE_DIR/objects)")
+
+    sub.add_parser("agent", help="deploy agent for the ramdisk (not available yet: issue 7)",
+                   description="The IPA-compatible deploy agent. Not implemented in this version; it exits with status 2.")
+    sub.add_parser("simulator", help="Redfish machine simulator (not available yet: issue 7)",
+                   description="A rack of simulated machines. Not implemented in this version; it exits with status 2.")
+
+    demo = sub.add_parser("demo", help="start the embedded stack, enroll fake nodes over REST and take them to active",
+                          epilog=EPILOG)
+    _common(demo)
+    demo.add_argument("--nodes", type=int, default=8, help="how many fake-hardware nodes to enroll (default 8)")
+
+    db = sub.add_parser("db", help="database maintenance")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    upgrade = db_sub.add_parser("upgrade", help="apply pending schema migrations (idempotent, safe concurrently)")
+    upgrade.add_argument("--config", help="TOML config file")
+    upgrade.add_argument("--database-url", help="PostgreSQL URL (required unless FERRUM_DATABASE_URL is set)")
+
+    sub.add_parser("options", help="list every configuration option with its environment variable")
+    return parser
+
+
+def settings_from(args: argparse.Namespace, env: dict[str, str]) -> Settings:
+    overrides: dict[str | None, dict[str, Any]] = {}
+    if getattr(args, "database_url", None):
+        overrides.setdefault("database", {})["url"] = args.database_url
+    if getattr(args, "state_dir", None):
+        overrides.setdefault(None, {})["state_dir"] = args.state_dir
+    section = args.command if args.command in ("api", "conductor", "ipxe", "objectstore") else None
+    if section:
+        for flag in ("host", "port", "grpc_port", "metrics_port", "http_port", "hostname", "conductor_group", "root"):
+            value = getattr(args, flag, None)
+            if value is not None:
+                overrides.setdefault(section, {})[flag] = value
+    if getattr(args, "ephemeral", False) or args.command == "demo":
+        for sec, keys in (("api", ("port", "grpc_port")), ("conductor", ("grpc_port", "metrics_port")),
+                          ("ipxe", ("port", "grpc_port")), ("objectstore", ("grpc_port", "http_port"))):
+            for key in keys:
+                overrides.setdefault(sec, {})[key] = 0
+    return load_settings(env, config_file=getattr(args, "config", None), overrides=overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command in ("agent", "simulator"):
+        print(f"ferrum: error: `ferrum {args.command}` is not available in this version yet", file=sys.stderr)
+        return 2
+    if args.command == "options":
+        print(describe_options())
+        return 0
+    try:
+        settings = settings_from(args, dict(os.environ))
+    except ConfigError as exc:
+        print(f"ferrum: error: {exc}", file=sys.stderr)
+        return 2
+    from services.common.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        return asyncio.run(_run(args, settings))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a start-up failure: one clear line, nothing left running
+        from services.common import errors
+        from services.common.db.embedded import EmbeddedPostgresError
+
+        if isinstance(exc, (ConfigError, OSError, EmbeddedPostgresError, errors.FerrumError)) or type(exc).__module__.startswith("asyncpg"):
+            print(f"ferrum: error: {exc}".splitlines()[0], file=sys.stderr)
+            return 1
+        raise
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    from services import runtime
+
+    if args.command == "stack":
+        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file)
+    if args.command in ("api", "conductor", "ipxe", "objectstore"):
+        return await runtime.serve(settings, [args.command])
+    if args.command == "db":
+        from services.common.db import migrate
+
+        if not settings.database.url:
+            raise ConfigError("ferrum db upgrade needs --database-url or FERRUM_DATABASE_URL")
+        applied = await migrate.upgrade(settings.database.url)
+        print(f"schema at version {await migrate.current_version(settings.database.url)}"
+              + (f" (applied {applied})" if applied else " (nothing to do)"))
+        return 0
+    if args.command == "demo":
+        from services.demo import run_demo
+
+        return await runtime.serve(settings, ALL_SERVICES, until=lambda stack: run_demo(stack, nodes=args.nodes))
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,61 @@
+"""Getting a ready database: the configured URL, or the embedded PostgreSQL
+under the state directory; migrations applied either way."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from services.common.config import Settings
+from services.common.db import migrate
+from services.common.db.embedded import EmbeddedPostgres
+
+LOG = logging.getLogger(__name__)
+EMBEDDED_DATABASE = "ferrum"
+
+
+@dataclass
+class Database:
+    url: str
+    embedded: EmbeddedPostgres | None = None
+
+    async def close(self) -> None:
+        if self.embedded is not None:
+            await asyncio.to_thread(self.embedded.stop)
+
+
+async def open_database(settings: Settings) -> Database:
+    """Start (if embedded), create the database if needed, and migrate."""
+    embedded = None
+    url = settings.database.url
+    if not url:
+        embedded = EmbeddedPostgres(
+            Path(settings.state_dir).resolve() / "postgres",
+            port=settings.database.embedded_port, fsync=settings.database.embedded_fsync,
+        )
+        await asyncio.to_thread(embedded.start)
+        try:
+            conn = await asyncpg.connect(embedded.url)
+            try:
+                exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", EMBEDDED_DATABASE)
+                if not exists:
+                    await conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
+            finally:
+                await conn.close()
+            url = embedded.database_url(EMBEDDED_DATABASE)
+        except BaseException:
+            await asyncio.to_thread(embedded.stop)
+            raise
+    try:
+        applied = await migrate.upgrade(url)
+    except BaseException:
+        if embedded is not None:
+            await asyncio.to_thread(embedded.stop)
+        raise
+    if applied:
+        LOG.info("database migrated to version %s", applied[-1])
+    return Database(url=url, embedded=embedded)

@@ -1,0 +1,116 @@
+"""Running one or several services in one asyncio process until a signal.
+
+``ferrum stack`` runs them all (plus the embedded PostgreSQL); ``ferrum api``
+and friends run one each. Shutdown order is the reverse of start-up so that
+the api stops taking requests before the conductor drains its work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from services.common.config import Settings
+from services.common.db.bootstrap import Database, open_database
+from services.common.db.pool import create_pool
+
+LOG = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    name: str
+
+    async def start(self) -> dict[str, str]: ...
+
+    async def stop(self) -> None: ...
+
+
+ALL_SERVICES_ORDER = ("objectstore", "ipxe", "conductor", "api")
+
+
+def service_factories() -> dict[str, Callable[[Settings, Any], Service]]:
+    from services.api.service import ApiService
+    from services.conductor.service import ConductorService
+    from services.ipxe.service import IpxeService
+    from services.objectstore.service import ObjectStoreService
+
+    return {"objectstore": ObjectStoreService, "ipxe": IpxeService, "conductor": ConductorService, "api": ApiService}
+
+
+class RunningStack:
+    """Services started in order; ``close`` undoes exactly what was started."""
+
+    def __init__(self) -> None:
+        self.database: Database | None = None
+        self.pool: Any = None
+        self.services: list[Service] = []
+        self.endpoints: dict[str, str] = {}
+
+    async def start(self, settings: Settings, names: list[str]) -> None:
+        try:
+            self.database = await open_database(settings)
+            if self.database.embedded is not None:
+                self.endpoints["PostgreSQL (embedded)"] = self.database.url
+            self.pool = await create_pool(
+                self.database.url, min_size=settings.database.pool_min, max_size=settings.database.pool_max
+            )
+            factories = service_factories()
+            for name in names:
+                service = factories[name](settings, self.pool)
+                self.endpoints.update(await service.start())
+                self.services.append(service)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        for service in reversed(self.services):
+            try:
+                await service.stop()
+            except Exception:
+                LOG.exception("stopping %s failed", service.name)
+        self.services.clear()
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+        if self.database is not None:
+            await self.database.close()
+            self.database = None
+
+
+async def wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def serve(
+    settings: Settings, names: list[str], *, ports_file: str | None = None,
+    until: Callable[[RunningStack], Awaitable[None]] | None = None,
+) -> int:
+    """Start ``names``, print the endpoints, run until a signal (or ``until``)."""
+    stack = RunningStack()
+    await stack.start(settings, names)
+    try:
+        width = max(len(k) for k in stack.endpoints)
+        print("Ferrum is running:", flush=True)
+        for label, address in stack.endpoints.items():
+            print(f"  {label:<{width}}  {address}", flush=True)
+        if ports_file:
+            Path(ports_file).write_text(json.dumps(stack.endpoints, indent=2))
+        if until is not None:
+            await until(stack)
+        else:
+            print("Press Ctrl-C to stop.", flush=True)
+            await wait_for_signal()
+            print("Stopping...", flush=True)
+    finally:
+        await stack.close()
+    return 0

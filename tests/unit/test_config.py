@@ -1,0 +1,46 @@
+import pytest
+
+from services.common.config import ConfigError, load_settings, option_env_names
+
+
+def test_env_and_toml_layers(tmp_path):
+    path = tmp_path / "ferrum.toml"
+    path.write_text('log_level = "DEBUG"\n[api]\nport = 7000\nmax_limit = 50\n[conductor]\nenabled_hardware_types = ["fake-hardware"]\n')
+    settings = load_settings({"FERRUM_API_PORT": "7001"}, config_file=str(path))
+    assert settings.api.port == 7001  # environment wins over the file
+    assert settings.api.max_limit == 50
+    assert settings.log_level == "DEBUG"
+    assert settings.conductor.enabled_hardware_types == ("fake-hardware",)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FERRUM_API_PORTT": "1"}, "unknown environment variable FERRUM_API_PORTT"),
+    ({"FERRUM_API_PORT": "x"}, "expected an integer"),
+    ({"FERRUM_API_PORT": "70000"}, "between 0 and 65535"),
+    ({"FERRUM_DATABASE_URL": "mysql://h/db"}, "is not a PostgreSQL URL"),
+    ({"FERRUM_DATABASE_URL": "postgresql://h:notaport/db"}, "invalid port"),
+    ({"FERRUM_API_AUTH_STRATEGY": "keystone"}, "noauth or http_basic"),
+])
+def test_bad_values_are_rejected(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env)
+
+
+def test_unknown_toml_option(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[api]\nprot = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown option \[api\] prot"):
+        load_settings({}, config_file=str(path))
+
+
+def test_settings_are_frozen():
+    settings = load_settings({})
+    with pytest.raises(Exception):
+        settings.api.port = 1  # type: ignore[misc]
+
+
+def test_every_option_has_one_env_name():
+    names = option_env_names()
+    assert names["FERRUM_DATABASE_URL"] == ("database", "url")
+    assert names["FERRUM_STATE_DIR"] == (None, "state_dir")
+    assert len(set(names.values())) == len(names)
