@@ -1,0 +1,143 @@
+"""Conductor correctness against real PostgreSQL: exclusive locks under races,
+recovery after a conductor dies, call-back timeouts, and the state machine
+applied to every verb from every state."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+
+import pytest
+
+from services.common import errors, states
+from services.common.config import ConductorConfig
+from services.common.db.conductors import ConductorRepository
+from services.common.db.pool import create_pool
+from services.conductor.drivers.registry import DriverRegistry
+from services.conductor.manager import ConductorManager
+from services.conductor.periodic import PeriodicWork
+
+
+@pytest.fixture(scope="module")
+async def pool(database_url):
+    pool = await create_pool(database_url, max_size=20)
+    yield pool
+    await pool.close()
+
+
+def manager(pool, hostname: str, **config) -> ConductorManager:
+    cfg = dataclasses.replace(ConductorConfig(), hostname=hostname, **config)
+    return ConductorManager(pool, DriverRegistry(cfg), cfg, hostname=hostname)
+
+
+async def new_node(m: ConductorManager, state: str = states.ENROLL, target_provision_state: str | None = None,
+                   **fields) -> dict:
+    node = await m.create_node({"driver": "fake-hardware", "provision_state": state, **fields})
+    if target_provision_state:
+        node = await m.nodes.update(node["uuid"], {"target_provision_state": target_provision_state})
+    return node
+
+
+async def test_two_conductors_never_both_hold_a_node(pool) -> None:
+    a, b = manager(pool, "race-a"), manager(pool, "race-b")
+    node = await new_node(a)
+    for _ in range(25):
+        results = await asyncio.gather(a.tasks.acquire(node["uuid"]), b.tasks.acquire(node["uuid"]), return_exceptions=True)
+        winners = [r for r in results if not isinstance(r, Exception)]
+        assert len(winners) == 1, results
+        assert all(isinstance(r, errors.NodeLocked) for r in results if isinstance(r, Exception))
+        holder = a if winners[0].conductor == "race-a" else b
+        await holder.tasks.release(node["uuid"])
+    assert (await a.nodes.get(node["uuid"]))["reservation"] is None
+
+
+async def test_expired_lease_is_reclaimable(pool) -> None:
+    a, b = manager(pool, "lease-a", lock_lease=0.2), manager(pool, "lease-b")
+    node = await new_node(a)
+    await a.tasks.acquire(node["uuid"])
+    with pytest.raises(errors.NodeLocked):
+        await b.tasks.acquire(node["uuid"])
+    await asyncio.sleep(0.4)  # a never refreshes (its refresher is not started): the lease expires
+    task = await b.tasks.acquire(node["uuid"])
+    assert task.node["reservation"] == "lease-b"
+    with pytest.raises(errors.NodeLocked):  # the old holder may not write any more
+        await a.nodes.update(node["uuid"], {"extra": {"x": 1}}, expect_reservation="lease-a")
+    await b.tasks.release(node["uuid"])
+
+
+async def test_dead_conductor_nodes_are_recovered(pool) -> None:
+    live = manager(pool, "survivor", heartbeat_timeout=5)
+    conductors = ConductorRepository(pool)
+    await conductors.register(hostname="dead-host", grpc_address="127.0.0.1:1", conductor_group="",
+                              hardware_types=["fake-hardware"], interfaces={})
+    await pool.execute("UPDATE conductors SET heartbeat_at = now() - interval '1 hour' WHERE hostname = 'dead-host'")
+    await conductors.register(hostname="survivor", grpc_address="127.0.0.1:2", conductor_group="",
+                              hardware_types=["fake-hardware"], interfaces={})
+    deploying = await new_node(live, states.DEPLOYING, target_provision_state=states.ACTIVE)
+    waiting = await new_node(live, states.DEPLOYWAIT, target_provision_state=states.ACTIVE)
+    for node in (deploying, waiting):
+        await pool.execute("UPDATE nodes SET reservation = 'dead-host', reservation_expires_at = now() + interval '1 hour' "
+                           "WHERE uuid = $1::uuid", node["uuid"])
+    periodic = PeriodicWork(live, registration={})
+    assert await periodic.recover_dead() == 2
+    failed = await live.nodes.get(deploying["uuid"])
+    assert failed["provision_state"] == states.DEPLOYFAIL and failed["reservation"] is None
+    assert "dead-host went offline" in failed["last_error"]
+    assert failed["target_provision_state"] == states.ACTIVE
+    carried_on = await live.nodes.get(waiting["uuid"])
+    assert carried_on["provision_state"] == states.DEPLOYWAIT and carried_on["reservation"] is None
+    # the failed node deploys again when asked
+    await live.do_provision_action(deploying["uuid"], "deploy")
+    for _ in range(100):
+        node = await live.nodes.get(deploying["uuid"])
+        if node["provision_state"] == states.ACTIVE and node["reservation"] is None:
+            break
+        await asyncio.sleep(0.05)
+    assert node["provision_state"] == states.ACTIVE and node["last_error"] is None
+    history = await pool.fetch("SELECT event FROM node_history WHERE node_id = $1 ORDER BY id", deploying["id"])
+    assert any("went offline" in r["event"] for r in history)
+
+
+async def test_callback_timeout_fails_the_deploy(pool) -> None:
+    m = manager(pool, "timeouts", deploy_callback_timeout=60)
+    node = await new_node(m, states.DEPLOYWAIT, target_provision_state=states.ACTIVE)
+    fresh = await new_node(m, states.DEPLOYWAIT, target_provision_state=states.ACTIVE)
+    await pool.execute("UPDATE nodes SET provision_updated_at = now() - interval '2 minutes' WHERE uuid = $1::uuid", node["uuid"])
+    await pool.execute("UPDATE nodes SET provision_updated_at = now() WHERE uuid = $1::uuid", fresh["uuid"])
+    assert await PeriodicWork(m, registration={}).check_callback_timeouts() == 1
+    after = await m.nodes.get(node["uuid"])
+    assert after["provision_state"] == states.DEPLOYFAIL and "Timeout reached" in after["last_error"]
+    assert (await m.nodes.get(fresh["uuid"]))["provision_state"] == states.DEPLOYWAIT
+
+
+async def test_every_verb_from_every_state(pool) -> None:
+    m = manager(pool, "verbs", fake_deploy_delay="30")  # flows block: we only check acceptance
+    events = sorted({spec.event for spec in states.API_VERBS.values()})
+    for state in sorted(states.ALL_STATES):
+        for event in events:
+            node = await new_node(m, state, instance_info={})
+            try:
+                await m.do_provision_action(node["uuid"], event, rescue_password="pw" if event == "rescue" else None,
+                                            clean_steps=[] if event == "clean" else None)
+            except errors.InvalidStateRequested:
+                assert event not in states.allowed_events(state), (state, event)
+                after = await m.nodes.get(node["uuid"])
+                assert after["provision_state"] == state and after["reservation"] is None, (state, event)
+                continue
+            assert event in states.allowed_events(state), (state, event)
+            after = await m.nodes.get(node["uuid"])
+            assert after["provision_state"] == states.next_state(state, event).target, (state, event)
+    await m.tasks.stop(grace=0.1)
+    assert await pool.fetchval("SELECT count(*) FROM nodes WHERE reservation = 'verbs'") == 0
+
+
+async def test_interface_overrides_are_checked(pool) -> None:
+    m = manager(pool, "ifaces")
+    with pytest.raises(errors.InvalidParameterValue):
+        await new_node(m, boot_interface="redfish-virtual-media")
+    node = await new_node(m, boot_interface="ipxe")
+    assert node["boot_interface"] == "ipxe" and node["power_interface"] == "fake"
+    with pytest.raises(errors.DriverNotFound):
+        await m.create_node({"driver": "ipmi"})
+    assert uuid.UUID(node["uuid"])
