@@ -18,6 +18,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="TOML config file (also FERRUM_CONFIG)")
     parser.add_argument("--database-url", help="PostgreSQL URL; empty = embedded PostgreSQL (FERRUM_DATABASE_URL)")
     parser.add_argument("--state-dir", help="where embedded PostgreSQL and local objects live (default ./.ferrum)")
+    parser.add_argument("--ports-file", help="write the bound endpoints as JSON to this file once serving")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,6 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Run the whole control plane in one process until Ctrl-C/SIGTERM. "
                            "REST API on 127.0.0.1:6385, iPXE on 127.0.0.1:8080 (see docs/ports-and-endpoints.md).", epilog=EPILOG)
     _common(stack)
-    stack.add_argument("--ports-file", help="write the bound endpoints as JSON to this file")
     stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
 
     api = sub.add_parser("api", help="run the REST (Ironic v1) and gRPC api service", epilog=EPILOG)
@@ -136,7 +136,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "stack":
         return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file)
     if args.command in ("api", "conductor", "ipxe", "objectstore"):
-        return await runtime.serve(settings, [args.command])
+        return await runtime.serve(settings, [args.command], ports_file=args.ports_file)
     if args.command == "db":
         from services.common.db import migrate
 
