@@ -50,7 +50,7 @@ def differences(left: Path, right: Path) -> list[str]:
     found += [f"only in generated: {n}" for n in cmp.left_only]
     found += [f"only in package: {n}" for n in cmp.right_only]
     found += [f"differs: {n}" for n in cmp.diff_files]
-    for name, sub in cmp.subdirs.items():
+    for sub in cmp.subdirs.values():
         found += differences(Path(sub.left), Path(sub.right))
     return found
 

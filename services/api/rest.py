@@ -247,7 +247,7 @@ class RestApi:
         unknown = set(body) - NODE_CREATE_KEYS
         if unknown:
             raise errors.InvalidParameterValue(f"Additional properties are not allowed ({', '.join(sorted(map(repr, unknown)))} unexpected)")
-        for key, value in body.items():
+        for key in body:
             since = views.NODE_FIELD_VERSIONS.get(key)
             if since and since > request["version"]:
                 raise errors.NotAcceptable(f"Field {key} is not supported at this API version")

@@ -267,7 +267,7 @@ def validate(settings: Settings) -> Settings:
                 "(expected postgresql://user[:password]@host[:port]/dbname)"
             )
         try:
-            parts.port
+            _ = parts.port  # urlsplit validates the port lazily
         except ValueError:
             raise ConfigError(f"FERRUM_DATABASE_URL {url!r} has an invalid port") from None
     for section in SECTIONS:

@@ -109,7 +109,8 @@ async def test_full_lifecycle(client: Client) -> None:
     await client.call("DELETE", "/v1/nodes/life-1", expect=204)
     status, body, _ = await client.call("GET", "/v1/nodes/life-1")
     assert status == 404 and "could not be found" in fault(body)
-    status, _, _ = await client.call("GET", f"/v1/ports?address=52:54:00:ab:cd:01", expect=200)
+    _, ports, _ = await client.call("GET", "/v1/ports?address=52:54:00:ab:cd:01", expect=200)
+    assert ports["ports"] == []  # the node's ports went with it
 
 
 async def test_error_paths_change_nothing(client: Client) -> None:

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from services.common.config import ConfigError, load_settings, option_env_names
@@ -35,7 +37,7 @@ def test_unknown_toml_option(tmp_path):
 
 def test_settings_are_frozen():
     settings = load_settings({})
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         settings.api.port = 1  # type: ignore[misc]
 
 
