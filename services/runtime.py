@@ -62,8 +62,9 @@ class RunningStack:
             factories = service_factories()
             for name in names:
                 service = factories[name](settings, self.pool)
-                self.endpoints.update(await service.start())
+                # Registered before start so a half-started service is stopped too.
                 self.services.append(service)
+                self.endpoints.update(await service.start())
         except BaseException:
             await self.close()
             raise

@@ -1,5 +1,5 @@
 """The api service: Ironic-compatible REST on :6385 plus a gRPC server
-(health and reflection now; the native ferrum.v1 NodeService comes next)."""
+(the native ferrum.v1 NodeService with WatchNodes)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
+from ferrum.v1 import api_pb2, api_pb2_grpc
+from services.api.events import EventHub
+from services.api.grpc_api import NodeServicer
 from services.api.rest import RestApi
 from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
 from services.api.router import ConductorRouter
@@ -48,8 +51,13 @@ class ApiService:
         if c.auth_strategy == "http_basic":
             load_htpasswd(c.htpasswd_file)  # fail at start, not on the first request
         await self.router.start()
+        self.hub = EventHub(self.pool)
+        await self.hub.start()
+        servicer = NodeServicer(self.pool, self.router, self.hub)
         self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics, register=lambda server: None, service_names=[],
+            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            register=lambda server: api_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server),
+            service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
         )
         self._http, port = await start_http_site(build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port)
         return {"api REST (Ironic v1)": f"http://{c.host}:{port}", "api gRPC": f"{c.host}:{grpc_port}",
@@ -59,5 +67,7 @@ class ApiService:
         if self._http is not None:
             await self._http.cleanup()
         if self._grpc is not None:
-            await stop_grpc_server(self._grpc, self._health)
+            await stop_grpc_server(self._grpc, self._health, grace=1.0)
+        if getattr(self, "hub", None) is not None:
+            await self.hub.stop()
         await self.router.stop()

@@ -1,0 +1,276 @@
+"""The native ferrum.v1.NodeService: the REST API's node, port, state and
+volume operations with typed messages and gRPC status codes, plus WatchNodes.
+
+Validation is shared with the REST handlers, so both APIs accept and refuse
+exactly the same things."""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from ferrum.v1 import api_pb2 as pb
+from ferrum.v1 import api_pb2_grpc as pb_grpc
+from ferrum.v1 import common_pb2 as cpb
+from ferrum.v1 import conductor_pb2 as conductor_pb
+from services.api import views
+from services.api.events import EventHub
+from services.api.rest import (
+    NODE_CREATE_KEYS, _validate_node_values, _validate_port_values, apply_patch, check_configdrive,
+)
+from services.api.router import ConductorRouter
+from services.common import errors, states
+from services.common.db.events import EventRepository
+from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
+from services.common.db.ports import PortRepository
+from services.common.jsonutil import dumps, parse_datetimes
+
+LATEST = (1, 56)
+_TS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at",
+       "inspection_finished_at", "reservation_expires_at")
+
+
+def _struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    if value:
+        message.update(json.loads(dumps(value)))
+    return message
+
+
+def _ts(value: Any) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value)
+    return stamp
+
+
+def node_message(row: dict[str, Any]) -> cpb.Node:
+    masked = views.node_document(row, base="", version=LATEST, full=False)
+    message = cpb.Node(
+        uuid=row["uuid"], name=row["name"] or "", driver=row["driver"],
+        interfaces={f.removesuffix("_interface"): row[f] for f in INTERFACE_FIELDS if row.get(f)},
+        driver_info=_struct(masked["driver_info"]), driver_internal_info=_struct(masked["driver_internal_info"]),
+        instance_info=_struct(masked["instance_info"]), properties=_struct(row["properties"]), extra=_struct(row["extra"]),
+        provision_state=row["provision_state"], target_provision_state=row["target_provision_state"] or "",
+        power_state=row["power_state"] or "", target_power_state=row["target_power_state"] or "",
+        maintenance=row["maintenance"], maintenance_reason=row["maintenance_reason"] or "",
+        last_error=row["last_error"] or "", reservation=row["reservation"] or "",
+        conductor_group=row["conductor_group"], resource_class=row["resource_class"] or "",
+        instance_uuid=row["instance_uuid"] or "", owner=row["owner"] or "", lessee=row["lessee"] or "",
+        automated_clean_set=row["automated_clean"] is not None, automated_clean=bool(row["automated_clean"]),
+        description=row["description"] or "", protected=row["protected"], protected_reason=row["protected_reason"] or "",
+    )
+    for name in ("created_at", "updated_at", "provision_updated_at"):
+        stamp = _ts(row.get(name))
+        if stamp is not None:
+            getattr(message, name).CopyFrom(stamp)
+    return message
+
+
+def port_message(row: dict[str, Any]) -> cpb.Port:
+    message = cpb.Port(uuid=row["uuid"], node_uuid=row["node_uuid"], address=row["address"],
+                       pxe_enabled=row["pxe_enabled"], extra=_struct(row["extra"]),
+                       local_link_connection=_struct(row["local_link_connection"]),
+                       physical_network=row["physical_network"] or "", name=row["name"] or "")
+    for name in ("created_at", "updated_at"):
+        stamp = _ts(row.get(name))
+        if stamp is not None:
+            getattr(message, name).CopyFrom(stamp)
+    return message
+
+
+def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
+    message = cpb.NodeEvent(
+        sequence=row["sequence"], node_uuid=row["node_uuid"], event=row["event"],
+        provision_state=row["provision_state"] or "", target_provision_state=row["target_provision_state"] or "",
+        power_state=row["power_state"] or "", severity=row["severity"], message=row["message"],
+        conductor=row["conductor"] or "",
+    )
+    message.created_at.CopyFrom(_ts(row["created_at"]))
+    return message
+
+
+class NodeServicer(pb_grpc.NodeServiceServicer):
+    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub) -> None:
+        self.pool, self.router, self.hub = pool, router, hub
+        self.nodes, self.ports, self.events = NodeRepository(pool), PortRepository(pool), EventRepository(pool)
+
+    async def _guard(self, context: grpc.aio.ServicerContext, coro: Any) -> Any:
+        try:
+            return await coro
+        except errors.FerrumError as exc:
+            await errors.abort_with(context, exc)
+
+    async def _rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
+        return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)
+
+    async def CreateNode(self, request: pb.CreateNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+        async def run() -> cpb.Node:
+            values: dict[str, Any] = {"driver": request.driver}
+            for key in ("name", "uuid", "resource_class", "conductor_group", "owner", "description"):
+                if getattr(request, key):
+                    values[key] = getattr(request, key)
+            for key in ("driver_info", "properties", "instance_info", "extra"):
+                if request.HasField(key):
+                    values[key] = json_format.MessageToDict(getattr(request, key))
+            for kind, name in request.interfaces.items():
+                field = f"{kind}_interface"
+                if field not in NODE_CREATE_KEYS:
+                    raise errors.InvalidParameterValue(f"unknown interface kind {kind!r}")
+                values[field] = name
+            values = _validate_node_values(values, create=True)
+            values.setdefault("uuid", str(uuidlib.uuid4()))
+            reply = await self.router.call(values["uuid"], values["driver"], values.get("conductor_group", ""),
+                                           "CreateNode", conductor_pb.ConductorCreateNodeRequest(node_json=dumps(values)))
+            return node_message(parse_datetimes(json.loads(reply.node_json), _TS))
+        return await self._guard(context, run())
+
+    async def GetNode(self, request: pb.GetNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+        return await self._guard(context, self._get(request.ident))
+
+    async def _get(self, ident: str) -> cpb.Node:
+        return node_message(await self.nodes.get_by_ident(ident))
+
+    async def ListNodes(self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext) -> pb.ListNodesResponse:
+        async def run() -> pb.ListNodesResponse:
+            filters = {k: getattr(request, k) for k in ("provision_state", "driver", "conductor_group", "owner") if getattr(request, k)}
+            limit = request.limit or 1000
+            if limit < 0 or limit > 1000:
+                raise errors.InvalidParameterValue("limit must be between 1 and 1000")
+            rows = await self.nodes.list(filters=filters, limit=limit, marker=request.marker or None,
+                                         sort_key=request.sort_key or "id", sort_dir=request.sort_dir or "asc")
+            return pb.ListNodesResponse(nodes=[node_message(r) for r in rows],
+                                        next_marker=rows[-1]["uuid"] if len(rows) == limit else "")
+        return await self._guard(context, run())
+
+    async def PatchNode(self, request: pb.PatchNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+        async def run() -> cpb.Node:
+            from services.api.rest import NODE_READONLY
+
+            node = await self.nodes.get_by_ident(request.ident)
+            try:
+                patch = json.loads(request.patch_json)
+            except ValueError as exc:
+                raise errors.PatchError(f"patch_json is not valid JSON: {exc}") from None
+            current = json.loads(dumps({k: node.get(k) for k in views.NODE_FIELD_VERSIONS if k in node}))
+            changes = _validate_node_values(apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST), create=False)
+            if node["target_provision_state"] and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET:
+                raise errors.InvalidState(f"Node {node['uuid']} can not be updated while a state transition is in progress.")
+            if not changes:
+                return node_message(node)
+            reply = await self._rpc(node, "UpdateNode", conductor_pb.ConductorUpdateNodeRequest(
+                node_uuid=node["uuid"], changes_json=dumps(changes)))
+            return node_message(parse_datetimes(json.loads(reply.node_json), _TS))
+        return await self._guard(context, run())
+
+    async def DeleteNode(self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext) -> pb.DeleteNodeResponse:
+        async def run() -> pb.DeleteNodeResponse:
+            node = await self.nodes.get_by_ident(request.ident)
+            await self._rpc(node, "DestroyNode", conductor_pb.NodeRef(node_uuid=node["uuid"]))
+            return pb.DeleteNodeResponse()
+        return await self._guard(context, run())
+
+    async def SetProvisionState(self, request: pb.SetProvisionStateRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+        async def run() -> cpb.Node:
+            node = await self.nodes.get_by_ident(request.ident)
+            try:
+                event = states.verb_to_event(request.target)
+            except states.UnknownVerb:
+                raise errors.InvalidParameterValue(f"The requested action \"{request.target}\" could not be understood.") from None
+            which = request.WhichOneof("configdrive")
+            configdrive = (request.configdrive_string if which == "configdrive_string"
+                           else json_format.MessageToDict(request.configdrive_dict) if which else None)
+            check_configdrive(configdrive, request.target, LATEST)
+            if event not in states.allowed_events(node["provision_state"]):
+                raise errors.InvalidStateRequested(
+                    f"The requested action \"{request.target}\" can not be performed on node \"{node['uuid']}\" "
+                    f"while it is in state \"{node['provision_state']}\".")
+            steps = json_format.MessageToList(request.clean_steps) if request.HasField("clean_steps") else None
+            await self._rpc(node, "DoProvisionAction", conductor_pb.ProvisionActionRequest(
+                node_uuid=node["uuid"], event=event, configdrive_json=json.dumps(configdrive) if configdrive else "",
+                clean_steps_json=json.dumps(steps) if steps is not None else "", rescue_password=request.rescue_password))
+            return await self._get(node["uuid"])
+        return await self._guard(context, run())
+
+    async def SetPowerState(self, request: pb.SetPowerStateRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+        async def run() -> cpb.Node:
+            node = await self.nodes.get_by_ident(request.ident)
+            if request.target not in states.POWER_TARGETS:
+                raise errors.InvalidParameterValue(f"Invalid power target {request.target!r}")
+            await self._rpc(node, "ChangePowerState", conductor_pb.PowerStateRequest(
+                node_uuid=node["uuid"], target=request.target, timeout=request.timeout))
+            return await self._get(node["uuid"])
+        return await self._guard(context, run())
+
+    async def SetMaintenance(self, request: pb.SetMaintenanceRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+        async def run() -> cpb.Node:
+            node = await self.nodes.get_by_ident(request.ident)
+            await self._rpc(node, "SetMaintenance", conductor_pb.MaintenanceRequest(
+                node_uuid=node["uuid"], maintenance=request.maintenance, reason=request.reason))
+            return await self._get(node["uuid"])
+        return await self._guard(context, run())
+
+    async def CreatePort(self, request: pb.CreatePortRequest, context: grpc.aio.ServicerContext) -> cpb.Port:
+        async def run() -> cpb.Port:
+            node = await self.nodes.get_by_ident(request.node_ident)
+            values: dict[str, Any] = {"address": request.address}
+            if request.pxe_enabled_set:
+                values["pxe_enabled"] = request.pxe_enabled
+            if request.HasField("extra"):
+                values["extra"] = json_format.MessageToDict(request.extra)
+            values = _validate_port_values(values)
+            if request.name:
+                values["name"] = request.name
+            values.update(node_id=node["id"], uuid=str(uuidlib.uuid4()))
+            return port_message(await self.ports.create(values))
+        return await self._guard(context, run())
+
+    async def GetPort(self, request: pb.GetPortRequest, context: grpc.aio.ServicerContext) -> cpb.Port:
+        return await self._guard(context, self._port(request.ident))
+
+    async def _port(self, ident: str) -> cpb.Port:
+        return port_message(await self.ports.get(ident))
+
+    async def ListPorts(self, request: pb.ListPortsRequest, context: grpc.aio.ServicerContext) -> pb.ListPortsResponse:
+        async def run() -> pb.ListPortsResponse:
+            node_id = (await self.nodes.get_by_ident(request.node_ident))["id"] if request.node_ident else None
+            address = _validate_port_values({"address": request.address})["address"] if request.address else None
+            limit = request.limit or 1000
+            rows = await self.ports.list(node_id=node_id, address=address, limit=limit, marker=request.marker or None)
+            return pb.ListPortsResponse(ports=[port_message(r) for r in rows],
+                                        next_marker=rows[-1]["uuid"] if len(rows) == limit else "")
+        return await self._guard(context, run())
+
+    async def DeletePort(self, request: pb.DeletePortRequest, context: grpc.aio.ServicerContext) -> pb.DeletePortResponse:
+        async def run() -> pb.DeletePortResponse:
+            port = await self.ports.get(request.ident)
+            await self.ports.delete(port["uuid"])
+            return pb.DeletePortResponse()
+        return await self._guard(context, run())
+
+    async def WatchNodes(self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[cpb.NodeEvent]:
+        """Replay from ``after_sequence`` then follow live changes, in order."""
+        if request.node_uuid:
+            try:
+                uuidlib.UUID(request.node_uuid)
+            except ValueError:
+                await errors.abort_with(context, errors.InvalidParameterValue("node_uuid must be a UUID"))
+        sequence = request.after_sequence
+        if sequence == 0:
+            sequence = await self.events.latest_sequence()
+        elif sequence < 0:
+            sequence = 0
+        while True:
+            batch = await self.events.events_after(sequence, node_uuid=request.node_uuid or None, limit=500)
+            for row in batch:
+                sequence = row["sequence"]
+                yield event_message(row)
+            if len(batch) < 500:
+                await self.hub.wait(timeout=5.0)
