@@ -118,8 +118,10 @@ class TaskManager:
             if not self._held:
                 continue
             try:
-                kept = set(await self.nodes.refresh_leases(self.hostname, list(self._held), self.lease))
-                lost = self._held - kept
+                snapshot = set(self._held)
+                kept = set(await self.nodes.refresh_leases(self.hostname, list(snapshot), self.lease))
+                # Nodes released while the refresh ran were not lost, just done.
+                lost = (snapshot - kept) & self._held
                 if lost:
                     LOG.warning("lost locks on %d nodes (taken over?): %s", len(lost), sorted(lost)[:5])
             except Exception:
