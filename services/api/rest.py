@@ -92,6 +92,9 @@ class RestApi:
         r.add_get("/v1/nodes/{ident}/management/boot_device", self.get_boot_device)
         r.add_put("/v1/nodes/{ident}/management/boot_device", self.set_boot_device)
         r.add_get("/v1/nodes/{ident}/management/boot_device/supported", self.supported_boot_devices)
+        r.add_get("/v1/nodes/{ident}/vifs", self.list_vifs)
+        r.add_post("/v1/nodes/{ident}/vifs", self.attach_vif)
+        r.add_delete("/v1/nodes/{ident}/vifs/{vif}", self.detach_vif)
         r.add_get("/v1/nodes/{ident}/ports", self.node_ports)
         r.add_get("/v1/nodes/{ident}/ports/detail", self.node_ports_detail)
         r.add_get("/v1/ports", self.list_ports)
@@ -403,6 +406,31 @@ class RestApi:
         node = await self.node_by_ident(request)
         reply = await self.rpc(node, "GetSupportedBootDevices", cpb.NodeRef(node_uuid=node["uuid"]))
         return web.json_response({"supported_boot_devices": list(reply.boot_devices)})
+
+    # -- VIFs (1.28) ----------------------------------------------------------------
+
+    async def list_vifs(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 28))
+        node = await self.node_by_ident(request)
+        ports = await self.ports.list(node_id=node["id"], limit=self.config.max_limit)
+        vifs = [{"id": p["internal_info"]["tenant_vif_port_id"]} for p in ports if p["internal_info"].get("tenant_vif_port_id")]
+        return web.json_response({"vifs": vifs})
+
+    async def attach_vif(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 28))
+        node = await self.node_by_ident(request)
+        body = await self.body(request)
+        vif = body.get("id") if isinstance(body, dict) else None
+        if not isinstance(vif, str) or not vif or len(vif) > 255:
+            raise errors.InvalidParameterValue("A VIF attachment needs an 'id' string")
+        await self.rpc(node, "VifAttach", cpb.VifRequest(node_uuid=node["uuid"], vif_id=vif))
+        return web.Response(status=204)
+
+    async def detach_vif(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 28))
+        node = await self.node_by_ident(request)
+        await self.rpc(node, "VifDetach", cpb.VifRequest(node_uuid=node["uuid"], vif_id=request.match_info["vif"]))
+        return web.Response(status=204)
 
     # -- ports -------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
 from services.common.db.nodes import NodeRepository
+from services.common.db.ports import PortRepository
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.taskmanager import TaskManager
@@ -390,6 +391,45 @@ class ConductorManager:
             except errors.FerrumError as exc:
                 results.append((kind, False, exc.message))
         return results
+
+    async def vif_attach(self, node_uuid: str, vif_id: str) -> None:
+        """Record a VIF on a free port (PXE-enabled first), as Ironic's flat networks do."""
+        task = await self.tasks.acquire(node_uuid)
+        try:
+            if any(p["internal_info"].get("tenant_vif_port_id") == vif_id for p in task.ports):
+                raise errors.Conflict(f"Unable to set VIF {vif_id}: it is already attached to node {node_uuid}")
+            other = await self.pool.fetchval(
+                "SELECT n.uuid FROM ports p JOIN nodes n ON n.id = p.node_id "
+                "WHERE p.internal_info->>'tenant_vif_port_id' = $1", vif_id)
+            if other is not None:
+                raise errors.Conflict(f"Unable to set VIF {vif_id}: it is already attached to node {other}")
+            free = sorted((p for p in task.ports if not p["internal_info"].get("tenant_vif_port_id")),
+                          key=lambda p: (not p["pxe_enabled"], p["id"]))
+            if not free:
+                raise errors.InvalidParameterValue(
+                    f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}.")
+            port = free[0]
+            await PortRepository(self.pool).update(
+                port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}})
+            await EventRepository(self.pool).record(task.node, event="vif-attach", message=f"VIF {vif_id} attached",
+                                                    conductor=self.hostname, event_type="network")
+        finally:
+            await self.tasks.release(node_uuid)
+
+    async def vif_detach(self, node_uuid: str, vif_id: str) -> None:
+        task = await self.tasks.acquire(node_uuid)
+        try:
+            for port in task.ports:
+                if port["internal_info"].get("tenant_vif_port_id") == vif_id:
+                    info = {k: v for k, v in port["internal_info"].items() if k != "tenant_vif_port_id"}
+                    await PortRepository(self.pool).update(port["uuid"], {"internal_info": info})
+                    await EventRepository(self.pool).record(
+                        task.node, event="vif-detach", message=f"VIF {vif_id} detached",
+                        conductor=self.hostname, event_type="network")
+                    return
+            raise errors.NotFound(f"Unable to detach VIF {vif_id} from node {node_uuid} because it is not attached to it.")
+        finally:
+            await self.tasks.release(node_uuid)
 
     def new_agent_token(self) -> str:
         return secrets.token_urlsafe(32)

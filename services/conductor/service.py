@@ -98,6 +98,14 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
             pb.InterfaceValidation(interface=k, result=ok, reason=reason) for k, ok, reason in results
         ])
 
+    async def VifAttach(self, request: pb.VifRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.vif_attach(request.node_uuid, request.vif_id))
+        return pb.Empty()
+
+    async def VifDetach(self, request: pb.VifRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.vif_detach(request.node_uuid, request.vif_id))
+        return pb.Empty()
+
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await errors.abort_with(context, errors.InvalidParameterValue("agent heartbeats arrive with the deploy issue"))
         return pb.Empty()

@@ -185,6 +185,25 @@ async def test_pagination_and_filters(client: Client) -> None:
     assert status == 400
 
 
+async def test_vifs(client: Client) -> None:
+    _, node, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "vif-1"}, expect=201)
+    await client.call("POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:0f:00:01"}, expect=201)
+    status, _, _ = await client.call("GET", "/v1/nodes/vif-1/vifs", headers={"X-OpenStack-Ironic-API-Version": "1.27"})
+    assert status == 404  # endpoint too new for the version
+    await client.call("POST", "/v1/nodes/vif-1/vifs", {"id": "vif-a"}, expect=204)
+    _, vifs, _ = await client.call("GET", "/v1/nodes/vif-1/vifs", expect=200)
+    assert vifs == {"vifs": [{"id": "vif-a"}]}
+    status, body, _ = await client.call("POST", "/v1/nodes/vif-1/vifs", {"id": "vif-b"})
+    assert status == 400 and "not enough free physical ports" in fault(body)
+    status, _, _ = await client.call("POST", "/v1/nodes/vif-1/vifs", {"id": "vif-a"})
+    assert status == 409
+    status, _, _ = await client.call("DELETE", "/v1/nodes/vif-1/vifs/vif-zzz")
+    assert status == 404
+    await client.call("DELETE", "/v1/nodes/vif-1/vifs/vif-a", expect=204)
+    _, vifs, _ = await client.call("GET", "/v1/nodes/vif-1/vifs", expect=200)
+    assert vifs == {"vifs": []}
+
+
 async def test_drivers(client: Client) -> None:
     _, drivers, _ = await client.call("GET", "/v1/drivers", expect=200)
     assert [d["name"] for d in drivers["drivers"]] == ["fake-hardware"]
