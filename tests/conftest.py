@@ -87,3 +87,6 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         yield running
     finally:
         await running.close()
+
+
+test_settings.__test__ = False  # a helper, not a test
