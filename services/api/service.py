@@ -12,6 +12,7 @@ from ferrum.v1 import api_pb2, api_pb2_grpc
 from services.api.events import EventHub
 from services.api.grpc_api import NodeServicer
 from services.api.rest import RestApi
+from services.api.volumes import VolumeApi
 from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
 from services.api.router import ConductorRouter
 from services.common.config import Settings
@@ -27,7 +28,9 @@ def build_app(settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, m
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
-    RestApi(pool, router, config).routes(app)
+    rest = RestApi(pool, router, config)
+    rest.routes(app)
+    VolumeApi(rest).routes(app)
     return app
 
 

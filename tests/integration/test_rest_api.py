@@ -211,3 +211,38 @@ async def test_drivers(client: Client) -> None:
     assert driver["default_deploy_interface"] == "fake"
     status, _, _ = await client.call("GET", "/v1/drivers/nope")
     assert status == 404
+
+
+async def test_volume_connectors_and_targets(client: Client) -> None:
+    _, node, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "bfv-1"}, expect=201)
+    status, _, _ = await client.call("GET", "/v1/volume/connectors", headers={"X-OpenStack-Ironic-API-Version": "1.31"})
+    assert status == 404
+    _, conn, headers = await client.call("POST", "/v1/volume/connectors", {"node_uuid": node["uuid"], "type": "iqn",
+                                         "connector_id": "iqn.2026-11.org.ferrum:bfv-1"}, expect=201)
+    assert headers["Location"].endswith(conn["uuid"])
+    status, body, _ = await client.call("POST", "/v1/volume/connectors", {"node_uuid": node["uuid"], "type": "iqn",
+                                        "connector_id": "iqn.2026-11.org.ferrum:bfv-1"})
+    assert status == 409 and "already exists" in fault(body)
+    target = {"node_uuid": node["uuid"], "volume_type": "iscsi", "boot_index": 0, "volume_id": "vol-1",
+              "properties": {"target_iqn": "iqn.x", "target_lun": 0, "target_portal": "10.0.0.5:3260"}}
+    _, tgt, _ = await client.call("POST", "/v1/volume/targets", target, expect=201)
+    status, body, _ = await client.call("POST", "/v1/volume/targets", {**target, "volume_id": "vol-2"})
+    assert status == 409
+    status, _, _ = await client.call("POST", "/v1/volume/targets", {**target, "boot_index": -1})
+    assert status == 400
+    status, _, _ = await client.call("POST", "/v1/nodes/bfv-1/volume/targets", target)
+    assert status == 400
+    _, listing, _ = await client.call("GET", "/v1/nodes/bfv-1/volume/targets", expect=200)
+    assert [t["volume_id"] for t in listing["targets"]] == ["vol-1"] and "properties" not in listing["targets"][0]
+    _, listing, _ = await client.call("GET", f"/v1/volume/connectors?node={node['uuid']}&detail=true", expect=200)
+    assert listing["connectors"][0]["extra"] == {}
+    # enroll is a "free" state: updates are allowed even when not powered off
+    _, patched, _ = await client.call("PATCH", f"/v1/volume/targets/{tgt['uuid']}",
+                                      [{"op": "replace", "path": "/volume_id", "value": "vol-9"}], expect=200)
+    assert patched["volume_id"] == "vol-9"
+    await client.call("DELETE", f"/v1/volume/connectors/{conn['uuid']}", expect=204)
+    status, _, _ = await client.call("GET", f"/v1/volume/connectors/{conn['uuid']}")
+    assert status == 404
+    await client.call("DELETE", "/v1/nodes/bfv-1", expect=204)
+    status, _, _ = await client.call("GET", f"/v1/volume/targets/{tgt['uuid']}")
+    assert status == 404  # targets go with their node

@@ -1,0 +1,91 @@
+"""Volume connector and target queries (boot from volume, seed 004)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.nodes import is_uuid
+from services.common.db.rows import row_to_dict
+
+_SPECS = {
+    "connector": ("volume_connectors", frozenset(("uuid", "node_id", "type", "connector_id", "extra"))),
+    "target": ("volume_targets", frozenset(("uuid", "node_id", "volume_type", "boot_index", "volume_id", "properties", "extra"))),
+}
+
+
+class VolumeRepository:
+    """One repository for both kinds; ``kind`` is ``connector`` or ``target``."""
+
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection, kind: str) -> None:
+        self._db = db
+        self.kind = kind
+        self.table, self.writable = _SPECS[kind]
+        self._select = f"SELECT v.*, n.uuid AS node_uuid FROM {self.table} v JOIN nodes n ON n.id = v.node_id"
+
+    def _conflict(self, values: Mapping[str, Any]) -> errors.FerrumError:
+        if self.kind == "connector":
+            return errors.VolumeConnectorExists(
+                f"A volume connector with type {values.get('type')} and connector ID {values.get('connector_id')} already exists.")
+        return errors.VolumeTargetBootIndexExists(
+            f"A volume target with boot index '{values.get('boot_index')}' for the same node already exists.")
+
+    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        columns = [c for c in values if c in self.writable]
+        placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        try:
+            row = await self._db.fetchrow(
+                f"WITH v AS (INSERT INTO {self.table} ({', '.join(columns)}) VALUES ({placeholders}) RETURNING *) "
+                "SELECT v.*, n.uuid AS node_uuid FROM v JOIN nodes n ON n.id = v.node_id",
+                *[values[c] for c in columns])
+        except asyncpg.UniqueViolationError:
+            raise self._conflict(values) from None
+        except asyncpg.CheckViolationError as exc:
+            raise errors.InvalidParameterValue(f"invalid volume {self.kind}: {exc.constraint_name}") from None
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def get(self, ident: str) -> dict[str, Any]:
+        row = await self._db.fetchrow(self._select + " WHERE v.uuid = $1::uuid", ident) if is_uuid(ident) else None
+        if row is None:
+            raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def list(self, *, node_id: int | None = None, limit: int = 1000, marker: str | None = None,
+                   sort_dir: str = "asc") -> list[dict[str, Any]]:
+        if sort_dir not in ("asc", "desc"):
+            raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
+        where, args = [], []
+        if node_id is not None:
+            args.append(node_id)
+            where.append(f"v.node_id = ${len(args)}")
+        if marker:
+            marker_id = await self._db.fetchval(f"SELECT id FROM {self.table} WHERE uuid = $1::uuid", marker) if is_uuid(marker) else None
+            if marker_id is None:
+                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
+            args.append(marker_id)
+            where.append(f"v.id {'>' if sort_dir == 'asc' else '<'} ${len(args)}")
+        args.append(limit)
+        sql = self._select + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY v.id {sort_dir.upper()} LIMIT ${len(args)}"
+        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+
+    async def update(self, ident: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        columns = [c for c in changes if c in self.writable and c != "uuid"]
+        sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
+        try:
+            row = await self._db.fetchrow(
+                f"WITH v AS (UPDATE {self.table} SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *) "
+                "SELECT v.*, n.uuid AS node_uuid FROM v JOIN nodes n ON n.id = v.node_id",
+                ident, *[changes[c] for c in columns])
+        except asyncpg.UniqueViolationError:
+            raise self._conflict(changes) from None
+        if row is None:
+            raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def delete(self, ident: str) -> None:
+        result = await self._db.execute(f"DELETE FROM {self.table} WHERE uuid = $1::uuid", ident)
+        if result.endswith(" 0"):
+            raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
