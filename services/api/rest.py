@@ -92,6 +92,11 @@ class RestApi:
         r.add_get("/v1/nodes/{ident}/management/boot_device", self.get_boot_device)
         r.add_put("/v1/nodes/{ident}/management/boot_device", self.set_boot_device)
         r.add_get("/v1/nodes/{ident}/management/boot_device/supported", self.supported_boot_devices)
+        r.add_get("/v1/nodes/{ident}/traits", self.list_traits)
+        r.add_put("/v1/nodes/{ident}/traits", self.set_traits)
+        r.add_delete("/v1/nodes/{ident}/traits", self.clear_traits)
+        r.add_put("/v1/nodes/{ident}/traits/{trait}", self.add_trait)
+        r.add_delete("/v1/nodes/{ident}/traits/{trait}", self.remove_trait)
         r.add_get("/v1/nodes/{ident}/vifs", self.list_vifs)
         r.add_post("/v1/nodes/{ident}/vifs", self.attach_vif)
         r.add_delete("/v1/nodes/{ident}/vifs/{vif}", self.detach_vif)
@@ -407,6 +412,50 @@ class RestApi:
         reply = await self.rpc(node, "GetSupportedBootDevices", cpb.NodeRef(node_uuid=node["uuid"]))
         return web.json_response({"supported_boot_devices": list(reply.boot_devices)})
 
+    # -- traits (1.37) ---------------------------------------------------------------
+
+    async def _save_traits(self, node: dict[str, Any], traits: list[str]) -> web.Response:
+        await self.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
+            node_uuid=node["uuid"], changes_json=dumps({"traits": traits})))
+        return web.Response(status=204)
+
+    async def list_traits(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 37))
+        node = await self.node_by_ident(request)
+        return web.json_response({"traits": sorted(node["traits"])})
+
+    async def set_traits(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 37))
+        node = await self.node_by_ident(request)
+        body = await self.body(request)
+        if not isinstance(body, dict) or set(body) != {"traits"} or not isinstance(body["traits"], list):
+            raise errors.InvalidParameterValue("The body must be {\"traits\": [...]}")
+        traits = sorted({validate_trait(t) for t in body["traits"]})
+        if len(traits) > MAX_TRAITS:
+            raise errors.InvalidParameterValue(f"Could not modify traits: a node can have at most {MAX_TRAITS} traits")
+        return await self._save_traits(node, traits)
+
+    async def clear_traits(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 37))
+        return await self._save_traits(await self.node_by_ident(request), [])
+
+    async def add_trait(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 37))
+        node = await self.node_by_ident(request)
+        trait = validate_trait(request.match_info["trait"])
+        traits = sorted(set(node["traits"]) | {trait})
+        if len(traits) > MAX_TRAITS:
+            raise errors.InvalidParameterValue(f"Could not modify traits: a node can have at most {MAX_TRAITS} traits")
+        return await self._save_traits(node, traits)
+
+    async def remove_trait(self, request: web.Request) -> web.Response:
+        _endpoint_gone(request, (1, 37))
+        node = await self.node_by_ident(request)
+        trait = request.match_info["trait"]
+        if trait not in node["traits"]:
+            raise errors.NotFound(f"Node {node['uuid']} doesn't have a trait '{trait}'")
+        return await self._save_traits(node, sorted(set(node["traits"]) - {trait}))
+
     # -- VIFs (1.28) ----------------------------------------------------------------
 
     async def list_vifs(self, request: web.Request) -> web.Response:
@@ -550,6 +599,19 @@ class RestApi:
         if name not in self.router.hardware_types():
             raise errors.NotFound(f"Driver {name} could not be found.")
         return web.json_response({})
+
+
+MAX_TRAITS = 50
+TRAIT_RE = re.compile(r"^[A-Z0-9_]+$")
+
+
+def validate_trait(value: Any) -> str:
+    """Standard os-traits style names or CUSTOM_*, at most 255 characters."""
+    if not isinstance(value, str) or not TRAIT_RE.match(value) or len(value) > 255:
+        raise errors.InvalidParameterValue(
+            f"Invalid trait {value!r}: a trait must be upper-case letters, digits and underscores "
+            "(a standard trait or CUSTOM_...), at most 255 characters")
+    return value
 
 
 def _bool(value: str, name: str) -> bool:

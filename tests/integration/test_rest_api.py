@@ -246,3 +246,27 @@ async def test_volume_connectors_and_targets(client: Client) -> None:
     await client.call("DELETE", "/v1/nodes/bfv-1", expect=204)
     status, _, _ = await client.call("GET", f"/v1/volume/targets/{tgt['uuid']}")
     assert status == 404  # targets go with their node
+
+
+async def test_traits(client: Client) -> None:
+    await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "tr-1"}, expect=201)
+    status, _, _ = await client.call("GET", "/v1/nodes/tr-1/traits", headers={"X-OpenStack-Ironic-API-Version": "1.36"})
+    assert status == 404
+    await client.call("PUT", "/v1/nodes/tr-1/traits", {"traits": ["CUSTOM_GPU", "HW_CPU_X86_AVX2"]}, expect=204)
+    await client.call("PUT", "/v1/nodes/tr-1/traits/CUSTOM_FAST", expect=204)
+    _, traits, _ = await client.call("GET", "/v1/nodes/tr-1/traits", expect=200)
+    assert traits == {"traits": ["CUSTOM_FAST", "CUSTOM_GPU", "HW_CPU_X86_AVX2"]}
+    _, node, _ = await client.call("GET", "/v1/nodes/tr-1", expect=200)
+    assert sorted(node["traits"]) == traits["traits"]
+    status, _, _ = await client.call("PUT", "/v1/nodes/tr-1/traits/lower-case")
+    assert status == 400
+    status, _, _ = await client.call("PUT", "/v1/nodes/tr-1/traits", {"traits": [f"CUSTOM_{i}" for i in range(51)]})
+    assert status == 400
+    status, _, _ = await client.call("DELETE", "/v1/nodes/tr-1/traits/CUSTOM_NOPE")
+    assert status == 404
+    await client.call("DELETE", "/v1/nodes/tr-1/traits/CUSTOM_GPU", expect=204)
+    status, _, _ = await client.call("PATCH", "/v1/nodes/tr-1", [{"op": "add", "path": "/traits", "value": []}])
+    assert status == 400  # traits have their own API
+    await client.call("DELETE", "/v1/nodes/tr-1/traits", expect=204)
+    _, traits, _ = await client.call("GET", "/v1/nodes/tr-1/traits", expect=200)
+    assert traits == {"traits": []}
