@@ -141,3 +141,26 @@ async def test_interface_overrides_are_checked(pool) -> None:
     with pytest.raises(errors.DriverNotFound):
         await m.create_node({"driver": "ipmi"})
     assert uuid.UUID(node["uuid"])
+
+
+async def test_active_nodes_of_a_dead_conductor_are_taken_over(pool) -> None:
+    from services.common.hashring import ConductorRings
+
+    conductors = ConductorRepository(pool)
+    await pool.execute("DELETE FROM conductors")  # only this test's two conductors exist
+    for name in ("to-a", "to-b"):
+        await conductors.register(hostname=name, grpc_address=f"127.0.0.1:{len(name)}", conductor_group="",
+                                  hardware_types=["fake-hardware"], interfaces={})
+    survivor = manager(pool, "to-a", heartbeat_timeout=5)
+    nodes = [await new_node(survivor, states.ACTIVE) for _ in range(30)]
+    before = ConductorRings(await conductors.list_alive(5))
+    owned_by_b = [n["uuid"] for n in nodes if before.owner(n["uuid"], "fake-hardware", "")["hostname"] == "to-b"]
+    assert owned_by_b, "the ring gave to-b nothing: the test proves nothing"
+    await pool.execute("UPDATE conductors SET heartbeat_at = now() - interval '1 hour' WHERE hostname = 'to-b'")
+    await PeriodicWork(survivor, registration={}).recover_dead()
+    mine = [n["uuid"] for n in nodes]
+    taken = {str(r["node_uuid"]) for r in await pool.fetch(
+        "SELECT node_uuid FROM node_events WHERE event = 'take-over' AND node_uuid = ANY($1::uuid[])", mine)}
+    assert taken == set(owned_by_b)
+    assert not await pool.fetchval("SELECT count(*) FROM nodes WHERE reservation IS NOT NULL AND provision_state = 'active'")
+    assert not await pool.fetchval("SELECT online FROM conductors WHERE hostname = 'to-b'")
