@@ -14,35 +14,90 @@ from services.common.config import option_env_names
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
+REQUIRED = {"postgres", "api", "conductor-1", "conductor-2", "ipxe", "objectstore", "simulator"}
 
 
 def load() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
+def ours(services: dict) -> dict[str, dict]:
+    """Services built from this repository's deploy/Dockerfile."""
+    found = {}
+    for name, svc in services.items():
+        build = svc.get("build")
+        if build is None:
+            continue
+        dockerfile = build.get("dockerfile", "Dockerfile") if isinstance(build, dict) else "Dockerfile"
+        assert dockerfile == "deploy/Dockerfile", f"service {name} builds from {dockerfile}, not deploy/Dockerfile"
+        found[name] = svc
+    return found
+
+
+def argv_of(name: str, svc: dict) -> list[str]:
+    command = svc.get("command")
+    assert command, f"service {name} has no command"
+    return shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
+
+
+def environment_of(svc: dict) -> dict[str, str]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):  # ["KEY=value", ...] form
+        return dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
 def test_docker_compose_validates_it() -> None:
     binary = shutil.which("docker-compose")
-    assert binary, "install Debian's docker-compose (scripts/bootstrap.sh does) to validate deploy/docker-compose.yml"
-    result = subprocess.run([binary, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
+    assert binary, (
+        "docker-compose is not on PATH: install Debian's docker-compose "
+        "(apt-get install -y --no-install-recommends docker-compose) to validate deploy/docker-compose.yml"
+    )
+    result = subprocess.run(
+        [binary, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, f"docker-compose config -q failed:\n{result.stdout}{result.stderr}"
 
 
-def test_services_use_real_commands_and_options() -> None:
+def test_required_services_exist() -> None:
     services = load()["services"]
-    assert {"postgres", "api", "conductor-1", "conductor-2", "ipxe", "objectstore", "simulator"} <= set(services)
+    missing = REQUIRED - set(services)
+    assert not missing, f"deploy/docker-compose.yml lacks services {sorted(missing)}"
+    assert "pg_isready" in str(services["postgres"].get("healthcheck", {}).get("test"))
+    assert REQUIRED - {"postgres"} <= set(ours(services))
+
+
+def parse(name: str, svc: dict):
+    """The service's command parsed by the real CLI; argparse's exit becomes a failure."""
+    argv = argv_of(name, svc)
+    try:
+        return build_parser().parse_args(argv)
+    except SystemExit as exc:
+        raise AssertionError(
+            f"service {name}: `ferrum {shlex.join(argv)}` is rejected by services.cli.build_parser() (exit {exc.code})"
+        ) from None
+
+
+def test_commands_parse_with_the_ferrum_cli() -> None:
+    for name, svc in ours(load()["services"]).items():
+        parse(name, svc)
+
+
+def test_environment_names_are_ones_ferrum_reads() -> None:
     known = option_env_names()
-    ours = [name for name, svc in services.items() if "build" in svc]
-    assert len(ours) >= 7
-    for name in ours:
-        svc = services[name]
-        command = svc["command"]
-        argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
-        try:
-            build_parser().parse_args(argv)
-        except SystemExit as exc:
-            raise AssertionError(f"service {name}: `ferrum {' '.join(argv)}` is not a valid command") from exc
-        for variable in svc.get("environment") or {}:
+    for name, svc in ours(load()["services"]).items():
+        for variable in environment_of(svc):
             if variable.startswith("FERRUM_"):
                 assert variable in known, f"service {name} sets {variable}, which Ferrum does not read"
-    hostnames = {services[c]["command"][services[c]["command"].index("--hostname") + 1] for c in ("conductor-1", "conductor-2")}
-    assert len(hostnames) == 2
+
+
+def conductor_hostname(name: str, svc: dict) -> str:
+    args = parse(name, svc)
+    return getattr(args, "hostname", None) or environment_of(svc).get("FERRUM_CONDUCTOR_HOSTNAME", "")
+
+
+def test_conductors_have_distinct_hostnames() -> None:
+    services = load()["services"]
+    names = [conductor_hostname(c, services[c]) for c in ("conductor-1", "conductor-2")]
+    assert all(names), f"every conductor needs an explicit hostname, got {names}"
+    assert names[0] != names[1], f"conductors share hostname {names[0]!r}"
