@@ -248,26 +248,31 @@ class RestApi:
         node = await self.node_by_ident(request)
         return web.json_response(self.node_doc(request, node, fields), dumps=dumps)
 
-    async def create_node(self, request: web.Request) -> web.Response:
+    async def create_body(self, request: web.Request, what: str, allowed: set[str],
+                          versions: dict[str, tuple[int, int]]) -> dict[str, Any]:
+        """A create request's JSON object: only known keys, none newer than the version."""
         body = await self.body(request)
         if not isinstance(body, dict):
-            raise errors.Invalid("A node must be a JSON object")
-        unknown = set(body) - NODE_CREATE_KEYS
+            raise errors.Invalid(f"A {what} must be a JSON object")
+        unknown = set(body) - allowed
         if unknown:
-            raise errors.InvalidParameterValue(f"Additional properties are not allowed ({', '.join(sorted(map(repr, unknown)))} unexpected)")
+            raise errors.InvalidParameterValue(
+                f"Additional properties are not allowed ({', '.join(sorted(map(repr, unknown)))} unexpected)")
         for key in body:
-            since = views.NODE_FIELD_VERSIONS.get(key)
+            since = versions.get(key)
             if since and since > request["version"]:
                 raise errors.NotAcceptable(f"Field {key} is not supported at this API version")
+        return body
+
+    async def create_node(self, request: web.Request) -> web.Response:
+        body = await self.create_body(request, "node", NODE_CREATE_KEYS, views.NODE_FIELD_VERSIONS)
         values = _validate_node_values(body, create=True)
         if request["version"] < (1, 11):
             values["provision_state"] = states.AVAILABLE
         values.setdefault("uuid", str(uuidlib.uuid4()))
         values.pop("chassis_uuid", None)
-        owner = self.router.conductor_for(values["uuid"], values["driver"], values.get("conductor_group", ""))
         reply = await self.router.call(values["uuid"], values["driver"], values.get("conductor_group", ""),
                                        "CreateNode", cpb.ConductorCreateNodeRequest(node_json=dumps(values)))
-        del owner
         node = parse_datetimes(json.loads(reply.node_json), _NODE_TIMESTAMPS)
         doc = self.node_doc(request, node)
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
@@ -525,16 +530,7 @@ class RestApi:
         return web.json_response(views.port_document(port, base=self.base(request), version=request["version"], fields=fields), dumps=dumps)
 
     async def create_port(self, request: web.Request) -> web.Response:
-        body = await self.body(request)
-        if not isinstance(body, dict):
-            raise errors.Invalid("A port must be a JSON object")
-        unknown = set(body) - PORT_CREATE_KEYS
-        if unknown:
-            raise errors.InvalidParameterValue(f"Additional properties are not allowed ({', '.join(sorted(unknown))} unexpected)")
-        for key in body:
-            since = views.PORT_FIELD_VERSIONS.get(key)
-            if since and since > request["version"]:
-                raise errors.NotAcceptable(f"Field {key} is not supported at this API version")
+        body = await self.create_body(request, "port", PORT_CREATE_KEYS, views.PORT_FIELD_VERSIONS)
         if "node_uuid" not in body or "address" not in body:
             raise errors.InvalidParameterValue("A port needs 'address' and 'node_uuid'")
         if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
