@@ -5,10 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 
+# Debian packages the tests and the demo use (one per line in scripts/apt-packages.txt).
 need_apt=()
-command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+while read -r pkg; do
+    [ -z "$pkg" ] || [ "${pkg#\#}" != "$pkg" ] && continue
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done < scripts/apt-packages.txt
 if [ "${#need_apt[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "bootstrap: installing Debian packages: ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
     (apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null 2>&1 \
         || (apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends "${need_apt[@]}" >/dev/null)) \
         || echo "bootstrap: warning: could not install ${need_apt[*]}"
