@@ -1,0 +1,210 @@
+"""The ``redfish`` power and management interfaces (sushy, off the event loop).
+
+Every sushy call runs in ``asyncio.to_thread``. Power changes are
+asynchronous on real BMCs (and on sushy-tools' fake driver, which applies
+them 1-11 s later), so after asking for a change we poll the system until it
+reports the wanted state or the timeout passes; we never sleep a fixed time
+and call it done. A hard reboot is power off, then power on, each confirmed,
+as Ironic does: a ForceRestart cannot be observed reliably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import sushy
+
+from services.common import errors, states
+from services.conductor.drivers import base
+from services.conductor.drivers.redfish_client import (
+    DRIVER_INFO_PROPERTIES,
+    ConnectionCache,
+    RedfishInfo,
+    parse_driver_info,
+)
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_POWER_TIMEOUT = 60.0
+DEFAULT_POLL_INTERVAL = 1.0
+
+GET_POWER_STATE = {
+    sushy.PowerState.ON: states.POWER_ON,
+    sushy.PowerState.POWERING_ON: states.POWER_ON,
+    sushy.PowerState.OFF: states.POWER_OFF,
+    sushy.PowerState.POWERING_OFF: states.POWER_OFF,
+}
+SET_POWER_STATE = {
+    states.POWER_ON: sushy.ResetType.ON,
+    states.POWER_OFF: sushy.ResetType.FORCE_OFF,
+    states.SOFT_POWER_OFF: sushy.ResetType.GRACEFUL_SHUTDOWN,
+    states.SOFT_REBOOT: sushy.ResetType.GRACEFUL_RESTART,
+    states.REBOOT: sushy.ResetType.FORCE_RESTART,
+}
+BOOT_DEVICES = {
+    "pxe": sushy.BootSource.PXE,
+    "disk": sushy.BootSource.HDD,
+    "cdrom": sushy.BootSource.CD,
+    "bios": sushy.BootSource.BIOS_SETUP,
+}
+BOOT_DEVICES_REV = {v: k for k, v in BOOT_DEVICES.items()}
+
+
+def _float_option(options: dict[str, Any], name: str, default: float) -> float:
+    try:
+        value = float(options.get(name, default))
+    except (TypeError, ValueError):
+        raise errors.InvalidParameterValue(f"conductor option {name} must be a number") from None
+    return value if value > 0 else default
+
+
+class _RedfishBase:
+    """What power and management share: options, the connection cache, calls."""
+
+    options: dict[str, Any]
+
+    def _setup(self) -> None:
+        self.power_timeout = _float_option(self.options, "redfish_power_timeout", DEFAULT_POWER_TIMEOUT)
+        self.poll_interval = _float_option(self.options, "redfish_poll_interval", DEFAULT_POLL_INTERVAL)
+        request_timeout = _float_option(self.options, "redfish_request_timeout", 30.0)
+        self.connections = ConnectionCache(request_timeout=request_timeout,
+                                           connect_timeout=min(10.0, request_timeout))
+
+    def get_properties(self) -> dict[str, str]:
+        return dict(DRIVER_INFO_PROPERTIES)
+
+    async def validate(self, task: base.Task) -> None:
+        parse_driver_info(task.node)
+
+    async def _call(self, task: base.Task, action: str, fn: Any) -> Any:
+        info = parse_driver_info(task.node)
+        return await asyncio.to_thread(self.connections.call, info, action, fn)
+
+    async def _info_call(self, info: RedfishInfo, action: str, fn: Any) -> Any:
+        return await asyncio.to_thread(self.connections.call, info, action, fn)
+
+
+def _read_power(system: Any) -> str:
+    state = GET_POWER_STATE.get(system.power_state)
+    if state is None:
+        raise errors.BMCError(f"Redfish system {system.identity} reports an unknown power state "
+                              f"{system.power_state!r}")
+    return state
+
+
+class RedfishPower(_RedfishBase, base.PowerInterface):
+    name = "redfish"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self._setup()
+
+    def get_supported_power_states(self) -> list[str]:
+        return [states.POWER_ON, states.POWER_OFF, states.REBOOT, states.SOFT_REBOOT, states.SOFT_POWER_OFF]
+
+    async def get_power_state(self, task: base.Task) -> str:
+        return await self._call(task, "read the power state", _read_power)
+
+    async def set_power_state(self, task: base.Task, state: str, timeout: int | None = None) -> None:
+        if state not in SET_POWER_STATE:
+            raise errors.InvalidParameterValue(f"redfish power cannot set {state!r}; supported: "
+                                               f"{self.get_supported_power_states()}")
+        if state == states.REBOOT:
+            await self.reboot(task, timeout)
+            return
+        info = parse_driver_info(task.node)
+        deadline = time.monotonic() + (timeout or self.power_timeout)
+        current = await self._info_call(info, "read the power state", _read_power)
+        if state == states.SOFT_REBOOT:
+            reset = sushy.ResetType.ON if current == states.POWER_OFF else sushy.ResetType.GRACEFUL_RESTART
+            await self._reset(info, reset)
+            await self._wait_for(info, states.POWER_ON, deadline, task)
+            return
+        wanted = states.POWER_ON if state == states.POWER_ON else states.POWER_OFF
+        if current == wanted:
+            LOG.info("redfish power already in state node_uuid=%s state=%s", task.node.get("uuid"), wanted)
+            return
+        await self._reset(info, SET_POWER_STATE[state])
+        await self._wait_for(info, wanted, deadline, task)
+
+    async def reboot(self, task: base.Task, timeout: int | None = None) -> None:
+        info = parse_driver_info(task.node)
+        deadline = time.monotonic() + (timeout or self.power_timeout)
+        current = await self._info_call(info, "read the power state", _read_power)
+        if current == states.POWER_ON:
+            await self._reset(info, sushy.ResetType.FORCE_OFF)
+            await self._wait_for(info, states.POWER_OFF, deadline, task)
+        await self._reset(info, sushy.ResetType.ON)
+        await self._wait_for(info, states.POWER_ON, deadline, task)
+
+    async def _reset(self, info: RedfishInfo, reset: sushy.ResetType) -> None:
+        LOG.info("redfish reset address=%s system=%s reset_type=%s", info.address, info.system_id, reset.value)
+        await self._info_call(info, f"reset the system ({reset.value})", lambda system: system.reset_system(reset))
+
+    async def _wait_for(self, info: RedfishInfo, wanted: str, deadline: float, task: base.Task) -> None:
+        """Poll until the BMC reports ``wanted``; the BMC applies changes when it likes."""
+        last = None
+        while True:
+            last = await self._info_call(info, "read the power state", _read_power)
+            if last == wanted:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise errors.BMCError(
+                    f"Timed out waiting for node {task.node.get('uuid')} to reach power state {wanted!r} "
+                    f"at {info.address}; it still reports {last!r}"
+                )
+            await asyncio.sleep(min(self.poll_interval, remaining))
+
+
+class RedfishManagement(_RedfishBase, base.ManagementInterface):
+    name = "redfish"
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self._setup()
+
+    def get_supported_boot_devices(self, task: base.Task) -> list[str]:
+        return list(BOOT_DEVICES)
+
+    async def set_boot_device(self, task: base.Task, device: str, persistent: bool = False) -> None:
+        if device not in BOOT_DEVICES:
+            raise errors.InvalidParameterValue(
+                f"Invalid boot device {device} specified; supported: {', '.join(BOOT_DEVICES)}"
+            )
+        enabled = (sushy.BootSourceOverrideEnabled.CONTINUOUS if persistent
+                   else sushy.BootSourceOverrideEnabled.ONCE)
+        LOG.info("redfish boot device node_uuid=%s device=%s persistent=%s",
+                 task.node.get("uuid"), device, persistent)
+        await self._call(task, f"set the boot device to {device}",
+                         lambda system: system.set_system_boot_options(target=BOOT_DEVICES[device],
+                                                                       enabled=enabled))
+
+    async def get_boot_device(self, task: base.Task) -> dict[str, Any]:
+        def read(system: Any) -> dict[str, Any]:
+            boot = system.boot
+            target = boot.target if boot else None
+            enabled = boot.enabled if boot else None
+            return {"boot_device": BOOT_DEVICES_REV.get(target),
+                    "persistent": enabled == sushy.BootSourceOverrideEnabled.CONTINUOUS}
+
+        return await self._call(task, "read the boot device", read)
+
+    async def get_system_uuid(self, task: base.Task) -> str | None:
+        """The system's UUID as the BMC reports it (inspection uses it)."""
+        return await self._call(task, "read the system UUID", lambda system: system.uuid)
+
+    async def get_mac_addresses(self, task: base.Task) -> list[str]:
+        """Lower-case MACs of the system's Ethernet interfaces, in BMC order."""
+        def read(system: Any) -> list[str]:
+            macs = []
+            for nic in system.ethernet_interfaces.get_members():
+                mac = nic.permanent_mac_address or nic.mac_address
+                if mac and mac.lower() not in macs:
+                    macs.append(mac.lower())
+            return macs
+
+        return await self._call(task, "read the NIC MAC addresses", read)
