@@ -64,11 +64,11 @@ class ConductorConfig:
     metrics_port: int = 6388
     hostname: str = ""
     conductor_group: str = ""
-    enabled_hardware_types: tuple[str, ...] = ("fake-hardware",)
+    enabled_hardware_types: tuple[str, ...] = ("fake-hardware", "redfish")
     enabled_boot_interfaces: tuple[str, ...] = ("fake", "ipxe")
     enabled_deploy_interfaces: tuple[str, ...] = ("fake",)
-    enabled_power_interfaces: tuple[str, ...] = ("fake",)
-    enabled_management_interfaces: tuple[str, ...] = ("fake",)
+    enabled_power_interfaces: tuple[str, ...] = ("fake", "redfish")
+    enabled_management_interfaces: tuple[str, ...] = ("fake", "redfish")
     enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
@@ -89,6 +89,9 @@ class ConductorConfig:
     fake_storage_delay: str = "0"
     fake_vendor_delay: str = "0"
     fake_inspect_delay: str = "0"
+    redfish_power_timeout: float = 60.0
+    redfish_poll_interval: float = 1.0
+    redfish_request_timeout: float = 30.0
     objectstore_address: str = ""
 
 

@@ -27,3 +27,19 @@ class FakeHardware(HardwareType):
         "vendor": ("fake", "no-vendor"),
         "inspect": ("fake", "no-inspect"),
     }
+
+
+class RedfishHardware(HardwareType):
+    """Servers with a Redfish BMC (and Ferrum's simulator)."""
+
+    name = "redfish"
+    supported = {
+        "power": ("redfish",),
+        "management": ("redfish",),
+        "boot": ("ipxe", "fake"),
+        "deploy": ("direct", "fake"),
+        "storage": ("noop", "fake"),
+        "network": ("noop",),
+        "vendor": ("no-vendor",),
+        "inspect": ("no-inspect",),
+    }
