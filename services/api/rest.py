@@ -111,6 +111,10 @@ class RestApi:
         r.add_get("/v1/drivers", self.list_drivers)
         r.add_get("/v1/drivers/{name}", self.get_driver)
         r.add_get("/v1/drivers/{name}/properties", self.driver_properties)
+        # Modules with their own routes import this one, so they are pulled in here.
+        from services.api import history, openapi
+        history.HistoryApi(self).routes(app)
+        openapi.OpenApiDocument().routes(app)
 
     # -- helpers ---------------------------------------------------------------
 
@@ -648,6 +652,9 @@ def _validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, 
             raise errors.InvalidParameterValue(f"{key} must be a boolean")
     if "conductor_group" in out and out["conductor_group"] is None:
         out["conductor_group"] = ""
+    for key in ("protected", "retired"):  # NOT NULL flags: null means the default, false
+        if key in out and out[key] is None:
+            out[key] = False
     return out
 
 

@@ -17,7 +17,7 @@ from services.common import errors
 LOG = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLIC_PREFIXES = ("/v1/lookup", "/v1/heartbeat/", "/v1/continue_inspection")
-PUBLIC_PATHS = ("/", "/v1", "/v1/", "/openapi.yaml")
+PUBLIC_PATHS = ("/", "/v1", "/v1/", "/v1/openapi.yaml", "/v1/openapi.json")
 
 
 def error_response(status: int, message: str, faultcode: str = "Client") -> web.Response:
@@ -36,7 +36,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = error_response(exc.http_status, exc.message, exc.faultcode)
         if isinstance(exc, errors.Unauthorized):
             response.headers["WWW-Authenticate"] = 'Basic realm="Baremetal API"'
-        return response
+        return _with_version(request, response)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -44,10 +44,24 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = error_response(exc.status, message.get(exc.status, exc.reason))
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
-        return response
+        return _with_version(request, response)
     except Exception:
         LOG.exception("unexpected error serving %s %s", request.method, request.path)
-        return error_response(500, "Internal Server Error", "Server")
+        return _with_version(request, error_response(500, "Internal Server Error", "Server"))
+
+
+def _with_version(request: web.Request, response: web.Response) -> web.Response:
+    """Errors carry the three version headers too, as every Ironic response does."""
+    if "version" in request:
+        response.headers.update(versions.headers(request["version"]))
+    return response
+
+
+def _reject_nul(request: web.Request) -> None:
+    """PostgreSQL text cannot hold NUL, so a NUL in the path or query is bad input (400), not a 500."""
+    if "\x00" in request.path or "\x00" in request.query_string or any(
+            "\x00" in k or "\x00" in v for k, v in request.query.items()):
+        raise errors.InvalidParameterValue("NUL characters are not allowed in the URL")
 
 
 @web.middleware
@@ -61,6 +75,7 @@ async def version_middleware(request: web.Request, handler: Handler) -> web.Stre
         response.headers.update(versions.headers(versions.MIN_VERSION))
         return response
     request["version"] = version
+    _reject_nul(request)
     response = await handler(request)
     response.headers.update(versions.headers(version))
     return response
@@ -109,7 +124,12 @@ def json_depth(value: Any, limit: int) -> None:
         item, depth = stack.pop()
         if depth > limit:
             raise errors.Invalid(f"JSON body is nested deeper than the maximum depth of {limit}")
+        if isinstance(item, str) and "\x00" in item:
+            raise errors.Invalid("NUL characters are not allowed in JSON strings")
         if isinstance(item, dict):
+            for key in item:
+                if "\x00" in key:
+                    raise errors.Invalid("NUL characters are not allowed in JSON keys")
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             stack.extend((v, depth + 1) for v in item)
