@@ -19,7 +19,8 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable
-    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch
+    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError
+        └── AgentError ── AgentBusy (retryable)
 """
 
 from __future__ import annotations
@@ -191,6 +192,18 @@ class ImageError(HardwareError):
 
 class ChecksumMismatch(ImageError):
     pass
+
+
+class ConfigDriveError(ImageError):
+    """The config drive could not be placed on the disk (no slot, no room, two config-2)."""
+
+
+class AgentError(HardwareError):
+    """The deploy agent on the machine failed a command or cannot be reached."""
+
+
+class AgentBusy(AgentError):
+    retryable = True
 
 
 def _all_subclasses(cls: type[FerrumError]) -> dict[str, type[FerrumError]]:

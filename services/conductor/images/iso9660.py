@@ -1,0 +1,189 @@
+"""ISO9660 images in pure Python (pycdlib): write a file tree, read one back.
+
+Config drives must be readable by the Linux kernel's isofs (cloud-init mounts
+the ``config-2`` device) and by tools that only know Joliet (cloudbase-init),
+so every image carries Rock Ridge and Joliet names next to the ISO9660 level 3
+ones. Files with identical content share one extent (the two metadata version
+directories hold the same files), which halves the size of big drives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+import pycdlib
+
+SECTOR = 2048
+PVD_OFFSET = 16 * SECTOR          # the first volume descriptor follows a 32 KiB system area
+_STANDARD_ID = b"CD001"
+_MAX_DESCRIPTORS = 32             # a bound on the volume descriptor set we are willing to walk
+_NOT_D_CHARS = re.compile(r"[^A-Z0-9_]")
+
+
+def is_iso9660(head: bytes) -> bool:
+    """True when ``head`` (at least the first 34 KiB of a volume) starts an ISO9660 image."""
+    return (len(head) >= PVD_OFFSET + 7 and head[PVD_OFFSET] == 1
+            and head[PVD_OFFSET + 1:PVD_OFFSET + 6] == _STANDARD_ID)
+
+
+def volume_labels(fp: BinaryIO, offset: int = 0) -> list[str]:
+    """The volume identifiers of the ISO9660 image at ``offset``: primary, then Joliet.
+
+    ``blkid`` (and so ``lsblk``, which IPA uses) may report either, so a
+    config-2 search checks both. An empty list means "not ISO9660".
+    """
+    labels: list[str] = []
+    for index in range(_MAX_DESCRIPTORS):
+        fp.seek(offset + PVD_OFFSET + index * SECTOR)
+        desc = fp.read(SECTOR)
+        if len(desc) < SECTOR or desc[1:6] != _STANDARD_ID:
+            break
+        kind = desc[0]
+        if kind == 255:              # set terminator
+            break
+        if kind == 1:
+            labels.append(desc[40:72].decode("ascii", "replace").strip(" \x00"))
+        elif kind == 2 and desc[88:91] in (b"%/@", b"%/C", b"%/E"):   # Joliet escape sequences
+            labels.append(desc[40:72].decode("utf-16-be", "replace").strip(" \x00"))
+    return labels
+
+
+def volume_size(fp: BinaryIO, offset: int = 0) -> int:
+    """Bytes the ISO9660 image at ``offset`` occupies (volume space size × block size)."""
+    fp.seek(offset + PVD_OFFSET)
+    pvd = fp.read(SECTOR)
+    if len(pvd) < SECTOR or pvd[0] != 1 or pvd[1:6] != _STANDARD_ID:
+        raise ValueError("no ISO9660 primary volume descriptor")
+    blocks = int.from_bytes(pvd[80:84], "little")
+    block_size = int.from_bytes(pvd[128:130], "little")
+    return blocks * block_size
+
+
+def _iso_name(name: str, *, is_dir: bool) -> str:
+    """An ISO9660 level 3 identifier for ``name`` (upper-case d-characters, one dot)."""
+    if is_dir:
+        return _NOT_D_CHARS.sub("_", name.upper())[:31] or "_"
+    stem, dot, ext = name.rpartition(".")
+    if not dot:
+        stem, ext = name, ""
+    stem = _NOT_D_CHARS.sub("_", stem.upper()) or "_"
+    ext = _NOT_D_CHARS.sub("_", ext.upper())[:8]
+    return f"{stem[:30 - len(ext) - 1]}.{ext}"
+
+
+def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferrum") -> bytes:
+    """An ISO9660 image (Rock Ridge 1.09 + Joliet) holding ``files`` (relative POSIX path -> bytes).
+
+    Directories are created as needed. Names longer than ISO9660 allows keep
+    their full spelling in Rock Ridge and Joliet, which is what readers use.
+    """
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, vol_ident=label, joliet=3, rock_ridge="1.09",
+            pub_ident_str=publisher, app_ident_str="Ferrum config drive builder")
+    iso_dirs: dict[str, str] = {"": ""}
+    used: set[str] = set()
+    by_digest: dict[bytes, str] = {}
+    try:
+        for rel_path in sorted(files):
+            parts = [p for p in rel_path.split("/") if p]
+            if not parts or any(p in (".", "..") for p in parts):
+                raise ValueError(f"invalid path in ISO: {rel_path!r}")
+            parent = ""
+            for depth, part in enumerate(parts[:-1]):
+                key = "/".join(parts[:depth + 1])
+                if key not in iso_dirs:
+                    iso_path = _unique(f"{iso_dirs[parent]}/{_iso_name(part, is_dir=True)}", used, "")
+                    iso.add_directory(iso_path, rr_name=part, joliet_path="/" + key)
+                    iso_dirs[key] = iso_path
+                parent = key
+            iso_path = _unique(f"{iso_dirs[parent]}/{_iso_name(parts[-1], is_dir=False)}", used, ";1")
+            data = files[rel_path]
+            digest = hashlib.sha256(data).digest()
+            first = by_digest.get(digest)
+            if first is None:
+                iso.add_fp(io.BytesIO(data), len(data), iso_path, rr_name=parts[-1],
+                           joliet_path="/" + "/".join(parts))
+                by_digest[digest] = iso_path
+            else:
+                iso.add_hard_link(iso_old_path=first, iso_new_path=iso_path, rr_name=parts[-1])
+                iso.add_hard_link(iso_old_path=first, joliet_new_path="/" + "/".join(parts))
+        out = io.BytesIO()
+        iso.write_fp(out)
+        return out.getvalue()
+    finally:
+        iso.close()
+
+
+def _unique(path: str, used: set[str], suffix: str) -> str:
+    """``path`` + ``suffix``, with a numeric tail when two long names fold to the same identifier."""
+    candidate = path + suffix
+    number = 0
+    while candidate.upper() in used:
+        number += 1
+        head, _, tail = path.rpartition("/")
+        stem, dot, ext = tail.rpartition(".")
+        tag = f"_{number}"
+        if dot:
+            candidate = f"{head}/{stem[:max(1, len(stem) - len(tag))]}{tag}.{ext}{suffix}"
+        else:
+            candidate = f"{head}/{tail[:max(1, len(tail) - len(tag))]}{tag}{suffix}"
+    used.add(candidate.upper())
+    return candidate
+
+
+def _walk(iso: pycdlib.PyCdlib) -> Iterator[tuple[str, str, str]]:
+    """(kind, path in the image, path to write) for every file, best naming first."""
+    if iso.has_rock_ridge():
+        kind = "rr_path"
+    elif iso.has_joliet():
+        kind = "joliet_path"
+    else:
+        kind = "iso_path"
+    for dirpath, _dirs, filenames in iso.walk(**{kind: "/"}):
+        for name in filenames:
+            source = f"{dirpath.rstrip('/')}/{name}"
+            if kind == "iso_path":
+                name = name.split(";", 1)[0].rstrip(".").lower()
+                rel = f"{dirpath.rstrip('/')}/{name}".lower()
+            else:
+                rel = source
+            yield kind, source, rel.lstrip("/")
+
+
+def read_iso_files(fp: BinaryIO) -> dict[str, bytes]:
+    """Every file of the ISO9660 image in ``fp`` as relative path -> bytes.
+
+    Rock Ridge names are preferred, then Joliet, then ISO9660 names folded to
+    lower case: the order in which the Linux kernel picks them.
+    """
+    iso = pycdlib.PyCdlib()
+    iso.open_fp(fp)
+    try:
+        found: dict[str, bytes] = {}
+        for kind, source, rel in _walk(iso):
+            buf = io.BytesIO()
+            iso.get_file_from_iso_fp(buf, **{kind: source})
+            found[rel] = buf.getvalue()
+        return found
+    finally:
+        iso.close()
+
+
+def extract_iso(fp: BinaryIO, dest: str | os.PathLike[str]) -> list[str]:
+    """Write every file of the ISO in ``fp`` under ``dest``; returns the relative paths written."""
+    root = Path(dest).resolve()
+    written = []
+    for rel, data in read_iso_files(fp).items():
+        target = (root / rel).resolve()
+        if root not in target.parents:
+            raise ValueError(f"ISO path escapes the destination: {rel!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        written.append(rel)
+    return sorted(written)
