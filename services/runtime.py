@@ -8,6 +8,7 @@ the api stops taking requests before the conductor drains its work.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import signal
@@ -65,6 +66,7 @@ class RunningStack:
                 # Registered before start so a half-started service is stopped too.
                 self.services.append(service)
                 self.endpoints.update(await service.start())
+                settings = wire_started(settings, name, service)
         except BaseException:
             await self.close()
             raise
@@ -82,6 +84,21 @@ class RunningStack:
         if self.database is not None:
             await self.database.close()
             self.database = None
+
+
+def wire_started(settings: Settings, name: str, service: Any) -> Settings:
+    """Point the services started later at one started in this process.
+
+    In one process (``ferrum stack``, tests) an address left empty in the
+    configuration means "the one running here", which with ephemeral ports is
+    only known after start. Explicit addresses always win.
+    """
+    if name == "objectstore" and not settings.conductor.objectstore_address:
+        address = getattr(service, "grpc_address", "")
+        if address:
+            settings = dataclasses.replace(
+                settings, conductor=dataclasses.replace(settings.conductor, objectstore_address=address))
+    return settings
 
 
 async def wait_for_signal() -> None:

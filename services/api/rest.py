@@ -7,6 +7,7 @@ and never touch hardware.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid as uuidlib
@@ -111,6 +112,8 @@ class RestApi:
         r.add_get("/v1/drivers", self.list_drivers)
         r.add_get("/v1/drivers/{name}", self.get_driver)
         r.add_get("/v1/drivers/{name}/properties", self.driver_properties)
+        from services.api.ramdisk import RamdiskEndpoints
+        RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
         from services.api import history, openapi
         history.HistoryApi(self).routes(app)
@@ -367,6 +370,7 @@ class RestApi:
                 f"The requested action \"{verb}\" can not be performed on node \"{node['uuid']}\" while it is in state \"{node['provision_state']}\".")
         configdrive = body.get("configdrive")
         check_configdrive(configdrive, verb, request["version"])
+        await check_configdrive_payload(configdrive)
         clean_steps = body.get("clean_steps")
         if clean_steps is not None and verb != "clean":
             raise errors.InvalidParameterValue("\"clean_steps\" is only valid when setting target provision state to clean")
@@ -726,3 +730,13 @@ def check_configdrive(configdrive: Any, verb: str, version: tuple[int, int]) -> 
         return
     if not re.fullmatch(r"[A-Za-z0-9+/=\s]+", configdrive):
         raise errors.ConfigDriveInvalid("Invalid configdrive format: it is neither a JSON, nor a URL, nor a base64 string")
+
+
+async def check_configdrive_payload(configdrive: Any) -> None:
+    """Decode an inline drive once so that bad base64, bad gzip, a non-ISO
+    payload or one over 64 MiB is a 400 now rather than a failed deploy later."""
+    if not isinstance(configdrive, str) or not configdrive or "://" in configdrive:
+        return
+    from services.conductor.images.configdrive import decode_configdrive
+
+    await asyncio.to_thread(decode_configdrive, configdrive)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import tomllib
 import types
@@ -55,6 +56,7 @@ class ApiConfig:
     conductor_timeout: float = 30.0
     ring_refresh_interval: float = 2.0
     renderer_address: str = ""
+    ramdisk_heartbeat_timeout: int = 300
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +68,7 @@ class ConductorConfig:
     conductor_group: str = ""
     enabled_hardware_types: tuple[str, ...] = ("fake-hardware", "redfish")
     enabled_boot_interfaces: tuple[str, ...] = ("fake", "ipxe")
-    enabled_deploy_interfaces: tuple[str, ...] = ("fake",)
+    enabled_deploy_interfaces: tuple[str, ...] = ("fake", "direct")
     enabled_power_interfaces: tuple[str, ...] = ("fake", "redfish")
     enabled_management_interfaces: tuple[str, ...] = ("fake", "redfish")
     enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
@@ -93,14 +95,33 @@ class ConductorConfig:
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0
     objectstore_address: str = ""
+    configdrive_use_object_store: bool = True
+    configdrive_container: str = "ironic_configdrive_container"
+    configdrive_inline_limit: int = 4 * 1024 * 1024
+    agent_command_timeout: float = 60.0
+    agent_power_off_timeout: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
 class IpxeConfig:
+    """The boot-script renderer. ``api_url`` goes into the agent's kernel
+    arguments (empty: the api's public endpoint, else its host and port);
+    ``public_url`` is the renderer's own base URL for boot.ipxe's chain lines
+    (empty: taken from the request's Host header). ``cache_ttl`` > 0 keeps
+    boot data in memory for that long, dropped early on node events."""
+
     host: str = "127.0.0.1"
     port: int = 8080
     grpc_port: int = 8081
     api_url: str = ""
+    public_url: str = ""
+    kernel_append_params: str = "nofb vga=normal console=tty0 console=ttyS0,115200n8"
+    default_boot_mode: str = "uefi"
+    boot_timeout: float = 60.0
+    boot_retries: int = 10
+    retry_delay: int = 10
+    max_nics: int = 8
+    cache_ttl: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +133,20 @@ class ObjectStoreConfig:
     root: str = ""
     public_url: str = ""
     temp_url_secret: str = ""
+    temp_url_default_lifetime: int = 900
+    temp_url_max_lifetime: int = 7 * 86400
+    max_object_size: int = 16 * 1024**3
+    max_container_size: int = 256 * 1024**3
+    sweep_interval: float = 30.0
+    orphan_grace: float = 3600.0
+    download_mode: str = "proxy"
+    s3_endpoint_url: str = ""
+    s3_bucket: str = "ferrum-objects"
+    s3_prefix: str = ""
+    s3_region: str = "us-east-1"
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_part_size: int = 16 * 1024**2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +319,8 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("FERRUM_API_AUTH_STRATEGY=http_basic needs FERRUM_API_HTPASSWD_FILE")
     if settings.objectstore.backend not in ("filesystem", "s3"):
         raise ConfigError("FERRUM_OBJECTSTORE_BACKEND must be filesystem or s3")
+    _validate_objectstore(settings.objectstore)
+    _validate_ipxe(settings.ipxe)
     if settings.log_format not in ("text", "json"):
         raise ConfigError("FERRUM_LOG_FORMAT must be text or json")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -291,6 +328,38 @@ def validate(settings: Settings) -> Settings:
     if settings.database.pool_min < 1 or settings.database.pool_max < settings.database.pool_min:
         raise ConfigError("database pool sizes need 1 <= pool_min <= pool_max")
     return settings
+
+
+def _validate_objectstore(c: ObjectStoreConfig) -> None:
+    if c.download_mode not in ("proxy", "presigned"):
+        raise ConfigError("FERRUM_OBJECTSTORE_DOWNLOAD_MODE must be proxy or presigned")
+    if c.download_mode == "presigned" and c.backend != "s3":
+        raise ConfigError("FERRUM_OBJECTSTORE_DOWNLOAD_MODE=presigned needs FERRUM_OBJECTSTORE_BACKEND=s3")
+    if c.backend == "s3" and not c.s3_bucket:
+        raise ConfigError("FERRUM_OBJECTSTORE_BACKEND=s3 needs FERRUM_OBJECTSTORE_S3_BUCKET")
+    if c.s3_part_size < 5 * 1024**2:
+        raise ConfigError("FERRUM_OBJECTSTORE_S3_PART_SIZE must be at least 5 MiB (S3's minimum part size)")
+    if c.max_object_size < 1 or c.max_container_size < 1:
+        raise ConfigError("FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE and _MAX_CONTAINER_SIZE must be positive")
+    if not 1 <= c.temp_url_default_lifetime <= c.temp_url_max_lifetime:
+        raise ConfigError("objectstore temp URL lifetimes need 1 <= temp_url_default_lifetime <= temp_url_max_lifetime")
+    if c.sweep_interval <= 0 or c.orphan_grace < 0:
+        raise ConfigError("FERRUM_OBJECTSTORE_SWEEP_INTERVAL must be positive and _ORPHAN_GRACE not negative")
+    if c.temp_url_secret and len(c.temp_url_secret) < 16:
+        raise ConfigError("FERRUM_OBJECTSTORE_TEMP_URL_SECRET must be at least 16 characters")
+
+
+def _validate_ipxe(c: IpxeConfig) -> None:
+    for key in ("api_url", "public_url"):
+        value = getattr(c, key)
+        if value and not re.fullmatch(r"https?://[A-Za-z0-9.\-_~:/\[\]@%+,;=]+", value):
+            raise ConfigError(f"{env_name('ipxe', key)} must be an http(s) URL without spaces or iPXE specials")
+    if c.default_boot_mode not in ("bios", "uefi"):
+        raise ConfigError("FERRUM_IPXE_DEFAULT_BOOT_MODE must be bios or uefi")
+    if c.boot_timeout <= 0 or c.boot_retries < 1 or c.retry_delay < 1 or not 1 <= c.max_nics <= 32:
+        raise ConfigError("ipxe needs boot_timeout > 0, boot_retries >= 1, retry_delay >= 1, 1 <= max_nics <= 32")
+    if c.cache_ttl < 0:
+        raise ConfigError("FERRUM_IPXE_CACHE_TTL must be >= 0 (0 disables the cache)")
 
 
 def load_settings(

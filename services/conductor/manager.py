@@ -23,7 +23,10 @@ from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
 from services.common.db.nodes import NodeRepository
 from services.common.db.ports import PortRepository
+from services.conductor.agent_callbacks import AgentCallbacks
+from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
+from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.taskmanager import TaskManager
 
@@ -51,7 +54,8 @@ def _now() -> datetime.datetime:
 
 class ConductorManager:
     def __init__(
-        self, pool: asyncpg.Pool, registry: DriverRegistry, config: ConductorConfig, *, hostname: str
+        self, pool: asyncpg.Pool, registry: DriverRegistry, config: ConductorConfig, *, hostname: str,
+        objectstore: Any | None = None,
     ) -> None:
         self.pool = pool
         self.registry = registry
@@ -61,6 +65,17 @@ class ConductorManager:
         self.tasks = TaskManager(
             pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers
         )
+        self.configdrives = ConfigDriveStore(
+            objectstore=objectstore if config.configdrive_use_object_store else None,
+            container=config.configdrive_container,
+            lifetime=int(config.deploy_callback_timeout) + 120,
+            inline_limit=config.configdrive_inline_limit,
+        )
+        self.agents = AgentCallbacks(self)
+
+    async def record_event(self, node: dict[str, Any], event: str, message: str, *, severity: str = "INFO") -> None:
+        await EventRepository(self.pool).record(node, event=event, message=message, conductor=self.hostname,
+                                                severity=severity)
 
     # -- node records ----------------------------------------------------------
 
@@ -194,8 +209,14 @@ class ConductorManager:
             if event in ("deploy", "rebuild"):
                 await self._validate_for_deploy(task)
             changes: dict[str, Any] = {}
-            if configdrive is not None and event in ("deploy", "rebuild"):
-                changes["instance_info"] = {**node["instance_info"], "configdrive": configdrive}
+            if event in ("deploy", "rebuild"):
+                # A new deploy starts a new agent: forget the last one's token and URL.
+                instance_info = {k: v for k, v in node["instance_info"].items() if k != "configdrive"}
+                if configdrive is not None:
+                    instance_info["configdrive"] = configdrive
+                changes["instance_info"] = instance_info
+                changes["driver_internal_info"] = {
+                    k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS}
             if clean_steps is not None:
                 changes["driver_internal_info"] = {**node["driver_internal_info"], "clean_steps": clean_steps}
             await self.transition(task, event, changes=changes)
@@ -227,7 +248,7 @@ class ConductorManager:
                     f"Failed to validate {kind} interface for node {task.node['uuid']}: {exc.message}"
                 ) from None
 
-    async def _guard(self, task: Task, what: str, coro: Any) -> bool:
+    async def guard(self, task: Task, what: str, coro: Any) -> bool:
         """Run one hardware step; on error fail the node with a clear last_error."""
         try:
             await coro
@@ -239,6 +260,11 @@ class ConductorManager:
 
     async def _deploy_flow(self, task: Task) -> None:
         async def run() -> None:
+            stored = await self.configdrives.store(task)
+            if stored is not None and stored != task.node["instance_info"].get("configdrive"):
+                task.node = await self.nodes.update(
+                    task.node["uuid"], {"instance_info": {**task.node["instance_info"], "configdrive": stored}},
+                    expect_reservation=self.hostname)
             await task.driver.storage.attach_volumes(task)
             await task.driver.deploy.prepare(task)
             result = await task.driver.deploy.deploy(task)
@@ -248,22 +274,23 @@ class ConductorManager:
             await task.driver.boot.prepare_instance(task)
             await self.transition(task, "done")
 
-        await self._guard(task, "Deploy", run())
+        await self.guard(task, "Deploy", run())
 
     async def _tear_down_flow(self, task: Task) -> None:
         async def run() -> None:
             await task.driver.deploy.tear_down(task)
             await task.driver.boot.clean_up_instance(task)
+            await self.configdrives.remove(task)
             await task.driver.storage.detach_volumes(task)
             await self.transition(
                 task, "clean", changes={"instance_info": {}, "instance_uuid": None}
             )
             await self._run_cleaning(task)
 
-        await self._guard(task, "Tear down", run())
+        await self.guard(task, "Tear down", run())
 
     async def _clean_flow(self, task: Task) -> None:
-        await self._guard(task, "Cleaning", self._run_cleaning(task))
+        await self.guard(task, "Cleaning", self._run_cleaning(task))
 
     async def _run_cleaning(self, task: Task) -> None:
         node = task.node
@@ -283,17 +310,17 @@ class ConductorManager:
             power = await task.driver.power.get_power_state(task)
             await self.transition(task, "done", changes={"power_state": power})
 
-        await self._guard(task, "Verification", run())
+        await self.guard(task, "Verification", run())
 
     async def _inspect_flow(self, task: Task) -> None:
         async def run() -> None:
             await task.driver.inspect.inspect_hardware(task)
             await self.transition(task, "done", changes={"inspection_finished_at": _now()})
 
-        await self._guard(task, "Inspection", run())
+        await self.guard(task, "Inspection", run())
 
     async def _done_flow(self, task: Task) -> None:
-        await self._guard(task, task.node["provision_state"], self.transition(task, "done"))
+        await self.guard(task, task.node["provision_state"], self.transition(task, "done"))
 
     # -- power, maintenance, management -------------------------------------------
 

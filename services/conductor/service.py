@@ -107,12 +107,17 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         return pb.Empty()
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await errors.abort_with(context, errors.InvalidParameterValue("agent heartbeats arrive with the deploy issue"))
+        await self._run(context, request.node_uuid, self.manager.agents.heartbeat(
+            request.node_uuid, callback_url=request.callback_url, agent_version=request.agent_version,
+            agent_token=request.agent_token, agent_status=request.agent_status,
+            progress=_json_or(request.progress_json, None),
+        ))
         return pb.Empty()
 
     async def LookupToken(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.LookupTokenReply:
-        await errors.abort_with(context, errors.InvalidParameterValue("agent lookup arrives with the deploy issue"))
-        return pb.LookupTokenReply()
+        result = await self._run(context, request.node_uuid, self.manager.agents.lookup_token(request.node_uuid))
+        token, node = result
+        return pb.LookupTokenReply(agent_token=token, node_json=dumps(node))
 
 
 class ConductorService:
@@ -127,7 +132,13 @@ class ConductorService:
         self.hostname = settings.conductor_hostname()
         self.metrics = ServiceMetrics("conductor")
         self.registry = DriverRegistry(self.config)
-        self.manager = ConductorManager(pool, self.registry, self.config, hostname=self.hostname)
+        self.objectstore: Any = None
+        if self.config.objectstore_address:
+            from services.common.objectstore_client import ObjectStoreClient
+
+            self.objectstore = ObjectStoreClient(self.config.objectstore_address)
+        self.manager = ConductorManager(pool, self.registry, self.config, hostname=self.hostname,
+                                        objectstore=self.objectstore)
         self.endpoints: dict[str, str] = {}
         self._grpc: Any = None
         self._health: Any = None
@@ -182,3 +193,5 @@ class ConductorService:
             await stop_grpc_server(self._grpc, self._health)
         if self._http is not None:
             await self._http.cleanup()
+        if self.objectstore is not None:
+            await self.objectstore.close()

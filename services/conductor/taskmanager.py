@@ -85,7 +85,8 @@ class TaskManager:
     async def build_task(self, node: dict[str, Any]) -> Task:
         ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
-        return Task(node=node, ports=ports, driver=driver, conductor=self.hostname)
+        return Task(node=node, ports=ports, driver=driver, conductor=self.hostname,
+                    merge_internal_info=self.nodes.merge_internal_info)
 
     async def release(self, node_uuid: str) -> None:
         self._held.discard(node_uuid)

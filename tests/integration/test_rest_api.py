@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.conductor.images.configdrive import build_configdrive, encode_configdrive
+
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 
 
@@ -85,7 +87,12 @@ async def test_full_lifecycle(client: Client) -> None:
         {"op": "add", "path": "/instance_info/image_source", "value": "http://images/x.img"},
         {"op": "add", "path": "/instance_uuid", "value": "5a5a5a5a-0000-4000-8000-000000000001"},
     ], expect=200)
-    await client.call("PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": "H4sIAAAA"}, expect=202)
+    drive = encode_configdrive(build_configdrive({"uuid": "x", "name": "life-1"}, [], {"meta_data": {"hostname": "life-1"}}))
+    status, body, _ = await client.call("PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": "H4sIAAAA"})
+    assert status == 400 and "configdrive" in fault(body).lower()  # truncated gzip: refused, nothing changes
+    _, still, _ = await client.call("GET", "/v1/nodes/life-1", expect=200)
+    assert still["provision_state"] == "available" and "configdrive" not in still["instance_info"]
+    await client.call("PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": drive}, expect=202)
     node = await client.wait_state("life-1", "active")
     assert node["instance_info"]["configdrive"] == "******"
     assert node["target_provision_state"] is None and node["last_error"] is None
@@ -206,7 +213,7 @@ async def test_vifs(client: Client) -> None:
 
 async def test_drivers(client: Client) -> None:
     _, drivers, _ = await client.call("GET", "/v1/drivers", expect=200)
-    assert [d["name"] for d in drivers["drivers"]] == ["fake-hardware"]
+    assert [d["name"] for d in drivers["drivers"]] == ["fake-hardware", "redfish"]
     _, driver, _ = await client.call("GET", "/v1/drivers/fake-hardware", expect=200)
     assert driver["default_deploy_interface"] == "fake"
     status, _, _ = await client.call("GET", "/v1/drivers/nope")

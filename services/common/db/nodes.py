@@ -214,6 +214,41 @@ class NodeRepository:
             raise errors.NodeLocked(f"Node {node_uuid} lock was lost before the update.")
         return node
 
+    async def merge_internal_info(
+        self, node_uuid: str, values: Mapping[str, Any], *, remove: Sequence[str] = (),
+        touch_provisioning: bool = False,
+    ) -> dict[str, Any]:
+        """Merge keys into driver_internal_info in one statement, without the lock.
+
+        Agent bookkeeping (token, callback URL, progress) arrives on public
+        endpoints while a conductor may hold the node's lock; a server-side
+        merge keeps both writers' keys instead of one overwriting the other.
+        ``touch_provisioning`` bumps provision_updated_at, which is what the
+        call-back timeout measures, as Ironic's heartbeat does.
+        """
+        touch = ", provision_updated_at = now()" if touch_provisioning else ""
+        row = await self._db.fetchrow(
+            "UPDATE nodes SET driver_internal_info = (driver_internal_info || $2::jsonb) - $3::text[], "
+            f"updated_at = now(){touch} WHERE uuid = $1::uuid RETURNING *",
+            node_uuid, dict(values), list(remove),
+        )
+        node = _node(row)
+        if node is None:
+            raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
+        return node
+
+    async def set_agent_token_once(self, node_uuid: str, token: str) -> tuple[dict[str, Any], bool]:
+        """Store the one-time agent token unless one exists; returns (node, created)."""
+        row = await self._db.fetchrow(
+            "UPDATE nodes SET driver_internal_info = driver_internal_info || "
+            "jsonb_build_object('agent_secret_token', $2::text), updated_at = now() "
+            "WHERE uuid = $1::uuid AND NOT (driver_internal_info ? 'agent_secret_token') RETURNING *",
+            node_uuid, token,
+        )
+        if row is not None:
+            return _node(row), True  # type: ignore[return-value]
+        return await self.get(node_uuid), False
+
     async def delete(self, node_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM nodes WHERE uuid = $1::uuid", node_uuid)
         if result.endswith(" 0"):

@@ -11,7 +11,7 @@ signatures stay stable as features grow.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -30,6 +30,17 @@ class Task:
     conductor: str
     volume_targets: list[dict[str, Any]] = field(default_factory=list)
     volume_connectors: list[dict[str, Any]] = field(default_factory=list)
+    # Set by the conductor: merges keys into driver_internal_info (and refreshes
+    # ``node``), so interfaces can keep step bookkeeping without SQL.
+    merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
+
+    async def save_internal_info(self, values: Mapping[str, Any], *, remove: tuple[str, ...] = ()) -> None:
+        """Persist driver_internal_info keys for this node (a no-op outside a conductor)."""
+        if self.merge_internal_info is None:
+            info = {k: v for k, v in self.node["driver_internal_info"].items() if k not in remove}
+            self.node = {**self.node, "driver_internal_info": {**info, **values}}
+            return
+        self.node = await self.merge_internal_info(self.node["uuid"], values, remove=remove)
 
 
 class BaseInterface(abc.ABC):

@@ -1,0 +1,144 @@
+"""The public ramdisk endpoints: agent lookup and heartbeat (CONTRACT.md 5.1, 5.2).
+
+They need no credentials (the machine has none) and so reveal nothing: a node
+that is unknown or not being deployed answers one generic 404, and a
+heartbeat only counts with the node's one-time agent token, which the owning
+conductor checks. Ferrum always requires the token; it accepts
+``agent_token`` at every version from 1.22 on, because it issues tokens even
+below the 1.62 that introduced them in Ironic (see docs/agent.md).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ferrum.v1 import conductor_pb2 as cpb
+from services.api import views
+from services.common import errors, states
+from services.common.db.nodes import is_uuid
+from services.common.jsonutil import dumps
+
+if TYPE_CHECKING:
+    from services.api.rest import RestApi
+
+NOT_FOUND = "Node could not be found. Lookup is only allowed while a node is being deployed, cleaned, inspected or rescued."
+HEARTBEAT_FIELDS = {
+    "callback_url": (1, 22), "agent_version": (1, 36), "agent_token": (1, 22), "agent_verify_ca": (1, 68),
+    "agent_status": (1, 72), "agent_status_message": (1, 72),
+    # Ferrum extension, documented in docs/agent.md: the image write progress.
+    "deploy_progress": (1, 22),
+}
+AGENT_STATUSES = ("start", "end", "error")
+
+
+class RamdiskEndpoints:
+    def __init__(self, api: "RestApi") -> None:
+        self.api = api
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/v1/lookup", self.lookup)
+        app.router.add_post("/v1/heartbeat/{ident}", self.heartbeat)
+
+    def _gate(self, request: web.Request) -> None:
+        if request["version"] < (1, 22):
+            raise web.HTTPNotFound()
+
+    async def lookup(self, request: web.Request) -> web.Response:
+        self._gate(request)
+        from services.api.rest import MAC_RE
+
+        raw = request.query.get("addresses", "")
+        macs = [a.strip().lower().replace("-", ":") for a in raw.split(",") if MAC_RE.match(a.strip().lower())]
+        node_uuid = request.query.get("node_uuid") or ""
+        if node_uuid and not is_uuid(node_uuid):
+            raise errors.InvalidParameterValue(f"Expected a UUID but received {node_uuid}.")
+        if not macs and not node_uuid:
+            raise errors.InvalidParameterValue(
+                "IncompleteLookup: one of 'addresses' (a valid MAC) or 'node_uuid' is required")
+        node: dict[str, Any] | None
+        if node_uuid:
+            try:
+                node = await self.api.nodes.get(node_uuid)
+            except errors.NodeNotFound:
+                node = None
+        else:
+            node = await self.api.nodes.get_by_port_address(macs)
+        if node is None or node["provision_state"] not in states.LOOKUP_ALLOWED_STATES:
+            raise errors.NotFound(NOT_FOUND)
+        try:
+            reply = await self.api.rpc(node, "LookupToken", cpb.NodeRef(node_uuid=node["uuid"]))
+        except errors.NotFound:
+            raise errors.NotFound(NOT_FOUND) from None
+        fresh = json.loads(reply.node_json) if reply.node_json else node
+        base = self.api.base(request)
+        doc = {
+            "node": {
+                "uuid": fresh["uuid"],
+                "properties": fresh["properties"],
+                "instance_info": {k: (views.MASK if k in views.INSTANCE_SECRETS else v)
+                                  for k, v in fresh["instance_info"].items()},
+                "driver_internal_info": views.mask_secrets(fresh["driver_internal_info"]),
+                "links": views.links(base, "nodes", fresh["uuid"]),
+            },
+            "config": {
+                "heartbeat_timeout": self.api.config.ramdisk_heartbeat_timeout,
+                "agent_token": reply.agent_token,
+                "agent_token_required": True,
+                "agent_md5_checksum_enable": False,
+                "disable_deep_image_inspection": False,
+                "permitted_image_formats": ["raw", "qcow2", "iso"],
+                "metrics": {"backend": "noop", "prepend_host": False, "prepend_uuid": False,
+                            "prepend_host_reverse": True, "global_prefix": None},
+                "metrics_statsd": {"statsd_host": "localhost", "statsd_port": 8125},
+                "agent_skip_bmc_detect": True,
+            },
+        }
+        return web.Response(text=dumps(doc), content_type="application/json")
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        self._gate(request)
+        body = await self.api.body(request)
+        if not isinstance(body, dict):
+            raise errors.InvalidParameterValue("The heartbeat body must be a JSON object")
+        for key in body:
+            if key not in HEARTBEAT_FIELDS:
+                raise errors.InvalidParameterValue(f"Unknown argument: \"{key}\"")
+            since = HEARTBEAT_FIELDS[key]
+            if request["version"] < since:
+                raise errors.InvalidParameterValue(
+                    f"Field \"{key}\" not recognised in API version "
+                    f"{request['version'][0]}.{request['version'][1]}")
+        callback_url = body.get("callback_url")
+        if not isinstance(callback_url, str) or urlsplit(callback_url).scheme not in ("http", "https") \
+                or not urlsplit(callback_url).netloc:
+            raise errors.InvalidParameterValue(f"Invalid callback_url \"{callback_url}\": an http(s) URL is required")
+        token = body.get("agent_token")
+        if not isinstance(token, str) or not token:
+            raise errors.InvalidParameterValue("Agent token is required for heartbeat processing.")
+        status = body.get("agent_status") or ""
+        if status and status not in AGENT_STATUSES:
+            raise errors.InvalidParameterValue(f"Unknown agent_status \"{status}\"; expected one of {AGENT_STATUSES}")
+        progress = body.get("deploy_progress")
+        if progress is not None and not isinstance(progress, dict):
+            raise errors.InvalidParameterValue("deploy_progress must be an object")
+        for key in ("agent_version", "agent_status_message"):
+            if body.get(key) is not None and not isinstance(body[key], str):
+                raise errors.InvalidParameterValue(f"{key} must be a string")
+        ident = request.match_info["ident"]
+        try:
+            node = await self.api.nodes.get_by_ident(ident)
+        except errors.NodeNotFound:
+            raise errors.NotFound(f"Node {ident} could not be found.") from None
+        known = node["driver_internal_info"].get("agent_url")
+        if known and known != callback_url:
+            raise errors.InvalidParameterValue("Detected change in ramdisk provided \"callback_url\"")
+        await self.api.rpc(node, "Heartbeat", cpb.HeartbeatRequest(
+            node_uuid=node["uuid"], callback_url=callback_url, agent_version=body.get("agent_version") or "",
+            agent_token=token, agent_status=status, agent_status_message=body.get("agent_status_message") or "",
+            progress_json=json.dumps(progress) if progress else "",
+        ))
+        return web.Response(status=202)

@@ -1,0 +1,107 @@
+"""What a conductor does when a deploy agent looks a node up or heartbeats.
+
+Both arrive through the api's public ramdisk endpoints (CONTRACT.md 5.1, 5.2)
+and are routed to the node's owner. The synchronous half checks the token and
+records the agent's URL and progress; the rest (the next deploy step) runs
+under the node lock in the background, so the api answers 202 at once. A
+heartbeat that finds the node locked is only recorded: the agent heartbeats
+again and the step is taken then.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hmac
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from services.common import errors, states
+from services.conductor.drivers.base import Task
+from services.conductor.drivers.direct import AGENT_KEYS
+
+if TYPE_CHECKING:
+    from services.conductor.manager import ConductorManager
+
+LOG = logging.getLogger(__name__)
+MASK = "******"
+
+
+def _now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+class AgentCallbacks:
+    """Lookup and heartbeat handling for one conductor."""
+
+    def __init__(self, manager: "ConductorManager") -> None:
+        self.manager = manager
+        self.nodes = manager.nodes
+
+    async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
+        """The one-time token on the first lookup, ``******`` afterwards (CONTRACT 5.1)."""
+        node = await self.nodes.get(node_uuid)
+        if node["provision_state"] not in states.LOOKUP_ALLOWED_STATES:
+            raise errors.NotFound("Node could not be found.")
+        if node["driver_internal_info"].get("agent_secret_token"):
+            return MASK, node
+        node, created = await self.nodes.set_agent_token_once(node_uuid, secrets.token_urlsafe(32))
+        if not created:
+            return MASK, node
+        await self.manager.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
+        return node["driver_internal_info"]["agent_secret_token"], node
+
+    async def heartbeat(
+        self, node_uuid: str, *, callback_url: str, agent_version: str, agent_token: str,
+        agent_status: str = "", progress: Mapping[str, Any] | None = None,
+    ) -> None:
+        node = await self.nodes.get(node_uuid)
+        info = node["driver_internal_info"]
+        if not agent_version and not agent_status:
+            raise errors.InvalidParameterValue("Agent version must be provided in the heartbeat")
+        stored = info.get("agent_secret_token") or ""
+        if not stored or not agent_token or not hmac.compare_digest(stored, agent_token):
+            raise errors.InvalidParameterValue("Invalid or missing agent token received.")
+        if info.get("agent_url") and info["agent_url"] != callback_url:
+            raise errors.InvalidParameterValue(
+                "Detected change in ramdisk provided \"callback_url\"")
+        locked = bool(node["reservation"]) and node["reservation_expires_at"] > datetime.datetime.now(datetime.timezone.utc)
+        if not info.get("agent_url") and locked and node["provision_state"] not in (states.DEPLOYING, states.DEPLOYWAIT):
+            raise errors.NodeLocked(f"Node {node_uuid} is locked by host {node['reservation']}, please retry later.")
+        values: dict[str, Any] = {
+            "agent_url": callback_url, "agent_version": agent_version, "agent_last_heartbeat": _now_iso(),
+        }
+        if progress:
+            values["deploy_progress"] = dict(progress)
+        waiting = node["provision_state"] in (states.DEPLOYWAIT, states.CLEANWAIT, states.SERVICEWAIT,
+                                              states.RESCUEWAIT, states.INSPECTWAIT)
+        node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
+        if node["provision_state"] != states.DEPLOYWAIT or locked:
+            return
+        try:
+            task = await self.manager.tasks.acquire(node_uuid)
+        except errors.NodeLocked:
+            return  # someone else is working on it; the next heartbeat continues
+        if task.node["provision_state"] != states.DEPLOYWAIT:
+            await self.manager.tasks.release(node_uuid)
+            return
+        self.manager.tasks.spawn(task, self._continue_deploy, name="heartbeat")
+
+    async def _continue_deploy(self, task: Task) -> None:
+        manager = self.manager
+        deploy = task.driver.deploy
+        info = task.node["driver_internal_info"]
+
+        async def run() -> None:
+            event = await deploy.heartbeat(task, info.get("agent_url", ""), info.get("agent_version", ""))
+            if event != "resume":
+                return
+            await manager.transition(task, "resume")
+            finish = getattr(deploy, "finish_deploy", None)
+            if finish is not None:
+                await finish(task)
+            await task.save_internal_info({}, remove=tuple(k for k in AGENT_KEYS if k != "deploy_progress"))
+            await manager.transition(task, "done")
+
+        await manager.guard(task, "Deploy", run())

@@ -1,0 +1,75 @@
+"""Where a node's config drive waits for the agent (seed 000, CONTRACT.md 3.2).
+
+With the object store (the default in the stack) the ISO is uploaded as
+``configdrive-<node uuid>`` with a time to live of the call-back timeout plus
+a margin, and only a temp URL is kept on the node, so no large blob sits in
+PostgreSQL and any conductor can hand it out. Without one, small drives stay
+inline in instance_info (gzip+base64, what Nova sends) up to a limit, and
+larger ones are refused with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from services.common import errors
+from services.conductor.drivers.base import Task
+
+LOG = logging.getLogger(__name__)
+
+
+class ConfigDriveStore:
+    def __init__(
+        self, *, objectstore: Any | None, container: str, lifetime: int, inline_limit: int,
+    ) -> None:
+        self.objectstore = objectstore
+        self.container = container
+        self.lifetime = lifetime
+        self.inline_limit = inline_limit
+
+    def object_name(self, node_uuid: str) -> str:
+        return f"configdrive-{node_uuid}"
+
+    async def store(self, task: Task) -> str | None:
+        """Turn instance_info.configdrive into what the agent gets: a URL or an inline string."""
+        from services.conductor.images import configdrive as builder
+
+        value = task.node["instance_info"].get("configdrive")
+        if value is None or value == "":
+            return None
+        if isinstance(value, str) and builder.looks_like_url(value):
+            return value
+        if isinstance(value, dict):
+            iso = await asyncio.to_thread(builder.build_configdrive, task.node, task.ports, value)
+        elif isinstance(value, str):
+            iso = await asyncio.to_thread(builder.decode_configdrive, value)
+        else:
+            raise errors.ConfigDriveInvalid("The config drive must be a string or an object")
+        if self.objectstore is not None:
+            name = self.object_name(task.node["uuid"])
+            await self.objectstore.put_bytes(
+                self.container, name, iso, delete_after=self.lifetime, content_type="application/octet-stream",
+                metadata={"node_uuid": task.node["uuid"]},
+            )
+            url = await self.objectstore.temp_url(self.container, name, lifetime=self.lifetime)
+            LOG.info("config drive stored node_uuid=%s bytes=%d object=%s", task.node["uuid"], len(iso), name)
+            return url
+        encoded = await asyncio.to_thread(builder.encode_configdrive, iso)
+        if len(encoded) > self.inline_limit:
+            raise errors.ConfigDriveInvalid(
+                f"The config drive is {len(encoded)} bytes encoded, over the {self.inline_limit} bytes that "
+                "can be kept in the database without an object store; configure the object store "
+                "(FERRUM_CONDUCTOR_OBJECTSTORE_ADDRESS) or raise FERRUM_CONDUCTOR_CONFIGDRIVE_INLINE_LIMIT"
+            )
+        return encoded
+
+    async def remove(self, task: Task) -> None:
+        """Delete the uploaded drive on tear down (it would expire anyway)."""
+        if self.objectstore is None:
+            return
+        try:
+            await self.objectstore.delete(self.container, self.object_name(task.node["uuid"]), missing_ok=True)
+        except errors.FerrumError as exc:
+            LOG.warning("could not delete the config drive node_uuid=%s reason=%s", task.node["uuid"], exc.message)

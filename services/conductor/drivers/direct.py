@@ -1,0 +1,172 @@
+"""The ``direct`` deploy interface: the agent streams the image onto the disk.
+
+Ironic's model (CONTRACT.md 5): the conductor boots the deploy ramdisk and
+leaves the node in ``wait call-back``; the agent looks the node up, gets its
+one-time token and heartbeats. Each heartbeat lets the conductor take the next
+step: send ``write_image`` (the in-band deploy step, which also writes the
+config drive), poll it, then read the partition UUIDs, switch the boot device
+to the instance and power-cycle into it. No step blocks a conductor worker
+while the agent works: progress is kept in ``driver_internal_info``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from services.common import errors, states
+from services.conductor.drivers import base
+from services.conductor.drivers.agent_client import AgentClient
+
+LOG = logging.getLogger(__name__)
+
+# driver_internal_info keys owned by the agent dance; cleared on every new deploy.
+AGENT_KEYS = (
+    "agent_secret_token", "agent_url", "agent_version", "agent_last_heartbeat", "deploy_phase",
+    "agent_command_id", "deploy_progress", "agent_hardware",
+)
+HASH_ALGORITHMS = ("sha256", "sha512", "md5")
+
+
+def image_info(node: dict[str, Any]) -> dict[str, Any]:
+    """``image_info`` for the agent from instance_info (CONTRACT.md 5.4)."""
+    info = node["instance_info"]
+    source = info["image_source"]
+    result: dict[str, Any] = {
+        "id": source.rstrip("/").rsplit("/", 1)[-1],
+        "urls": [info.get("image_url") or source],
+        "disk_format": info.get("image_disk_format") or "",
+        "container_format": info.get("image_container_format") or "bare",
+        "stream_raw_images": True,
+        "node_uuid": node["uuid"],
+        "image_type": "whole-disk",
+    }
+    if info.get("image_checksum"):
+        result["checksum"] = info["image_checksum"]
+    if info.get("image_os_hash_algo") and info.get("image_os_hash_value"):
+        result["os_hash_algo"] = info["image_os_hash_algo"]
+        result["os_hash_value"] = info["image_os_hash_value"]
+    return result
+
+
+class DirectDeploy(base.DeployInterface):
+    name = "direct"
+    capabilities = frozenset({"agent", "whole_disk_image"})
+
+    def get_properties(self) -> dict[str, str]:
+        return {}
+
+    async def validate(self, task: base.Task) -> None:
+        info = task.node.get("instance_info") or {}
+        source = info.get("image_source")
+        if not source:
+            raise errors.MissingParameter(f"Node {task.node['uuid']} is missing instance_info: image_source")
+        if not isinstance(source, str) or not source.startswith(("http://", "https://")):
+            raise errors.InvalidParameterValue(
+                f"instance_info image_source of node {task.node['uuid']} must be an http(s) URL"
+            )
+        algo, value = info.get("image_os_hash_algo"), info.get("image_os_hash_value")
+        if algo or value:
+            if algo not in HASH_ALGORITHMS or not value:
+                raise errors.InvalidParameterValue(
+                    f"instance_info of node {task.node['uuid']} needs image_os_hash_algo "
+                    f"({', '.join(HASH_ALGORITHMS)}) together with image_os_hash_value"
+                )
+        elif not info.get("image_checksum"):
+            raise errors.MissingParameter(
+                f"Node {task.node['uuid']} needs instance_info image_checksum or "
+                "image_os_hash_algo and image_os_hash_value: images are never written unverified"
+            )
+
+    async def deploy(self, task: base.Task) -> str | None:
+        """Boot the ramdisk; the agent's heartbeats drive the rest."""
+        await task.driver.boot.prepare_ramdisk(task, {})
+        if await task.driver.power.get_power_state(task) == states.POWER_ON:
+            await task.driver.power.reboot(task)
+        else:
+            await task.driver.power.set_power_state(task, states.POWER_ON)
+        return states.DEPLOYWAIT
+
+    def _client(self, task: base.Task) -> AgentClient:
+        info = task.node["driver_internal_info"]
+        return AgentClient(info["agent_url"], info.get("agent_secret_token") or "",
+                           timeout=float(self.options.get("agent_command_timeout", 60.0)))
+
+    async def heartbeat(self, task: base.Task, callback_url: str, agent_version: str) -> str | None:
+        """One step of the deploy per heartbeat; ``resume`` once the image is on disk."""
+        info = task.node["driver_internal_info"]
+        client = self._client(task)
+        phase = info.get("deploy_phase")
+        if phase is None:
+            step = {"interface": "deploy", "step": "write_image", "priority": 80,
+                    "args": {"image_info": image_info(task.node), "configdrive": task.node["instance_info"].get("configdrive")}}
+            result = await client.execute("deploy.execute_deploy_step", {
+                "step": step, "node": _agent_node(task.node), "ports": [_agent_port(p) for p in task.ports],
+                "deploy_version": "1",
+            })
+            await task.save_internal_info({"deploy_phase": "write_image", "agent_command_id": result.get("id"),
+                                           "deploy_started_at": time.time()})
+            LOG.info("image write started node_uuid=%s command=%s", task.node["uuid"], result.get("id"))
+            return self._outcome(task, result)
+        if phase == "write_image":
+            command_id = info.get("agent_command_id")
+            result = await client.command(command_id) if command_id else {}
+            return self._outcome(task, result)
+        return None
+
+    def _outcome(self, task: base.Task, result: dict[str, Any]) -> str | None:
+        status = result.get("command_status")
+        if status == "FAILED":
+            raise errors.ImageError(f"Writing the image failed: {result.get('command_error')}")
+        if status == "SUCCEEDED":
+            return "resume"
+        return None
+
+    async def finish_deploy(self, task: base.Task) -> None:
+        """After write_image: partition UUIDs, instance boot device, power-cycle into it."""
+        client = self._client(task)
+        uuids = await client.run_sync("standby.get_partition_uuids", {}) or {}
+        await task.save_internal_info({
+            "is_whole_disk_image": True,
+            "root_uuid_or_disk_id": uuids.get("root uuid"),
+        })
+        await task.driver.boot.prepare_instance(task)
+        await self._power_off_through_agent(task, client)
+        await task.driver.power.set_power_state(task, states.POWER_ON)
+
+    async def _power_off_through_agent(self, task: base.Task, client: AgentClient) -> None:
+        """Ask the agent to sync and power off; fall back to a hard power off."""
+        try:
+            await client.run_sync("standby.sync", {})
+            await client.execute("standby.power_off", {}, wait=False)
+        except errors.AgentError as exc:
+            LOG.info("agent power off failed, using the BMC node_uuid=%s reason=%s", task.node["uuid"], exc.message)
+        deadline = time.monotonic() + float(self.options.get("agent_power_off_timeout", 30.0))
+        while time.monotonic() < deadline:
+            if await task.driver.power.get_power_state(task) == states.POWER_OFF:
+                return
+            await asyncio.sleep(0.5)
+        LOG.info("soft power off timed out, forcing it node_uuid=%s", task.node["uuid"])
+        await task.driver.power.set_power_state(task, states.POWER_OFF)
+
+    async def tear_down(self, task: base.Task) -> str:
+        await task.driver.power.set_power_state(task, states.POWER_OFF)
+        await task.save_internal_info({}, remove=AGENT_KEYS + ("is_whole_disk_image", "root_uuid_or_disk_id",
+                                                               "deploy_started_at"))
+        return "deleted"
+
+
+def _agent_node(node: dict[str, Any]) -> dict[str, Any]:
+    """The node fields the agent reads (secrets left out, as Ironic masks them)."""
+    return {
+        "uuid": node["uuid"], "name": node.get("name"), "properties": node.get("properties") or {},
+        "instance_info": {k: v for k, v in (node.get("instance_info") or {}).items() if k != "configdrive"},
+        "driver_internal_info": {k: v for k, v in (node.get("driver_internal_info") or {}).items()
+                                 if k != "agent_secret_token"},
+    }
+
+
+def _agent_port(port: dict[str, Any]) -> dict[str, Any]:
+    return {"uuid": port["uuid"], "address": port["address"], "pxe_enabled": port.get("pxe_enabled", True)}
