@@ -1,18 +1,37 @@
-"""The objectstore service frame: gRPC with health and the HTTP side that
-will serve temp-URL downloads (issue 6) plus /metrics."""
+"""The objectstore service: gRPC ObjectStore (put/get/stat/list/delete,
+temp URLs, atomic usage counts), HTTP temp-URL downloads plus /metrics, and
+the expiry sweeper.
+
+After ``start()`` the bound addresses are attributes: ``grpc_address``
+(``host:port``, what ``ObjectStoreClient`` and the conductor's
+``objectstore_address`` take), ``http_url`` and ``public_url`` (the base of
+temp URLs; ``FERRUM_OBJECTSTORE_PUBLIC_URL`` when set)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import logging
+import secrets
 from typing import Any
 
 import asyncpg
 from aiohttp import web
 
+from ferrum.v1 import objectstore_pb2 as pb
+from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common.config import Settings
+from services.common.db.objects import ObjectRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
+from services.objectstore import http_api
+from services.objectstore.backends import Backend, make_backend
+from services.objectstore.grpc_api import ObjectStoreServicer
+from services.objectstore.store import ObjectStore
+from services.objectstore.sweeper import Sweeper
+
+LOG = logging.getLogger(__name__)
+SECRET_NAME = "temp_url"
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ObjectStore"].full_name
 
 
 class ObjectStoreService:
@@ -22,25 +41,77 @@ class ObjectStoreService:
         self.settings = settings
         self.pool = pool
         self.metrics = ServiceMetrics("objectstore")
+        self.grpc_address = ""
+        self.http_url = ""
+        self.public_url = ""
+        self.store: ObjectStore | None = None
+        self._backend: Backend | None = None
+        self._sweeper: Sweeper | None = None
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
         self._health: Any = None
 
+    async def _secret(self, repo: ObjectRepository) -> bytes:
+        """The configured secret, else one generated once and kept in PostgreSQL,
+        so temp URLs survive restarts and every replica accepts them."""
+        configured = self.settings.objectstore.temp_url_secret
+        if configured:
+            return configured.encode()
+        value = await repo.get_or_create_secret(SECRET_NAME, secrets.token_urlsafe(32))
+        LOG.info("using the generated temp URL secret stored in PostgreSQL (set FERRUM_OBJECTSTORE_TEMP_URL_SECRET "
+                 "to choose one)")
+        return value.encode()
+
     async def start(self) -> dict[str, str]:
         c = self.settings.objectstore
-        root = Path(c.root or Path(self.settings.state_dir) / "objects")
-        root.mkdir(parents=True, exist_ok=True)
+        repo = ObjectRepository(self.pool)
+        self._backend = make_backend(c, self.settings.state_dir)
+        await self._backend.start()
+        secret = await self._secret(repo)
+
+        # The public URL needs the bound port; the store gets it right after the bind,
+        # before any gRPC call can ask for a temp URL.
+        self.store = ObjectStore(c, repo, self._backend, secret=secret, public_url="")
         app = web.Application(middlewares=[request_context_middleware(self.metrics)])
         app.router.add_get("/metrics", self.metrics.handle)
-        self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics, register=lambda server: None, service_names=[],
-        )
+        http_api.add_routes(app, self.store)
         self._http, port = await start_http_site(app, c.host, c.http_port)
-        return {"objectstore gRPC": f"{c.host}:{grpc_port}", "objectstore HTTP": f"http://{c.host}:{port}",
-                "objectstore metrics": f"http://{c.host}:{port}/metrics"}
+        self.http_url = f"http://{_url_host(c.host)}:{port}"
+        self.public_url = (c.public_url or self.http_url).rstrip("/")
+        self.store.public_url = self.public_url
+        if c.host in ("0.0.0.0", "::") and not c.public_url:
+            LOG.warning("objectstore listens on %s without FERRUM_OBJECTSTORE_PUBLIC_URL: temp URLs will name %s, "
+                        "which BMCs cannot reach", c.host, self.public_url)
+
+        servicer = ObjectStoreServicer(self.store)
+        self._grpc, grpc_port, self._health = await start_grpc_server(
+            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            register=lambda server: pb_grpc.add_ObjectStoreServicer_to_server(servicer, server),
+            service_names=[SERVICE_NAME],
+        )
+        self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
+        self._sweeper = Sweeper(self.store, interval=c.sweep_interval, orphan_grace=c.orphan_grace)
+        self._sweeper.start()
+        LOG.info("objectstore started backend=%s grpc=%s public_url=%s", self._backend.name, self.grpc_address,
+                 self.public_url)
+        return {"objectstore gRPC": self.grpc_address, "objectstore HTTP": self.http_url,
+                "objectstore temp URLs": f"{self.public_url}/t/...",
+                "objectstore metrics": f"{self.http_url}/metrics"}
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            await self._sweeper.stop()
+            self._sweeper = None
         if self._http is not None:
             await self._http.cleanup()
+            self._http = None
         if self._grpc is not None:
             await stop_grpc_server(self._grpc, self._health)
+            self._grpc = None
+        if self._backend is not None:
+            await self._backend.close()
+            self._backend = None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,200 @@
+"""Async client of the object store's gRPC API, for the conductor and tools.
+
+Failures arrive as the FerrumError the server raised (``ObjectNotFound``,
+``InvalidParameterValue``, ``PayloadTooLarge``, ``InvalidState`` for a lost
+compare-and-set ...), or ``ServiceUnavailable`` when the store cannot be
+reached. Uploads stream in 1 MiB messages, so no caller needs a whole object
+in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import types
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ferrum.v1 import objectstore_pb2 as pb
+from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
+from services.common import errors
+from services.common.grpcserver import client_channel
+
+CHUNK_SIZE = 1024 * 1024
+_CODE_ERRORS: dict[grpc.StatusCode, type[errors.FerrumError]] = {
+    grpc.StatusCode.NOT_FOUND: errors.ObjectNotFound,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidParameterValue,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.InvalidState,
+    grpc.StatusCode.UNAVAILABLE: errors.ServiceUnavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.ServiceUnavailable,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectInfo:
+    container: str
+    name: str
+    size: int
+    sha256: str
+    content_type: str
+    created_at: datetime.datetime
+    delete_at: datetime.datetime | None
+    usage_count: int
+    metadata: Mapping[str, str]
+
+    @classmethod
+    def from_message(cls, message: pb.ObjectInfo) -> ObjectInfo:
+        return cls(
+            container=message.container, name=message.name, size=message.size, sha256=message.sha256,
+            content_type=message.content_type,
+            created_at=message.created_at.ToDatetime(tzinfo=datetime.UTC),
+            delete_at=message.delete_at.ToDatetime(tzinfo=datetime.UTC) if message.HasField("delete_at") else None,
+            usage_count=message.usage_count, metadata=types.MappingProxyType(dict(message.metadata)),
+        )
+
+
+def _error(exc: grpc.aio.AioRpcError) -> errors.FerrumError:
+    """The server's FerrumError (named in trailing metadata), else one by status code."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == errors.ERROR_METADATA_KEY:
+            name = value if isinstance(value, str) else value.decode()
+            return errors.error_class(name)(exc.details() or name)
+    cls = _CODE_ERRORS.get(exc.code(), errors.FerrumError)
+    return cls(f"object store call failed: {exc.code().name}: {exc.details()}")
+
+
+async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
+    handle = await asyncio.to_thread(open, path, "rb")
+    try:
+        while True:
+            data = await asyncio.to_thread(handle.read, CHUNK_SIZE)
+            if not data:
+                return
+            yield data
+    finally:
+        await asyncio.to_thread(handle.close)
+
+
+async def _byte_chunks(data: bytes) -> AsyncIterator[bytes]:
+    view = memoryview(data)
+    for start in range(0, len(view), CHUNK_SIZE):
+        yield bytes(view[start:start + CHUNK_SIZE])
+
+
+class ObjectStoreClient:
+    """One channel to one object store; cheap to keep, close it when done."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.ObjectStoreStub | None = None
+
+    def _api(self) -> pb_grpc.ObjectStoreStub:
+        if self._stub is None:
+            self._channel = client_channel(self.address)
+            self._stub = pb_grpc.ObjectStoreStub(self._channel)
+        return self._stub
+
+    async def _call(self, method: str, request: Any, timeout: float | None = 60.0) -> Any:
+        try:
+            return await getattr(self._api(), method)(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _error(exc) from None
+
+    async def put_stream(
+        self, container: str, name: str, chunks: AsyncIterator[bytes] | Iterable[bytes], *,
+        delete_after: int = 0, content_type: str = "application/octet-stream",
+        metadata: Mapping[str, str] | None = None, usage_count: int = 0,
+    ) -> ObjectInfo:
+        """Upload from an async (or plain) iterator of byte chunks of any size."""
+        header = pb.PutHeader(container=container, name=name, content_type=content_type,
+                              delete_after=delete_after, metadata=dict(metadata or {}), usage_count=usage_count)
+
+        async def requests() -> AsyncIterator[pb.PutRequest]:
+            yield pb.PutRequest(header=header)
+            if isinstance(chunks, AsyncIterator):
+                async for chunk in chunks:
+                    for start in range(0, len(chunk), CHUNK_SIZE):
+                        yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
+            else:
+                for chunk in chunks:
+                    for start in range(0, len(chunk), CHUNK_SIZE):
+                        yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
+
+        try:
+            reply = await self._api().Put(requests())
+        except grpc.aio.AioRpcError as exc:
+            raise _error(exc) from None
+        return ObjectInfo.from_message(reply)
+
+    async def put_bytes(self, container: str, name: str, data: bytes, **kwargs: Any) -> ObjectInfo:
+        return await self.put_stream(container, name, _byte_chunks(data), **kwargs)
+
+    async def put_file(self, container: str, name: str, path: str | Path, **kwargs: Any) -> ObjectInfo:
+        return await self.put_stream(container, name, _file_chunks(Path(path)), **kwargs)
+
+    async def get_stream(self, container: str, name: str, *, offset: int = 0,
+                         length: int = 0) -> AsyncIterator[bytes]:
+        """The object's bytes [offset, offset+length) (length 0 = to the end), chunk by chunk."""
+        call = self._api().Get(pb.GetObjectRequest(container=container, name=name, offset=offset, length=length))
+        try:
+            async for message in call:
+                yield message.data
+        except grpc.aio.AioRpcError as exc:
+            raise _error(exc) from None
+        finally:
+            call.cancel()
+
+    async def get_bytes(self, container: str, name: str, *, offset: int = 0, length: int = 0) -> bytes:
+        parts = [data async for data in self.get_stream(container, name, offset=offset, length=length)]
+        return b"".join(parts)
+
+    async def stat(self, container: str, name: str) -> ObjectInfo | None:
+        try:
+            reply = await self._call("Stat", pb.ObjectRef(container=container, name=name))
+        except errors.NotFound:
+            return None
+        return ObjectInfo.from_message(reply)
+
+    async def list(self, container: str, prefix: str = "") -> list[ObjectInfo]:
+        reply = await self._call("List", pb.ListObjectsRequest(container=container, prefix=prefix))
+        return [ObjectInfo.from_message(m) for m in reply.objects]
+
+    async def temp_url(self, container: str, name: str, *, lifetime: int, method: str = "GET") -> str:
+        reply = await self._call("TempUrl", pb.TempUrlRequest(container=container, name=name, method=method,
+                                                              lifetime=lifetime))
+        return str(reply.url)
+
+    async def delete(self, container: str, name: str, *, missing_ok: bool = True) -> None:
+        try:
+            await self._call("Delete", pb.ObjectRef(container=container, name=name))
+        except errors.NotFound:
+            if not missing_ok:
+                raise
+
+    async def update_metadata(
+        self, container: str, name: str, *, usage_delta: int = 0, expected_usage: int | None = None,
+        set_metadata: Mapping[str, str] | None = None,
+    ) -> ObjectInfo:
+        """Atomically add ``usage_delta`` (compare-and-set when ``expected_usage`` is
+        given: InvalidState if it no longer matches) and merge ``set_metadata``
+        (an empty value removes that key)."""
+        request = pb.UpdateMetadataRequest(
+            container=container, name=name, usage_delta=usage_delta, set_metadata=dict(set_metadata or {}),
+            check_usage=expected_usage is not None, expected_usage=expected_usage or 0)
+        return ObjectInfo.from_message(await self._call("UpdateMetadata", request))
+
+    async def release(self, container: str, name: str) -> tuple[int, bool]:
+        """Decrement usage_count, deleting the object at zero: (new count, deleted)."""
+        reply = await self._call("Release", pb.ObjectRef(container=container, name=name))
+        return int(reply.usage_count), bool(reply.deleted)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = None
+        self._stub = None

@@ -1,0 +1,241 @@
+"""Objects in an S3 bucket through aioboto3.
+
+Uploads up to one part size go up with one PutObject; larger ones use a
+multipart upload, one part in flight while the next is received, aborted on
+any failure or cancellation so no partial object remains. Temp-URL downloads
+are either proxied (streamed through this service, single ranges honoured)
+or answered with a 307 redirect to an S3 presigned URL that expires with the
+temp URL (``download_mode = presigned``); HEAD is always answered here from
+the metadata, because a presigned URL is valid for one method only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import aioboto3
+from aiohttp import web
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import ClientError
+
+from services.common import errors
+from services.common.config import ObjectStoreConfig
+from services.objectstore.backends.base import HashingPipeline, resolve_range
+
+LOG = logging.getLogger(__name__)
+PROXY_CHUNK = 1024 * 1024
+
+
+def _missing(exc: ClientError) -> bool:
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    return code in ("404", "NoSuchKey", "NoSuchBucket", "NotFound")
+
+
+class S3Upload:
+    def __init__(self, backend: S3Backend, key: str) -> None:
+        self._backend = backend
+        self._key = key
+        self._part_size = backend.part_size
+        self._buffer = bytearray()
+        # The worker thread only hashes; the buffer is touched on the event loop only.
+        self._pipeline = HashingPipeline(lambda data: None)
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+        self._inflight: asyncio.Task[None] | None = None
+        self._done = False
+
+    async def _upload_part(self, number: int, body: bytes) -> None:
+        reply = await self._backend.client.upload_part(
+            Bucket=self._backend.bucket, Key=self._backend.full_key(self._key), UploadId=self._upload_id,
+            PartNumber=number, Body=body)
+        self._parts.append({"PartNumber": number, "ETag": reply["ETag"]})
+
+    async def _start_part(self, body: bytes) -> None:
+        if self._inflight is not None:
+            task, self._inflight = self._inflight, None
+            await task
+        if self._upload_id is None:
+            reply = await self._backend.client.create_multipart_upload(
+                Bucket=self._backend.bucket, Key=self._backend.full_key(self._key))
+            self._upload_id = reply["UploadId"]
+        number = len(self._parts) + 1
+        self._inflight = asyncio.create_task(self._upload_part(number, body))
+
+    async def _flush_full_parts(self) -> None:
+        while len(self._buffer) >= self._part_size:
+            body = bytes(self._buffer[: self._part_size])
+            del self._buffer[: self._part_size]
+            await self._start_part(body)
+
+    async def write(self, chunk: bytes) -> None:
+        await self._pipeline.write(chunk)
+        self._buffer += chunk
+        await self._flush_full_parts()
+
+    async def commit(self) -> tuple[int, str]:
+        digest = await self._pipeline.finish()
+        await self._flush_full_parts()
+        client, bucket, key = self._backend.client, self._backend.bucket, self._backend.full_key(self._key)
+        if self._upload_id is None:
+            await client.put_object(Bucket=bucket, Key=key, Body=bytes(self._buffer))
+        else:
+            if self._buffer:
+                await self._start_part(bytes(self._buffer))
+            if self._inflight is not None:
+                task, self._inflight = self._inflight, None
+                await task
+            parts = sorted(self._parts, key=lambda p: p["PartNumber"])
+            await client.complete_multipart_upload(
+                Bucket=bucket, Key=key, UploadId=self._upload_id, MultipartUpload={"Parts": parts})
+        self._buffer.clear()
+        self._done = True
+        return self._pipeline.size, digest
+
+    async def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        await self._pipeline.drain()
+        self._buffer.clear()
+        if self._inflight is not None:
+            self._inflight.cancel()
+            with contextlib.suppress(BaseException):
+                await self._inflight
+        if self._upload_id is not None:
+            try:
+                await self._backend.client.abort_multipart_upload(
+                    Bucket=self._backend.bucket, Key=self._backend.full_key(self._key), UploadId=self._upload_id)
+            except ClientError as exc:
+                LOG.warning("aborting multipart upload failed key=%s error=%s", self._key, exc)
+
+
+class S3Backend:
+    name = "s3"
+
+    def __init__(self, config: ObjectStoreConfig) -> None:
+        self.bucket = config.s3_bucket
+        self.prefix = config.s3_prefix
+        self.part_size = config.s3_part_size
+        self.presigned = config.download_mode == "presigned"
+        self._config = config
+        self._stack = AsyncExitStack()
+        self.client: Any = None
+
+    def full_key(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    async def start(self) -> None:
+        c = self._config
+        session = aioboto3.Session()
+        self.client = await self._stack.enter_async_context(session.client(
+            "s3", endpoint_url=c.s3_endpoint_url or None, region_name=c.s3_region or None,
+            aws_access_key_id=c.s3_access_key or None, aws_secret_access_key=c.s3_secret_key or None,
+            config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"},
+                              retries={"max_attempts": 3, "mode": "standard"}),
+        ))
+        try:
+            await self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            if not _missing(exc):
+                raise
+            extra = {} if c.s3_region in ("", "us-east-1") else {
+                "CreateBucketConfiguration": {"LocationConstraint": c.s3_region}}
+            await self.client.create_bucket(Bucket=self.bucket, **extra)
+            LOG.info("created bucket bucket=%s endpoint=%s", self.bucket, c.s3_endpoint_url or "aws")
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+        self.client = None
+
+    def begin_upload(self, key: str) -> S3Upload:
+        return S3Upload(self, key)
+
+    async def _get(self, key: str, offset: int, length: int) -> Any:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self.full_key(key)}
+        if length > 0:
+            kwargs["Range"] = f"bytes={offset}-{offset + length - 1}"
+        try:
+            return await self.client.get_object(**kwargs)
+        except ClientError as exc:
+            if _missing(exc):
+                raise errors.ObjectNotFound("object bytes are gone (deleted or replaced meanwhile)") from None
+            raise
+
+    async def read(self, key: str, *, offset: int, length: int, chunk_size: int) -> AsyncIterator[bytes]:
+        if length <= 0:
+            return
+        reply = await self._get(key, offset, length)
+        body = reply["Body"]
+        try:
+            async for data in body.iter_chunks(chunk_size):
+                yield data
+        finally:
+            with contextlib.suppress(Exception):
+                body.close()
+
+    async def delete(self, key: str) -> None:
+        try:
+            await self.client.delete_object(Bucket=self.bucket, Key=self.full_key(key))
+        except ClientError as exc:
+            if not _missing(exc):
+                raise
+
+    async def stale_keys(self, older_than: float) -> list[str]:
+        cutoff = datetime.datetime.fromtimestamp(older_than, datetime.UTC)
+        found: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        async for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for item in page.get("Contents", ()):
+                if item["LastModified"] < cutoff:
+                    found.append(item["Key"][len(self.prefix):])
+        uploads = await self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
+        for upload in uploads.get("Uploads", ()):
+            if upload["Initiated"] < cutoff:
+                with contextlib.suppress(ClientError):
+                    await self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+        return found
+
+    async def presigned_url(self, key: str, *, lifetime: int) -> str:
+        return await self.client.generate_presigned_url(  # type: ignore[no-any-return]
+            "get_object", Params={"Bucket": self.bucket, "Key": self.full_key(key)}, ExpiresIn=max(lifetime, 1))
+
+    async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
+        size = int(obj["size"])
+        headers = {
+            "Content-Type": obj["content_type"], "ETag": f'"{obj["sha256"]}"', "Accept-Ranges": "bytes",
+            "Last-Modified": _http_date(obj["created_at"]), "Cache-Control": "private, no-transform",
+            "X-Object-Sha256": obj["sha256"],
+        }
+        if self.presigned and request.method == "GET":
+            remaining = int(expires - datetime.datetime.now(datetime.UTC).timestamp())
+            location = await self.presigned_url(obj["backend_key"], lifetime=remaining)
+            return web.Response(status=307, headers={"Location": location, "Cache-Control": "no-store"})
+        resolved = resolve_range(request, size)
+        if resolved is None:
+            return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
+        status, start, count = resolved
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = count
+        if status == 206:
+            response.headers["Content-Range"] = f"bytes {start}-{start + count - 1}/{size}"
+        await response.prepare(request)
+        if request.method == "HEAD" or count == 0:
+            await response.write_eof()
+            return response
+        async for data in self.read(obj["backend_key"], offset=start, length=count, chunk_size=PROXY_CHUNK):
+            await response.write(data)
+        await response.write_eof()
+        return response
+
+
+def _http_date(value: datetime.datetime) -> str:
+    from email.utils import format_datetime
+
+    return format_datetime(value.astimezone(datetime.UTC), usegmt=True)

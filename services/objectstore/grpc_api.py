@@ -1,0 +1,135 @@
+"""gRPC ObjectStore servicer: translation between protobuf and ObjectStore."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import asyncpg
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from ferrum.v1 import objectstore_pb2 as pb
+from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
+from services.common import errors
+from services.objectstore.store import ObjectStore, PutRequest, utc_from_unix
+
+LOG = logging.getLogger(__name__)
+
+
+def _timestamp(value: datetime.datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(value.astimezone(datetime.UTC).replace(tzinfo=None))
+    return stamp
+
+
+def info_message(row: Mapping[str, Any]) -> pb.ObjectInfo:
+    message = pb.ObjectInfo(
+        container=row["container"], name=row["name"], size=int(row["size"]), sha256=row["sha256"],
+        content_type=row["content_type"], usage_count=int(row["usage_count"]),
+        metadata={str(k): str(v) for k, v in (row["metadata"] or {}).items()},
+        created_at=_timestamp(row["created_at"]),
+    )
+    if row["delete_at"] is not None:
+        message.delete_at.CopyFrom(_timestamp(row["delete_at"]))
+    return message
+
+
+class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> None:
+        if isinstance(exc, errors.FerrumError):
+            await errors.abort_with(context, exc)
+        if isinstance(exc, (asyncpg.DataError, ValueError, UnicodeError)):
+            await errors.abort_with(context, errors.InvalidParameterValue(str(exc)))
+        LOG.exception("object store call failed")
+        await errors.abort_with(context, errors.FerrumError(f"object store failure: {type(exc).__name__}"))
+
+    async def Put(self, request_iterator: AsyncIterator[pb.PutRequest],
+                  context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
+        try:
+            first = await anext(aiter(request_iterator), None)
+            if first is None or first.WhichOneof("part") != "header":
+                raise errors.MissingParameter("the first Put message must carry the header")
+            header = first.header
+
+            async def chunks() -> AsyncIterator[bytes]:
+                async for message in request_iterator:
+                    if message.WhichOneof("part") != "chunk":
+                        raise errors.InvalidParameterValue("only the first Put message may carry a header")
+                    yield message.chunk
+
+            row = await self.store.put(PutRequest(
+                container=header.container, name=header.name, content_type=header.content_type,
+                delete_after=header.delete_after, metadata=dict(header.metadata),
+                usage_count=header.usage_count), chunks())
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a gRPC status
+            await self._fail(context, exc)
+            raise  # unreachable: abort raises
+        return info_message(row)
+
+    async def Get(self, request: pb.GetObjectRequest,
+                  context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GetObjectChunk]:
+        try:
+            _, chunks = await self.store.open_read(request.container, request.name,
+                                                   offset=request.offset, length=request.length)
+            async for data in chunks:
+                yield pb.GetObjectChunk(data=data)
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+
+    async def Stat(self, request: pb.ObjectRef, context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
+        try:
+            return info_message(await self.store.stat(request.container, request.name))
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+            raise
+
+    async def List(self, request: pb.ListObjectsRequest,
+                   context: grpc.aio.ServicerContext) -> pb.ListObjectsResponse:
+        try:
+            rows = await self.store.list(request.container, request.prefix)
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+            raise
+        return pb.ListObjectsResponse(objects=[info_message(r) for r in rows])
+
+    async def Delete(self, request: pb.ObjectRef, context: grpc.aio.ServicerContext) -> pb.DeleteObjectResponse:
+        try:
+            await self.store.delete(request.container, request.name)
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+        return pb.DeleteObjectResponse()
+
+    async def TempUrl(self, request: pb.TempUrlRequest, context: grpc.aio.ServicerContext) -> pb.TempUrlResponse:
+        try:
+            url, expires = await self.store.temp_url(request.container, request.name, method=request.method,
+                                                     lifetime=request.lifetime)
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+            raise
+        return pb.TempUrlResponse(url=url, expires_at=_timestamp(utc_from_unix(expires)))
+
+    async def UpdateMetadata(self, request: pb.UpdateMetadataRequest,
+                             context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
+        try:
+            row = await self.store.update_metadata(
+                request.container, request.name, usage_delta=request.usage_delta,
+                expected_usage=request.expected_usage if request.check_usage else None,
+                set_metadata=dict(request.set_metadata))
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+            raise
+        return info_message(row)
+
+    async def Release(self, request: pb.ObjectRef, context: grpc.aio.ServicerContext) -> pb.ReleaseResponse:
+        try:
+            count, deleted = await self.store.release(request.container, request.name)
+        except Exception as exc:  # noqa: BLE001
+            await self._fail(context, exc)
+            raise
+        return pb.ReleaseResponse(usage_count=count, deleted=deleted)
