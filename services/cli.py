@@ -60,8 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("--http-port", type=int, help="temp-URL download port (default 6391)")
     store.add_argument("--root", help="directory of the filesystem backend (default STATE_DIR/objects)")
 
-    sub.add_parser("agent", help="deploy agent for the ramdisk (not available yet: issue 7)",
-                   description="The IPA-compatible deploy agent. Not implemented in this version; it exits with status 2.")
+    from services.agent.cli import add_agent_arguments
+
+    add_agent_arguments(sub.add_parser(
+        "agent", help="IPA-compatible deploy agent (the ramdisk side): lookup, heartbeat, command API, image writing",
+        description="Run one deploy agent: look the node up on the api, heartbeat, serve the command API "
+                    "(default port 9999) and write images to the given disks. See docs/agent.md."))
     sub.add_parser("simulator", help="Redfish machine simulator (not available yet: issue 7)",
                    description="A rack of simulated machines. Not implemented in this version; it exits with status 2.")
 
@@ -102,6 +106,10 @@ def settings_from(args: argparse.Namespace, env: dict[str, str]) -> Settings:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "agent":
+        from services.agent.cli import run_agent
+
+        return run_agent(args)
     if args.command in ("agent", "simulator"):
         print(f"ferrum: error: `ferrum {args.command}` is not available in this version yet", file=sys.stderr)
         return 2

@@ -1,0 +1,342 @@
+"""The deploy agent: Ferrum's IPA-compatible ramdisk side, as an embeddable class.
+
+One ``Agent`` is one machine's ramdisk: it serves the command API, looks
+itself up on the api until the node is in a deploy/clean state, then
+heartbeats so the conductor knows where to send commands. It owns no
+process-wide state, so ``ferrum agent`` runs one and the simulator runs a
+thousand in one event loop (sharing one ``aiohttp.ClientSession`` if given).
+Power hooks let the embedder decide what "power off" and "reboot" mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from services.agent import callbacks, cmdline, hardware, imagewrite, server
+from services.agent.commands import COMMANDS, CommandResult
+from services.common import errors
+from services.common.httpserver import start_http_site
+
+LOG = logging.getLogger(__name__)
+AGENT_VERSION = "10.0.0"  # the IPA release whose behaviour this agent follows
+MIN_HEARTBEAT_INTERVAL = 5.0
+KEEP_COMMANDS = 50  # finished command results kept for GET /v1/commands
+
+
+@dataclass(frozen=True)
+class Disk:
+    path: str                 # file or block device to write
+    name: str = "/dev/sda"    # what the agent reports as the device name
+    serial: str = ""
+    wwn: str = ""
+    model: str = ""
+    rotational: bool = False
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    api_url: str                         # Ironic-compatible api base, e.g. http://127.0.0.1:6385
+    macs: tuple[str, ...]
+    disks: tuple[Disk, ...]
+    node_uuid: str = ""                  # optional hint for lookup
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0                 # 0 = ephemeral
+    advertise_host: str = ""             # host put in callback_url; default listen_host
+    lookup_timeout: float = 300.0
+    lookup_interval: float = 1.0
+    heartbeat_interval: float | None = None   # None = heartbeat_timeout x random(0.3, 0.6), min 5 s, as IPA
+    allow_md5: bool = False
+    power_off: Callable[[], Awaitable[None]] | None = None   # hook: standby.power_off
+    reboot: Callable[[], Awaitable[None]] | None = None      # hook: standby.run_image / reboot
+    agent_token: str = ""                # pre-generated token (ipa-agent-token), else the lookup's
+    global_request_id: str = ""          # ipa-global-request-id, sent on lookup/heartbeat
+    tmp_dir: str = ""                    # where a qcow2 image is staged before conversion (default: system temp)
+    write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
+    hostname: str = ""
+    progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOptions:
+    """Options from ``ipa-api-url=..``, ``BOOTIF=..``, ``ipa-node-uuid``, ``ipa-agent-token``,
+    ``ipa-global-request-id``, ``ipa-listen-port`` ... as the iPXE script passes them;
+    keyword overrides win (disks never come from the command line)."""
+    values = cmdline.option_values(cmdline_text)
+    values.update(overrides)
+    if "macs" in values:
+        values["macs"] = tuple(cmdline.normalize_mac(m) for m in values["macs"])
+    missing = [name for name in ("api_url", "macs", "disks") if not values.get(name)]
+    if missing:
+        raise errors.MissingParameter(f"agent options missing: {', '.join(missing)} "
+                                      "(ipa-api-url and BOOTIF on the kernel command line, disks from the caller)")
+    values["disks"] = tuple(values["disks"])
+    return AgentOptions(**values)
+
+
+class Agent:
+    """One machine's deploy agent. ``start()`` binds the command API and starts
+    lookup + heartbeats in the background; ``stop()`` undoes all of it."""
+
+    def __init__(self, options: AgentOptions, *, session: aiohttp.ClientSession | None = None) -> None:
+        if not options.macs or not options.disks:
+            raise errors.InvalidParameterValue("an agent needs at least one MAC and one disk")
+        self.options = options
+        self.node_uuid: str | None = None
+        self.node: dict[str, Any] = {}
+        self.config: dict[str, Any] = {}
+        self.last_error: str | None = None
+        self.agent_token: str | None = options.agent_token or None
+        self.progress: imagewrite.Progress | None = None
+        self.partition_info: dict[str, Any] = {}
+        self.heartbeats_sent = 0
+        self.powered_down: str | None = None  # "power_off" / "reboot" once asked to leave the ramdisk
+        self.looked_up = asyncio.Event()
+        self._session = session
+        self._own_session = session is None
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._commands: dict[str, CommandResult] = {}
+        self._running: CommandResult | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._callback_task: asyncio.Task[None] | None = None
+        self._heartbeat_now = asyncio.Event()
+        self._api_headers: dict[str, str] = {}
+        self._started_at = time.time()
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        self._runner, self._port = await start_http_site(server.build_app(self), self.options.listen_host,
+                                                         self.options.listen_port)
+        self._started_at = time.time()
+        LOG.info("agent listening callback_url=%s macs=%s disks=%s", self.callback_url,
+                 ",".join(self.options.macs), ",".join(d.name for d in self.options.disks))
+        self._callback_task = asyncio.create_task(self._callback_loop(), name=f"agent-callbacks-{self._port}")
+
+    async def stop(self) -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in (self._callback_task, *self._tasks) if t is not None and t is not current and not t.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("agent not started")
+        return self._session
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def advertise_host(self) -> str:
+        return self.options.advertise_host or self.options.listen_host
+
+    @property
+    def callback_url(self) -> str:
+        host = self.advertise_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{self._port}"
+
+    def status(self) -> dict[str, Any]:
+        return {"started_at": self._started_at, "version": AGENT_VERSION}
+
+    # ---- commands -----------------------------------------------------------------------
+
+    def command_results(self) -> list[CommandResult]:
+        return list(self._commands.values())
+
+    def get_command(self, command_id: str) -> CommandResult | None:
+        return self._commands.get(command_id)
+
+    def allow_md5(self) -> bool:
+        return self.options.allow_md5 or self.config.get("agent_md5_checksum_enable") is True
+
+    def remember_node(self, node: Any) -> None:
+        """The conductor sends the node with deploy steps; newer properties (root hints) win."""
+        if isinstance(node, dict) and node:
+            self.node = {**self.node, **node}
+
+    async def root_disk(self) -> hardware.DiskInfo:
+        disks = await asyncio.to_thread(hardware.describe_disks, self.options.disks)
+        hints = (self.node.get("properties") or {}).get("root_device") or None
+        return hardware.select_root_disk(disks, hints)
+
+    async def execute_command(self, name: str, params: dict[str, Any], *, wait: bool = False) -> CommandResult:
+        """Run a command: 404 unknown, 409 busy, 400 bad params; sync ones finish here."""
+        command = COMMANDS.get(name)
+        if command is None:
+            raise errors.NotFound(f"Unknown command: {name}")
+        if self._running is not None and self._running.status == "RUNNING":
+            raise errors.Conflict("Agent is busy")
+        if command.validate is not None:
+            command.validate(self, params)
+        result = CommandResult(name.split(".", 1)[1], params)
+        self._remember(result)
+        LOG.info("command started id=%s name=%s async=%s", result.id, name, command.is_async)
+        if not command.is_async:
+            await self._run(command, result)
+            return result
+        self._running = result
+        task = asyncio.create_task(self._run(command, result), name=f"agent-command-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if wait:
+            await result.done.wait()
+        return result
+
+    async def _run(self, command: Any, result: CommandResult) -> None:
+        try:
+            outcome = await command.handler(self, result.params, result)
+        except asyncio.CancelledError:
+            result.fail(errors.FerrumError("command cancelled: the agent is stopping"))
+            raise
+        except Exception as exc:
+            if not isinstance(exc, errors.FerrumError):
+                LOG.exception("command crashed id=%s name=%s", result.id, result.name)
+            result.fail(exc)
+            LOG.warning("command failed id=%s name=%s error=%s", result.id, result.name, result.error["message"]
+                        if result.error else "")
+        else:
+            result.succeed(outcome)
+            LOG.info("command succeeded id=%s name=%s", result.id, result.name)
+        finally:
+            if self._running is result:
+                self._running = None
+            self._heartbeat_now.set()  # tell the conductor at once, as IPA does
+
+    def _remember(self, result: CommandResult) -> None:
+        self._commands[result.id] = result
+        if len(self._commands) > KEEP_COMMANDS:
+            for old_id in [k for k, v in self._commands.items() if v.status != "RUNNING"][:len(self._commands) - KEEP_COMMANDS]:
+                del self._commands[old_id]
+
+    def schedule_power_action(self, kind: str) -> None:
+        """Power off / reboot once the current command's result is out (the hook may stop us)."""
+        current = self._running
+
+        async def act() -> None:
+            if current is not None:
+                await current.done.wait()
+            await asyncio.sleep(0.05)  # let a wait=true response reach the conductor first
+            self.powered_down = kind
+            self._heartbeat_now.set()
+            hook = self.options.power_off if kind == "power_off" else self.options.reboot
+            LOG.info("leaving the ramdisk action=%s hook=%s", kind, "yes" if hook else "none")
+            if hook is not None:
+                await hook()
+
+        task = asyncio.create_task(act(), name=f"agent-{kind}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # ---- lookup and heartbeats ----------------------------------------------------------
+
+    async def _callback_loop(self) -> None:
+        api = self.options.api_url.rstrip("/")
+        version = await callbacks.negotiate_version(self.session, api)
+        self._api_headers = {callbacks.VERSION_HEADER: version}
+        if self.options.global_request_id:
+            self._api_headers["X-OpenStack-Request-ID"] = self.options.global_request_id
+        if not await self._lookup(api):
+            return
+        await self._heartbeat_loop(api)
+
+    async def _lookup(self, api: str) -> bool:
+        deadline = time.monotonic() + self.options.lookup_timeout
+        delay = self.options.lookup_interval
+        while True:
+            try:
+                found = await callbacks.lookup(self.session, api, self.options.macs, self.options.node_uuid,
+                                               self._api_headers)
+                delay = self.options.lookup_interval
+                reason = "node not found or not in a deploy state (404)"
+            except (callbacks.CallbackError, aiohttp.ClientError, TimeoutError) as exc:
+                found, reason = None, str(exc) or type(exc).__name__
+                if isinstance(exc, callbacks.CallbackError) and exc.status == 409:
+                    delay = min(30.0, max(delay * 2, 5.0))  # IPA backs off 5, 10, 30 s on lock contention
+            if found is not None:
+                return self._accept_lookup(found)
+            if time.monotonic() + delay > deadline:
+                self.last_error = f"lookup failed after {self.options.lookup_timeout:.0f}s: {reason}"
+                LOG.error("lookup gave up macs=%s reason=%s", ",".join(self.options.macs), reason)
+                return False
+            LOG.debug("lookup retry macs=%s reason=%s", ",".join(self.options.macs), reason)
+            await asyncio.sleep(delay)
+
+    def _accept_lookup(self, found: dict[str, Any]) -> bool:
+        config = found.get("config") or {}
+        token = config.get("agent_token")
+        if token and token != "******":
+            self.agent_token = str(token)
+        elif not self.agent_token:
+            self.last_error = ("lookup returned no usable agent token (masked or missing) and none was "
+                               "pre-generated: refusing to serve commands")
+            LOG.error("agent locked down node_uuid=%s reason=no token", found["node"]["uuid"])
+            return False
+        self.node = dict(found["node"])
+        self.node_uuid = str(self.node["uuid"])
+        self.config = dict(config)
+        self.last_error = None
+        self.looked_up.set()
+        LOG.info("lookup succeeded node_uuid=%s heartbeat_timeout=%s", self.node_uuid, config.get("heartbeat_timeout"))
+        return True
+
+    def _heartbeat_interval(self) -> float:
+        if self.options.heartbeat_interval is not None:
+            return self.options.heartbeat_interval
+        timeout = float(self.config.get("heartbeat_timeout") or 300)
+        return max(MIN_HEARTBEAT_INTERVAL, timeout * random.uniform(0.3, 0.6))
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"callback_url": self.callback_url, "agent_version": AGENT_VERSION,
+                                "agent_token": self.agent_token}
+        if self.progress is not None:
+            body["deploy_progress"] = self.progress.as_dict()
+        return body
+
+    async def _heartbeat_loop(self, api: str) -> None:
+        assert self.node_uuid is not None
+        error_delay = 0.0
+        while self.powered_down is None:
+            self._heartbeat_now.clear()
+            try:
+                await callbacks.heartbeat(self.session, api, self.node_uuid, self.heartbeat_body(), self._api_headers)
+                self.heartbeats_sent += 1
+                error_delay = 0.0
+                if self.last_error and self.last_error.startswith("heartbeat"):
+                    self.last_error = None
+                delay = self._heartbeat_interval()
+                if self.progress is not None and self.progress.stage not in ("done", "failed"):
+                    delay = min(delay, self.options.progress_heartbeat_interval)
+            except (callbacks.CallbackError, aiohttp.ClientError, TimeoutError) as exc:
+                interval = self._heartbeat_interval()
+                error_delay = min(interval, max(error_delay * 2, min(1.0, interval)))
+                delay = error_delay
+                self.last_error = f"heartbeat failed: {exc or type(exc).__name__}"
+                LOG.warning("heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s", self.node_uuid, delay, exc)
+            try:
+                await asyncio.wait_for(self._heartbeat_now.wait(), timeout=delay)
+            except TimeoutError:
+                pass

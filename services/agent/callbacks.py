@@ -1,0 +1,79 @@
+"""The agent's two calls to the api: lookup and heartbeat (CONTRACT 5.1, 5.2).
+
+Both are public endpoints; the heartbeat carries the one-time token that the
+first lookup handed out. The microversion is negotiated once, like IPA:
+``min(server maximum, 1.68)``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+
+LOG = logging.getLogger(__name__)
+WANTED_VERSION = (1, 68)
+VERSION_HEADER = "X-OpenStack-Ironic-API-Version"
+TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+
+class CallbackError(Exception):
+    """A lookup or heartbeat the api refused or could not answer."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _parse_version(text: str) -> tuple[int, int] | None:
+    try:
+        major, minor = text.strip().split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+async def negotiate_version(session: aiohttp.ClientSession, api_url: str) -> str:
+    """``min(server max, 1.68)``; 1.68 when the root document cannot be read."""
+    wanted = WANTED_VERSION
+    try:
+        async with session.get(f"{api_url}/", timeout=TIMEOUT) as resp:
+            best = _parse_version(resp.headers.get("X-OpenStack-Ironic-API-Maximum-Version", ""))
+            if best is None and resp.status == 200:
+                body = await resp.json(content_type=None)
+                best = _parse_version(str((body.get("default_version") or {}).get("version", "")))
+            if best is not None:
+                wanted = min(wanted, best)
+    except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
+        LOG.info("api version discovery failed api=%s reason=%s; using %d.%d", api_url, exc, *wanted)
+    return f"{wanted[0]}.{wanted[1]}"
+
+
+async def lookup(session: aiohttp.ClientSession, api_url: str, macs: tuple[str, ...], node_uuid: str,
+                 headers: dict[str, str]) -> dict[str, Any] | None:
+    """The lookup document, or None while the api does not know us yet (404)."""
+    params = {"addresses": ",".join(macs)}
+    if node_uuid:
+        params["node_uuid"] = node_uuid
+    async with session.get(f"{api_url}/v1/lookup", params=params, headers=headers, timeout=TIMEOUT) as resp:
+        text = await resp.text()
+        if resp.status == 404:
+            return None
+        if resp.status != 200:
+            raise CallbackError(f"lookup answered HTTP {resp.status}: {text[:300]}", resp.status)
+        try:
+            body = await resp.json(content_type=None)
+        except ValueError:
+            raise CallbackError("lookup answered with a body that is not JSON", resp.status) from None
+        if not isinstance(body, dict) or not isinstance(body.get("node"), dict) or not body["node"].get("uuid"):
+            raise CallbackError("lookup answer has no node uuid", resp.status)
+        return body
+
+
+async def heartbeat(session: aiohttp.ClientSession, api_url: str, node_uuid: str, body: dict[str, Any],
+                    headers: dict[str, str]) -> None:
+    async with session.post(f"{api_url}/v1/heartbeat/{node_uuid}", json=body, headers=headers,
+                            timeout=TIMEOUT) as resp:
+        if resp.status not in (200, 202, 204):
+            raise CallbackError(f"heartbeat answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)

@@ -1,0 +1,114 @@
+"""``ferrum agent``: one agent in its own process (the ramdisk's main).
+
+Settings come from flags, or from a kernel command line file
+(``--kernel-cmdline /proc/cmdline``) with flags winning. Disks are always
+given with ``--disk PATH[,name=/dev/sda,serial=..,wwn=..,model=..,rotational=0]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
+from services.common import errors
+
+LOG = logging.getLogger(__name__)
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kernel-cmdline", metavar="FILE",
+                        help="read ipa-api-url, BOOTIF, ipa-node-uuid, ipa-agent-token ... from this file "
+                             "(e.g. /proc/cmdline); flags below win")
+    parser.add_argument("--api-url", help="Ironic-compatible api base URL, e.g. http://127.0.0.1:6385")
+    parser.add_argument("--mac", action="append", default=[], help="a NIC MAC used for lookup (repeatable)")
+    parser.add_argument("--disk", action="append", default=[], metavar="PATH[,name=..,serial=..,wwn=..,model=..,rotational=0|1]",
+                        help="a disk (file or block device) the agent may write (repeatable; required)")
+    parser.add_argument("--node-uuid", help="node UUID hint for lookup")
+    parser.add_argument("--agent-token", help="pre-generated agent token (else the lookup's)")
+    parser.add_argument("--listen-host", help="command API listen address (default 127.0.0.1)")
+    parser.add_argument("--listen-port", type=int, help="command API port (default 9999; 0 = ephemeral)")
+    parser.add_argument("--advertise-host", help="host put in the callback_url (default the listen address)")
+    parser.add_argument("--lookup-timeout", type=float, help="give up the lookup after this many seconds (default 300)")
+    parser.add_argument("--lookup-interval", type=float, help="seconds between lookups (default 1)")
+    parser.add_argument("--heartbeat-interval", type=float,
+                        help="fixed heartbeat interval (default: heartbeat_timeout x random 0.3-0.6, as IPA)")
+    parser.add_argument("--allow-md5", action="store_true", help="accept md5 image checksums")
+    parser.add_argument("--tmp-dir", help="where qcow2 images are staged before conversion (default system temp)")
+    parser.add_argument("--exit-on-power-off", action="store_true",
+                        help="exit the process after standby.power_off / standby.run_image (a stand-in for the machine going down)")
+    parser.add_argument("--ports-file", help="write {\"agent\": callback_url} as JSON here once serving")
+    parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+
+
+def parse_disk(spec: str) -> Disk:
+    path, *pairs = spec.split(",")
+    fields: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in ("name", "serial", "wwn", "model", "rotational"):
+            raise errors.InvalidParameterValue(f"bad --disk field {pair!r} (name, serial, wwn, model, rotational)")
+        fields[key] = value.lower() in ("1", "true", "yes") if key == "rotational" else value
+    if not path:
+        raise errors.InvalidParameterValue("--disk needs a path")
+    return Disk(path=path, **fields)
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    text = Path(args.kernel_cmdline).read_text() if args.kernel_cmdline else ""
+    overrides: dict[str, Any] = {"disks": tuple(parse_disk(d) for d in args.disk)}
+    if args.mac:
+        overrides["macs"] = tuple(args.mac)
+    for flag in ("api_url", "node_uuid", "agent_token", "listen_host", "listen_port", "advertise_host",
+                 "lookup_timeout", "lookup_interval", "heartbeat_interval", "tmp_dir"):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[flag] = value
+    if args.allow_md5:
+        overrides["allow_md5"] = True
+    if "listen_port" not in overrides and "ipa-listen-port" not in text:
+        overrides["listen_port"] = 9999
+    return options_from_kernel_cmdline(text, **overrides)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    stopping = asyncio.Event()
+
+    async def leave() -> None:
+        if args.exit_on_power_off:
+            stopping.set()
+
+    options = dataclasses.replace(options_from_args(args), power_off=leave, reboot=leave)
+    agent = Agent(options)
+    await agent.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    if args.ports_file:
+        Path(args.ports_file).write_text(json.dumps({"agent": agent.callback_url}))
+    print(f"agent command API at {agent.callback_url}", flush=True)
+    try:
+        await stopping.wait()
+    finally:
+        await agent.stop()
+    return 0
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    from services.common.logs import configure_logging
+
+    configure_logging(args.log_level, "text")
+    try:
+        return asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        return 130
+    except (errors.FerrumError, OSError) as exc:
+        print(f"ferrum: error: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,216 @@
+"""The agent's commands, named ``<extension>.<command>`` as IPA names them.
+
+Each command is a coroutine taking the agent and its params. *Sync* commands
+finish inside the POST; *async* ones run in the background and the conductor
+polls ``GET /v1/commands/{id}`` (or posts with ``wait=true``). Params are
+checked before anything runs: bad params answer 400 and change nothing.
+A command that fails after it started is a FAILED result whose
+``command_error`` has IPA's shape ``{type, code, message, details}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from services.agent import checksum, hardware, imagewrite, partitions
+from services.agent import configdrive as configdrives
+from services.common import errors
+
+if TYPE_CHECKING:
+    from services.agent.agent import Agent
+
+LOG = logging.getLogger(__name__)
+HARDWARE_MANAGER = "GenericHardwareManager"
+HARDWARE_MANAGER_VERSION = "1.2"
+
+
+@dataclass
+class CommandResult:
+    """One command as ``GET /v1/commands/{id}`` shows it."""
+
+    name: str
+    params: dict[str, Any]
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    status: str = "RUNNING"
+    result: Any = None
+    error: dict[str, Any] | None = None
+    progress: imagewrite.Progress | None = None
+    created: float = field(default_factory=time.time)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def succeed(self, result: Any) -> None:
+        self.status, self.result = "SUCCEEDED", result
+        self.done.set()
+
+    def fail(self, exc: BaseException) -> None:
+        self.status = "FAILED"
+        message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        self.error = {"type": type(exc).__name__, "code": getattr(exc, "http_status", 500),
+                      "message": message, "details": message}
+        self.done.set()
+
+    def as_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"id": self.id, "command_name": self.name, "command_status": self.status,
+                                "command_result": self.result, "command_error": self.error}
+        if self.progress is not None:
+            body["deploy_progress"] = self.progress.as_dict()
+        return body
+
+
+Handler = Callable[["Agent", dict[str, Any], CommandResult], Awaitable[Any]]
+Validator = Callable[["Agent", dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Command:
+    handler: Handler
+    is_async: bool
+    validate: Validator | None = None
+
+
+# ---- params checks (run before a command starts) -------------------------------------------
+
+def _validate_prepare_image(agent: Agent, params: dict[str, Any]) -> None:
+    checksum.validate_image_info(params.get("image_info"), allow_md5=agent.allow_md5())
+    drive = params.get("configdrive")
+    if drive is not None and not isinstance(drive, str):
+        raise errors.InvalidParameterValue("configdrive must be a URL or a gzip+base64 string")
+
+
+def _validate_deploy_step(agent: Agent, params: dict[str, Any]) -> None:
+    step = params.get("step")
+    if not isinstance(step, Mapping) or not step.get("step"):
+        raise errors.InvalidParameterValue("execute_deploy_step needs a 'step' object with a 'step' name")
+    if step.get("interface", "deploy") != "deploy" or step["step"] not in DEPLOY_STEPS:
+        raise errors.InvalidParameterValue(f"unknown deploy step {step.get('interface', 'deploy')}.{step['step']}")
+    if step["step"] == "write_image":
+        args = step.get("args") or {}
+        _validate_prepare_image(agent, {"image_info": args.get("image_info"),
+                                        "configdrive": args.get("configdrive")})
+
+
+# ---- deploy -------------------------------------------------------------------------------
+
+DEPLOY_STEPS: dict[str, dict[str, Any]] = {
+    "write_image": {"step": "write_image", "priority": 0, "interface": "deploy", "reboot_requested": False,
+                    "argsinfo": {"image_info": {"description": "image to write", "required": True},
+                                 "configdrive": {"description": "config drive (URL or gzip+base64)",
+                                                 "required": False}}},
+}
+
+
+async def get_deploy_steps(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    agent.remember_node(params.get("node"))
+    return {"deploy_steps": {HARDWARE_MANAGER: list(DEPLOY_STEPS.values())},
+            "hardware_manager_version": {HARDWARE_MANAGER: HARDWARE_MANAGER_VERSION}}
+
+
+async def execute_deploy_step(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    agent.remember_node(params.get("node"))
+    step = dict(params["step"])
+    args = step.get("args") or {}
+    result = await _prepare_image(agent, args["image_info"], args.get("configdrive"), cmd)
+    return {"deploy_result": {"result": result}, "deploy_step": step}
+
+
+# ---- standby ------------------------------------------------------------------------------
+
+async def prepare_image(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    return await _prepare_image(agent, params["image_info"], params.get("configdrive"), cmd)
+
+
+async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: str | None,
+                         cmd: CommandResult) -> str:
+    disk = await agent.root_disk()
+    progress = imagewrite.Progress(image_id=str(image_info.get("id")))
+    cmd.progress = agent.progress = progress
+    try:
+        written = await imagewrite.write_image(
+            agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
+            tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size)
+        LOG.info("image written image=%s device=%s format=%s bytes=%d rate=%.0f",
+                 written.image_id, disk.name, written.format, written.bytes_written, progress.rate())
+        configdrive = configdrive or image_info.get("configdrive")
+        if configdrive:
+            progress.stage = "configdrive"
+            placement = await configdrives.write_config_drive(agent.session, disk.path, configdrive)
+            LOG.info("config drive written device=%s placement=%s", disk.name, placement)
+        agent.partition_info = await partitions.partition_uuids(disk.path, disk.name)
+    except BaseException:
+        progress.stage, progress.finished = "failed", time.monotonic()
+        raise
+    progress.stage, progress.finished = "done", time.monotonic()
+    root_uuid = agent.partition_info.get("root uuid")
+    message = f"image ({written.image_id}) written to device {disk.name} root_uuid={root_uuid}"
+    efi = agent.partition_info.get("efi system partition uuid")
+    return message + (f" efi_system_partition_uuid={efi}" if efi else "")
+
+
+async def get_partition_uuids(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    disk = await agent.root_disk()
+    info = await partitions.partition_uuids(disk.path, disk.name)
+    agent.partition_info = info
+    return {k: v for k, v in info.items() if k != "label"}
+
+
+async def _sync_disks(agent: Agent) -> None:
+    def sync_all() -> None:
+        for disk in agent.options.disks:
+            try:
+                fd = os.open(disk.path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    await asyncio.to_thread(sync_all)
+
+
+async def sync(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    await _sync_disks(agent)
+    return None
+
+
+async def power_off(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    await _sync_disks(agent)
+    agent.schedule_power_action("power_off")
+    return None
+
+
+async def run_image(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    await _sync_disks(agent)
+    agent.schedule_power_action("reboot")
+    return None
+
+
+# ---- image / poll -------------------------------------------------------------------------
+
+async def install_bootloader(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    # A whole-disk image carries its own boot loader (seed 001: the image is just blocks).
+    return None
+
+
+async def get_hardware_info(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    disks = await asyncio.to_thread(hardware.describe_disks, agent.options.disks)
+    return hardware.inventory(disks, agent.options.macs, ipv4_address=agent.advertise_host)
+
+
+COMMANDS: dict[str, Command] = {
+    "deploy.get_deploy_steps": Command(get_deploy_steps, is_async=False),
+    "deploy.execute_deploy_step": Command(execute_deploy_step, is_async=True, validate=_validate_deploy_step),
+    "standby.prepare_image": Command(prepare_image, is_async=True, validate=_validate_prepare_image),
+    "standby.get_partition_uuids": Command(get_partition_uuids, is_async=False),
+    "standby.sync": Command(sync, is_async=False),
+    "standby.power_off": Command(power_off, is_async=True),
+    "standby.run_image": Command(run_image, is_async=True),
+    "image.install_bootloader": Command(install_bootloader, is_async=True),
+    "poll.get_hardware_info": Command(get_hardware_info, is_async=False),
+}

@@ -1,0 +1,338 @@
+"""Writing an image onto the root disk: streamed, hashed on the way, verified.
+
+Raw images go straight from the socket to the disk: bytes are gathered into
+one of two large aligned buffers; a full buffer is hashed and ``pwrite``-n at
+its offset by two worker threads in parallel while the event loop fills the
+other buffer. Memory stays at two buffers whatever the image size, nothing is
+copied to local storage, and the disk is opened without ``O_TRUNC`` (a
+file-backed disk keeps its size; only the image's bytes change). One
+``fsync`` at the end.
+
+qcow2 images (detected by their magic, never by the declared format alone)
+are streamed to a temporary file beside the agent (hashed on the way), the
+checksum is verified, and Debian's ``qemu-img convert -n -O raw`` writes the
+disk. That needs local space for the compressed image but never memory; an
+image with a backing file is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from services.agent import checksum as checksums
+from services.agent import download
+from services.agent.hardware import DiskInfo
+from services.common import errors
+
+LOG = logging.getLogger(__name__)
+QCOW2_MAGIC = b"QFI\xfb"
+DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
+_QEMU_PROGRESS = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
+
+
+@dataclass
+class Progress:
+    """What the heartbeat and the command status say about a running write."""
+
+    image_id: str = ""
+    stage: str = "idle"  # downloading | writing | converting | configdrive | done | failed
+    bytes_written: int = 0
+    bytes_downloaded: int = 0
+    total: int | None = None
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+
+    def rate(self) -> float:
+        elapsed = (self.finished or time.monotonic()) - self.started
+        return self.bytes_written / elapsed if elapsed > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"image_id": self.image_id, "stage": self.stage, "bytes_written": self.bytes_written,
+                "bytes_downloaded": self.bytes_downloaded, "total": self.total,
+                "rate": round(self.rate(), 1),
+                "elapsed": round((self.finished or time.monotonic()) - self.started, 3)}
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    image_id: str
+    format: str
+    bytes_written: int
+    downloaded: int
+    checksum: str
+    algo: str
+
+
+class BlockWriter:
+    """Double-buffered positional writes of a byte stream to one fd, hashed in order."""
+
+    def __init__(self, fd: int, hasher: Any, *, block_size: int, limit: int | None, limit_error: str,
+                 on_written: Any = None) -> None:
+        self.fd, self.hasher, self.block_size = fd, hasher, block_size
+        self.limit, self.limit_error = limit, limit_error
+        self.on_written = on_written
+        self._buffers = [bytearray(block_size)]
+        self._current = 0
+        self._fill = 0
+        self.offset = 0  # bytes handed to the writer threads so far
+        self._pending: asyncio.Future[None] | None = None
+
+    async def write(self, data: bytes) -> None:
+        if self.limit is not None and self.offset + self._fill + len(data) > self.limit:
+            raise errors.ImageError(self.limit_error)
+        view = memoryview(data)
+        while view:
+            buf = self._buffers[self._current]
+            take = min(len(view), self.block_size - self._fill)
+            buf[self._fill:self._fill + take] = view[:take]
+            self._fill += take
+            view = view[take:]
+            if self._fill == self.block_size:
+                await self._flush_current()
+
+    async def _flush_current(self) -> None:
+        if self._pending is not None:
+            await self._pending
+        if not self._fill:
+            return
+        block = memoryview(self._buffers[self._current])[:self._fill]
+        offset = self.offset
+        self.offset += self._fill
+        self._pending = asyncio.ensure_future(self._write_block(block, offset))
+        self._current ^= 1
+        if len(self._buffers) == 1:
+            self._buffers.append(bytearray(self.block_size))
+        self._fill = 0
+
+    async def _write_block(self, block: memoryview, offset: int) -> None:
+        # Hashing and writing both release the GIL: run them side by side.
+        await asyncio.gather(asyncio.to_thread(self.hasher.update, block),
+                             asyncio.to_thread(_pwrite_all, self.fd, block, offset))
+        if self.on_written is not None:
+            self.on_written(len(block))
+
+    async def close(self, *, sync: bool) -> int:
+        """Write what is buffered, wait for the threads, fsync; returns bytes written."""
+        await self._flush_current()
+        if self._pending is not None:
+            await self._pending
+            self._pending = None
+        if sync:
+            await asyncio.to_thread(os.fsync, self.fd)
+        self._buffers = []
+        return self.offset
+
+    async def abort(self) -> None:
+        if self._pending is not None:
+            try:
+                await self._pending
+            except Exception:  # the error that caused the abort is already being raised
+                pass
+            self._pending = None
+        self._buffers = []
+
+
+def _pwrite_all(fd: int, block: memoryview, offset: int) -> None:
+    while block:
+        written = os.pwrite(fd, block, offset)
+        block = block[written:]
+        offset += written
+
+
+class _ImageSink:
+    """Receives the downloaded bytes; picks raw or qcow2 from the first ones."""
+
+    def __init__(self, image_info: dict[str, Any], disk: DiskInfo, expected: checksums.ExpectedChecksum,
+                 progress: Progress, *, tmp_dir: str, block_size: int) -> None:
+        self.image_info, self.disk, self.expected, self.progress = image_info, disk, expected, progress
+        self.tmp_dir, self.block_size = tmp_dir, block_size
+        self.format: str | None = None
+        self._head = b""
+        self._writer: BlockWriter | None = None
+        self._fd: int | None = None
+        self.tmp_path: str | None = None
+        self.hasher = expected.new_hasher()
+
+    async def __call__(self, data: bytes) -> None:
+        self.progress.bytes_downloaded += len(data)
+        if self._writer is None:
+            self._head += data
+            if len(self._head) < 512:
+                return
+            data, self._head = self._head, b""
+            self._open(data)
+        assert self._writer is not None
+        await self._writer.write(data)
+
+    def _open(self, head: bytes) -> None:
+        detected = "qcow2" if head[:4] == QCOW2_MAGIC else "raw"
+        declared = (self.image_info.get("disk_format") or "").lower()
+        if declared and declared not in ("raw", "qcow2"):
+            raise errors.ImageError(f"Image {self.image_info['id']} has disk_format {declared!r}; "
+                                    "this agent writes raw and qcow2 images only")
+        if declared and declared != detected:
+            raise errors.ImageError(f"Image format mismatch for image {self.image_info['id']}: "
+                                    f"declared {declared}, the content is {detected}")
+        self.format = detected
+        if detected == "raw":
+            self.progress.stage = "writing"
+            self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            limit, message = self.disk.size, (f"Image {self.image_info['id']} is larger than the disk "
+                                              f"{self.disk.name} ({self.disk.size} bytes)")
+
+            def written(n: int) -> None:
+                self.progress.bytes_written += n
+        else:
+            self.progress.stage = "downloading"
+            self._fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
+            limit, message = None, ""
+            written = None
+        self._writer = BlockWriter(self._fd, self.hasher, block_size=self.block_size, limit=limit,
+                                   limit_error=message, on_written=written)
+
+    async def finish(self) -> int:
+        if self._writer is None:  # a tiny image: everything is still in the head buffer
+            data, self._head = self._head, b""
+            self._open(data)
+            assert self._writer is not None
+            await self._writer.write(data)
+        assert self._writer is not None
+        count = await self._writer.close(sync=self.format == "raw")
+        self._close_fd()
+        return count
+
+    async def abort(self) -> None:
+        if self._writer is not None:
+            await self._writer.abort()
+        self._close_fd()
+        self.remove_tmp()
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def remove_tmp(self) -> None:
+        if self.tmp_path:
+            try:
+                os.unlink(self.tmp_path)
+            except FileNotFoundError:
+                pass
+            self.tmp_path = None
+
+
+async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any], disk: DiskInfo, *,
+                      progress: Progress, allow_md5: bool = False, tmp_dir: str = "",
+                      block_size: int = DEFAULT_BLOCK_SIZE,
+                      policy: download.RetryPolicy = download.DEFAULT_POLICY) -> WriteResult:
+    """Download, verify and write ``image_info`` onto ``disk``; raise ImageError on any failure."""
+
+    async def fetch_text(url: str) -> str:
+        return (await download.fetch_bytes(session, url, limit=1024 * 1024, policy=policy)).decode("utf-8", "replace")
+
+    image_id = str(image_info.get("id"))
+    progress.image_id = image_id
+    progress.stage = "downloading"
+    expected = await checksums.resolve_expected(image_info, allow_md5=allow_md5, fetch_text=fetch_text)
+    last_error: Exception | None = None
+    for url in image_info["urls"]:
+        sink = _ImageSink(image_info, disk, expected, progress, tmp_dir=tmp_dir or tempfile.gettempdir(),
+                          block_size=block_size)
+        progress.bytes_written = progress.bytes_downloaded = 0
+        progress.total = None
+
+        def on_size(total: int | None) -> None:
+            if total is not None:
+                progress.total = total
+
+        try:
+            downloaded = await download.fetch(session, url, sink, policy=policy, on_size=on_size)
+            count = await sink.finish()
+        except errors.ImageError as exc:
+            await sink.abort()
+            last_error = exc
+            LOG.warning("image download failed image=%s url=%s reason=%s", image_id, url, exc)
+            continue
+        except BaseException:
+            await sink.abort()
+            raise
+        try:
+            actual = sink.hasher.hexdigest()
+            if actual != expected.value:
+                raise errors.ChecksumMismatch(
+                    f"Checksum mismatch for image {image_id}: expected {expected.algo} {expected.value} got {actual}")
+            written = count
+            if sink.format == "qcow2":
+                assert sink.tmp_path is not None
+                written = await convert_qcow2(sink.tmp_path, disk, progress)
+        finally:
+            sink.remove_tmp()
+        progress.stage = "written"
+        return WriteResult(image_id, sink.format or "raw", written, downloaded, actual, expected.algo)
+    assert last_error is not None
+    raise last_error
+
+
+async def _run(*argv: str) -> tuple[int, bytes, bytes]:
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out, err
+
+
+async def qcow2_info(path: str) -> dict[str, Any]:
+    code, out, err = await _run("qemu-img", "info", "--output=json", "-f", "qcow2", path)
+    if code:
+        raise errors.ImageError(f"qemu-img info failed: {err.decode(errors='replace').strip()}")
+    return json.loads(out)
+
+
+async def convert_qcow2(src: str, disk: DiskInfo, progress: Progress) -> int:
+    """qemu-img convert into the existing disk (``-n``: no create, no truncate)."""
+    info = await qcow2_info(src)
+    if info.get("backing-filename") or info.get("full-backing-filename"):
+        raise errors.ImageError(f"Image {progress.image_id} is a qcow2 with a backing file; refused")
+    virtual = int(info["virtual-size"])
+    if virtual > disk.size:
+        raise errors.ImageError(f"Image {progress.image_id} ({virtual} bytes virtual) is larger than the disk "
+                                f"{disk.name} ({disk.size} bytes)")
+    progress.stage, progress.total, progress.bytes_written = "converting", virtual, 0
+    proc = await asyncio.create_subprocess_exec(
+        "qemu-img", "convert", "-p", "-n", "-f", "qcow2", "-O", "raw", "-W", src, disk.path,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    stderr_task = asyncio.ensure_future(proc.stderr.read())
+    try:
+        pending = b""
+        while chunk := await proc.stdout.read(4096):
+            pending += chunk
+            matches = _QEMU_PROGRESS.findall(pending)
+            if matches:
+                progress.bytes_written = int(virtual * float(matches[-1]) / 100)
+                pending = pending[-64:]
+        code = await proc.wait()
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    err = await stderr_task
+    if code:
+        raise errors.ImageError(f"qemu-img convert of image {progress.image_id} failed: "
+                                f"{err.decode(errors='replace').strip()}")
+    fd = os.open(disk.path, os.O_WRONLY)
+    try:
+        await asyncio.to_thread(os.fsync, fd)
+    finally:
+        os.close(fd)
+    progress.bytes_written = virtual
+    return virtual
