@@ -166,7 +166,9 @@ class PeriodicWork:
                 except errors.NodeLocked:
                     continue
                 try:
-                    if task.node["provision_state"] == state:
+                    # Re-read under the lock: a heartbeat may have arrived since the scan.
+                    fresh = task.node["provision_updated_at"]
+                    if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
                         await self.manager.fail(
                             task, f"Timeout reached while waiting for callback for node {node['uuid']} "
                             f"({int(timeout)} s in \"{state}\")"

@@ -42,6 +42,16 @@ class IpxeBoot(base.BootInterface):
         await task.driver.management.set_boot_device(task, "pxe", persistent=False)
 
     async def prepare_instance(self, task: base.Task) -> None:
-        # Whole-disk images boot through the renderer's local-disk script, so the
-        # machine keeps booting from the network (persistently) as Ironic does.
-        await task.driver.management.set_boot_device(task, "pxe", persistent=True)
+        """Boot the instance next: from its disk when the BMC can be told so.
+
+        A whole-disk image boots straight from the disk, as Ironic's local boot
+        does, so the first boot after a deploy never depends on the renderer
+        having seen the node become active. A boot-from-volume node (or a BMC
+        that can only network-boot) keeps booting from the network, and the
+        renderer answers with the SAN or local-disk script for its state.
+        """
+        devices = task.driver.management.get_supported_boot_devices(task)
+        if "disk" in devices and not task.volume_targets:
+            await task.driver.management.set_boot_device(task, "disk", persistent=True)
+        else:
+            await task.driver.management.set_boot_device(task, "pxe", persistent=True)

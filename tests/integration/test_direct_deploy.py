@@ -1,0 +1,205 @@
+"""The direct deploy through every real piece but the machine: the REST api,
+the conductor's heartbeat-driven steps, the object store holding the config
+drive, and the real deploy agent writing a sparse disk file from a real HTTP
+image server. The test plays the machine: it starts the agent when the
+conductor has booted the "ramdisk" (fake power), as the simulator does."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from services.agent.agent import Agent, AgentOptions, Disk
+from services.runtime import ALL_SERVICES_ORDER, RunningStack
+from tests.conftest import test_settings
+
+V = {"X-OpenStack-Ironic-API-Version": "1.56"}
+MiB = 1024 * 1024
+
+
+def make_image(path: Path) -> bytes:
+    """A small GPT whole-disk image with a marker in its one partition."""
+    with open(path, "wb") as f:
+        f.truncate(8 * MiB)
+    subprocess.run(["sgdisk", "-n", "1:2048:+4M", "-c", "1:root", str(path)], check=True, capture_output=True)
+    with open(path, "r+b") as f:
+        f.seek(2048 * 512)
+        f.write(b"FERRUM-ROOT-MARKER" + os.urandom(4096))
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("direct")
+    image = make_image(tmp / "image.raw")
+    app = web.Application()
+    app.router.add_static("/images/", tmp)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    image_base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/images"  # type: ignore[union-attr]
+    settings = test_settings(database_url, tmp / "state", conductor={
+        "hostname": "direct-conductor", "deploy_callback_timeout": 8.0, "timeout_check_interval": 1.0,
+        "agent_power_off_timeout": 1.0, "enabled_boot_interfaces": ("fake", "ipxe"),
+    })
+    stack = RunningStack()
+    await stack.start(settings, list(ALL_SERVICES_ORDER))
+    session = aiohttp.ClientSession()
+    agents: list[Agent] = []
+    try:
+        yield {"stack": stack, "api": stack.endpoints["api REST (Ironic v1)"], "image": image,
+               "image_url": f"{image_base}/image.raw", "tmp": tmp, "session": session, "agents": agents}
+    finally:
+        for agent in agents:
+            await agent.stop()
+        await session.close()
+        await stack.close()
+        await runner.cleanup()
+
+
+async def call(env: dict[str, Any], method: str, path: str, body: Any = None, expect: int | None = None) -> Any:
+    async with env["session"].request(method, env["api"] + path, json=body, headers=V) as r:
+        text = await r.text()
+        if expect is not None:
+            assert r.status == expect, f"{method} {path}: {r.status} {text}"
+        return r.status, (json.loads(text) if text else None)
+
+
+async def wait_state(env: dict[str, Any], ident: str, wanted: str, timeout: float = 90.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        _, node = await call(env, "GET", f"/v1/nodes/{ident}", expect=200)
+        if node["provision_state"] == wanted and node["reservation"] is None:
+            return node
+        assert time.monotonic() < deadline, f"{ident}: {node['provision_state']} ({node['last_error']})"
+        await asyncio.sleep(0.1)
+
+
+async def enroll(env: dict[str, Any], name: str, mac: str, *, sha256: str) -> dict[str, Any]:
+    _, node = await call(env, "POST", "/v1/nodes", {
+        "driver": "fake-hardware", "name": name, "deploy_interface": "direct", "boot_interface": "fake",
+        "instance_info": {"image_source": env["image_url"], "image_os_hash_algo": "sha256",
+                          "image_os_hash_value": sha256},
+    }, expect=201)
+    await call(env, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac}, expect=201)
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        await call(env, "PUT", f"/v1/nodes/{name}/states/provision", {"target": verb}, expect=202)
+        await wait_state(env, name, state)
+    return node
+
+
+async def boot_agent(env: dict[str, Any], mac: str, disk: Path) -> Agent:
+    """What the machine does once the deploy ramdisk boots."""
+    with open(disk, "wb") as f:
+        f.truncate(128 * MiB)
+    agent = Agent(AgentOptions(api_url=env["api"], macs=(mac,), disks=(Disk(path=str(disk), serial="S1"),),
+                               heartbeat_interval=0.5, lookup_interval=0.2))
+    env["agents"].append(agent)
+    await agent.start()
+    return agent
+
+
+async def test_deploy_writes_image_and_config_drive(env: dict[str, Any]) -> None:
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    node = await enroll(env, "direct-1", "52:54:00:d0:00:01", sha256=sha)
+    await call(env, "PUT", "/v1/nodes/direct-1/states/provision", {
+        "target": "active", "configdrive": {"meta_data": {"hostname": "direct-1", "public_keys": {"k": "ssh-ed25519 AAA"}},
+                                            "user_data": "#cloud-config\n"}}, expect=202)
+    await wait_state(env, "direct-1", "wait call-back")
+    disk = env["tmp"] / "disk-1.img"
+    await boot_agent(env, "52:54:00:d0:00:01", disk)
+    active = await wait_state(env, "direct-1", "active")
+    assert active["last_error"] is None
+    with open(disk, "rb") as f:
+        written = f.read(len(env["image"]))
+    # The partition entries change (config-2 added), so compare the payload past the tables.
+    assert written[2048 * 512:] == env["image"][2048 * 512:]
+    table = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout)
+    parts = table["partitiontable"]["partitions"]
+    assert len(parts) == 2 and parts[-1].get("name") == "config-2"
+    assert (parts[-1]["start"] + parts[-1]["size"]) * 512 > 128 * MiB - 64 * MiB
+    info = active["driver_internal_info"]
+    assert info.get("deploy_progress", {}).get("bytes_written", 0) >= len(env["image"]) - 2048 * 512
+    assert "agent_url" not in info and info.get("agent_secret_token") in (None, "******")
+    # The drive went through the object store and the node keeps only a masked URL.
+    assert active["instance_info"]["configdrive"] == "******"
+    store = conductor(env).objectstore
+    assert store is not None, "the stack's conductor must use the stack's object store"
+    obj = await store.stat("ironic_configdrive_container", f"configdrive-{node['uuid']}")
+    assert obj is not None and obj.size > 0
+    await call(env, "PUT", "/v1/nodes/direct-1/states/provision", {"target": "deleted"}, expect=202)
+    await wait_state(env, "direct-1", "available")
+    assert await store.stat("ironic_configdrive_container", f"configdrive-{node['uuid']}") is None
+
+
+async def test_bad_checksum_fails_then_redeploys(env: dict[str, Any]) -> None:
+    await enroll(env, "direct-2", "52:54:00:d0:00:02", sha256="0" * 64)
+    await call(env, "PUT", "/v1/nodes/direct-2/states/provision", {"target": "active"}, expect=202)
+    await wait_state(env, "direct-2", "wait call-back")
+    first = await boot_agent(env, "52:54:00:d0:00:02", env["tmp"] / "disk-2.img")
+    failed = await wait_state(env, "direct-2", "deploy failed")
+    assert "checksum" in failed["last_error"].lower()
+    await first.stop()
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    await call(env, "PATCH", "/v1/nodes/direct-2", [
+        {"op": "replace", "path": "/instance_info/image_os_hash_value", "value": sha}], expect=200)
+    await call(env, "PUT", "/v1/nodes/direct-2/states/provision", {"target": "active"}, expect=202)
+    await wait_state(env, "direct-2", "wait call-back")
+    await boot_agent(env, "52:54:00:d0:00:02", env["tmp"] / "disk-2b.img")
+    await wait_state(env, "direct-2", "active")
+    await call(env, "PUT", "/v1/nodes/direct-2/states/provision", {"target": "deleted"}, expect=202)
+    node = await wait_state(env, "direct-2", "available")
+    assert node["power_state"] == "power off" and node["instance_info"] == {}
+
+
+async def test_token_rules(env: dict[str, Any]) -> None:
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    node = await enroll(env, "direct-3", "52:54:00:d0:00:03", sha256=sha)
+    status, _ = await call(env, "GET", "/v1/lookup?addresses=52:54:00:d0:00:03")
+    assert status == 404  # available: no lookup
+    await call(env, "PUT", "/v1/nodes/direct-3/states/provision", {"target": "active"}, expect=202)
+    await wait_state(env, "direct-3", "wait call-back")
+    status, first = await call(env, "GET", "/v1/lookup?addresses=52:54:00:d0:00:03,not-a-mac", expect=200)
+    token = first["config"]["agent_token"]
+    assert len(token) >= 32 and first["node"]["uuid"] == node["uuid"]
+    _, second = await call(env, "GET", f"/v1/lookup?node_uuid={node['uuid']}", expect=200)
+    assert second["config"]["agent_token"] == "******"
+    status, _ = await call(env, "GET", "/v1/lookup?addresses=zz")
+    assert status == 400
+    hb = {"callback_url": "http://127.0.0.1:9/", "agent_version": "9.0"}
+    assert (await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", hb))[0] == 400  # no token
+    status, body = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": "x" * 43})
+    assert status == 400 and "token" in body["error_message"].lower()
+    status, _ = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "callback_url": "ftp://x", "agent_token": token})
+    assert status == 400
+    await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": token}, expect=202)
+    status, body = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}",
+                              {**hb, "callback_url": "http://127.0.0.1:10/", "agent_token": token})
+    assert status == 400 and "callback_url" in body["error_message"]
+    # Nothing answers at that callback URL: the deploy fails and says why.
+    failed = await wait_state(env, "direct-3", "deploy failed", timeout=60)
+    assert "unreachable" in failed["last_error"]
+
+
+async def test_callback_timeout(env: dict[str, Any]) -> None:
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    await enroll(env, "direct-4", "52:54:00:d0:00:04", sha256=sha)
+    await call(env, "PUT", "/v1/nodes/direct-4/states/provision", {"target": "active"}, expect=202)
+    await wait_state(env, "direct-4", "wait call-back")
+    failed = await wait_state(env, "direct-4", "deploy failed", timeout=60)  # no agent ever calls back
+    assert "Timeout reached while waiting for callback" in failed["last_error"] or "timed out" in failed["last_error"].lower()
+
+
+def conductor(env: dict[str, Any]) -> Any:
+    return next(s for s in env["stack"].services if s.name == "conductor")
