@@ -1,0 +1,306 @@
+"""The object store on the filesystem backend, over real gRPC and HTTP:
+round trips, ranges, limits and bad names, temp URLs (ranges, expiry,
+tampering), atomic usage counts under concurrency, cancelled uploads and the
+expiry sweep after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import pytest
+
+from services.common import errors
+from services.common.objectstore_client import ObjectStoreClient
+from services.objectstore.tempurl import to_base36
+from services.objectstore.testing import running_objectstore, wait_until
+from tests.conftest import test_settings
+
+MiB = 1024 * 1024
+
+
+def files_under(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("objects")
+
+
+@pytest.fixture(scope="module")
+async def service(database_url: str, root: Path, tmp_path_factory: pytest.TempPathFactory):
+    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={
+        "root": str(root), "max_object_size": 8 * MiB, "max_container_size": 12 * MiB, "sweep_interval": 0.2})
+    async with running_objectstore(settings) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+async def client(service):
+    store = ObjectStoreClient(service.grpc_address)
+    yield store
+    await store.close()
+
+
+@pytest.fixture(scope="module")
+async def http():
+    async with aiohttp.ClientSession(auto_decompress=False) as session:
+        yield session
+
+
+async def test_round_trip_stat_list_delete(client: ObjectStoreClient, root: Path) -> None:
+    data = os.urandom(3 * MiB + 17)
+    info = await client.put_bytes("rt", "boot-1.iso", data, content_type="application/x-iso9660-image",
+                                  metadata={"node": "n1"}, usage_count=2, delete_after=3600)
+    assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert info.usage_count == 2 and dict(info.metadata) == {"node": "n1"}
+    assert info.delete_at is not None and 3500 < (info.delete_at - info.created_at).total_seconds() <= 3601
+    assert await client.get_bytes("rt", "boot-1.iso") == data
+    assert await client.get_bytes("rt", "boot-1.iso", offset=MiB - 5, length=10) == data[MiB - 5:MiB + 5]
+    assert await client.get_bytes("rt", "boot-1.iso", offset=len(data) - 3) == data[-3:]
+    with pytest.raises(errors.InvalidParameterValue):
+        await client.get_bytes("rt", "boot-1.iso", offset=len(data) + 1)
+
+    await client.put_bytes("rt", "a/one", b"1")
+    await client.put_bytes("rt", "a/two", b"")
+    listed = await client.list("rt", prefix="a/")
+    assert [(o.name, o.size) for o in listed] == [("a/one", 1), ("a/two", 0)]
+    assert await client.get_bytes("rt", "a/two") == b""
+    with pytest.raises(errors.NotFound):
+        await client.list("no-such-container")
+
+    stat = await client.stat("rt", "boot-1.iso")
+    assert stat is not None and stat.content_type == "application/x-iso9660-image"
+    before = len(files_under(root / "data"))
+    await client.delete("rt", "boot-1.iso")
+    assert await client.stat("rt", "boot-1.iso") is None
+    assert len(files_under(root / "data")) == before - 1
+    await client.delete("rt", "boot-1.iso")  # missing_ok by default
+    with pytest.raises(errors.ObjectNotFound):
+        await client.delete("rt", "boot-1.iso", missing_ok=False)
+    with pytest.raises(errors.ObjectNotFound):
+        await client.get_bytes("rt", "boot-1.iso")
+
+
+async def test_put_file_and_stream_and_replace(client: ObjectStoreClient, tmp_path: Path, root: Path) -> None:
+    source = tmp_path / "floppy.img"
+    source.write_bytes(os.urandom(2 * MiB + 3))
+    info = await client.put_file("pf", "image-x.img", source)
+    assert info.sha256 == hashlib.sha256(source.read_bytes()).hexdigest()
+    count = len(files_under(root / "data"))
+
+    async def pieces():
+        for i in range(5):
+            yield bytes([i]) * 1000
+
+    replaced = await client.put_stream("pf", "image-x.img", pieces())
+    assert replaced.size == 5000
+    assert await client.get_bytes("pf", "image-x.img") == b"".join(bytes([i]) * 1000 for i in range(5))
+    assert len(files_under(root / "data")) == count  # the old bytes went with the replacement
+
+
+@pytest.mark.parametrize("container,name", [
+    ("c", "../etc/passwd"), ("c", "a/../b"), ("c", "bad\x00name"), ("c", "/leading"), ("c", "x" * 256),
+    ("c", ""), ("", "name"), ("a/b", "name"), ("..", "name"), ("c", "new\nline"),
+])
+async def test_bad_names_are_invalid_argument(client: ObjectStoreClient, container: str, name: str,
+                                              root: Path) -> None:
+    before = files_under(root)
+    with pytest.raises(errors.Invalid):
+        await client.put_bytes(container, name, b"data")
+    assert files_under(root) == before
+
+
+async def test_name_of_255_bytes_is_fine(client: ObjectStoreClient) -> None:
+    name = "é" * 127 + "x"  # 255 UTF-8 bytes
+    info = await client.put_bytes("names", name, b"ok")
+    assert info.name == name and await client.get_bytes("names", name) == b"ok"
+
+
+async def test_limits_leave_nothing_behind(client: ObjectStoreClient, root: Path) -> None:
+    before = files_under(root)
+    with pytest.raises(errors.PayloadTooLarge):
+        await client.put_bytes("limits", "too-big", b"x" * (8 * MiB + 1))
+    assert await client.stat("limits", "too-big") is None
+    await client.put_bytes("limits", "a", b"x" * (7 * MiB))
+    with pytest.raises(errors.PayloadTooLarge):  # 7 + 6 MiB > the 12 MiB container limit
+        await client.put_bytes("limits", "b", b"x" * (6 * MiB))
+    await client.put_bytes("limits", "a", b"x" * (7 * MiB))  # replacing does not count twice
+    assert await client.stat("limits", "b") is None
+    await client.delete("limits", "a")
+    assert sorted(files_under(root)) == sorted(before)
+    with pytest.raises(errors.InvalidParameterValue):
+        await client.put_bytes("limits", "neg", b"x", delete_after=-1)
+
+
+async def test_temp_url_get_head_and_ranges(client: ObjectStoreClient, service, http) -> None:
+    data = os.urandom(MiB + 100)
+    await client.put_bytes("tu", "boot-6f1c5d1e-0000-4000-8000-000000000001.iso", data,
+                           content_type="application/x-iso9660-image")
+    url = await client.temp_url("tu", "boot-6f1c5d1e-0000-4000-8000-000000000001.iso", lifetime=600)
+    assert url.startswith(service.public_url + "/t/") and url.endswith("/boot-6f1c5d1e-0000-4000-8000-000000000001.iso")
+    # Short enough for picky BMCs on a normal host name.
+    assert len(url.replace(service.public_url, "http://ferrum-objectstore.example.org:6391")) < 160
+
+    async with http.get(url) as resp:
+        assert resp.status == 200 and await resp.read() == data
+        assert resp.headers["Content-Length"] == str(len(data))
+        assert resp.headers["Content-Type"] == "application/x-iso9660-image"
+        assert resp.headers["ETag"] and resp.headers["Last-Modified"] and resp.headers["Accept-Ranges"] == "bytes"
+        etag = resp.headers["ETag"]
+    async with http.head(url) as resp:
+        assert resp.status == 200 and resp.headers["Content-Length"] == str(len(data))
+        assert resp.headers["ETag"] == etag and await resp.read() == b""
+    async with http.get(url, headers={"Range": "bytes=100-199"}) as resp:
+        assert resp.status == 206 and await resp.read() == data[100:200]
+        assert resp.headers["Content-Range"] == f"bytes 100-199/{len(data)}"
+        assert resp.headers["Content-Length"] == "100"
+    async with http.get(url, headers={"Range": "bytes=-10"}) as resp:
+        assert resp.status == 206 and await resp.read() == data[-10:]
+    async with http.get(url, headers={"Range": f"bytes={len(data) - 5}-"}) as resp:
+        assert resp.status == 206 and await resp.read() == data[-5:]
+    async with http.get(url, headers={"Range": f"bytes={len(data)}-"}) as resp:
+        assert resp.status == 416 and resp.headers["Content-Range"] == f"bytes */{len(data)}"
+    async with http.get(url, headers={"If-None-Match": etag}) as resp:
+        assert resp.status == 304
+
+
+async def test_temp_url_refusals_reveal_nothing(client: ObjectStoreClient, http) -> None:
+    await client.put_bytes("tu2", "cfg.img", b"secret bytes")
+    url = await client.temp_url("tu2", "cfg.img", lifetime=600)
+    base, token, name = url.rsplit("/", 2)
+    object_id, expires, sig = token.split(".")
+    flipped = ("A" if sig[0] != "A" else "B") + sig[1:]
+    later = to_base36(int(expires, 36) + 1000)
+    for bad, status in (
+        (f"{base}/{object_id}.{expires}.{flipped}/{name}", 403),       # tampered signature
+        (f"{base}/{object_id}.{later}.{sig}/{name}", 403),             # extended expiry
+        (f"{base}/{object_id}.{expires}.{sig}/other.img", 403),        # another name
+        (f"{base}/zz.{expires}.{sig}/{name}", 403),                    # another object
+        (f"{base}/garbage/{name}", 404),
+    ):
+        async with http.get(bad) as resp:
+            assert resp.status == status, bad
+            body = await resp.read()
+            assert b"secret" not in body
+    async with http.post(url) as resp:
+        assert resp.status == 405
+
+    # A valid URL for an object that is gone gives the same 404 as garbage.
+    await client.delete("tu2", "cfg.img")
+    async with http.get(url) as resp:
+        assert resp.status == 404 and await resp.text() == "not found\n"
+
+    # Expiry: a 1-second URL works, then answers 401.
+    await client.put_bytes("tu2", "short.img", b"short")
+    short = await client.temp_url("tu2", "short.img", lifetime=1)
+    async with http.get(short) as resp:
+        assert resp.status == 200
+    await asyncio.sleep(2.1)
+    async with http.get(short) as resp:
+        assert resp.status == 401
+    async with http.head(short) as resp:
+        assert resp.status == 401
+    with pytest.raises(errors.InvalidParameterValue):
+        await client.temp_url("tu2", "short.img", lifetime=60, method="PUT")
+    with pytest.raises(errors.ObjectNotFound):
+        await client.temp_url("tu2", "nothing.img", lifetime=60)
+
+
+async def test_expired_object_is_never_served(client: ObjectStoreClient, http, service) -> None:
+    await client.put_bytes("ttl", "gone-soon.img", b"x" * 100, delete_after=1)
+    url = await client.temp_url("ttl", "gone-soon.img", lifetime=600)
+    async with http.get(url) as resp:
+        assert resp.status == 200
+    await asyncio.sleep(1.2)
+    async with http.get(url) as resp:
+        assert resp.status == 404
+    assert await client.stat("ttl", "gone-soon.img") is None
+    with pytest.raises(errors.ObjectNotFound):
+        await client.get_bytes("ttl", "gone-soon.img")
+
+
+async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
+    await client.put_bytes("usage", "shared.iso", b"iso", usage_count=50)
+    ups = [client.update_metadata("usage", "shared.iso", usage_delta=1) for _ in range(50)]
+    downs = [client.update_metadata("usage", "shared.iso", usage_delta=-1) for _ in range(50)]
+    await asyncio.gather(*ups, *downs)
+    info = await client.stat("usage", "shared.iso")
+    assert info is not None and info.usage_count == 50
+
+    # 50 concurrent compare-and-set increments: each success moved the counter by exactly one.
+    async def cas() -> bool:
+        current = await client.stat("usage", "shared.iso")
+        try:
+            await client.update_metadata("usage", "shared.iso", usage_delta=1, expected_usage=current.usage_count)
+            return True
+        except errors.InvalidState:
+            return False
+
+    won = sum(await asyncio.gather(*(cas() for _ in range(50))))
+    info = await client.stat("usage", "shared.iso")
+    assert won >= 1 and info.usage_count == 50 + won
+
+    with pytest.raises(errors.InvalidParameterValue):
+        await client.update_metadata("usage", "shared.iso", usage_delta=-10_000)
+    updated = await client.update_metadata("usage", "shared.iso", set_metadata={"a": "1", "b": "2"})
+    assert dict(updated.metadata) == {"a": "1", "b": "2"} and updated.usage_count == 50 + won
+    updated = await client.update_metadata("usage", "shared.iso", set_metadata={"a": ""})
+    assert dict(updated.metadata) == {"b": "2"}
+    with pytest.raises(errors.ObjectNotFound):
+        await client.update_metadata("usage", "missing.iso", usage_delta=1)
+
+
+async def test_concurrent_release_deletes_once(client: ObjectStoreClient, root: Path) -> None:
+    await client.put_bytes("usage", "released.iso", b"iso", usage_count=50)
+    files = len(files_under(root / "data"))
+    results = await asyncio.gather(*(client.release("usage", "released.iso") for _ in range(50)))
+    assert sorted(count for count, _ in results) == list(range(50))
+    assert [deleted for _, deleted in results].count(True) == 1
+    assert await client.stat("usage", "released.iso") is None
+    assert len(files_under(root / "data")) == files - 1
+    with pytest.raises(errors.ObjectNotFound):
+        await client.release("usage", "released.iso")
+
+
+async def test_cancelled_upload_leaves_nothing(client: ObjectStoreClient, root: Path, database_url: str) -> None:
+    before = files_under(root)
+    sent = asyncio.Event()
+
+    async def slow():
+        yield b"x" * (3 * MiB)
+        sent.set()
+        await asyncio.sleep(3600)
+        yield b"never"
+
+    task = asyncio.create_task(client.put_stream("cancel", "half.iso", slow()))
+    await asyncio.wait_for(sent.wait(), 30)
+    await wait_until(lambda: any(p.name.endswith(".part") for p in files_under(root / "tmp")))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: files_under(root) == before)
+    conn = await asyncpg.connect(database_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM objects WHERE container = 'cancel'") == 0
+    finally:
+        await conn.close()
+
+
+async def test_orphan_sweep_removes_only_unreferenced_bytes(service, client: ObjectStoreClient, root: Path) -> None:
+    await client.put_bytes("orphans", "kept.img", b"kept")
+    stray = root / "data" / "ab" / "ab00000000000000000000000000dead"
+    stray.parent.mkdir(exist_ok=True)
+    stray.write_bytes(b"left by a crash")
+    old = time.time() - 7200
+    for path in files_under(root / "data"):
+        os.utime(path, (old, old))
+    assert await service.store.sweep_orphans() >= 1
+    assert not stray.exists()
+    assert await client.get_bytes("orphans", "kept.img") == b"kept"
