@@ -203,3 +203,57 @@ async def test_callback_timeout(env: dict[str, Any]) -> None:
 
 def conductor(env: dict[str, Any]) -> Any:
     return next(s for s in env["stack"].services if s.name == "conductor")
+
+
+async def test_openstacksdk_configdrive_reaches_cloud_init(env: dict[str, Any], tmp_path: Path) -> None:
+    """Nova's path: the string openstacksdk builds, deployed, read back by cloud-init."""
+    import io
+
+    from openstack.baremetal import configdrive as sdk_configdrive
+
+    from services.conductor.images import iso9660
+    from services.conductor.images.configdrive_partition import read_configdrive_partition
+    from tests.unit.test_configdrive import KEY, cloud_init_read
+
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    node = await enroll(env, "direct-5", "52:54:00:d0:00:05", sha256=sha)
+    value = sdk_configdrive.build({"uuid": node["uuid"], "hostname": "sdk-host", "public_keys": {"0": KEY}},
+                                  user_data=b"#cloud-config\nfinal_message: hello\n")
+    value = value.decode() if isinstance(value, bytes) else value
+    await call(env, "PUT", "/v1/nodes/direct-5/states/provision", {"target": "active", "configdrive": value}, expect=202)
+    await wait_state(env, "direct-5", "wait call-back")
+    disk = env["tmp"] / "disk-5.img"
+    await boot_agent(env, "52:54:00:d0:00:05", disk)
+    await wait_state(env, "direct-5", "active")
+    _part, iso = read_configdrive_partition(disk)
+    iso9660.extract_iso(io.BytesIO(iso), tmp_path / "cd")
+    v2 = cloud_init_read(tmp_path / "cd")["v2"]
+    assert v2["metadata"]["uuid"] == node["uuid"] and v2["metadata"]["local-hostname"] == "sdk-host"
+    assert v2["metadata"]["public_keys"] == {"0": KEY}
+    assert v2["userdata"] == "#cloud-config\nfinal_message: hello\n"
+
+
+async def test_mbr_with_four_primaries_fails_clearly(env: dict[str, Any]) -> None:
+    image = env["tmp"] / "mbr4.raw"
+    with open(image, "wb") as f:
+        f.truncate(8 * MiB)
+    layout = "label: dos\n" + "".join(f"start={2048 + i * 2048}, size=2048, type=83\n" for i in range(4))
+    subprocess.run(["sfdisk", "-q", "--no-reread", "--no-tell-kernel", str(image)], input=layout, text=True,
+                   check=True, capture_output=True)
+    data = image.read_bytes()
+    _, node = await call(env, "POST", "/v1/nodes", {
+        "driver": "fake-hardware", "name": "direct-6", "deploy_interface": "direct", "boot_interface": "fake",
+        "instance_info": {"image_source": env["image_url"].replace("image.raw", "mbr4.raw"),
+                          "image_os_hash_algo": "sha256", "image_os_hash_value": hashlib.sha256(data).hexdigest()},
+    }, expect=201)
+    await call(env, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:d0:00:06"}, expect=201)
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        await call(env, "PUT", f"/v1/nodes/direct-6/states/provision", {"target": verb}, expect=202)
+        await wait_state(env, "direct-6", state)
+    await call(env, "PUT", "/v1/nodes/direct-6/states/provision",
+               {"target": "active", "configdrive": {"meta_data": {"hostname": "mbr"}}}, expect=202)
+    await wait_state(env, "direct-6", "wait call-back")
+    await boot_agent(env, "52:54:00:d0:00:06", env["tmp"] / "disk-6.img")
+    failed = await wait_state(env, "direct-6", "deploy failed")
+    assert "primary" in failed["last_error"].lower(), failed["last_error"]
+    assert failed["instance_info"]["image_source"].endswith("mbr4.raw")  # the record is intact
