@@ -9,7 +9,6 @@ directories hold the same files), which halves the size of big drives.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
@@ -23,6 +22,7 @@ SECTOR = 2048
 PVD_OFFSET = 16 * SECTOR          # the first volume descriptor follows a 32 KiB system area
 _STANDARD_ID = b"CD001"
 _MAX_DESCRIPTORS = 32             # a bound on the volume descriptor set we are willing to walk
+_COPY_BLOCK = 4 * 1024 * 1024       # pycdlib copies file data in blocks of this size
 _NOT_D_CHARS = re.compile(r"[^A-Z0-9_]")
 
 
@@ -77,18 +77,20 @@ def _iso_name(name: str, *, is_dir: bool) -> str:
     return f"{stem[:30 - len(ext) - 1]}.{ext}"
 
 
-def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferrum") -> bytes:
+def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferrum",
+              share_identical: bool = True) -> bytes:
     """An ISO9660 image (Rock Ridge 1.09 + Joliet) holding ``files`` (relative POSIX path -> bytes).
 
     Directories are created as needed. Names longer than ISO9660 allows keep
     their full spelling in Rock Ridge and Joliet, which is what readers use.
+    With ``share_identical`` files with the same bytes are stored once.
     """
     iso = pycdlib.PyCdlib()
     iso.new(interchange_level=3, vol_ident=label, joliet=3, rock_ridge="1.09",
             pub_ident_str=publisher, app_ident_str="Ferrum config drive builder")
     iso_dirs: dict[str, str] = {"": ""}
     used: set[str] = set()
-    by_digest: dict[bytes, str] = {}
+    stored: dict[tuple[int, bytes, bytes], list[tuple[bytes, str]]] = {}
     try:
         for rel_path in sorted(files):
             parts = [p for p in rel_path.split("/") if p]
@@ -104,20 +106,31 @@ def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferru
                 parent = key
             iso_path = _unique(f"{iso_dirs[parent]}/{_iso_name(parts[-1], is_dir=False)}", used, ";1")
             data = files[rel_path]
-            digest = hashlib.sha256(data).digest()
-            first = by_digest.get(digest)
+            first = _stored_copy(stored, data) if share_identical else None
             if first is None:
                 iso.add_fp(io.BytesIO(data), len(data), iso_path, rr_name=parts[-1],
                            joliet_path="/" + "/".join(parts))
-                by_digest[digest] = iso_path
+                stored.setdefault(_content_key(data), []).append((data, iso_path))
             else:
                 iso.add_hard_link(iso_old_path=first, iso_new_path=iso_path, rr_name=parts[-1])
                 iso.add_hard_link(iso_old_path=first, joliet_new_path="/" + "/".join(parts))
         out = io.BytesIO()
-        iso.write_fp(out)
+        iso.write_fp(out, blocksize=_COPY_BLOCK)
         return out.getvalue()
     finally:
         iso.close()
+
+
+def _content_key(data: bytes) -> tuple[int, bytes, bytes]:
+    return len(data), data[:64], data[-64:]
+
+
+def _stored_copy(stored: dict[tuple[int, bytes, bytes], list[tuple[bytes, str]]], data: bytes) -> str | None:
+    """The ISO path of a file already added with exactly these bytes (a cheap key, then memcmp)."""
+    for other, iso_path in stored.get(_content_key(data), ()):
+        if other is data or other == data:
+            return iso_path
+    return None
 
 
 def _unique(path: str, used: set[str], suffix: str) -> str:
