@@ -147,6 +147,7 @@ class ObjectStoreConfig:
     s3_access_key: str = ""
     s3_secret_key: str = ""
     s3_part_size: int = 16 * 1024**2
+    s3_presign_version: str = "s3v4"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,6 +338,8 @@ def _validate_objectstore(c: ObjectStoreConfig) -> None:
         raise ConfigError("FERRUM_OBJECTSTORE_DOWNLOAD_MODE=presigned needs FERRUM_OBJECTSTORE_BACKEND=s3")
     if c.backend == "s3" and not c.s3_bucket:
         raise ConfigError("FERRUM_OBJECTSTORE_BACKEND=s3 needs FERRUM_OBJECTSTORE_S3_BUCKET")
+    if c.s3_presign_version not in ("s3v4", "s3"):
+        raise ConfigError("FERRUM_OBJECTSTORE_S3_PRESIGN_VERSION must be s3v4 or s3 (V2 query signatures)")
     if c.s3_part_size < 5 * 1024**2:
         raise ConfigError("FERRUM_OBJECTSTORE_S3_PART_SIZE must be at least 5 MiB (S3's minimum part size)")
     if c.max_object_size < 1 or c.max_container_size < 1:

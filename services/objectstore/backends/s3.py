@@ -126,6 +126,7 @@ class S3Backend:
         self._config = config
         self._stack = AsyncExitStack()
         self.client: Any = None
+        self._presigner: Any = None
 
     def full_key(self, key: str) -> str:
         return f"{self.prefix}{key}"
@@ -133,12 +134,18 @@ class S3Backend:
     async def start(self) -> None:
         c = self._config
         session = aioboto3.Session()
-        self.client = await self._stack.enter_async_context(session.client(
-            "s3", endpoint_url=c.s3_endpoint_url or None, region_name=c.s3_region or None,
-            aws_access_key_id=c.s3_access_key or None, aws_secret_access_key=c.s3_secret_key or None,
-            config=BotoConfig(signature_version="s3v4", s3={"addressing_style": "path"},
-                              retries={"max_attempts": 3, "mode": "standard"}),
-        ))
+
+        def client(signature_version: str) -> Any:
+            return session.client(
+                "s3", endpoint_url=c.s3_endpoint_url or None, region_name=c.s3_region or None,
+                aws_access_key_id=c.s3_access_key or None, aws_secret_access_key=c.s3_secret_key or None,
+                config=BotoConfig(signature_version=signature_version, s3={"addressing_style": "path"},
+                                  retries={"max_attempts": 3, "mode": "standard"}))
+
+        self.client = await self._stack.enter_async_context(client("s3v4"))
+        # Presigned URLs may need another signature version (V2 query strings for old gateways).
+        self._presigner = (self.client if c.s3_presign_version == "s3v4"
+                           else await self._stack.enter_async_context(client(c.s3_presign_version)))
         try:
             await self.client.head_bucket(Bucket=self.bucket)
         except ClientError as exc:
@@ -194,7 +201,11 @@ class S3Backend:
             for item in page.get("Contents", ()):
                 if item["LastModified"] < cutoff:
                     found.append(item["Key"][len(self.prefix):])
-        uploads = await self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
+        try:
+            uploads = await self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
+        except ClientError as exc:  # e.g. s3rver: NotImplemented
+            LOG.debug("cannot list multipart uploads bucket=%s error=%s", self.bucket, exc)
+            return found
         for upload in uploads.get("Uploads", ()):
             if upload["Initiated"] < cutoff:
                 with contextlib.suppress(ClientError):
@@ -203,7 +214,7 @@ class S3Backend:
         return found
 
     async def presigned_url(self, key: str, *, lifetime: int) -> str:
-        return await self.client.generate_presigned_url(  # type: ignore[no-any-return]
+        return await self._presigner.generate_presigned_url(  # type: ignore[no-any-return]
             "get_object", Params={"Bucket": self.bucket, "Key": self.full_key(key)}, ExpiresIn=max(lifetime, 1))
 
     async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
