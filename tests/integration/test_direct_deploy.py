@@ -257,3 +257,37 @@ async def test_mbr_with_four_primaries_fails_clearly(env: dict[str, Any]) -> Non
     failed = await wait_state(env, "direct-6", "deploy failed")
     assert "primary" in failed["last_error"].lower(), failed["last_error"]
     assert failed["instance_info"]["image_source"].endswith("mbr4.raw")  # the record is intact
+
+
+async def test_object_store_restart_mid_deploy_is_survived(env: dict[str, Any]) -> None:
+    """The config drive's object store goes away while the agent works; the agent
+    retries the download and the deploy completes once it is back."""
+    import dataclasses
+
+    from services.objectstore.service import ObjectStoreService
+
+    stack = env["stack"]
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    await enroll(env, "direct-7", "52:54:00:d0:00:07", sha256=sha)
+    await call(env, "PUT", "/v1/nodes/direct-7/states/provision",
+               {"target": "active", "configdrive": {"meta_data": {"hostname": "restart"}}}, expect=202)
+    await wait_state(env, "direct-7", "wait call-back")
+    old = next(s for s in stack.services if s.name == "objectstore")
+    grpc_port = int(old.grpc_address.rsplit(":", 1)[1])
+    http_port = int(old.http_url.rsplit(":", 1)[1])
+    await old.stop()
+    disk = env["tmp"] / "disk-7.img"
+    await boot_agent(env, "52:54:00:d0:00:07", disk)
+    await asyncio.sleep(2.0)  # the agent writes the image, then fails to fetch the drive and retries
+    _, node = await call(env, "GET", "/v1/nodes/direct-7", expect=200)
+    assert node["provision_state"] == "wait call-back", node["last_error"]
+    settings = dataclasses.replace(old.settings, objectstore=dataclasses.replace(
+        old.settings.objectstore, grpc_port=grpc_port, http_port=http_port))
+    new = ObjectStoreService(settings, stack.pool)
+    await new.start()
+    stack.services[stack.services.index(old)] = new
+    await wait_state(env, "direct-7", "active", timeout=90)
+    from services.conductor.images.configdrive_partition import read_configdrive_partition
+
+    _part, iso = read_configdrive_partition(disk)
+    assert iso[0x8001:0x8006] == b"CD001"
