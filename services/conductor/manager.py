@@ -148,9 +148,10 @@ class ConductorManager:
 
     async def transition(
         self, task: Task, event: str, *, last_error: str | None = None, changes: Mapping[str, Any] | None = None,
-        severity: str = "INFO",
+        severity: str = "INFO", note: str = "",
     ) -> dict[str, Any]:
-        """Move the locked node by ``event`` through the table and record it."""
+        """Move the locked node by ``event`` through the table and record it
+        (``note`` is appended to the history message)."""
         node = task.node
         move = states.next_state(node["provision_state"], event)
         update: dict[str, Any] = {
@@ -161,7 +162,7 @@ class ConductorManager:
         if last_error is not None or event in ("deploy", "rebuild", "manage", "provide", "clean", "inspect"):
             update["last_error"] = last_error
         update.update(changes or {})
-        message = last_error or f"{node['provision_state']} -> {move.target} ({event})"
+        message = last_error or f"{node['provision_state']} -> {move.target} ({event})" + (f": {note}" if note else "")
         async with self.pool.acquire() as conn, conn.transaction():
             saved = await NodeRepository(conn).update(node["uuid"], update, expect_reservation=self.hostname)
             await EventRepository(conn).record(
@@ -300,8 +301,13 @@ class ConductorManager:
             # Fake and no-op interfaces have no real steps; the vendor "log" step
             # of fake-hardware is the one trivial automated step (as in Ironic).
             await task.driver.power.validate(task)
+        # The history says whether cleaning ran and, if not, which setting skipped it (Ironic logs the same).
+        if manual or automated:
+            note = f"{'manual' if manual else 'automated'} cleaning finished"
+        else:
+            note = f"automated cleaning skipped: disabled via {'the API' if node['automated_clean'] is False else 'configuration'}"
         info = {k: v for k, v in node["driver_internal_info"].items() if k != "clean_steps"}
-        await self.transition(task, "manage" if manual else "done", changes={"driver_internal_info": info})
+        await self.transition(task, "manage" if manual else "done", changes={"driver_internal_info": info}, note=note)
 
     async def _verify_flow(self, task: Task) -> None:
         async def run() -> None:
