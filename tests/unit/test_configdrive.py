@@ -21,7 +21,7 @@ import pytest
 from openstack.baremetal import configdrive as sdk_configdrive
 
 from services.common import errors
-from services.conductor.images import configdrive, iso9660
+from services.conductor.images import configdrive, configdrive_reader, iso9660
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -224,3 +224,19 @@ def test_looks_like_url() -> None:
     assert configdrive.looks_like_url("swift://container/object")      # Ironic's rule: contains "://"
     assert not configdrive.looks_like_url("H4sIAAAAAAAA/+3BAQ0AAADCoPdPbQ43oAAAAAAAAAAAAAAAAAAAAAAAAAAA")
     assert configdrive.is_http_url("HTTPS://x/y") and not configdrive.is_http_url("swift://c/o")
+
+
+def test_pure_python_reader_agrees_with_cloud_init(tmp_path: Path) -> None:
+    iso = configdrive.build_configdrive(NODE, PORTS, {"meta_data": {"hostname": "h7", "public_keys": {"a": KEY}},
+                                                      "user_data": "#cloud-config\n", "vendor_data": {"x": 1}})
+    extract(iso, tmp_path)
+    v2 = cloud_init_read(tmp_path)["v2"]
+    ours = configdrive_reader.read_configdrive(iso)
+    assert ours.version == "2012-08-10"            # cloud-init picks the newest dated directory it knows
+    assert ours.meta_data["uuid"] == v2["metadata"]["uuid"] and ours.hostname == v2["metadata"]["local-hostname"]
+    assert ours.public_keys == [KEY]
+    assert ours.user_data is not None and ours.user_data.decode() == v2["userdata"]
+    assert ours.network_data == v2["networkdata"] and ours.vendor_data == v2["vendordata2"]
+    assert ours.macs == ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
+    with pytest.raises(errors.ConfigDriveInvalid, match="meta_data.json"):
+        configdrive_reader.parse_configdrive_files({"openstack/latest/user_data": b"x"})
