@@ -66,8 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         "agent", help="IPA-compatible deploy agent (the ramdisk side): lookup, heartbeat, command API, image writing",
         description="Run one deploy agent: look the node up on the api, heartbeat, serve the command API "
                     "(default port 9999) and write images to the given disks. See docs/agent.md."))
-    sub.add_parser("simulator", help="Redfish machine simulator (not available yet: issue 7)",
-                   description="A rack of simulated machines. Not implemented in this version; it exits with status 2.")
+    from services.simulator.cli import add_simulator_arguments
+
+    add_simulator_arguments(sub.add_parser(
+        "simulator", help="a rack of simulated machines behind one Redfish service (network boot, agents, disks)",
+        description="Run N simulated machines behind one Redfish BMC service: sparse disk files, iPXE-like "
+                    "network boot from --boot-url, embedded deploy agents. See docs/simulator.md."))
 
     demo = sub.add_parser("demo", help="start the embedded stack, enroll fake nodes over REST and take them to active",
                           epilog=EPILOG)
@@ -110,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         from services.agent.cli import run_agent
 
         return run_agent(args)
-    if args.command in ("agent", "simulator"):
-        print(f"ferrum: error: `ferrum {args.command}` is not available in this version yet", file=sys.stderr)
-        return 2
+    if args.command == "simulator":
+        from services.simulator.cli import run_simulator
+
+        return run_simulator(args)
     if args.command == "options":
         print(describe_options())
         return 0

@@ -1,0 +1,59 @@
+"""Starting a deploy agent when a simulated machine boots the deploy kernel.
+
+The firmware hands an :class:`AgentLaunch` to a factory; the default one
+builds Ferrum's real agent (``services.agent.agent``) from the kernel command
+line, bound to this machine's disk file and power hooks. A different factory
+(``SimulatorOptions.agent_factory``) can stand in, e.g. in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+
+class AgentHandle(Protocol):
+    """What the simulator needs from an agent: start it, stop it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentLaunch:
+    machine: str                       # machine name, for logs
+    kernel_cmdline: str                # as the iPXE script gave it
+    kernel_args: dict[str, str]        # the same, split into key=value
+    api_url: str                       # ipa-api-url (first of the list)
+    macs: tuple[str, ...]              # BOOTIF's MAC first, then the machine's other NICs
+    disk_path: str
+    disk_serial: str
+    listen_host: str
+    power_off: Callable[[], Awaitable[None]]
+    reboot: Callable[[], Awaitable[None]]
+    session: aiohttp.ClientSession | None = field(default=None, compare=False)
+
+
+def real_agent(launch: AgentLaunch) -> AgentHandle:
+    """Ferrum's agent for one simulated machine (imported only when a machine needs it)."""
+    from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
+
+    options = options_from_kernel_cmdline(
+        launch.kernel_cmdline,
+        macs=launch.macs,
+        disks=(Disk(path=launch.disk_path, name="/dev/sda", serial=launch.disk_serial),),
+        power_off=launch.power_off,
+        reboot=launch.reboot,
+        # Every simulated machine lives in this process: whatever the kernel line
+        # says about listening, agents share one host on ephemeral ports.
+        listen_host=launch.listen_host,
+        listen_port=0,
+        advertise_host=launch.listen_host,
+        hostname=launch.machine,
+    )
+    agent: Any = Agent(options, session=launch.session)
+    return agent

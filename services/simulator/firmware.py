@@ -1,0 +1,218 @@
+"""What a simulated machine's firmware does after power on.
+
+It walks the boot sequence (the BMC's override first, then the boot order):
+
+* **Pxe**: like iPXE handed a bootfile by DHCP, it GETs the boot URL and
+  interprets each script with ``services.ipxe.interpret.interpret_script``
+  (the machine's MACs and UUID as iPXE variables), following ``chain``
+  (bounded hops). A ``kernel`` boot starts a deploy agent on the machine's disk
+  from the kernel arguments (``ipa-api-url``, ``BOOTIF``, ``ipa-agent-token``);
+  ``local_disk`` boots the disk; ``error``/``exit`` fall through to the next
+  device, as firmware does.
+* **Hdd**: "boots the OS": reads the disk's partition table and config drive
+  and records them as ``os_report``. An empty disk is not bootable.
+* **Cd**: records the inserted virtual media and falls through (the ISO's
+  contents are not booted).
+* **BiosSetup**: stops in setup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin
+
+import aiohttp
+
+from services.simulator import disk as disk_reader
+from services.simulator.agents import AgentLaunch, real_agent
+
+if TYPE_CHECKING:
+    from services.simulator.machine import Machine
+
+LOG = logging.getLogger(__name__)
+MAX_SCRIPT_BYTES = 1024 * 1024
+BOOTED, FAILED = "booted", "failed"
+
+
+async def fetch_text(session: aiohttp.ClientSession, url: str, timeout: float) -> str:
+    """GET a script; anything but a 2xx with a bounded body is an error, as for iPXE."""
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        if response.status >= 300:
+            raise RuntimeError(f"HTTP {response.status}")
+        body = await response.content.read(MAX_SCRIPT_BYTES + 1)
+        if len(body) > MAX_SCRIPT_BYTES:
+            raise RuntimeError("script larger than 1 MiB")
+        return body.decode("utf-8", "replace")
+
+
+async def url_exists(session: aiohttp.ClientSession, url: str, timeout: float) -> str | None:
+    """None when ``url`` answers 2xx to a GET (body not read), else the reason."""
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+            return None if response.status < 300 else f"HTTP {response.status}"
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+
+
+def split_kernel_args(text: str) -> dict[str, str]:
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    args: dict[str, str] = {}
+    for word in words:
+        key, _, value = word.partition("=")
+        args[key] = value
+    return args
+
+
+def _bootif_mac(value: str) -> str:
+    text = value.strip().lower()
+    if text.startswith("01-") and len(text) == 20:
+        text = text[3:]
+    return text.replace("-", ":")
+
+
+async def run_firmware(machine: Machine) -> None:
+    """The whole boot of one power-on; never raises (a crash is recorded)."""
+    try:
+        sequence = machine.boot_sequence()
+        machine.record("firmware_start", sequence=",".join(sequence))
+        for device in sequence:
+            handler = DEVICES.get(device)
+            if handler is None:
+                machine.record("boot_device_skipped", device=device, reason="no such device")
+                continue
+            if await handler(machine) == BOOTED:
+                return
+        machine.status = "no_bootable_device"
+        machine.record("no_bootable_device")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        LOG.exception("simulator firmware crashed machine=%s", machine.name)
+        machine.status = "firmware_error"
+        machine.record("firmware_error", error=str(exc) or type(exc).__name__)
+
+
+async def boot_pxe(machine: Machine) -> str:
+    from services.ipxe.interpret import interpret_script
+
+    sim = machine.simulator
+    url = sim.options.boot_url
+    if not url:
+        machine.record("pxe_error", error="no boot URL configured (no DHCP bootfile)")
+        return FAILED
+    variables = machine.ipxe_variables()
+    for _hop in range(sim.options.max_chain_hops + 1):
+        try:
+            script = await fetch_text(sim.session, url, sim.options.http_timeout)
+        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError) as exc:
+            machine.record("pxe_error", url=url, error=str(exc) or type(exc).__name__)
+            return FAILED
+        machine.record("pxe_fetch", url=url, size=len(script))
+        action = interpret_script(script, variables)
+        kind = action.kind
+        if kind == "chain":
+            url = urljoin(url, action.chain_url)
+            machine.record("chain", url=url)
+            continue
+        if kind == "kernel":
+            return await boot_kernel(machine, action, url)
+        if kind == "local_disk":
+            machine.record("local_disk", message=action.message or "")
+            return await boot_disk(machine)
+        if kind == "sanboot":
+            machine.status = "san_boot"
+            machine.os_report = {"san_target": action.san_target}
+            machine.record("sanboot", target=action.san_target or "")
+            return BOOTED
+        machine.record("pxe_" + (kind if kind in ("error", "exit") else "unknown"), kind=kind,
+                       message=action.message or "")
+        return FAILED
+    machine.record("pxe_error", error=f"more than {sim.options.max_chain_hops} chained scripts")
+    return FAILED
+
+
+async def boot_kernel(machine: Machine, action: Any, script_url: str) -> str:
+    """The deploy kernel "boots": its command line configures an agent for the disk."""
+    sim = machine.simulator
+    raw_args = action.kernel_args
+    cmdline = raw_args if isinstance(raw_args, str) else " ".join(raw_args or ())
+    args = split_kernel_args(cmdline)
+    kernel_url = urljoin(script_url, action.kernel_url) if action.kernel_url else ""
+    initrds = [urljoin(script_url, u) for u in (action.initrd_urls or ())]
+    machine.record("kernel", kernel=kernel_url, initrds=initrds, cmdline=cmdline)
+    api_url = (args.get("ipa-api-url") or "").split(",")[0].strip()
+    if not api_url:
+        machine.status = "ramdisk_idle"
+        machine.record("ramdisk_idle", reason="no ipa-api-url on the kernel command line")
+        return BOOTED
+    macs = list(machine.macs)
+    if args.get("BOOTIF"):
+        bootif = _bootif_mac(args["BOOTIF"])
+        macs = [bootif] + [m for m in macs if m != bootif]
+    power_off, reboot = machine.agent_hooks()
+    launch = AgentLaunch(
+        machine=machine.name, kernel_cmdline=cmdline, kernel_args=args, api_url=api_url, macs=tuple(macs),
+        disk_path=machine.disk_path, disk_serial=machine.disk_serial, listen_host=sim.options.agent_host,
+        power_off=power_off, reboot=reboot, session=sim.session,
+    )
+    factory = sim.options.agent_factory or real_agent
+    agent = None
+    try:
+        agent = factory(launch)
+        await agent.start()
+    except asyncio.CancelledError:
+        if agent is not None:  # powered off while the agent was starting: leave no socket behind
+            await asyncio.shield(agent.stop())
+        raise
+    except Exception as exc:
+        machine.status = "ramdisk_failed"
+        machine.record("agent_error", error=str(exc) or type(exc).__name__)
+        return BOOTED
+    machine.agent = agent
+    machine.status = "ramdisk"
+    machine.record("agent_started", api_url=api_url, callback_url=getattr(agent, "callback_url", ""))
+    return BOOTED
+
+
+async def boot_disk(machine: Machine) -> str:
+    report = await asyncio.to_thread(disk_reader.inspect_disk, machine.disk_path)
+    if not report["partitions"]:
+        machine.record("disk_not_bootable", reason="no partition table" if report["table"] is None
+                       else "no partitions")
+        return FAILED
+    machine.os_report = report
+    machine.status = "os"
+    drive = report.get("config_drive") or {}
+    machine.record("os_booted", table=report["table"], partitions=len(report["partitions"]),
+                   config_drive=bool(drive), hostname=drive.get("hostname") or "")
+    return BOOTED
+
+
+async def boot_cd(machine: Machine) -> str:
+    slot = machine.virtual_media["Cd"]
+    if not slot.inserted or not slot.image:
+        machine.record("cd_empty")
+        return FAILED
+    machine.record("cd_boot_unsupported", image=slot.image)
+    return FAILED
+
+
+async def boot_bios_setup(machine: Machine) -> str:
+    machine.status = "bios_setup"
+    machine.record("bios_setup")
+    return BOOTED
+
+
+async def boot_nothing(machine: Machine) -> str:
+    machine.record("boot_device_empty")
+    return FAILED
+
+
+DEVICES = {"Pxe": boot_pxe, "Hdd": boot_disk, "Cd": boot_cd, "BiosSetup": boot_bios_setup,
+           "Floppy": boot_nothing, "Usb": boot_nothing}

@@ -1,0 +1,198 @@
+"""One simulated machine: its identity, BMC-visible state and power actions.
+
+A machine that is off costs a few hundred bytes: no task, no socket, no open
+file. Powering on starts one task that plays the firmware
+(:mod:`services.simulator.firmware`); a deploy kernel adds an agent. Power
+actions are serialised per machine by a lock, and every one of them stops
+whatever the previous boot left running first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid as uuidlib
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from services.simulator.service import Simulator
+
+LOG = logging.getLogger(__name__)
+
+BOOT_LOG_LENGTH = 200
+AGENT_STOP_TIMEOUT = 10.0
+HOOK_GRACE = 0.1  # lets the agent answer the command that asked for power off / reboot
+UUID_NAMESPACE = uuidlib.UUID("6f7e2a52-6c5e-4f3b-9d0e-2d8f1c0ad001")
+
+
+def machine_mac(index: int, nic: int) -> str:
+    """Stable MAC from the machine index: 52:54:00 + 24 bits (4 NIC slots per machine)."""
+    value = index * 4 + nic
+    return "52:54:00:%02x:%02x:%02x" % ((value >> 16) & 0xFF, (value >> 8) & 0xFF, value & 0xFF)
+
+
+def machine_uuid(name: str) -> str:
+    return str(uuidlib.uuid5(UUID_NAMESPACE, name))
+
+
+@dataclass
+class VirtualMediaSlot:
+    image: str | None = None
+    inserted: bool = False
+    write_protected: bool = True
+
+
+class Machine:
+    """State a BMC shows plus what the firmware and OS did, for tests and demos."""
+
+    def __init__(self, simulator: Simulator, index: int, name: str, macs: tuple[str, ...],
+                 disk_path: str, disk_serial: str) -> None:
+        self.simulator = simulator
+        self.index = index
+        self.name = name
+        self.uuid = machine_uuid(name)
+        self.macs = macs
+        self.disk_path = disk_path
+        self.disk_serial = disk_serial
+        self.power_state = "Off"
+        self.boot_target = "None"
+        self.boot_enabled = "Disabled"
+        self.boot_mode = "UEFI"
+        self.status = "off"
+        self.boot_count = 0
+        self.boot_log: deque[dict[str, Any]] = deque(maxlen=BOOT_LOG_LENGTH)
+        self.os_report: dict[str, Any] | None = None
+        self.virtual_media = {"Cd": VirtualMediaSlot(), "Floppy": VirtualMediaSlot()}
+        self.agent: Any = None
+        self._boot_task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    # ---- identity -------------------------------------------------------------------
+
+    @property
+    def system_path(self) -> str:
+        return f"/redfish/v1/Systems/{self.uuid}"
+
+    def ipxe_variables(self) -> dict[str, str]:
+        """What iPXE would know about itself when it runs the boot script."""
+        variables = {
+            "mac": self.macs[0], "uuid": self.uuid, "serial": self.disk_serial, "buildarch": "x86_64",
+            "platform": "efi" if self.boot_mode == "UEFI" else "pcbios",
+            "manufacturer": "Ferrum", "product": "Ferrum simulated machine", "hostname": self.name,
+        }
+        for nic, mac in enumerate(self.macs):
+            variables[f"net{nic}/mac"] = mac
+        return variables
+
+    # ---- the record ------------------------------------------------------------------
+
+    def record(self, event: str, **detail: Any) -> None:
+        entry = {"at": round(time.time(), 3), "boot": self.boot_count, "event": event, **detail}
+        self.boot_log.append(entry)
+        LOG.info("simulator machine=%s event=%s %s", self.name, event,
+                 " ".join(f"{k}={v}" for k, v in detail.items() if not isinstance(v, (dict, list))))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.boot_log if e["event"] == name]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "uuid": self.uuid, "index": self.index, "system_id": self.system_path,
+            "macs": list(self.macs), "disk_path": self.disk_path, "disk_serial": self.disk_serial,
+            "power_state": self.power_state, "boot_target": self.boot_target, "boot_enabled": self.boot_enabled,
+            "status": self.status, "boot_count": self.boot_count, "agent_running": self.agent is not None,
+            "virtual_media": {dev: vars(slot).copy() for dev, slot in self.virtual_media.items()},
+        }
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.summary(), "os_report": self.os_report, "boot_log": list(self.boot_log)}
+
+    # ---- boot override ---------------------------------------------------------------
+
+    def boot_sequence(self) -> list[str]:
+        """Devices to try on this boot; a Once override is used up here."""
+        order = list(self.simulator.options.boot_order)
+        if self.boot_enabled in ("Once", "Continuous") and self.boot_target not in ("None", ""):
+            first = self.boot_target
+            if self.boot_enabled == "Once":
+                self.boot_enabled, self.boot_target = "Disabled", "None"
+            return [first] + [d for d in order if d != first]
+        return order
+
+    # ---- power -----------------------------------------------------------------------
+
+    async def power_on(self, reason: str = "bmc") -> None:
+        async with self._lock:
+            if self.power_state == "On":
+                return
+            self.power_state = "On"
+            self._start_boot(reason)
+
+    async def power_off(self, reason: str = "bmc") -> None:
+        async with self._lock:
+            await self._halt()
+            if self.power_state != "Off":
+                self.power_state = "Off"
+                self.status = "off"
+                self.record("power_off", reason=reason)
+
+    async def reset(self, reason: str = "bmc") -> None:
+        """A restart: whatever runs stops, and the firmware starts over."""
+        async with self._lock:
+            await self._halt()
+            if self.power_state == "On":
+                self.record("reset", reason=reason)
+            self.power_state = "On"
+            self._start_boot(reason)
+
+    def _start_boot(self, reason: str) -> None:
+        from services.simulator.firmware import run_firmware
+
+        self.boot_count += 1
+        self.status = "booting"
+        self.record("power_on", reason=reason)
+        self._boot_task = asyncio.create_task(run_firmware(self), name=f"firmware-{self.name}")
+
+    async def _halt(self) -> None:
+        task, self._boot_task = self._boot_task, None
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        agent, self.agent = self.agent, None
+        if agent is not None:
+            try:
+                await asyncio.wait_for(agent.stop(), AGENT_STOP_TIMEOUT)
+                self.record("agent_stopped")
+            except Exception as exc:  # an agent that will not stop must not wedge the machine
+                self.record("agent_stop_error", error=str(exc) or type(exc).__name__)
+
+    def agent_hooks(self) -> tuple[Any, Any]:
+        """power_off and reboot hooks for the agent of the current boot.
+
+        They return at once and act a moment later from a fresh task, so the
+        agent can answer the command that asked; a hook from an older boot does
+        nothing.
+        """
+        generation = self.boot_count
+
+        def later(action: str) -> None:
+            async def act() -> None:
+                if self.boot_count != generation or self.power_state != "On":
+                    return
+                if action == "power_off":
+                    await self.power_off(reason="agent")
+                else:
+                    await self.reset(reason="agent")
+
+            self.simulator.spawn(act(), delay=HOOK_GRACE)
+
+        async def power_off() -> None:
+            later("power_off")
+
+        async def reboot() -> None:
+            later("reboot")
+
+        return power_off, reboot

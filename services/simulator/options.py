@@ -1,0 +1,75 @@
+"""Settings of one simulator: how many machines, where their disks live, where
+they network-boot from, and how their BMC is reached."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from services.common import errors
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
+MAX_MACHINES = 100_000
+NICS_PER_MACHINE_MAX = 4
+
+
+def parse_size(text: str | int) -> int:
+    """``1GiB``, ``512MiB``, ``10G`` (decimal) or plain bytes."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(text))
+        if not match or match.group(2).lower() not in _UNITS:
+            raise errors.InvalidParameterValue(f"invalid size {text!r}: expected e.g. 1GiB, 512MiB or bytes")
+        value = int(match.group(1)) * _UNITS[match.group(2).lower()]
+    if value < 1024 * 1024:
+        raise errors.InvalidParameterValue(f"disk size {text!r} is too small: at least 1 MiB")
+    return value
+
+
+@dataclass(frozen=True)
+class SimulatorOptions:
+    machines: int
+    state_dir: str
+    boot_url: str = ""                   # what DHCP would hand iPXE as its bootfile
+    host: str = "127.0.0.1"
+    port: int = 0                        # 0 = ephemeral
+    disk_size: int = 1024**3
+    username: str = ""                   # empty = the BMC asks for no credentials
+    password: str = ""
+    name_prefix: str = "sim-"
+    first_index: int = 0                 # shifts names, UUIDs and MACs so two simulators never clash
+    nics_per_machine: int = 1
+    boot_order: tuple[str, ...] = ("Pxe", "Hdd")   # the firmware order when no override is set
+    max_chain_hops: int = 8
+    http_timeout: float = 30.0
+    agent_host: str = "127.0.0.1"        # where embedded agents listen (ephemeral ports)
+    # Builds the deploy agent a kernel boot starts; None = services.agent.agent.Agent.
+    # Takes an AgentLaunch, returns an object with async start() and stop().
+    agent_factory: Callable[[Any], Any] | None = None
+
+    def validate(self) -> SimulatorOptions:
+        if not 1 <= self.machines <= MAX_MACHINES:
+            raise errors.InvalidParameterValue(f"--machines must be between 1 and {MAX_MACHINES}")
+        if not self.state_dir:
+            raise errors.InvalidParameterValue("the simulator needs a state directory for its disks")
+        if self.boot_url and not re.match(r"^https?://[^/\s]+", self.boot_url):
+            raise errors.InvalidParameterValue(f"--boot-url {self.boot_url!r} must be an http(s) URL")
+        if not 0 <= self.port <= 65535:
+            raise errors.InvalidParameterValue("--port must be between 0 and 65535")
+        if bool(self.username) != bool(self.password):
+            raise errors.InvalidParameterValue("give both --username and --password, or neither")
+        if not 1 <= self.nics_per_machine <= NICS_PER_MACHINE_MAX:
+            raise errors.InvalidParameterValue(f"nics per machine must be 1..{NICS_PER_MACHINE_MAX}")
+        if self.first_index < 0 or (self.first_index + self.machines) * NICS_PER_MACHINE_MAX > 2**24:
+            raise errors.InvalidParameterValue("machine indexes exceed the 52:54:00 MAC space")
+        bad = [t for t in self.boot_order if t not in BOOT_TARGETS or t == "None"]
+        if bad or not self.boot_order:
+            raise errors.InvalidParameterValue(f"boot order {self.boot_order!r} must name devices from "
+                                               f"{', '.join(BOOT_TARGETS[1:])}")
+        parse_size(self.disk_size)
+        return self

@@ -1,0 +1,423 @@
+"""The simulator's BMC: one Redfish service for all its machines (aiohttp).
+
+Enough of DMTF Redfish for sushy (and so Ironic-style drivers): the service
+root, Systems with PowerState, Boot override (with allowable values), UUID,
+EthernetInterfaces and the ComputerSystem.Reset action; one Manager per
+machine with Cd/Floppy VirtualMedia (InsertMedia checks the URL answers, then
+records it; EjectMedia); SessionService sessions and HTTP basic auth. Plus a
+JSON view of every machine at ``/simulator/machines`` for tests and demos.
+Paths match with or without a trailing slash.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import re
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from services.simulator.firmware import url_exists
+
+if TYPE_CHECKING:
+    from services.simulator.machine import Machine
+    from services.simulator.service import Simulator
+
+V1 = "/redfish/v1"
+RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn",
+               "PushPowerButton")
+BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
+BOOT_ENABLED = ("Disabled", "Once", "Continuous")
+BOOT_MODES = ("UEFI", "Legacy")
+MEDIA_TYPES = {"Cd": ["CD", "DVD"], "Floppy": ["Floppy", "USBStick"]}
+MAX_SESSIONS = 1024
+PUBLIC = {("GET", "/redfish"), ("GET", V1), ("GET", V1 + "/odata"), ("GET", V1 + "/$metadata"),
+          ("POST", V1 + "/SessionService/Sessions")}
+
+Handler = Callable[["RedfishService", web.Request, re.Match[str]], Awaitable[web.StreamResponse]]
+
+
+def error(status: int, message: str, code: str = "Base.1.0.GeneralError") -> web.Response:
+    body = {"error": {"code": code, "message": message,
+                      "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}}
+    return web.json_response(body, status=status)
+
+
+def odata(path: str) -> dict[str, str]:
+    return {"@odata.id": path}
+
+
+def collection(path: str, kind: str, members: list[str]) -> dict[str, Any]:
+    return {"@odata.type": f"#{kind}Collection.{kind}Collection", "@odata.id": path, "Name": f"{kind} Collection",
+            "Members@odata.count": len(members), "Members": [odata(m) for m in members]}
+
+
+class RedfishService:
+    """Routes and views; all state lives in the Simulator and its machines."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.sim = simulator
+        self.sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()  # token -> session
+        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        for method, pattern, handler in (
+            ("GET", r"/redfish", RedfishService.versions),
+            ("GET", V1, RedfishService.root),
+            ("GET", V1 + r"/Systems", RedfishService.systems),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)", RedfishService.system),
+            ("PATCH", V1 + r"/Systems/(?P<sys>[^/]+)", RedfishService.patch_system),
+            ("POST", V1 + r"/Systems/(?P<sys>[^/]+)/Actions/ComputerSystem\.Reset", RedfishService.reset),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/EthernetInterfaces", RedfishService.nics),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/EthernetInterfaces/(?P<nic>[^/]+)", RedfishService.nic),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.media),
+            ("GET", V1 + r"/Managers", RedfishService.managers),
+            ("GET", V1 + r"/Managers/(?P<sys>[^/]+)", RedfishService.manager),
+            ("GET", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
+            ("GET", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.media),
+            ("PATCH", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.patch_media),
+            ("POST", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.InsertMedia",
+             RedfishService.insert_media),
+            ("POST", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.EjectMedia",
+             RedfishService.eject_media),
+            ("GET", V1 + r"/SessionService", RedfishService.session_service),
+            ("GET", V1 + r"/SessionService/Sessions", RedfishService.session_list),
+            ("POST", V1 + r"/SessionService/Sessions", RedfishService.session_create),
+            ("GET", V1 + r"/SessionService/Sessions/(?P<sid>[^/]+)", RedfishService.session_get),
+            ("DELETE", V1 + r"/SessionService/Sessions/(?P<sid>[^/]+)", RedfishService.session_delete),
+        ):
+            self.routes.append((method, re.compile(pattern + r"\Z"), handler))
+
+    def build_app(self) -> web.Application:
+        app = web.Application(client_max_size=1024 * 1024)
+        app.router.add_route("*", "/redfish{tail:.*}", self.dispatch)
+        app.router.add_get("/simulator/machines", self.status_all)
+        app.router.add_get("/simulator/machines/{ident}", self.status_one)
+        return app
+
+    # ---- plumbing ---------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        allowed = []
+        for method, pattern, handler in self.routes:
+            match = pattern.match(path)
+            if match is None:
+                continue
+            allowed.append(method)
+            if method == request.method:
+                if (method, path) not in PUBLIC and not self.authorized(request):
+                    response = error(401, "Authentication required or credentials invalid",
+                                     "Base.1.0.NoValidSession")
+                    response.headers["WWW-Authenticate"] = 'Basic realm="Ferrum simulator"'
+                    return response
+                return await handler(self, request, match)
+        if allowed:
+            return error(405, f"{request.method} is not allowed on {path}", "Base.1.0.OperationNotAllowed")
+        return error(404, f"No resource at {path}", "Base.1.0.ResourceMissingAtURI")
+
+    def authorized(self, request: web.Request) -> bool:
+        opts = self.sim.options
+        if not opts.username:
+            return True
+        token = request.headers.get("X-Auth-Token")
+        if token:
+            return token in self.sessions
+        header = request.headers.get("Authorization", "")
+        if header.lower().startswith("basic "):
+            try:
+                user, _, password = base64.b64decode(header[6:].strip()).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return False
+            return self.credentials_ok(user, password)
+        return False
+
+    def credentials_ok(self, user: Any, password: Any) -> bool:
+        opts = self.sim.options
+        if not isinstance(user, str) or not isinstance(password, str):
+            return False
+        return hmac.compare_digest(user.encode(), opts.username.encode()) & hmac.compare_digest(
+            password.encode(), opts.password.encode())
+
+    def machine(self, match: re.Match[str]) -> Machine:
+        found = self.sim.find(match["sys"])
+        if found is None:
+            raise web.HTTPNotFound(text=f'{{"error": {{"code": "Base.1.0.ResourceMissingAtURI", '
+                                        f'"message": "no system {match["sys"]}"}}}}',
+                                   content_type="application/json")
+        return found
+
+    @staticmethod
+    async def body(request: web.Request) -> dict[str, Any]:
+        try:
+            data = await request.json()
+        except ValueError:
+            raise web.HTTPBadRequest(text='{"error": {"code": "Base.1.0.MalformedJSON", "message": '
+                                          '"the request body is not valid JSON"}}',
+                                     content_type="application/json") from None
+        if not isinstance(data, dict):
+            raise web.HTTPBadRequest(text='{"error": {"code": "Base.1.0.MalformedJSON", "message": '
+                                          '"the request body must be a JSON object"}}',
+                                     content_type="application/json")
+        return data
+
+    # ---- service root and systems ---------------------------------------------------
+
+    async def versions(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response({"v1": V1 + "/"})
+
+    async def root(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response({
+            "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot", "@odata.id": V1 + "/", "Id": "RootService",
+            "Name": "Ferrum simulator", "RedfishVersion": "1.11.0", "UUID": self.sim.service_uuid,
+            "Product": "Ferrum machine simulator", "Vendor": "Ferrum",
+            "Systems": odata(V1 + "/Systems"), "Managers": odata(V1 + "/Managers"),
+            "SessionService": odata(V1 + "/SessionService"),
+            "Links": {"Sessions": odata(V1 + "/SessionService/Sessions")},
+        })
+
+    async def systems(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response(collection(V1 + "/Systems", "ComputerSystem",
+                                            [m.system_path for m in self.sim.machines]))
+
+    async def system(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = m.system_path
+        return web.json_response({
+            "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem", "@odata.id": path, "Id": m.uuid, "Name": m.name,
+            "UUID": m.uuid, "Manufacturer": "Ferrum", "Model": "Simulated machine", "SerialNumber": m.disk_serial,
+            "SystemType": "Physical", "HostName": m.name, "BiosVersion": "ferrum-sim-1",
+            "Status": {"State": "Enabled", "Health": "OK"}, "PowerState": m.power_state,
+            "Boot": {
+                "BootSourceOverrideEnabled": m.boot_enabled, "BootSourceOverrideTarget": m.boot_target,
+                "BootSourceOverrideTarget@Redfish.AllowableValues": list(BOOT_TARGETS),
+                "BootSourceOverrideMode": m.boot_mode,
+                "BootSourceOverrideMode@Redfish.AllowableValues": list(BOOT_MODES),
+            },
+            "ProcessorSummary": {"Count": 2, "Model": "Simulated CPU", "Status": {"State": "Enabled"}},
+            "MemorySummary": {"TotalSystemMemoryGiB": 4, "Status": {"State": "Enabled"}},
+            "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
+            "VirtualMedia": odata(path + "/VirtualMedia"),
+            "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
+            "Actions": {"#ComputerSystem.Reset": {
+                "target": path + "/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": list(RESET_TYPES)}},
+        })
+
+    async def patch_system(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        data = await self.body(request)
+        unknown = set(data) - {"Boot"}
+        if unknown:
+            return error(400, f"Properties {sorted(unknown)} cannot be changed", "Base.1.0.PropertyNotWritable")
+        boot = data.get("Boot")
+        if not isinstance(boot, dict) or not boot:
+            return error(400, "Boot must be a non-empty object", "Base.1.0.PropertyValueTypeError")
+        checks = {"BootSourceOverrideTarget": BOOT_TARGETS, "BootSourceOverrideEnabled": BOOT_ENABLED,
+                  "BootSourceOverrideMode": BOOT_MODES}
+        for key, value in boot.items():
+            if key not in checks:
+                return error(400, f"Boot property {key} is not supported", "Base.1.0.PropertyUnknown")
+            if value not in checks[key]:
+                return error(400, f"{value!r} is not an allowed value of {key} (allowed: {', '.join(checks[key])})",
+                             "Base.1.0.PropertyValueNotInList")
+        # Validated as a whole before anything changes.
+        m.boot_target = boot.get("BootSourceOverrideTarget", m.boot_target)
+        m.boot_enabled = boot.get("BootSourceOverrideEnabled", m.boot_enabled)
+        m.boot_mode = boot.get("BootSourceOverrideMode", m.boot_mode)
+        m.record("boot_override", target=m.boot_target, enabled=m.boot_enabled, mode=m.boot_mode)
+        return web.Response(status=204)
+
+    async def reset(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        reset_type = (await self.body(request)).get("ResetType")
+        if reset_type not in RESET_TYPES:
+            return error(400, f"ResetType {reset_type!r} is not one of {', '.join(RESET_TYPES)}",
+                         "Base.1.0.ActionParameterNotSupported")
+        if reset_type in ("On", "ForceOn"):
+            await m.power_on(reason=reset_type)
+        elif reset_type in ("ForceOff", "GracefulShutdown"):
+            await m.power_off(reason=reset_type)
+        elif reset_type in ("ForceRestart", "GracefulRestart"):
+            await m.reset(reason=reset_type)
+        elif reset_type == "PushPowerButton":
+            await (m.power_off(reason=reset_type) if m.power_state == "On" else m.power_on(reason=reset_type))
+        else:
+            m.record("nmi")
+        return web.Response(status=204)
+
+    async def nics(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = m.system_path + "/EthernetInterfaces"
+        return web.json_response(collection(path, "EthernetInterface",
+                                            [f"{path}/nic{i}" for i in range(len(m.macs))]))
+
+    async def nic(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        ident = match["nic"]
+        index = int(ident[3:]) if re.fullmatch(r"nic\d+", ident) else -1
+        if not 0 <= index < len(m.macs):
+            return error(404, f"No EthernetInterface {ident}", "Base.1.0.ResourceMissingAtURI")
+        return web.json_response({
+            "@odata.type": "#EthernetInterface.v1_4_0.EthernetInterface",
+            "@odata.id": f"{m.system_path}/EthernetInterfaces/{ident}", "Id": ident, "Name": f"NIC {index}",
+            "Status": {"State": "Enabled", "Health": "OK"}, "MACAddress": m.macs[index],
+            "PermanentMACAddress": m.macs[index], "SpeedMbps": 10000, "LinkStatus": "LinkUp",
+        })
+
+    # ---- managers and virtual media ---------------------------------------------------
+
+    async def managers(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response(collection(V1 + "/Managers", "Manager",
+                                            [f"{V1}/Managers/{m.name}" for m in self.sim.machines]))
+
+    async def manager(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = f"{V1}/Managers/{m.name}"
+        return web.json_response({
+            "@odata.type": "#Manager.v1_10_0.Manager", "@odata.id": path, "Id": m.name, "Name": f"BMC of {m.name}",
+            "ManagerType": "BMC", "UUID": m.uuid, "Model": "Ferrum simulated BMC", "FirmwareVersion": "1.0",
+            "Status": {"State": "Enabled", "Health": "OK"}, "VirtualMedia": odata(path + "/VirtualMedia"),
+            "Links": {"ManagerForServers": [odata(m.system_path)]},
+        })
+
+    async def media_collection(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        base = f"{V1}/Managers/{m.name}/VirtualMedia"
+        own = request.path.rstrip("/")
+        return web.json_response(collection(own, "VirtualMedia", [f"{base}/{dev}" for dev in m.virtual_media]))
+
+    def media_document(self, m: Machine, device: str) -> dict[str, Any]:
+        slot = m.virtual_media[device]
+        path = f"{V1}/Managers/{m.name}/VirtualMedia/{device}"
+        return {
+            "@odata.type": "#VirtualMedia.v1_4_0.VirtualMedia", "@odata.id": path, "Id": device,
+            "Name": f"Virtual {device}", "MediaTypes": MEDIA_TYPES[device], "ConnectedVia": "URI",
+            "Image": slot.image, "ImageName": slot.image.rsplit("/", 1)[-1].split("?")[0] if slot.image else None,
+            "Inserted": slot.inserted, "WriteProtected": slot.write_protected,
+            "Actions": {
+                "#VirtualMedia.InsertMedia": {"target": path + "/Actions/VirtualMedia.InsertMedia"},
+                "#VirtualMedia.EjectMedia": {"target": path + "/Actions/VirtualMedia.EjectMedia"},
+            },
+        }
+
+    def device(self, match: re.Match[str]) -> tuple[Machine, str]:
+        m = self.machine(match)
+        if match["dev"] not in m.virtual_media:
+            raise web.HTTPNotFound(text='{"error": {"code": "Base.1.0.ResourceMissingAtURI", '
+                                        '"message": "no such virtual media device"}}',
+                                   content_type="application/json")
+        return m, match["dev"]
+
+    async def media(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m, dev = self.device(match)
+        return web.json_response(self.media_document(m, dev))
+
+    async def _insert(self, m: Machine, dev: str, data: dict[str, Any]) -> web.Response:
+        image = data.get("Image")
+        if not isinstance(image, str) or not re.match(r"^https?://", image):
+            return error(400, "Image must be an http(s) URL", "Base.1.0.ActionParameterValueFormatError")
+        inserted = data.get("Inserted", True)
+        protected = data.get("WriteProtected", True)
+        if not isinstance(inserted, bool) or not isinstance(protected, bool):
+            return error(400, "Inserted and WriteProtected must be booleans", "Base.1.0.PropertyValueTypeError")
+        if m.virtual_media[dev].inserted and inserted:
+            return error(409, f"{dev} already holds {m.virtual_media[dev].image}; eject it first",
+                         "Base.1.0.ResourceInUse")
+        problem = await url_exists(self.sim.session, image, self.sim.options.http_timeout)
+        if problem is not None:
+            m.record("virtual_media_unreachable", device=dev, image=image, error=problem)
+            return error(400, f"cannot fetch {image}: {problem}", "Base.1.0.ResourceCannotBeCreated")
+        slot = m.virtual_media[dev]
+        slot.image, slot.inserted, slot.write_protected = image, inserted, protected
+        m.record("virtual_media_inserted", device=dev, image=image)
+        return web.Response(status=204)
+
+    async def insert_media(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m, dev = self.device(match)
+        return await self._insert(m, dev, await self.body(request))
+
+    async def eject_media(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m, dev = self.device(match)
+        slot = m.virtual_media[dev]
+        if slot.image is not None:
+            m.record("virtual_media_ejected", device=dev, image=slot.image)
+        slot.image, slot.inserted, slot.write_protected = None, False, True
+        return web.Response(status=204)
+
+    async def patch_media(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        """Some BMCs (and sushy for them) insert by PATCHing Image/Inserted."""
+        m, dev = self.device(match)
+        data = await self.body(request)
+        if data.get("Image") in (None, "") and data.get("Inserted") is False:
+            return await self.eject_media(request, match)
+        return await self._insert(m, dev, data)
+
+    # ---- sessions ---------------------------------------------------------------------
+
+    async def session_service(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response({
+            "@odata.type": "#SessionService.v1_1_8.SessionService", "@odata.id": V1 + "/SessionService",
+            "Id": "SessionService", "Name": "Session Service", "ServiceEnabled": True, "SessionTimeout": 3600,
+            "Sessions": odata(V1 + "/SessionService/Sessions"),
+        })
+
+    def session_document(self, session: dict[str, Any]) -> dict[str, Any]:
+        return {"@odata.type": "#Session.v1_3_0.Session", "@odata.id": session["path"], "Id": session["id"],
+                "Name": "User Session", "UserName": session["user"]}
+
+    async def session_list(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response(collection(V1 + "/SessionService/Sessions", "Session",
+                                            [s["path"] for s in self.sessions.values()]))
+
+    async def session_create(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        data = await self.body(request)
+        user, password = data.get("UserName"), data.get("Password")
+        if self.sim.options.username and not self.credentials_ok(user, password):
+            return error(401, "Invalid user name or password", "Base.1.0.NoValidSession")
+        token = secrets.token_urlsafe(24)
+        sid = secrets.token_hex(8)
+        session = {"id": sid, "user": user if isinstance(user, str) else "", "created": time.time(),
+                   "path": f"{V1}/SessionService/Sessions/{sid}"}
+        self.sessions[token] = session
+        while len(self.sessions) > MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        response = web.json_response(self.session_document(session), status=201)
+        response.headers["X-Auth-Token"] = token
+        response.headers["Location"] = session["path"]
+        return response
+
+    def _session(self, sid: str) -> tuple[str, dict[str, Any]] | None:
+        for token, session in self.sessions.items():
+            if session["id"] == sid:
+                return token, session
+        return None
+
+    async def session_get(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        found = self._session(match["sid"])
+        if found is None:
+            return error(404, "No such session", "Base.1.0.ResourceMissingAtURI")
+        return web.json_response(self.session_document(found[1]))
+
+    async def session_delete(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        found = self._session(match["sid"])
+        if found is None:
+            return error(404, "No such session", "Base.1.0.ResourceMissingAtURI")
+        del self.sessions[found[0]]
+        return web.Response(status=204)
+
+    # ---- simulator status (not Redfish; open) ------------------------------------------
+
+    async def status_all(self, request: web.Request) -> web.Response:
+        return web.json_response({"redfish_url": self.sim.redfish_url,
+                                  "machines": [m.summary() for m in self.sim.machines]})
+
+    async def status_one(self, request: web.Request) -> web.Response:
+        m = self.sim.find(request.match_info["ident"])
+        if m is None:
+            return web.json_response({"error": f"no machine {request.match_info['ident']}"}, status=404)
+        return web.json_response(m.describe())

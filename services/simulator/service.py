@@ -1,0 +1,157 @@
+"""The embeddable simulator: N machines behind one Redfish service.
+
+``Simulator(options)``; ``await start()`` creates the sparse disk files,
+binds the Redfish service and writes ``<state_dir>/machines.json`` (what
+to enroll); ``await stop()`` powers every machine off (stopping agents) and
+closes everything. Tests and the demo read ``machines`` directly; other
+processes read ``GET /simulator/machines``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import uuid as uuidlib
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from services.common.httpserver import start_http_site
+from services.simulator.machine import Machine, machine_mac
+from services.simulator.options import SimulatorOptions, parse_size
+from services.simulator.redfish import RedfishService
+
+LOG = logging.getLogger(__name__)
+STOP_CONCURRENCY = 64
+
+
+def _ensure_disk(path: Path, size: int) -> None:
+    """A sparse file of ``size`` bytes; an existing disk keeps its contents (grown if smaller)."""
+    if not path.exists() or path.stat().st_size < size:
+        with open(path, "ab") as fp:
+            fp.truncate(size)
+
+
+class Simulator:
+    def __init__(self, options: SimulatorOptions) -> None:
+        self.options = options.validate()
+        self.disk_size = parse_size(options.disk_size)
+        self.machines: list[Machine] = []
+        self.service_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"ferrum-simulator:{options.name_prefix}"
+                                                                    f"{options.first_index}"))
+        self._index: dict[str, Machine] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.redfish: RedfishService | None = None
+        self.port = 0
+
+    # ---- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        opts = self.options
+        disks = Path(opts.state_dir) / "disks"
+        await asyncio.to_thread(disks.mkdir, parents=True, exist_ok=True)
+        for offset in range(opts.machines):
+            index = opts.first_index + offset
+            name = f"{opts.name_prefix}{index:04d}"
+            macs = tuple(machine_mac(index, nic) for nic in range(opts.nics_per_machine))
+            machine = Machine(self, index, name, macs, str(disks / f"{name}.img"), f"FERRUMSIM{index:06d}")
+            self.machines.append(machine)
+            self._index[machine.name] = self._index[machine.uuid] = machine
+        await asyncio.to_thread(self._create_disks)
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+        self.redfish = RedfishService(self)
+        try:
+            self._runner, self.port = await start_http_site(self.redfish.build_app(), opts.host, opts.port)
+        except BaseException:
+            await self._session.close()
+            self._session = None
+            raise
+        await asyncio.to_thread(self._write_inventory)
+        LOG.info("simulator started machines=%d redfish_url=%s state_dir=%s boot_url=%s",
+                 len(self.machines), self.redfish_url, opts.state_dir, opts.boot_url or "-")
+
+    async def stop(self) -> None:
+        gate = asyncio.Semaphore(STOP_CONCURRENCY)
+
+        async def off(machine: Machine) -> None:
+            async with gate:
+                await machine.power_off(reason="simulator stopping")
+
+        await asyncio.gather(*(off(m) for m in self.machines if m.power_state == "On" or m.agent is not None),
+                             return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Simulator:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _create_disks(self) -> None:
+        for machine in self.machines:
+            _ensure_disk(Path(machine.disk_path), self.disk_size)
+
+    def _write_inventory(self) -> None:
+        path = Path(self.options.state_dir) / "machines.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"redfish_url": self.redfish_url, "machines": [
+            {**m.summary(), "driver_info": self.driver_info(m)} for m in self.machines]}, indent=1))
+        os.replace(tmp, path)
+
+    @property
+    def redfish_url(self) -> str:
+        host = self.options.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("simulator not started")
+        return self._session
+
+    def find(self, ident: str) -> Machine | None:
+        """A machine by UUID or name."""
+        return self._index.get(ident) or self._index.get(ident.lower())
+
+    def driver_info(self, machine: Machine) -> dict[str, Any]:
+        """What to put in a node's driver_info to drive this machine with ``redfish``."""
+        info: dict[str, Any] = {"redfish_address": self.redfish_url, "redfish_system_id": machine.system_path,
+                                "redfish_verify_ca": False}
+        if self.options.username:
+            info.update(redfish_username=self.options.username, redfish_password=self.options.password)
+        return info
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, delay: float = 0.0) -> None:
+        """Run ``coro`` in the background, tracked so ``stop()`` can cancel it."""
+        async def run() -> None:
+            try:
+                if delay:
+                    await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                coro.close()
+                raise
+            await coro
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
