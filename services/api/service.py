@@ -11,6 +11,7 @@ from aiohttp import web
 from ferrum.v1 import api_pb2, api_pb2_grpc
 from services.api.events import EventHub
 from services.api.grpc_api import NodeServicer
+from services.api.ipxe_passthru import register_ipxe_passthru
 from services.api.rest import RestApi
 from services.api.volumes import VolumeApi
 from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
@@ -31,6 +32,7 @@ def build_app(settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, m
     rest = RestApi(pool, router, config)
     rest.routes(app)
     VolumeApi(rest).routes(app)
+    register_ipxe_passthru(app, settings)
     return app
 
 

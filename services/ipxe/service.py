@@ -1,20 +1,32 @@
-"""The ipxe renderer service frame: HTTP (scripts, /metrics) and gRPC with
-health. Rendering per provision state is issue 5; until then every request
-gets a script that says so on the console and exits to the next boot device."""
+"""The ipxe renderer service: iPXE scripts rendered per request from node
+state (seed 003) over HTTP (``/boot.ipxe``, ``/ipxe?mac=|uuid=``, /metrics)
+and gRPC (``BootScriptRenderer`` plus health and reflection).
+
+It writes no boot file anywhere and keeps no state beyond an optional cache,
+so any number of replicas behind one URL give the same answers.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import asyncpg
 from aiohttp import web
 
+from ferrum.v1 import renderer_pb2_grpc
 from services.common.config import Settings
+from services.common.db.bootdata import BootDataRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
+from services.ipxe.address import forget_address, record_address
+from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
+from services.ipxe.handlers import ScriptRoutes
+from services.ipxe.reader import BootDataReader, CachingReader
+from services.ipxe.render import ScriptRenderer
 
-NOT_READY_SCRIPT = "#!ipxe\necho Ferrum: per-node boot scripts are not rendered by this version yet\nexit 1\n"
+LOG = logging.getLogger(__name__)
 
 
 class IpxeService:
@@ -24,28 +36,45 @@ class IpxeService:
         self.settings = settings
         self.pool = pool
         self.metrics = ServiceMetrics("ipxe")
+        self.cache: CachingReader | None = None
+        reader: BootDataReader = BootDataRepository(pool)
+        if settings.ipxe.cache_ttl > 0:
+            self.cache = CachingReader(reader, pool, ttl=settings.ipxe.cache_ttl)
+            reader = self.cache
+        self.renderer = ScriptRenderer(reader, settings)
+        self.routes = ScriptRoutes(self.renderer, settings.ipxe)
+        self.grpc_address = ""
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
         self._health: Any = None
 
-    async def _script(self, request: web.Request) -> web.Response:
-        return web.Response(text=NOT_READY_SCRIPT, content_type="text/plain", headers={"Cache-Control": "no-store"})
-
     async def start(self) -> dict[str, str]:
         c = self.settings.ipxe
+        if self.cache is not None:
+            await self.cache.start()
         app = web.Application(middlewares=[request_context_middleware(self.metrics)])
         app.router.add_get("/metrics", self.metrics.handle)
-        app.router.add_get("/boot.ipxe", self._script)
-        app.router.add_get("/ipxe", self._script)
+        self.routes.routes(app)
+        servicer = RendererServicer(self.renderer)
         self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics, register=lambda server: None, service_names=[],
+            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            register=lambda server: renderer_pb2_grpc.add_BootScriptRendererServicer_to_server(servicer, server),
+            service_names=[SERVICE_NAME],
         )
         self._http, port = await start_http_site(app, c.host, c.port)
-        return {"ipxe HTTP": f"http://{c.host}:{port}/boot.ipxe", "ipxe gRPC": f"{c.host}:{grpc_port}",
+        self.routes.bound_port = port
+        self.grpc_address = f"{c.host}:{grpc_port}"
+        record_address(self.settings, self.grpc_address)
+        LOG.info("ipxe renderer ready http_port=%s grpc=%s cache_ttl=%s", port, self.grpc_address, c.cache_ttl)
+        return {"ipxe HTTP": f"http://{c.host}:{port}/boot.ipxe", "ipxe gRPC": self.grpc_address,
                 "ipxe metrics": f"http://{c.host}:{port}/metrics"}
 
     async def stop(self) -> None:
+        if self.grpc_address:
+            forget_address(self.settings, self.grpc_address)
         if self._http is not None:
             await self._http.cleanup()
         if self._grpc is not None:
-            await stop_grpc_server(self._grpc, self._health)
+            await stop_grpc_server(self._grpc, self._health, grace=1.0)
+        if self.cache is not None:
+            await self.cache.stop()
