@@ -197,8 +197,9 @@ def test_encode_decode_round_trip_and_plain_base64() -> None:
     (base64.b64encode(gzip.compress(b"hello, not an iso")).decode(), "not an ISO9660 image"),
     (base64.b64encode(b"\0" * 40_000).decode(), "not an ISO9660 image"),
     ("", "empty"),
+    ({"meta_data": {}}, "expected a base64 string"),
 ])
-def test_decode_errors_are_clear(value: str, message: str) -> None:
+def test_decode_errors_are_clear(value: Any, message: str) -> None:
     with pytest.raises(errors.InvalidParameterValue, match=message) as caught:
         configdrive.decode_configdrive(value)
     assert caught.value.http_status == 400

@@ -289,3 +289,29 @@ def test_not_an_iso_refused(work: Path) -> None:
     gpt_image(disk, 100)
     with pytest.raises(errors.ConfigDriveError, match="not an ISO9660 image"):
         write_configdrive_partition(disk, b"\0" * 40_000)
+
+
+def test_logical_partition_with_ext4_label_is_reused(work: Path) -> None:
+    """An extended partition filling the image; the config-2 one is logical (number 5), ext4-labelled."""
+    disk = work / "disk.img"
+    mbr_image(disk, 100, "start=2048, size=40960, type=83\nstart=43008, type=5\n"
+                         "start=45056, size=20480, type=83\nstart=67584, size=40960, type=83\n")
+    run("mke2fs", "-q", "-t", "ext4", "-L", "config-2", "-E", f"offset={45056 * 512}", str(disk), "10M")
+    grow(disk, 200 * MiB)
+    placement = write_configdrive_partition(disk, the_drive())
+    assert placement == ConfigDrivePlacement(table="mbr", partition_number=5, start_byte=45056 * 512,
+                                             size_bytes=10 * MiB, created=False)
+    assert_cloud_init_reads(disk, work)
+
+
+def test_fat32_label_and_no_label_partitions_probed(work: Path) -> None:
+    disk = work / "disk.img"
+    mbr_image(disk, 100, "start=2048, size=81920, type=c\nstart=83968, size=20480, type=83\n")
+    run("mformat", "-i", f"{disk}@@{2048 * 512}", "-F", "-c", "1", "-T", "81920", "-h", "64", "-s", "32",
+        "-v", "config-2", "::")
+    table = read_partition_table(open(disk, "rb"))
+    assert [p.labels for p in table.partitions] == [("CONFIG-2", "config-2"), ()]
+    assert table.free_slots == (3, 4)
+    placement = write_configdrive_partition(disk, the_drive())
+    assert (placement.partition_number, placement.created) == (1, False)
+    assert read_partition_table(open(disk, "rb")).partitions[0].labels == ("config-2",)   # now the ISO

@@ -169,6 +169,9 @@ def decode_configdrive(value: str, *, limit: int = MAX_CONFIGDRIVE_BYTES) -> byt
     not an ISO9660 image, or larger than ``limit`` once decompressed (the
     message gives the limit in MiB, like IPA's).
     """
+    if not isinstance(value, (str, bytes, bytearray)):
+        raise errors.InvalidParameterValue(
+            f"Invalid configdrive: expected a base64 string, not {type(value).__name__}")
     raw = value.encode("ascii", "replace") if isinstance(value, str) else bytes(value)
     compact = raw.translate(None, b" \t\r\n")
     if not compact:
