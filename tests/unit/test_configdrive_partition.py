@@ -78,7 +78,10 @@ def the_drive() -> bytes:
 
 def assert_cloud_init_reads(disk: Path, tmp: Path) -> dict[str, Any]:
     """Find config-2 on the disk, extract its files, run cloud-init's reader on them."""
-    _part, iso = read_configdrive_partition(disk)
+    part, iso = read_configdrive_partition(disk)
+    # cloud-init finds the device with blkid's LABEL=config-2; probe the partition the same way
+    probe = run("blkid", "-p", "-o", "export", "-O", str(part.start * 512), str(disk))
+    assert "LABEL=config-2" in probe.splitlines() and "TYPE=iso9660" in probe.splitlines(), probe
     dest = tmp / "extracted"
     iso9660.extract_iso(io.BytesIO(iso), dest)
     v2 = cloud_init_read(dest)["v2"]
