@@ -73,10 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run N simulated machines behind one Redfish BMC service: sparse disk files, iPXE-like "
                     "network boot from --boot-url, embedded deploy agents. See docs/simulator.md."))
 
-    demo = sub.add_parser("demo", help="start the embedded stack, enroll fake nodes over REST and take them to active",
+    demo = sub.add_parser("demo", help="provision a rack of simulated Redfish machines end to end over the REST API",
+                          description="Start the embedded stack and a simulator of N Redfish machines, build a small "
+                          "GPT + ext4 disk image, enroll the machines over the Ironic REST API, deploy the image with a "
+                          "config drive (iPXE + agent), verify every disk byte for byte, undeploy, and stop.",
                           epilog=EPILOG)
     _common(demo)
-    demo.add_argument("--nodes", type=int, default=8, help="how many fake-hardware nodes to enroll (default 8)")
+    demo.add_argument("--nodes", type=int, default=8, help="how many simulated machines to provision (default 8)")
 
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -128,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from services.common.logs import configure_logging
 
-    configure_logging(settings.log_level, settings.log_format)
+    # The demo draws progress bars: only warnings, unless a level was asked for.
+    level = "WARNING" if args.command == "demo" and "FERRUM_LOG_LEVEL" not in os.environ else settings.log_level
+    configure_logging(level, settings.log_format)
     try:
         return asyncio.run(_run(args, settings))
     except KeyboardInterrupt:
@@ -162,7 +167,13 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "demo":
         from services.demo import run_demo
 
-        return await runtime.serve(settings, ALL_SERVICES, until=lambda stack: run_demo(stack, nodes=args.nodes))
+        simulators: list[Any] = []
+        try:
+            return await runtime.serve(settings, ALL_SERVICES,
+                                       until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators))
+        finally:
+            for simulator in simulators:
+                await simulator.stop()
     raise AssertionError(args.command)
 
 

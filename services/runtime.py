@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,8 +52,10 @@ class RunningStack:
         self.pool: Any = None
         self.services: list[Service] = []
         self.endpoints: dict[str, str] = {}
+        self.settings: Settings | None = None
 
     async def start(self, settings: Settings, names: list[str]) -> None:
+        self.settings = settings
         try:
             self.database = await open_database(settings)
             if self.database.embedded is not None:
@@ -60,13 +63,14 @@ class RunningStack:
             self.pool = await create_pool(
                 self.database.url, min_size=settings.database.pool_min, max_size=settings.database.pool_max
             )
+            settings = self.settings = pin_api_port(settings, names)
             factories = service_factories()
             for name in names:
                 service = factories[name](settings, self.pool)
                 # Registered before start so a half-started service is stopped too.
                 self.services.append(service)
                 self.endpoints.update(await service.start())
-                settings = wire_started(settings, name, service)
+                settings = self.settings = wire_started(settings, name, service)
         except BaseException:
             await self.close()
             raise
@@ -84,6 +88,24 @@ class RunningStack:
         if self.database is not None:
             await self.database.close()
             self.database = None
+
+
+def pin_api_port(settings: Settings, names: list[str]) -> Settings:
+    """Choose the api's ephemeral port before the renderer starts.
+
+    The renderer puts the api URL into every deploy ramdisk's kernel command
+    line (``ipa-api-url``) and starts first, so an api on port 0 would be
+    unreachable for agents. Only for one process running both, with no URL
+    configured.
+    """
+    if not ("api" in names and "ipxe" in names) or settings.api.port != 0:
+        return settings
+    if settings.ipxe.api_url or settings.api.public_endpoint:
+        return settings
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((settings.api.host, 0))
+        port = probe.getsockname()[1]
+    return dataclasses.replace(settings, api=dataclasses.replace(settings.api, port=port))
 
 
 def wire_started(settings: Settings, name: str, service: Any) -> Settings:

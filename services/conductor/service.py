@@ -188,6 +188,12 @@ class ConductorService:
         if self._periodic:
             await self._periodic.stop()
         await self.manager.tasks.stop()
+        for implementations in self.registry.enabled.values():
+            for implementation in implementations.values():
+                try:
+                    await implementation.close()
+                except Exception:  # one driver's cleanup must not stop the others'
+                    LOG.exception("closing interface %s failed", implementation.name)
         await ConductorRepository(self.pool).unregister(self.hostname)
         if self._grpc is not None:
             await stop_grpc_server(self._grpc, self._health)

@@ -86,7 +86,10 @@ class TaskManager:
         ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
         return Task(node=node, ports=ports, driver=driver, conductor=self.hostname,
-                    merge_internal_info=self.nodes.merge_internal_info)
+                    merge_internal_info=self.nodes.merge_internal_info, update_fields=self._update_fields)
+
+    async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
+        return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)
 
     async def release(self, node_uuid: str) -> None:
         self._held.discard(node_uuid)

@@ -33,6 +33,15 @@ class Task:
     # Set by the conductor: merges keys into driver_internal_info (and refreshes
     # ``node``), so interfaces can keep step bookkeeping without SQL.
     merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
+    # Set by the conductor: writes node fields while this task holds the lock.
+    update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
+
+    async def save_fields(self, changes: Mapping[str, Any]) -> None:
+        """Record node fields an interface changed in hardware (power_state after a power action)."""
+        if self.update_fields is None:
+            self.node = {**self.node, **changes}
+            return
+        self.node = await self.update_fields(self.node["uuid"], changes)
 
     async def save_internal_info(self, values: Mapping[str, Any], *, remove: tuple[str, ...] = ()) -> None:
         """Persist driver_internal_info keys for this node (a no-op outside a conductor)."""
@@ -62,6 +71,9 @@ class BaseInterface(abc.ABC):
 
     async def take_over(self, task: Task) -> None:
         """Adopt an active node from a dead conductor (nothing to do by default)."""
+
+    async def close(self) -> None:
+        """Release what the implementation holds across nodes (BMC sessions) at conductor stop."""
 
 
 class PowerInterface(BaseInterface):

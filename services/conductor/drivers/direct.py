@@ -87,6 +87,7 @@ class DirectDeploy(base.DeployInterface):
             await task.driver.power.reboot(task)
         else:
             await task.driver.power.set_power_state(task, states.POWER_ON)
+        await task.save_fields({"power_state": states.POWER_ON})
         return states.DEPLOYWAIT
 
     def _client(self, task: base.Task) -> AgentClient:
@@ -135,6 +136,7 @@ class DirectDeploy(base.DeployInterface):
         await task.driver.boot.prepare_instance(task)
         await self._power_off_through_agent(task, client)
         await task.driver.power.set_power_state(task, states.POWER_ON)
+        await task.save_fields({"power_state": states.POWER_ON})
 
     async def _power_off_through_agent(self, task: base.Task, client: AgentClient) -> None:
         """Ask the agent to sync and power off; fall back to a hard power off."""
@@ -153,6 +155,7 @@ class DirectDeploy(base.DeployInterface):
 
     async def tear_down(self, task: base.Task) -> str:
         await task.driver.power.set_power_state(task, states.POWER_OFF)
+        await task.save_fields({"power_state": states.POWER_OFF})
         await task.save_internal_info({}, remove=AGENT_KEYS + ("is_whole_disk_image", "root_uuid_or_disk_id",
                                                                "deploy_started_at"))
         return "deleted"
