@@ -318,3 +318,20 @@ def test_fat32_label_and_no_label_partitions_probed(work: Path) -> None:
     placement = write_configdrive_partition(disk, the_drive())
     assert (placement.partition_number, placement.created) == (1, False)
     assert read_partition_table(open(disk, "rb")).partitions[0].labels == ("config-2",)   # now the ISO
+
+
+def test_image_larger_than_disk_and_corrupt_gpt_refused(work: Path) -> None:
+    disk = work / "disk.img"
+    gpt_image(disk, 100)
+    run("truncate", "-s", f"{90 * MiB}", str(disk))            # the disk is smaller than the image
+    with pytest.raises(errors.ConfigDriveError, match="image is larger than the disk"):
+        write_configdrive_partition(disk, the_drive())
+    gpt_image(disk, 100)
+    grow(disk, 200 * MiB)
+    with open(disk, "r+b") as fp:                               # flip a byte of the primary GPT header
+        fp.seek(512 + 40)
+        fp.write(b"\xff")
+    before = fingerprint(disk)
+    with pytest.raises(errors.ConfigDriveError, match="primary GPT header is corrupt"):
+        write_configdrive_partition(disk, the_drive())
+    assert fingerprint(disk) == before
