@@ -276,7 +276,8 @@ class RestApi:
         values = _validate_node_values(body, create=True)
         if request["version"] < (1, 11):
             values["provision_state"] = states.AVAILABLE
-        values.setdefault("uuid", str(uuidlib.uuid4()))
+        if values.get("uuid") is None:  # absent or null: generate one
+            values["uuid"] = str(uuidlib.uuid4())
         values.pop("chassis_uuid", None)
         reply = await self.router.call(values["uuid"], values["driver"], values.get("conductor_group", ""),
                                        "CreateNode", cpb.ConductorCreateNodeRequest(node_json=dumps(values)))
@@ -339,7 +340,7 @@ class RestApi:
         timeout = body.get("timeout")
         if target in (states.SOFT_REBOOT, states.SOFT_POWER_OFF) or timeout is not None:
             _require_version(request, (1, 27), "Soft power actions and timeout")
-        if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or timeout < 1):
+        if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 2**31 - 1):
             raise errors.InvalidParameterValue(f"Invalid timeout value {timeout}. The timeout must be a positive integer.")
         await self.rpc(node, "ChangePowerState", cpb.PowerStateRequest(node_uuid=node["uuid"], target=target, timeout=timeout or 0))
         return web.Response(status=202, headers={"Location": f"{self.base(request)}/v1/nodes/{node['uuid']}/states"})
@@ -376,6 +377,10 @@ class RestApi:
             raise errors.InvalidParameterValue("\"clean_steps\" is only valid when setting target provision state to clean")
         if verb == "clean" and not isinstance(clean_steps, list):
             raise errors.InvalidParameterValue("\"clean_steps\" is required when setting target provision state to clean")
+        for step in clean_steps or ():
+            if (not isinstance(step, dict) or not isinstance(step.get("interface"), str) or not isinstance(step.get("step"), str)
+                    or not isinstance(step.get("args", {}), dict) or set(step) - {"interface", "step", "args", "order"}):
+                raise errors.InvalidParameterValue(f"Invalid clean step {step!r}: expected {{\"interface\", \"step\", \"args\"?, \"order\"?}}")
         if body.get("rescue_password") is not None and verb != "rescue":
             raise errors.InvalidParameterValue("\"rescue_password\" is only valid when setting target provision state to rescue")
         if verb == "rescue" and not (isinstance(body.get("rescue_password"), str) and body["rescue_password"].strip()):
@@ -396,6 +401,8 @@ class RestApi:
         if request.can_read_body:
             body = await self.body(request)
             reason = body.get("reason") if isinstance(body, dict) else None
+            if reason is not None and not isinstance(reason, str):
+                raise errors.InvalidParameterValue("The maintenance reason must be a string")
         await self.rpc(node, "SetMaintenance", cpb.MaintenanceRequest(node_uuid=node["uuid"], maintenance=True, reason=reason or ""))
         return web.Response(status=202)
 
@@ -649,6 +656,10 @@ def _validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, 
             raise errors.InvalidParameterValue(f"{key} must be a string")
     if out.get("conductor_group") is not None and not re.match(r"^[A-Za-z0-9_\-.]*$", out["conductor_group"]):
         raise errors.InvalidParameterValue("conductor_group may contain letters, digits, _, - and . only")
+    if out.get("resource_class") is not None and len(out["resource_class"]) > 80:
+        raise errors.InvalidParameterValue("resource_class is longer than 80 characters")
+    if out.get("conductor_group") is not None and len(out["conductor_group"]) > 255:
+        raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:
         raise errors.InvalidParameterValue("description is longer than 4096 characters")
     for key in ("automated_clean", "protected", "retired"):
@@ -671,6 +682,12 @@ def _validate_port_values(values: dict[str, Any]) -> dict[str, Any]:
             raise errors.InvalidParameterValue(f"{key} must be a JSON object")
     if "pxe_enabled" in out and not isinstance(out["pxe_enabled"], bool):
         raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
+    if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):
+        raise errors.InvalidParameterValue("is_smartnic must be a boolean")
+    if out.get("physical_network") is not None and not isinstance(out["physical_network"], str):
+        raise errors.InvalidParameterValue("physical_network must be a string")
+    if "node_uuid" in out and (not isinstance(out["node_uuid"], str) or not is_uuid(out["node_uuid"])):
+        raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {out['node_uuid']}.")
     if "uuid" in out and (not isinstance(out["uuid"], str) or not is_uuid(out["uuid"])):
         raise errors.InvalidParameterValue(f"Expected a UUID but received {out['uuid']}.")
     return out

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import bcrypt
 from aiohttp import web
 
@@ -45,6 +46,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return _with_version(request, response)
+    except (asyncpg.DataError, asyncpg.CheckViolationError) as exc:
+        # Input PostgreSQL refused (out of range, malformed, over a length
+        # limit) that a handler's own checks let through: still the client's.
+        LOG.warning("unchecked bad input on %s %s: %s", request.method, request.path, exc)
+        return _with_version(request, error_response(400, f"Invalid input: {exc}"))
     except Exception:
         LOG.exception("unexpected error serving %s %s", request.method, request.path)
         return _with_version(request, error_response(500, "Internal Server Error", "Server"))

@@ -103,14 +103,17 @@ class VolumeApi:
         raise errors.InvalidParameterValue(f"Creating volume {kind}s through a node is not allowed; POST /v1/volume/{kind}s")
 
     def _validate(self, kind: str, values: dict[str, Any]) -> dict[str, Any]:
+        for key in ("uuid", "node_uuid"):
+            if key in values and (not isinstance(values[key], str) or not is_uuid(values[key])):
+                raise errors.InvalidParameterValue(f"Expected a UUID for {key} but received {values[key]}.")
         strings = ("type", "connector_id") if kind == "connector" else ("volume_type", "volume_id")
         for key in strings:
             if key in values and (not isinstance(values[key], str) or not values[key]):
                 raise errors.InvalidParameterValue(f"{key} must be a non-empty string")
         if kind == "target":
             if "boot_index" in values and (not isinstance(values["boot_index"], int) or isinstance(values["boot_index"], bool)
-                                           or values["boot_index"] < 0):
-                raise errors.InvalidParameterValue("boot_index must be a non-negative integer")
+                                           or not 0 <= values["boot_index"] <= 2**31 - 1):
+                raise errors.InvalidParameterValue("boot_index must be a non-negative 32-bit integer")
             if "properties" in values and not isinstance(values["properties"], dict):
                 raise errors.InvalidParameterValue("properties must be a JSON object")
         if "extra" in values and not isinstance(values["extra"], dict):
