@@ -17,6 +17,7 @@ import pytest
 
 from services.common import errors
 from services.common.objectstore_client import ObjectStoreClient
+from services.objectstore.backends.base import COALESCE_BYTES
 from services.objectstore.tempurl import to_base36
 from services.objectstore.testing import running_objectstore, wait_until
 from tests.conftest import test_settings
@@ -274,7 +275,7 @@ async def test_cancelled_upload_leaves_nothing(client: ObjectStoreClient, root: 
     sent = asyncio.Event()
 
     async def slow():
-        yield b"x" * (3 * MiB)
+        yield b"x" * (COALESCE_BYTES + MiB)  # enough for the first write to reach the temp file
         sent.set()
         await asyncio.sleep(3600)
         yield b"never"

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-COALESCE_BYTES = 1024 * 1024
+COALESCE_BYTES = 4 * 1024 * 1024
 
 
 class Upload(Protocol):
@@ -60,34 +60,36 @@ class Backend(Protocol):
 
 
 class HashingPipeline:
-    """Feeds chunks to a blocking ``sink`` and a sha256 in a worker thread.
+    """Feeds chunks to a blocking ``sink`` and a sha256, each in a worker thread.
 
-    Chunks are coalesced to about 1 MiB, and one batch is in flight while the
-    event loop receives the next, so hashing and disk or network writes
-    overlap with gRPC receive without holding more than two batches in RAM.
+    Chunks are coalesced to about 4 MiB; the hash and the sink of one batch
+    run in parallel (both release the GIL) while the event loop receives the
+    next batch, so hashing, disk writes and gRPC receive overlap without
+    holding more than two batches in RAM.
     """
 
-    def __init__(self, sink: Callable[[bytes], None]) -> None:
+    def __init__(self, sink: Callable[[bytes], None] | None) -> None:
         self._sink = sink
         self._hash = hashlib.sha256()
         self._buffer: list[bytes] = []
         self._buffered = 0
-        self._pending: asyncio.Future[None] | None = None
+        self._pending: asyncio.Future[Any] | None = None
         self.size = 0
-
-    def _consume(self, data: bytes) -> None:
-        self._hash.update(data)
-        self._sink(data)
 
     async def _submit(self) -> None:
         if self._pending is not None:
-            pending, self._pending = self._pending, None
-            await pending
+            # Shielded and cleared only once done: a cancelled caller leaves the
+            # batch visible to drain(), which waits for the thread to finish.
+            await asyncio.shield(self._pending)
+            self._pending = None
         if not self._buffer:
             return
         data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
         self._buffer, self._buffered = [], 0
-        self._pending = asyncio.ensure_future(asyncio.to_thread(self._consume, data))
+        jobs = [asyncio.to_thread(self._hash.update, data)]
+        if self._sink is not None:
+            jobs.append(asyncio.to_thread(self._sink, data))
+        self._pending = asyncio.ensure_future(asyncio.gather(*jobs))
 
     async def write(self, chunk: bytes) -> None:
         if not chunk:
@@ -102,8 +104,8 @@ class HashingPipeline:
         """Flush everything through the sink; returns the sha256 hex digest."""
         await self._submit()
         if self._pending is not None:
-            pending, self._pending = self._pending, None
-            await pending
+            await asyncio.shield(self._pending)
+            self._pending = None
         return self._hash.hexdigest()
 
     async def drain(self) -> None:

@@ -44,7 +44,7 @@ class S3Upload:
         self._part_size = backend.part_size
         self._buffer = bytearray()
         # The worker thread only hashes; the buffer is touched on the event loop only.
-        self._pipeline = HashingPipeline(lambda data: None)
+        self._pipeline = HashingPipeline(None)
         self._upload_id: str | None = None
         self._parts: list[dict[str, Any]] = []
         self._inflight: asyncio.Task[None] | None = None

@@ -1,0 +1,200 @@
+"""Object store throughput: upload over gRPC and temp-URL download over HTTP
+of one big object, against baselines on the same disk in the same run.
+
+- upload (``ObjectStoreClient.put_file`` → ``ferrum objectstore`` process,
+  sha256 + temp file + fsync + rename) vs a plain file copy + fsync;
+- temp-URL download (sendfile via aiohttp FileResponse) vs nginx (Debian,
+  started here on 127.0.0.1 with ``sendfile on``) serving the very same file;
+  both fetched by curl into /dev/null, best of ``--repeat`` runs;
+- the service process RSS (baseline, and peak = VmHWM) to show memory stays
+  flat.
+
+Figures only; nothing passes or fails.
+
+    .venv/bin/python bench/objectstore.py              # 256 MiB
+    .venv/bin/python bench/objectstore.py --gib        # 1 GiB (the issue's size)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from services.common.objectstore_client import ObjectStoreClient  # noqa: E402
+from services.objectstore.testing import free_port, stop_process  # noqa: E402
+
+MiB = 1024 * 1024
+
+
+def proc_status(pid: int, field: str) -> int:
+    """A /proc/<pid>/status figure in KiB (VmRSS, VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def make_source(path: Path, size: int) -> None:
+    block = os.urandom(4 * MiB)
+    with open(path, "wb") as out:
+        written = 0
+        while written < size:
+            piece = block[: min(len(block), size - written)]
+            out.write(piece)
+            written += len(piece)
+
+
+def copy_with_fsync(src: Path, dst: Path) -> float:
+    started = time.perf_counter()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 4 * MiB)
+        fout.flush()
+        os.fsync(fout.fileno())
+    elapsed = time.perf_counter() - started
+    dst.unlink()
+    return elapsed
+
+
+def curl_seconds(url: str) -> float:
+    out = subprocess.run(["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", url],
+                         check=True, capture_output=True, text=True, timeout=600).stdout.split()
+    return float(out[0])
+
+
+def start_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    ports = tmp / "ports.json"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")},
+           "FERRUM_LOG_LEVEL": "WARNING", "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
+           "FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": str(64 * 1024 * MiB)}
+    proc = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "ferrum"), "objectstore", "--state-dir", str(tmp / "state"),
+         "--grpc-port", "0", "--http-port", "0", "--ports-file", str(ports)],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(tmp / "service.log", "wb"))  # noqa: SIM115
+    deadline = time.monotonic() + 180
+    while not ports.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError(f"ferrum objectstore did not start; see {tmp / 'service.log'}")
+        time.sleep(0.2)
+    return proc, json.loads(ports.read_text())
+
+
+def start_nginx(tmp: Path, root: Path) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    prefix = tmp / "nginx"
+    prefix.mkdir()
+    conf = prefix / "nginx.conf"
+    conf.write_text(f"""
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    server {{ listen 127.0.0.1:{port}; root {root}; }}
+}}
+""")
+    proc = subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/"],
+                         check=False).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise RuntimeError(f"nginx did not start; see {prefix / 'error.log'}")
+        time.sleep(0.1)
+    return proc, port
+
+
+async def run(size: int, repeat: int) -> None:
+    if shutil.which("nginx") is None or shutil.which("curl") is None:
+        raise SystemExit("bench/objectstore.py needs nginx and curl (Debian packages)")
+    with tempfile.TemporaryDirectory(prefix="ferrum-bench-os-") as tmp_name:
+        tmp = Path(tmp_name)
+        tmp.chmod(0o755)
+        source = tmp / "source.iso"
+        print(f"object size: {size / MiB:.0f} MiB; writing the source file...", flush=True)
+        await asyncio.to_thread(make_source, source, size)
+        service, endpoints = await asyncio.to_thread(start_service, tmp)
+        nginx = None
+        client = ObjectStoreClient(endpoints["objectstore gRPC"])
+        try:
+            rss_idle = proc_status(service.pid, "VmRSS")
+            copy_s = min([await asyncio.to_thread(copy_with_fsync, source, tmp / "copy.iso") for _ in range(repeat)])
+
+            upload_s = []
+            for i in range(repeat):
+                started = time.perf_counter()
+                info = await client.put_file("bench", f"boot-{i}.iso", source)
+                upload_s.append(time.perf_counter() - started)
+                if i:
+                    await client.delete("bench", f"boot-{i}.iso")
+            rss_after_upload = proc_status(service.pid, "VmRSS")
+            assert info.size == size
+
+            url = await client.temp_url("bench", "boot-0.iso", lifetime=3600)
+            objects = tmp / "state" / "objects" / "data"
+            stored = [p for p in objects.rglob("*") if p.is_file()]
+            assert len(stored) == 1 and stored[0].stat().st_size == size
+            nginx, nginx_port = await asyncio.to_thread(start_nginx, tmp, objects)
+            nginx_url = f"http://127.0.0.1:{nginx_port}/{stored[0].parent.name}/{stored[0].name}"
+            await asyncio.to_thread(curl_seconds, nginx_url)  # warm the page cache for both
+            ours_s, nginx_s = [], []
+            for _ in range(repeat):
+                ours_s.append(await asyncio.to_thread(curl_seconds, url))
+                nginx_s.append(await asyncio.to_thread(curl_seconds, nginx_url))
+            rss_after_download = proc_status(service.pid, "VmRSS")
+            rss_peak = proc_status(service.pid, "VmHWM")
+        finally:
+            await client.close()
+            if nginx is not None:
+                stop_process(nginx)
+            service.send_signal(signal.SIGTERM)
+            stop_process(service, timeout=60)
+
+        def rate(seconds: float) -> float:
+            return size / MiB / seconds
+
+        up, cp = rate(min(upload_s)), rate(copy_s)
+        down, ng = rate(min(ours_s)), rate(min(nginx_s))
+        print(f"upload   gRPC put_file (sha256+fsync): {up:8.1f} MiB/s   plain copy+fsync: {cp:8.1f} MiB/s   "
+              f"ratio {up / cp:.2f}")
+        print(f"download temp URL (sendfile):          {down:8.1f} MiB/s   nginx sendfile:   {ng:8.1f} MiB/s   "
+              f"ratio {down / ng:.2f}")
+        print(f"service RSS: idle {rss_idle / 1024:.0f} MiB, after upload {rss_after_upload / 1024:.0f} MiB, "
+              f"after download {rss_after_download / 1024:.0f} MiB, peak {rss_peak / 1024:.0f} MiB "
+              f"(object {size / MiB:.0f} MiB)")
+        print(f"runs: {repeat}; best of each; upload times {', '.join(f'{s:.2f}s' for s in upload_s)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mib", type=int, default=256, help="object size in MiB (default 256)")
+    parser.add_argument("--gib", action="store_true", help="use a 1 GiB object (the issue's target size)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each measurement; the best counts (default 3)")
+    args = parser.parse_args()
+    size = 1024 * MiB if args.gib else args.size_mib * MiB
+    asyncio.run(run(size, max(args.repeat, 1)))
+
+
+if __name__ == "__main__":
+    main()
