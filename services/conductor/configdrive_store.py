@@ -65,6 +65,29 @@ class ConfigDriveStore:
             )
         return encoded
 
+    async def publish(self, task: Task) -> str:
+        """The node's config drive as an ISO behind a temp URL, for virtual media.
+
+        A boot interface that attaches the drive as a virtual CD instead of
+        having the agent write it calls this (through ``Task.publish_configdrive``);
+        it works whether the deploy kept the drive inline or uploaded it.
+        """
+        from services.conductor.images import configdrive as builder
+
+        if self.objectstore is None:
+            raise errors.ConfigDriveInvalid("Publishing a config drive for virtual media needs the object store")
+        value = task.node["instance_info"].get("configdrive")
+        name = self.object_name(task.node["uuid"])
+        if isinstance(value, str) and builder.looks_like_url(value):
+            if await self.objectstore.stat(self.container, name) is not None:
+                return value
+            raise errors.ConfigDriveInvalid(f"The config drive of node {task.node['uuid']} is an external URL; "
+                                            "attach it directly")
+        url = await self.store(task)
+        if url is None:
+            raise errors.ConfigDriveInvalid(f"Node {task.node['uuid']} has no config drive")
+        return url
+
     async def remove(self, task: Task) -> None:
         """Delete the uploaded drive on tear down (it would expire anyway)."""
         if self.objectstore is None:

@@ -71,6 +71,7 @@ class ConductorManager:
             lifetime=int(config.deploy_callback_timeout) + 120,
             inline_limit=config.configdrive_inline_limit,
         )
+        self.tasks.publish_configdrive = self.configdrives.publish
         self.agents = AgentCallbacks(self)
 
     async def record_event(self, node: dict[str, Any], event: str, message: str, *, severity: str = "INFO") -> None:

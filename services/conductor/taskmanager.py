@@ -40,6 +40,8 @@ class TaskManager:
         self._held: set[str] = set()
         self._running: set[asyncio.Task[Any]] = set()
         self._refresher: asyncio.Task[None] | None = None
+        # Set by the manager: how a boot interface gets the config drive as a URL.
+        self.publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
 
     def start(self) -> None:
         self._refresher = asyncio.create_task(self._refresh_leases(), name="lease-refresh")
@@ -86,7 +88,8 @@ class TaskManager:
         ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
         return Task(node=node, ports=ports, driver=driver, conductor=self.hostname,
-                    merge_internal_info=self.nodes.merge_internal_info, update_fields=self._update_fields)
+                    merge_internal_info=self.nodes.merge_internal_info, update_fields=self._update_fields,
+                    publish_configdrive=self.publish_configdrive)
 
     async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
         return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)

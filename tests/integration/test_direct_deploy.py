@@ -291,3 +291,22 @@ async def test_object_store_restart_mid_deploy_is_survived(env: dict[str, Any]) 
 
     _part, iso = read_configdrive_partition(disk)
     assert iso[0x8001:0x8006] == b"CD001"
+
+
+async def test_config_drive_published_for_virtual_media(env: dict[str, Any]) -> None:
+    """The hook a virtual-media boot interface uses: the drive as an ISO behind a temp URL."""
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    node = await enroll(env, "direct-8", "52:54:00:d0:00:08", sha256=sha)
+    await call(env, "PATCH", "/v1/nodes/direct-8", [
+        {"op": "add", "path": "/instance_info/configdrive", "value": {"meta_data": {"hostname": "vmedia"}}}],
+        expect=200)
+    manager = conductor(env).manager
+    task = await manager.tasks.build_task(await manager.nodes.get(node["uuid"]))
+    assert task.publish_configdrive is not None
+    url = await task.publish_configdrive(task)
+    async with env["session"].get(url) as response:
+        assert response.status == 200
+        iso = await response.read()
+    assert iso[0x8001:0x8006] == b"CD001" and iso[0x8028:0x8030] == b"config-2"
+    async with env["session"].get(url + "x") as response:
+        assert response.status in (401, 403, 404)  # a tampered URL serves nothing

@@ -33,6 +33,8 @@ class Task:
     # Set by the conductor: merges keys into driver_internal_info (and refreshes
     # ``node``), so interfaces can keep step bookkeeping without SQL.
     merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
+    # Set by the conductor: the config drive as an ISO behind a temp URL (virtual media).
+    publish_configdrive: Callable[["Task"], Awaitable[str]] | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
