@@ -305,3 +305,66 @@ async def test_orphan_sweep_removes_only_unreferenced_bytes(service, client: Obj
     assert await service.store.sweep_orphans() >= 1
     assert not stray.exists()
     assert await client.get_bytes("orphans", "kept.img") == b"kept"
+
+
+async def test_wire_status_codes(service) -> None:
+    """What a non-Python gRPC client sees: standard status codes."""
+    import grpc
+
+    from ferrum.v1 import objectstore_pb2 as pb
+    from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
+
+    async with grpc.aio.insecure_channel(service.grpc_address) as channel:
+        stub = pb_grpc.ObjectStoreStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Stat(pb.ObjectRef(container="wire", name="missing"))
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Stat(pb.ObjectRef(container="wire", name="../x"))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        async def no_header():
+            yield pb.PutRequest(chunk=b"data first")
+
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Put(no_header())
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+        async def two_headers():
+            yield pb.PutRequest(header=pb.PutHeader(container="wire", name="x"))
+            yield pb.PutRequest(chunk=b"abc")
+            yield pb.PutRequest(header=pb.PutHeader(container="wire", name="y"))
+
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Put(two_headers())
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Stat(pb.ObjectRef(container="wire", name="x"))
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+        reply = await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                                        pb.PutRequest(chunk=b"hello")))
+        assert reply.size == 5 and not reply.HasField("delete_at")
+        chunks = [c.data async for c in stub.Get(pb.GetObjectRequest(container="wire", name="z", offset=1, length=3))]
+        assert b"".join(chunks) == b"ell"
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.TempUrl(pb.TempUrlRequest(container="wire", name="z", lifetime=10**9))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def aiter_of(*items):
+    for item in items:
+        yield item
+
+
+async def test_unreachable_store_is_service_unavailable() -> None:
+    from services.objectstore.testing import free_port
+
+    store = ObjectStoreClient(f"127.0.0.1:{free_port()}")
+    try:
+        with pytest.raises(errors.ServiceUnavailable):
+            await store.stat("c", "n")
+        with pytest.raises(errors.ServiceUnavailable):
+            await store.put_bytes("c", "n", b"x")
+    finally:
+        await store.close()
