@@ -12,6 +12,7 @@ plus a warning log line with the same reason.
 from __future__ import annotations
 
 import logging
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 import jinja2
@@ -25,6 +26,7 @@ from services.ipxe.safety import UnsafeValue
 
 LOG = logging.getLogger(__name__)
 TEMPLATES = Path(__file__).parent / "templates"
+MESSAGE_WIDTH = 70
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,9 @@ class ScriptRenderer:
 
     def error_script(self, reason: str, *, node_uuid: str = "") -> RenderedScript:
         text = safety.sanitize_text(reason, limit=400)
-        script = self._env.get_template("error.ipxe.j2").render(reason=text, uuid=node_uuid)
+        # Firmware consoles cut lines at 80 columns: wrap the reason to fit after "echo Ferrum: ".
+        lines = textwrap.wrap(text, width=MESSAGE_WIDTH, break_on_hyphens=False) or ["(no reason given)"]
+        script = self._env.get_template("error.ipxe.j2").render(reason=text, reason_lines=lines, uuid=node_uuid)
         return RenderedScript(script=script, kind="error", node_uuid=node_uuid, reason=text)
 
     async def render(self, *, mac: str | None = None, uuid: str | None = None) -> RenderedScript:

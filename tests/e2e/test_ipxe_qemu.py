@@ -1,0 +1,256 @@
+"""Real iPXE (Debian's ipxe-qemu ROM in QEMU, TCG) network-boots through
+Ferrum's renderer: DHCP hands out our /boot.ipxe, which chains the per-node
+script by MAC; for a node in ``deploying`` that script fetches a real Debian
+kernel and a busybox initramfs whose /init prints a marker on the serial
+console. A second VM with an unknown MAC must show our error text.
+
+Set-up installs qemu-system-x86 + ipxe-qemu + busybox-static + cpio when
+missing (as root) and caches the kernel and initramfs under
+``<repo>/.ferrum/cache/ipxe-e2e`` so reruns skip the download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid as uuidlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from services.runtime import ALL_SERVICES_ORDER, RunningStack
+from tests.conftest import test_settings
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".ferrum" / "cache" / "ipxe-e2e"
+PACKAGES = ("qemu-system-x86", "ipxe-qemu", "busybox-static", "cpio")
+BOOT_WAIT = 180.0
+DEPLOY_MAC, UNKNOWN_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99"
+V = {"X-OpenStack-Ironic-API-Version": "1.56"}
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def run(*argv: str, cwd: Path | None = None, timeout: float = 600) -> str:
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+    return result.stdout
+
+
+def installed(package: str) -> bool:
+    result = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    return result.returncode == 0 and "install ok installed" in result.stdout
+
+
+def ensure_packages() -> None:
+    missing = [p for p in PACKAGES if not installed(p)]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(f"missing Debian packages {missing}; install them (apt-get install -y {' '.join(missing)})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for attempt in range(20):  # another apt may hold the lock for a while
+        result = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *missing],
+                                capture_output=True, text=True, env=env, timeout=900)
+        if result.returncode == 0:
+            return
+        if "lock" not in result.stderr.lower() or attempt == 19:
+            raise RuntimeError(f"apt-get install {missing} failed: {result.stderr[-2000:]}")
+        time.sleep(15)
+
+
+def kernel_package() -> str:
+    """The linux-image-6.1.0-N-amd64 that linux-image-amd64 currently depends on."""
+    for line in run("apt-cache", "depends", "linux-image-amd64").splitlines():
+        name = line.strip().removeprefix("Depends:").strip()
+        if name.startswith("linux-image-6.1.0-") and name.endswith("-amd64"):
+            return name
+    found = sorted(line.split()[0] for line in run(
+        "apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$").splitlines())
+    if not found:
+        raise RuntimeError("no linux-image-6.1.0-*-amd64 package is known to apt")
+    return found[-1]
+
+
+def ensure_kernel() -> Path:
+    """vmlinuz from the Debian kernel package, downloaded and unpacked once."""
+    kernel = CACHE / "vmlinuz"
+    if kernel.is_file() and kernel.stat().st_size > 1_000_000:
+        return kernel
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        work = Path(tmp)
+        os.chmod(work, 0o777)  # apt-get download drops privileges to _apt
+        run("apt-get", "download", kernel_package(), cwd=work)
+        deb = next(work.glob("linux-image-*.deb"))
+        run("dpkg-deb", "-x", str(deb), str(work / "root"))
+        image = next((work / "root" / "boot").glob("vmlinuz-*"))
+        shutil.copyfile(image, CACHE / "vmlinuz.tmp")
+    os.replace(CACHE / "vmlinuz.tmp", kernel)
+    return kernel
+
+
+def ensure_initramfs(marker: str) -> Path:
+    """A gzip'd newc cpio: busybox-static plus an /init that prints ``marker`` and powers off."""
+    init = ("#!/bin/busybox sh\n/bin/busybox mkdir -p /proc\n/bin/busybox mount -t proc proc /proc\n"
+            f"echo {marker} > /dev/console\n"
+            "/bin/busybox cat /proc/cmdline > /dev/console\n/bin/busybox sleep 1\n/bin/busybox poweroff -f\n")
+    digest = hashlib.sha256(init.encode() + Path("/bin/busybox").read_bytes()).hexdigest()[:16]
+    image = CACHE / f"initramfs-{digest}.cpio.gz"
+    if image.is_file():
+        return image
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        root = Path(tmp) / "root"
+        (root / "bin").mkdir(parents=True)
+        (root / "dev").mkdir()
+        shutil.copyfile("/bin/busybox", root / "bin" / "busybox")
+        os.chmod(root / "bin" / "busybox", 0o755)
+        (root / "init").write_text(init)
+        os.chmod(root / "init", 0o755)
+        names = "\n".join(["bin", "bin/busybox", "dev", "init"]) + "\n"
+        cpio = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=names.encode(),
+                              capture_output=True, timeout=60, check=True).stdout
+        import gzip
+        (Path(tmp) / "out").write_bytes(gzip.compress(cpio))
+        os.replace(Path(tmp) / "out", image)
+    return image
+
+
+@pytest.fixture(scope="module")
+def marker() -> str:
+    return "FERRUM-E2E-MARKER-initramfs-running"
+
+
+@pytest.fixture(scope="module")
+def boot_files(marker: str) -> Iterator[tuple[Path, Path]]:
+    ensure_packages()
+    yield ensure_kernel(), ensure_initramfs(marker)
+
+
+@pytest.fixture(scope="module")
+async def file_server(boot_files: tuple[Path, Path]) -> AsyncIterator[tuple[int, list[str]]]:
+    """The kernel and initramfs over HTTP on 127.0.0.1 (10.0.2.2 from the guests)."""
+    kernel, initrd = boot_files
+    fetched: list[str] = []
+
+    async def serve(request: web.Request) -> web.StreamResponse:
+        fetched.append(request.path)
+        path = {"/vmlinuz": kernel, "/initrd": initrd}.get(request.path)
+        if path is None:
+            raise web.HTTPNotFound()
+        return web.FileResponse(path)
+
+    app = web.Application()
+    app.router.add_get("/{name}", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield port, fetched
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture(scope="module")
+async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), conductor={"hostname": "e2e-c"},
+                             ipxe={"api_url": "http://10.0.2.2:6385", "retry_delay": 5})
+    running = RunningStack()
+    await running.start(settings, list(ALL_SERVICES_ORDER))
+    try:
+        yield running
+    finally:
+        await running.close()
+
+
+async def start_vm(serial: Path, *, boot_url: str, mac: str, smbios_uuid: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-boot", "n", "-no-reboot",
+        # -nographic makes SeaBIOS (and so iPXE) write to the serial port too.
+        "-nographic", "-monitor", "none", "-serial", f"file:{serial}",
+        "-uuid", smbios_uuid,
+        "-netdev", f"user,id=n0,bootfile={boot_url}",
+        "-device", f"virtio-net-pci,netdev=n0,mac={mac}",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def stop_vm(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def wait_for_text(serial: Path, texts: list[str], process: asyncio.subprocess.Process,
+                        timeout: float) -> str:
+    """The serial log once it holds every one of ``texts`` (bounded by ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    content = ""
+    while time.monotonic() < deadline:
+        content = serial.read_text(errors="replace") if serial.exists() else ""
+        if all(text in content for text in texts):
+            return content
+        if process.returncode is not None:
+            break
+        await asyncio.sleep(1.0)
+    content = serial.read_text(errors="replace") if serial.exists() else ""
+    missing = [t for t in texts if t not in content]
+    raise AssertionError(f"serial console never showed {missing} (qemu rc={process.returncode}); "
+                         f"last output:\n{content[-3000:]}")
+
+
+async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
+    stack: Any, file_server: tuple[int, list[str]], marker: str, tmp_path: Path,
+) -> None:
+    port, fetched = file_server
+    api = stack.endpoints["api REST (Ironic v1)"]
+    renderer_port = stack.endpoints["ipxe HTTP"].rsplit(":", 1)[1].split("/")[0]
+    boot_url = f"http://10.0.2.2:{renderer_port}/boot.ipxe"
+    async with aiohttp.ClientSession() as http:
+        body = {"driver": "fake-hardware", "name": "qemu-deploy", "driver_info": {
+            "deploy_kernel": f"http://10.0.2.2:{port}/vmlinuz", "deploy_ramdisk": f"http://10.0.2.2:{port}/initrd"}}
+        async with http.post(f"{api}/v1/nodes", json=body, headers=V) as r:
+            assert r.status == 201, await r.text()
+            node = (await r.json())["uuid"]
+        async with http.post(f"{api}/v1/ports", json={"node_uuid": node, "address": DEPLOY_MAC}, headers=V) as r:
+            assert r.status == 201, await r.text()
+    await stack.pool.execute("UPDATE nodes SET provision_state = 'deploying' WHERE uuid = $1::uuid", node)
+
+    deploy_log, unknown_log = tmp_path / "deploy.serial", tmp_path / "unknown.serial"
+    unknown_uuid = str(uuidlib.uuid4())
+    vms = [await start_vm(deploy_log, boot_url=boot_url, mac=DEPLOY_MAC, smbios_uuid=str(uuidlib.uuid4())),
+           await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid)]
+    try:
+        deployed, unknown = await asyncio.gather(
+            wait_for_text(deploy_log, [f"Ferrum: node {node} is deploying", marker], vms[0], BOOT_WAIT),
+            wait_for_text(unknown_log, [f"Ferrum: no node has a port with MAC {UNKNOWN_MAC}",
+                                        f"Ferrum: no node has UUID {unknown_uuid}",
+                                        "Ferrum: no node matches any MAC or the SMBIOS UUID of this machine"],
+                          vms[1], BOOT_WAIT),
+        )
+    finally:
+        for vm in vms:
+            await stop_vm(vm)
+    assert "/vmlinuz" in fetched and "/initrd" in fetched
+    # The kernel got the agent's arguments from the per-node script.
+    cmdline = deployed[deployed.index(marker):]  # /init printed /proc/cmdline after the marker
+    assert f"ipa-node-uuid={node}" in cmdline and "BOOTIF=01-52-54-00-e2-e0-01" in cmdline
+    assert "ipa-api-url=http://10.0.2.2:6385" in cmdline
+    assert "Ferrum: cannot network-boot this machine" in unknown and marker not in unknown
