@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -32,6 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import grpc  # noqa: E402
+
+from ferrum.v1 import objectstore_pb2 as pb  # noqa: E402
+from ferrum.v1 import objectstore_pb2_grpc as pb_grpc  # noqa: E402
 from services.common.objectstore_client import ObjectStoreClient  # noqa: E402
 from services.objectstore.testing import free_port, stop_process  # noqa: E402
 
@@ -71,6 +76,50 @@ def curl_seconds(url: str) -> float:
     out = subprocess.run(["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", url],
                          check=True, capture_output=True, text=True, timeout=600).stdout.split()
     return float(out[0])
+
+
+class _CountingStore(pb_grpc.ObjectStoreServicer):
+    """Receives a Put and drops the bytes: the ceiling of Python gRPC streaming here."""
+
+    async def Put(self, request_iterator, context):  # noqa: N802 - gRPC method name
+        size = 0
+        async for message in request_iterator:
+            size += len(message.chunk)
+        return pb.ObjectInfo(size=size)
+
+
+def _counting_server(queue: multiprocessing.Queue) -> None:
+    async def serve() -> None:
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 80 * MiB)])
+        pb_grpc.add_ObjectStoreServicer_to_server(_CountingStore(), server)
+        queue.put(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+async def grpc_ceiling(size: int, repeat: int) -> float:
+    """Best seconds to stream ``size`` bytes in 1 MiB messages to a server that only counts them."""
+    spawn = multiprocessing.get_context("spawn")  # never fork a process that already runs gRPC
+    queue = spawn.Queue()
+    proc = spawn.Process(target=_counting_server, args=(queue,), daemon=True)
+    proc.start()
+    try:
+        port = await asyncio.to_thread(queue.get, True, 60)
+        client = ObjectStoreClient(f"127.0.0.1:{port}")
+        block = os.urandom(MiB)
+        best = float("inf")
+        for _ in range(repeat):
+            started = time.perf_counter()
+            await client.put_stream("c", "n", (block for _ in range(size // MiB)))
+            best = min(best, time.perf_counter() - started)
+        await client.close()
+        return best
+    finally:
+        if proc.pid is not None and proc.is_alive():
+            os.kill(proc.pid, signal.SIGTERM)
+        proc.join(10)
 
 
 def start_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
@@ -164,6 +213,7 @@ async def run(size: int, repeat: int) -> None:
                 nginx_s.append(await asyncio.to_thread(curl_seconds, nginx_url))
             rss_after_download = proc_status(service.pid, "VmRSS")
             rss_peak = proc_status(service.pid, "VmHWM")
+            ceiling_s = await grpc_ceiling(size, repeat)
         finally:
             await client.close()
             if nginx is not None:
@@ -178,6 +228,8 @@ async def run(size: int, repeat: int) -> None:
         down, ng = rate(min(ours_s)), rate(min(nginx_s))
         print(f"upload   gRPC put_file (sha256+fsync): {up:8.1f} MiB/s   plain copy+fsync: {cp:8.1f} MiB/s   "
               f"ratio {up / cp:.2f}")
+        print(f"         (ceiling: Python gRPC streaming to a server that drops the bytes: "
+              f"{rate(ceiling_s):.1f} MiB/s, ratio to copy {rate(ceiling_s) / cp:.2f})")
         print(f"download temp URL (sendfile):          {down:8.1f} MiB/s   nginx sendfile:   {ng:8.1f} MiB/s   "
               f"ratio {down / ng:.2f}")
         print(f"service RSS: idle {rss_idle / 1024:.0f} MiB, after upload {rss_after_upload / 1024:.0f} MiB, "

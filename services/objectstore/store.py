@@ -27,6 +27,7 @@ from services.objectstore.backends import Backend, Upload
 LOG = logging.getLogger(__name__)
 EXPIRED_BATCH = 500
 ORPHAN_BATCH = 1000
+MAX_DELETE_AFTER = 100 * 365 * 86400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +70,9 @@ class ObjectStore:
         name = names.check_name(request.name)
         content_type = names.check_content_type(request.content_type)
         metadata = names.check_metadata(request.metadata)
-        if request.delete_after < 0:
-            raise errors.InvalidParameterValue("delete_after must be 0 (never) or a positive number of seconds")
+        if not 0 <= request.delete_after <= MAX_DELETE_AFTER:
+            raise errors.InvalidParameterValue(
+                f"delete_after must be 0 (never) or between 1 and {MAX_DELETE_AFTER} seconds")
         if request.usage_count < 0:
             raise errors.InvalidParameterValue("usage_count must not be negative")
         room = self.config.max_container_size - await self.repo.container_usage(container, excluding=name)

@@ -138,6 +138,9 @@ async def test_limits_leave_nothing_behind(client: ObjectStoreClient, root: Path
     assert sorted(files_under(root)) == sorted(before)
     with pytest.raises(errors.InvalidParameterValue):
         await client.put_bytes("limits", "neg", b"x", delete_after=-1)
+    with pytest.raises(errors.InvalidParameterValue):
+        await client.put_bytes("limits", "forever", b"x", delete_after=10**13)
+    assert sorted(files_under(root)) == sorted(before)
 
 
 async def test_temp_url_get_head_and_ranges(client: ObjectStoreClient, service, http) -> None:

@@ -9,8 +9,10 @@ replaced or half-written object never shows through under a live key.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
@@ -60,36 +62,46 @@ class Backend(Protocol):
 
 
 class HashingPipeline:
-    """Feeds chunks to a blocking ``sink`` and a sha256, each in a worker thread.
+    """Feeds chunks to a blocking ``sink`` and a sha256, each on its own thread.
 
-    Chunks are coalesced to about 4 MiB; the hash and the sink of one batch
-    run in parallel (both release the GIL) while the event loop receives the
-    next batch, so hashing, disk writes and gRPC receive overlap without
-    holding more than two batches in RAM.
+    Chunks are coalesced to about 4 MiB batches. Each batch goes to two
+    single-thread executors (so hash updates and writes keep their order),
+    up to ``DEPTH`` batches ahead of the slower one: hashing, disk or network
+    writes and gRPC receive overlap, a short write stall (page-cache
+    writeback) does not stop the receive, and at most ``DEPTH + 1`` batches
+    are ever held in RAM.
     """
+
+    DEPTH = 4
 
     def __init__(self, sink: Callable[[bytes], None] | None) -> None:
         self._sink = sink
         self._hash = hashlib.sha256()
         self._buffer: list[bytes] = []
         self._buffered = 0
-        self._pending: asyncio.Future[Any] | None = None
+        self._inflight: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self._hash_thread = ThreadPoolExecutor(1, thread_name_prefix="objectstore-hash")
+        self._sink_thread = ThreadPoolExecutor(1, thread_name_prefix="objectstore-write") if sink else None
         self.size = 0
 
+    async def _wait_oldest(self) -> None:
+        # Shielded and popped only once done: a cancelled caller leaves the
+        # batch visible to drain(), which waits for the threads to finish.
+        await asyncio.shield(self._inflight[0])
+        self._inflight.popleft()
+
     async def _submit(self) -> None:
-        if self._pending is not None:
-            # Shielded and cleared only once done: a cancelled caller leaves the
-            # batch visible to drain(), which waits for the thread to finish.
-            await asyncio.shield(self._pending)
-            self._pending = None
         if not self._buffer:
             return
+        while len(self._inflight) >= self.DEPTH:
+            await self._wait_oldest()
         data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
         self._buffer, self._buffered = [], 0
-        jobs = [asyncio.to_thread(self._hash.update, data)]
-        if self._sink is not None:
-            jobs.append(asyncio.to_thread(self._sink, data))
-        self._pending = asyncio.ensure_future(asyncio.gather(*jobs))
+        loop = asyncio.get_running_loop()
+        jobs = [loop.run_in_executor(self._hash_thread, self._hash.update, data)]
+        if self._sink is not None and self._sink_thread is not None:
+            jobs.append(loop.run_in_executor(self._sink_thread, self._sink, data))
+        self._inflight.append(asyncio.gather(*jobs))
 
     async def write(self, chunk: bytes) -> None:
         if not chunk:
@@ -100,21 +112,26 @@ class HashingPipeline:
         if self._buffered >= COALESCE_BYTES:
             await self._submit()
 
+    def _shutdown(self) -> None:
+        self._hash_thread.shutdown(wait=False)
+        if self._sink_thread is not None:
+            self._sink_thread.shutdown(wait=False)
+
     async def finish(self) -> str:
         """Flush everything through the sink; returns the sha256 hex digest."""
         await self._submit()
-        if self._pending is not None:
-            await asyncio.shield(self._pending)
-            self._pending = None
+        while self._inflight:
+            await self._wait_oldest()
+        self._shutdown()
         return self._hash.hexdigest()
 
     async def drain(self) -> None:
-        """Wait for the batch in flight (after a failure) so nothing writes later."""
+        """Wait for the batches in flight (after a failure) so nothing writes later."""
         self._buffer = []
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
+        while self._inflight:
             with contextlib.suppress(BaseException):
-                await pending
+                await self._inflight.popleft()
+        self._shutdown()
 
 
 def resolve_range(request: web.Request, size: int) -> tuple[int, int, int] | None:
