@@ -131,11 +131,22 @@ class ObjectStoreClient:
             raise _error(exc) from None
         return ObjectInfo.from_message(reply)
 
-    async def put_bytes(self, container: str, name: str, data: bytes, **kwargs: Any) -> ObjectInfo:
-        return await self.put_stream(container, name, _byte_chunks(data), **kwargs)
+    async def put_bytes(
+        self, container: str, name: str, data: bytes, *, delete_after: int = 0,
+        content_type: str = "application/octet-stream", metadata: Mapping[str, str] | None = None,
+        usage_count: int = 0,
+    ) -> ObjectInfo:
+        return await self.put_stream(container, name, _byte_chunks(data), delete_after=delete_after,
+                                     content_type=content_type, metadata=metadata, usage_count=usage_count)
 
-    async def put_file(self, container: str, name: str, path: str | Path, **kwargs: Any) -> ObjectInfo:
-        return await self.put_stream(container, name, _file_chunks(Path(path)), **kwargs)
+    async def put_file(
+        self, container: str, name: str, path: str | Path, *, delete_after: int = 0,
+        content_type: str = "application/octet-stream", metadata: Mapping[str, str] | None = None,
+        usage_count: int = 0,
+    ) -> ObjectInfo:
+        """Upload a file, read in 1 MiB pieces off the event loop."""
+        return await self.put_stream(container, name, _file_chunks(Path(path)), delete_after=delete_after,
+                                     content_type=content_type, metadata=metadata, usage_count=usage_count)
 
     async def get_stream(self, container: str, name: str, *, offset: int = 0,
                          length: int = 0) -> AsyncIterator[bytes]:
