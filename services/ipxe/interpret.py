@@ -7,8 +7,8 @@ kernel boot, a SAN boot, a local-disk boot, an error exit or a plain exit.
 
 Supported, as iPXE does it: ``#`` comments, ``:labels`` and ``goto``,
 ``${name}`` / ``${name:type}`` expansion with nesting
-(``${net${i}/mac:hexhyp}``), ``||`` and ``&&`` (including a trailing ``||``
-that ignores a failure), a failing command without ``||`` ending the script
+(``${net${i}/mac:hexhyp}``) done on the whole line before it is split, ``||``,
+``&&`` and ``;`` tokens (including a trailing ``||`` that ignores a failure), a failing command without ``||`` ending the script
 with an error, and the commands ``echo``, ``set``, ``clear``, ``inc``,
 ``isset``, ``iseq``, ``imgfree``, ``kernel``/``imgselect``, ``initrd``/
 ``imgfetch``, ``imgargs``, ``boot``, ``chain``, ``sanhook``, ``sanboot``,
@@ -71,7 +71,7 @@ def _split_groups(tokens: list[str]) -> list[tuple[str, list[str]]]:
     """[(operator joining this command to the previous one, argv)]."""
     groups: list[tuple[str, list[str]]] = [("", [])]
     for token in tokens:
-        if token in ("||", "&&"):
+        if token in ("||", "&&", ";"):
             groups.append((token, []))
         else:
             groups[-1][1].append(token)
@@ -140,7 +140,7 @@ class _Machine:
         comment = next((i for i, token in enumerate(tokens) if token.startswith("#")), len(tokens))
         status = True
         for index, (operator, argv) in enumerate(_split_groups(tokens[:comment])):
-            if index and ((operator == "&&" and not status) or (operator == "||" and status)):
+            if index and operator != ";" and ((operator == "&&" and not status) or (operator == "||" and status)):
                 continue
             status = self.command(argv) if argv else True
         return status

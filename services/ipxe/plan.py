@@ -143,7 +143,7 @@ def _instance_ramdisk_plan(node: Mapping[str, Any], common: dict[str, Any], opti
     instance = node.get("instance_info") or {}
     if instance.get("boot_iso"):
         iso = safety.check_url(instance["boot_iso"], field="instance_info boot_iso")
-        return Plan("ramdisk", "ramdisk.ipxe.j2", {**common, "boot_iso_url": iso})
+        return Plan("ramdisk", "ramdisk.ipxe.j2", {**common, "boot_iso_url": iso, "purpose": "instance boot ISO"})
     for key in ("kernel", "ramdisk"):
         if not instance.get(key):
             raise Refusal(f"node {node['uuid']} uses the ramdisk deploy but has no instance_info {key}")
@@ -230,8 +230,8 @@ def _san_plan(data: BootData, boot_target: Mapping[str, Any], common: dict[str, 
     initiator = safety.check_iqn(iqns[0]["connector_id"], field="volume connector iqn") if iqns else ""
     if volume_type == "iscsi" and not initiator:
         raise Refusal(f"node {node['uuid']} boots from an iSCSI volume but has no iqn volume connector")
-    return Plan("san", "san.ipxe.j2", {**common, "volume_id": volume_id, "hooks": hooks,
-                                       "initiator_iqn": initiator, "boot_hook": hooks[0]})
+    return Plan("san", "san.ipxe.j2", {**common, "volume_id": volume_id, "hooks": hooks, "boot_hook": hooks[0],
+                                       "initiator_iqn": initiator, "any_chap": any(h["username"] for h in hooks)})
 
 
 def _nfs_plan(node: Mapping[str, Any], target: Mapping[str, Any], common: dict[str, Any],

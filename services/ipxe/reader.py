@@ -93,3 +93,17 @@ class CachingReader:
             self._entries[key] = (now + self._ttl, data)
         return data
 
+
+
+class StaticReader:
+    """A reader over fixed boot data: for unit tests, the simulator and demos.
+
+    ``nodes`` are BootData; a node is found by UUID or by any of its ports' MACs.
+    """
+
+    def __init__(self, nodes: list[BootData]) -> None:
+        self._by_uuid = {str(n.node["uuid"]): n for n in nodes}
+        self._by_mac = {str(p["address"]): n for n in nodes for p in n.ports}
+
+    async def read(self, *, mac: str | None = None, uuid: str | None = None) -> BootData | None:
+        return self._by_mac.get(mac or "") if mac is not None else self._by_uuid.get(uuid or "")

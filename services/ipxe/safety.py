@@ -47,7 +47,7 @@ def check_url(value: object, *, field: str, schemes: tuple[str, ...] = ("http", 
     """A URL iPXE can fetch, as one token with no special characters."""
     if not isinstance(value, str) or not value:
         raise UnsafeValue(f"{field} is missing or not a string")
-    if len(value) > MAX_URL or not _URL_CHARS.fullmatch(value):
+    if len(value) > MAX_URL or not _URL_CHARS.fullmatch(value) or "&&" in value:
         raise UnsafeValue(f"{field} is not a plain URL (whitespace or iPXE special characters)")
     scheme = value.split(":", 1)[0].lower()
     if scheme not in schemes or not value[len(scheme):].startswith("://") or len(value) <= len(scheme) + 3:

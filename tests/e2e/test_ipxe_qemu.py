@@ -239,7 +239,7 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
            await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid)]
     try:
         deployed, unknown = await asyncio.gather(
-            wait_for_text(deploy_log, [f"Ferrum: node {node} is deploying", marker], vms[0], BOOT_WAIT),
+            wait_for_text(deploy_log, [f"Ferrum: node {node} is in state deploying", marker], vms[0], BOOT_WAIT),
             wait_for_text(unknown_log, [f"Ferrum: no node has a port with MAC {UNKNOWN_MAC}",
                                         f"Ferrum: no node has UUID {unknown_uuid}",
                                         "Ferrum: no node matches any MAC or the SMBIOS UUID of this machine"],
