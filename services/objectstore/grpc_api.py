@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -14,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common import errors
+from services.common.metrics import ServiceMetrics
 from services.objectstore.store import ObjectStore, PutRequest, utc_from_unix
 
 LOG = logging.getLogger(__name__)
@@ -37,9 +39,23 @@ def info_message(row: Mapping[str, Any]) -> pb.ObjectInfo:
     return message
 
 
+def _code(exc: BaseException | None) -> str:
+    if exc is None:
+        return "OK"
+    if isinstance(exc, errors.FerrumError):
+        return exc.grpc_code.name
+    return "CANCELLED" if isinstance(exc, BaseException) and not isinstance(exc, Exception) else "INTERNAL"
+
+
 class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
-    def __init__(self, store: ObjectStore) -> None:
+    """The streaming calls record their own metrics (the shared interceptor
+    only wraps unary calls) plus the bytes they moved."""
+
+    def __init__(self, store: ObjectStore, metrics: ServiceMetrics) -> None:
         self.store = store
+        self.metrics = metrics
+        self.bytes = metrics.counter("ferrum_objectstore_bytes_total", "Object bytes moved over gRPC",
+                                     ("direction",))
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> None:
         if isinstance(exc, errors.FerrumError):
@@ -51,6 +67,7 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
 
     async def Put(self, request_iterator: AsyncIterator[pb.PutRequest],
                   context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
+        started, failure = time.perf_counter(), None
         try:
             first = await anext(aiter(request_iterator), None)
             if first is None or first.WhichOneof("part") != "header":
@@ -67,20 +84,33 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
                 container=header.container, name=header.name, content_type=header.content_type,
                 delete_after=header.delete_after, metadata=dict(header.metadata),
                 usage_count=header.usage_count), chunks())
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a gRPC status
-            await self._fail(context, exc)
-            raise  # unreachable: abort raises
+        except BaseException as exc:
+            failure = exc
+            if isinstance(exc, Exception):  # every failure becomes a gRPC status
+                await self._fail(context, exc)
+            raise
+        finally:
+            self.metrics.observe("grpc", "Put", _code(failure), time.perf_counter() - started)
+        self.bytes.labels("in").inc(int(row["size"]))
         return info_message(row)
 
     async def Get(self, request: pb.GetObjectRequest,
                   context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GetObjectChunk]:
+        started, failure, sent = time.perf_counter(), None, 0
         try:
             _, chunks = await self.store.open_read(request.container, request.name,
                                                    offset=request.offset, length=request.length)
             async for data in chunks:
+                sent += len(data)
                 yield pb.GetObjectChunk(data=data)
-        except Exception as exc:  # noqa: BLE001
-            await self._fail(context, exc)
+        except BaseException as exc:
+            failure = exc
+            if isinstance(exc, Exception):
+                await self._fail(context, exc)
+            raise
+        finally:
+            self.bytes.labels("out").inc(sent)
+            self.metrics.observe("grpc", "Get", _code(failure), time.perf_counter() - started)
 
     async def Stat(self, request: pb.ObjectRef, context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
         try:

@@ -83,7 +83,7 @@ class ObjectStoreService:
             LOG.warning("objectstore listens on %s without FERRUM_OBJECTSTORE_PUBLIC_URL: temp URLs will name %s, "
                         "which BMCs cannot reach", c.host, self.public_url)
 
-        servicer = ObjectStoreServicer(self.store)
+        servicer = ObjectStoreServicer(self.store, self.metrics)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host, port=c.grpc_port, metrics=self.metrics,
             register=lambda server: pb_grpc.add_ObjectStoreServicer_to_server(servicer, server),

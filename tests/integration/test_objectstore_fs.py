@@ -371,3 +371,20 @@ async def test_unreachable_store_is_service_unavailable() -> None:
             await store.put_bytes("c", "n", b"x")
     finally:
         await store.close()
+
+
+async def test_many_small_chunks_and_unicode_temp_url(client: ObjectStoreClient, http) -> None:
+    pieces = [os.urandom(1000) for _ in range(5000)]  # thousands of messages per 4 MiB batch
+
+    async def stream():
+        for piece in pieces:
+            yield piece
+
+    name = "déploiement/Boot Image #1.iso"
+    info = await client.put_stream("small", name, stream())
+    whole = b"".join(pieces)
+    assert info.size == len(whole) and info.sha256 == hashlib.sha256(whole).hexdigest()
+    url = await client.temp_url("small", name, lifetime=60)
+    assert url.endswith("/d%C3%A9ploiement/Boot%20Image%20%231.iso")
+    async with http.get(url) as resp:
+        assert resp.status == 200 and await resp.read() == whole

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 COALESCE_BYTES = 4 * 1024 * 1024
+MAX_BATCH_PIECES = 64  # well under IOV_MAX for writev()
 
 
 class Upload(Protocol):
@@ -74,7 +75,7 @@ class HashingPipeline:
 
     DEPTH = 4
 
-    def __init__(self, sink: Callable[[bytes], None] | None) -> None:
+    def __init__(self, sink: Callable[[list[bytes]], None] | None) -> None:
         self._sink = sink
         self._hash = hashlib.sha256()
         self._buffer: list[bytes] = []
@@ -83,6 +84,10 @@ class HashingPipeline:
         self._hash_thread = ThreadPoolExecutor(1, thread_name_prefix="objectstore-hash")
         self._sink_thread = ThreadPoolExecutor(1, thread_name_prefix="objectstore-write") if sink else None
         self.size = 0
+
+    def _hash_batch(self, batch: list[bytes]) -> None:
+        for piece in batch:
+            self._hash.update(piece)
 
     async def _wait_oldest(self) -> None:
         # Shielded and popped only once done: a cancelled caller leaves the
@@ -95,12 +100,13 @@ class HashingPipeline:
             return
         while len(self._inflight) >= self.DEPTH:
             await self._wait_oldest()
-        data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
+        # The batch stays a list: no join on the event loop, the sink may writev() it.
+        batch = self._buffer if len(self._buffer) <= MAX_BATCH_PIECES else [b"".join(self._buffer)]
         self._buffer, self._buffered = [], 0
         loop = asyncio.get_running_loop()
-        jobs = [loop.run_in_executor(self._hash_thread, self._hash.update, data)]
+        jobs = [loop.run_in_executor(self._hash_thread, self._hash_batch, batch)]
         if self._sink is not None and self._sink_thread is not None:
-            jobs.append(loop.run_in_executor(self._sink_thread, self._sink, data))
+            jobs.append(loop.run_in_executor(self._sink_thread, self._sink, batch))
         self._inflight.append(asyncio.gather(*jobs))
 
     async def write(self, chunk: bytes) -> None:

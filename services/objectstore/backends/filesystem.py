@@ -45,10 +45,16 @@ class FileUpload:
         self._pipeline = HashingPipeline(self._sink)
         self._done = False
 
-    def _sink(self, data: bytes) -> None:
+    def _sink(self, batch: list[bytes]) -> None:
         if self._file is None:
             self._file = open(self._tmp, "xb", buffering=0)  # noqa: SIM115 - closed in commit/abort
-        self._file.write(data)
+        fd = self._file.fileno()
+        written = os.writev(fd, batch)
+        total = sum(len(piece) for piece in batch)
+        if written < total:  # a short write: finish it piece by piece
+            rest = memoryview(b"".join(batch))[written:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
 
     async def write(self, chunk: bytes) -> None:
         await self._pipeline.write(chunk)
