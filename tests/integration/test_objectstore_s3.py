@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import os
 import sys
+import time
 from pathlib import Path
 
 import aioboto3
@@ -191,5 +192,17 @@ async def test_presigned_downloads_against_s3rver(database_url: str, tmp_path: P
                 assert resp.status == 403
             async with http.get(short, allow_redirects=False) as resp:
                 assert resp.status == 401
+
+            # Nor does it outlive the object's delete_at.
+            await store.put_bytes("vm", "expiring.img", b"e" * 10, delete_after=2)
+            long_url = await store.temp_url("vm", "expiring.img", lifetime=600)
+            async with http.get(long_url, allow_redirects=False) as resp:
+                assert resp.status == 307
+                capped = resp.headers["Location"]
+            query = dict(part.split("=", 1) for part in capped.split("?", 1)[1].split("&"))
+            if version == "s3v4":
+                assert int(query["X-Amz-Expires"]) <= 2
+            else:
+                assert int(query["Expires"]) <= time.time() + 2
         finally:
             await store.close()

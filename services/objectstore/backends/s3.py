@@ -225,7 +225,11 @@ class S3Backend:
             "X-Object-Sha256": obj["sha256"],
         }
         if self.presigned and request.method == "GET":
-            remaining = int(expires - datetime.datetime.now(datetime.UTC).timestamp())
+            # The presigned URL dies with the temp URL or the object, whichever goes first.
+            until = float(expires)
+            if obj["delete_at"] is not None:
+                until = min(until, obj["delete_at"].timestamp())
+            remaining = int(until - datetime.datetime.now(datetime.UTC).timestamp())
             location = await self.presigned_url(obj["backend_key"], lifetime=remaining)
             return web.Response(status=307, headers={"Location": location, "Cache-Control": "no-store"})
         resolved = resolve_range(request, size)
