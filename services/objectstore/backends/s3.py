@@ -49,6 +49,7 @@ class S3Upload:
         self._parts: list[dict[str, Any]] = []
         self._inflight: asyncio.Task[None] | None = None
         self._done = False
+        self._finishing = False
 
     async def _upload_part(self, number: int, body: bytes) -> None:
         reply = await self._backend.client.upload_part(
@@ -58,8 +59,8 @@ class S3Upload:
 
     async def _start_part(self, body: bytes) -> None:
         if self._inflight is not None:
-            task, self._inflight = self._inflight, None
-            await task
+            await asyncio.shield(self._inflight)  # cleared only once done, so abort() still sees it
+            self._inflight = None
         if self._upload_id is None:
             reply = await self._backend.client.create_multipart_upload(
                 Bucket=self._backend.bucket, Key=self._backend.full_key(self._key))
@@ -82,14 +83,15 @@ class S3Upload:
         digest = await self._pipeline.finish()
         await self._flush_full_parts()
         client, bucket, key = self._backend.client, self._backend.bucket, self._backend.full_key(self._key)
+        self._finishing = True  # from here a cancel may leave a complete object behind: abort() deletes it
         if self._upload_id is None:
             await client.put_object(Bucket=bucket, Key=key, Body=bytes(self._buffer))
         else:
             if self._buffer:
                 await self._start_part(bytes(self._buffer))
             if self._inflight is not None:
-                task, self._inflight = self._inflight, None
-                await task
+                await asyncio.shield(self._inflight)
+                self._inflight = None
             parts = sorted(self._parts, key=lambda p: p["PartNumber"])
             await client.complete_multipart_upload(
                 Bucket=bucket, Key=key, UploadId=self._upload_id, MultipartUpload={"Parts": parts})
@@ -113,6 +115,8 @@ class S3Upload:
                     Bucket=self._backend.bucket, Key=self._backend.full_key(self._key), UploadId=self._upload_id)
             except ClientError as exc:
                 LOG.warning("aborting multipart upload failed key=%s error=%s", self._key, exc)
+        if self._finishing:
+            await self._backend.delete(self._key)
 
 
 class S3Backend:
