@@ -232,6 +232,10 @@ class Agent:
             for old_id in [k for k, v in self._commands.items() if v.status != "RUNNING"][:len(self._commands) - KEEP_COMMANDS]:
                 del self._commands[old_id]
 
+    def heartbeat_soon(self) -> None:
+        """Send the next heartbeat now (a command finished, or a write started)."""
+        self._heartbeat_now.set()
+
     def schedule_power_action(self, kind: str) -> None:
         """Power off / reboot once the current command's result is out (the hook may stop us)."""
         current = self._running
@@ -335,8 +339,10 @@ class Agent:
                 error_delay = min(interval, max(error_delay * 2, min(1.0, interval)))
                 delay = error_delay
                 self.last_error = f"heartbeat failed: {exc or type(exc).__name__}"
-                LOG.warning("heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s", self.node_uuid, delay, exc)
-            try:
-                await asyncio.wait_for(self._heartbeat_now.wait(), timeout=delay)
+                LOG.warning("heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s", self.node_uuid, delay,
+                            exc or type(exc).__name__)
+            try:  # asyncio.timeout, not wait_for: wait_for can swallow a cancel that races the event
+                async with asyncio.timeout(delay):
+                    await self._heartbeat_now.wait()
             except TimeoutError:
                 pass

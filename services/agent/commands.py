@@ -131,6 +131,7 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
     disk = await agent.root_disk()
     progress = imagewrite.Progress(image_id=str(image_info.get("id")))
     cmd.progress = agent.progress = progress
+    agent.heartbeat_soon()  # progress heartbeats run on their own, shorter interval
     try:
         written = await imagewrite.write_image(
             agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
