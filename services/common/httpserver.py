@@ -46,7 +46,7 @@ async def start_http_site(app: web.Application, host: str, port: int) -> tuple[w
     """Serve an aiohttp app; returns the runner and the bound port (port 0 allowed)."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=False)
+    site = web.TCPSite(runner, host, port, reuse_address=True)  # TIME_WAIT only; a live listener still conflicts
     try:
         await site.start()
     except OSError as exc:

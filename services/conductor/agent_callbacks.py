@@ -10,6 +10,7 @@ again and the step is taken then.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hmac
 import logging
@@ -38,6 +39,7 @@ class AgentCallbacks:
     def __init__(self, manager: "ConductorManager") -> None:
         self.manager = manager
         self.nodes = manager.nodes
+        self._retries: dict[str, asyncio.Task[None]] = {}
 
     async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
         """The one-time token on the first lookup, ``******`` afterwards (CONTRACT 5.1)."""
@@ -77,18 +79,40 @@ class AgentCallbacks:
         waiting = node["provision_state"] in (states.DEPLOYWAIT, states.CLEANWAIT, states.SERVICEWAIT,
                                               states.RESCUEWAIT, states.INSPECTWAIT)
         node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
-        if node["provision_state"] != states.DEPLOYWAIT or locked:
+        if node["provision_state"] not in (states.DEPLOYWAIT, states.DEPLOYING):
             return
+        if not await self._try_continue(node_uuid):
+            # The deploy flow still holds the lock (the agent booted fast), or a
+            # step is running: try again shortly rather than a whole heartbeat
+            # interval later.
+            if node_uuid not in self._retries:
+                retry = asyncio.create_task(self._retry_continue(node_uuid), name=f"heartbeat-retry:{node_uuid}")
+                self._retries[node_uuid] = retry
+                retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
+
+    async def _try_continue(self, node_uuid: str) -> bool:
+        """Take the lock and run the next step; False when the node is busy."""
         try:
             task = await self.manager.tasks.acquire(node_uuid)
         except errors.NodeLocked:
-            return  # someone else is working on it; the next heartbeat continues
+            return False
         if task.node["provision_state"] != states.DEPLOYWAIT:
             await self.manager.tasks.release(node_uuid)
-            return
-        self.manager.tasks.spawn(task, self._continue_deploy, name="heartbeat")
+            return task.node["provision_state"] != states.DEPLOYING
+        self.manager.tasks.spawn(task, self.continue_deploy, name="heartbeat")
+        return True
 
-    async def _continue_deploy(self, task: Task) -> None:
+    async def _retry_continue(self, node_uuid: str, *, attempts: int = 20, delay: float = 0.5) -> None:
+        for _ in range(attempts):
+            await asyncio.sleep(delay)
+            try:
+                if await self._try_continue(node_uuid):
+                    return
+            except errors.NodeNotFound:
+                return
+
+    async def continue_deploy(self, task: Task) -> None:
+        """The next deploy step for a locked node in ``wait call-back``."""
         manager = self.manager
         deploy = task.driver.deploy
         info = task.node["driver_internal_info"]

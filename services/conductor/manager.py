@@ -272,6 +272,11 @@ class ConductorManager:
             result = await task.driver.deploy.deploy(task)
             if result == states.DEPLOYWAIT:
                 await self.transition(task, "wait")
+                if task.node["driver_internal_info"].get("agent_url"):
+                    # The agent already heartbeated while we were still deploying
+                    # (a fast boot); take the first step now instead of waiting a
+                    # whole heartbeat interval for the next one.
+                    await self.agents.continue_deploy(task)
                 return
             await task.driver.boot.prepare_instance(task)
             await self.transition(task, "done")

@@ -76,8 +76,18 @@ class TaskManager:
 
     async def acquire(self, node_uuid: str) -> Task:
         """Lock the node (NodeLocked at once if taken) and build its task."""
-        node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
+        if node_uuid in self._held:
+            # The row lock is per conductor hostname, so a second operation in
+            # this process would get it too: refuse it here.
+            raise errors.NodeLocked(
+                f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
+                "operation is completed.")
         self._held.add(node_uuid)
+        try:
+            node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
+        except BaseException:
+            self._held.discard(node_uuid)
+            raise
         try:
             return await self.build_task(node)
         except BaseException:
