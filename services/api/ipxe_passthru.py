@@ -26,7 +26,7 @@ from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.common.config import Settings
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
-from services.ipxe.address import renderer_address
+from services.ipxe.address import record_api_url, renderer_address
 from services.ipxe.safety import sanitize_text
 
 LOG = logging.getLogger(__name__)
@@ -34,6 +34,7 @@ ROUTE = "/v1/drivers/{driver}/vendor_passthru/ipxe_config"
 PATH = re.compile(r"/v1/drivers/[^/]+/vendor_passthru/ipxe_config")
 _DRIVER = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
 HEADERS = {"Cache-Control": "no-store"}
+__all__ = ["IpxePassthru", "record_api_url", "register_ipxe_passthru"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 

@@ -11,7 +11,7 @@ from aiohttp import web
 from ferrum.v1 import api_pb2, api_pb2_grpc
 from services.api.events import EventHub
 from services.api.grpc_api import NodeServicer
-from services.api.ipxe_passthru import register_ipxe_passthru
+from services.api.ipxe_passthru import record_api_url, register_ipxe_passthru
 from services.api.rest import RestApi
 from services.api.volumes import VolumeApi
 from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
@@ -65,6 +65,7 @@ class ApiService:
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
         )
         self._http, port = await start_http_site(build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port)
+        record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
         return {"api REST (Ironic v1)": f"http://{c.host}:{port}", "api gRPC": f"{c.host}:{grpc_port}",
                 "api metrics": f"http://{c.host}:{port}/metrics"}
 

@@ -11,6 +11,7 @@ plus a warning log line with the same reason.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import textwrap
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import jinja2
 from services.common.config import Settings
 from services.common.logs import node_uuid_var
 from services.ipxe import safety
+from services.ipxe.address import recorded_api_url
 from services.ipxe.plan import PlanOptions, Refusal, plan_boot
 from services.ipxe.reader import BootDataReader
 from services.ipxe.safety import UnsafeValue
@@ -47,13 +49,13 @@ def template_environment() -> jinja2.Environment:
 
 def api_url_for(settings: Settings) -> str:
     """The api URL the agent calls back: ipxe.api_url, the api's public endpoint, else its host:port
-    ('' when the api port is 0, i.e. chosen at start-up by a process we cannot see)."""
+    ('' when the api port is 0: then the URL a local api recorded is used, see address.py)."""
     if settings.ipxe.api_url:
         return settings.ipxe.api_url.rstrip("/")
     if settings.api.public_endpoint:
         return settings.api.public_endpoint.rstrip("/")
     if not settings.api.port:
-        return ""  # an ephemeral api port is unknown here: deploy scripts then say to set ipxe.api_url
+        return ""  # an ephemeral api port is unknown here
     host = settings.api.host if settings.api.host not in ("0.0.0.0", "::") else "127.0.0.1"
     return f"http://{host}:{settings.api.port}"
 
@@ -63,12 +65,20 @@ class ScriptRenderer:
         config = settings.ipxe
         self._reader = reader
         self._config = config
+        self._settings = settings
         self._env = template_environment()
         self._options = PlanOptions(
             api_url=api_url_for(settings), kernel_append_params=config.kernel_append_params,
             default_boot_mode=config.default_boot_mode, timeout_ms=int(config.boot_timeout * 1000),
             retries=config.boot_retries,
         )
+
+    def _plan_options(self) -> PlanOptions:
+        """The options, with the api URL a local api recorded when configuration cannot say it."""
+        if self._options.api_url:
+            return self._options
+        recorded = recorded_api_url(self._settings).replace("//0.0.0.0:", "//127.0.0.1:")
+        return dataclasses.replace(self._options, api_url=recorded) if recorded else self._options
 
     def first_stage(self, base_url: str) -> str:
         """boot.ipxe, chaining ``<base_url>/ipxe?mac=..``; ``base_url`` must be checked by the caller."""
@@ -100,7 +110,7 @@ class ScriptRenderer:
         node_uuid = str(data.node["uuid"])
         node_uuid_var.set(node_uuid)
         try:
-            plan = plan_boot(data, mac=mac, options=self._options)
+            plan = plan_boot(data, mac=mac, options=self._plan_options())
             script = self._env.get_template(plan.template).render(**plan.values)
         except (Refusal, UnsafeValue) as exc:
             reason = exc.reason if isinstance(exc, Refusal) else str(exc)

@@ -169,7 +169,9 @@ async def test_grpc_render_health_and_reflection(stack: Any, http: aiohttp.Clien
 
 
 async def test_api_vendor_passthru_ipxe_config(stack: Any, http: aiohttp.ClientSession) -> None:
+    """The stack's api has no renderer_address: it uses the one the renderer recorded."""
     _, api, _ = urls(stack)
+    assert next(s for s in stack.services if s.name == "api").settings.api.renderer_address == ""
     node = await make_node(stack, http, macs=["52:54:00:aa:05:01"], state="inspecting")
     path = f"{api}/v1/drivers/fake-hardware/vendor_passthru/ipxe_config"
     status, body, headers = await get(http, path, params={"node_uuid": node})
@@ -186,12 +188,12 @@ async def test_api_vendor_passthru_ipxe_config(stack: Any, http: aiohttp.ClientS
 
 
 async def test_passthru_is_public_under_http_basic(stack: Any, http: aiohttp.ClientSession, tmp_path: Any) -> None:
-    """A second api with http_basic, finding the renderer through the recorded address."""
+    """A second api with http_basic (its own state dir, the renderer's address configured)."""
     htpasswd = tmp_path / "htpasswd"
     htpasswd.write_text("admin:" + bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode() + "\n")
     base = next(s for s in stack.services if s.name == "api").settings
-    settings = dataclasses.replace(base, api=dataclasses.replace(
-        base.api, auth_strategy="http_basic", htpasswd_file=str(htpasswd), renderer_address=""))
+    settings = dataclasses.replace(base, state_dir=str(tmp_path / "state"), api=dataclasses.replace(
+        base.api, auth_strategy="http_basic", htpasswd_file=str(htpasswd), renderer_address=urls(stack)[2]))
     api = ApiService(settings, stack.pool)
     endpoints = await api.start()
     try:
@@ -249,3 +251,19 @@ async def test_cache_is_flushed_by_node_events(stack: Any, http: aiohttp.ClientS
         assert (await get(http, url, params={"mac": "52:54:00:aa:08:01"}))[2]["X-Ferrum-Boot-Kind"] == "local_disk"
     finally:
         await cached.stop()
+
+
+async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any, http: aiohttp.ClientSession) -> None:
+    """Without FERRUM_IPXE_API_URL, a renderer uses the URL the api (port 0) recorded at start."""
+    _, api, _ = urls(stack)
+    settings = next(s for s in stack.services if s.name == "ipxe").settings
+    assert settings.api.port == 0
+    plain = IpxeService(dataclasses.replace(settings, ipxe=dataclasses.replace(settings.ipxe, api_url="")), stack.pool)
+    endpoints = await plain.start()
+    try:
+        await make_node(stack, http, macs=["52:54:00:aa:09:01"], state="deploying")
+        base = endpoints["ipxe HTTP"].rsplit("/", 1)[0]
+        status, body, _ = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:aa:09:01"})
+        assert status == 200 and f"ipa-api-url={api} " in body, body.splitlines()[8]
+    finally:
+        await plain.stop()

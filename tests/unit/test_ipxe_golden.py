@@ -7,10 +7,13 @@ new script by eye; scenarios are in test_ipxe_scenarios.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from services.common import states
 from services.common.config import load_settings
+from services.ipxe.address import record_api_url
 from services.ipxe.plan import RAMDISK_STATES
 from services.ipxe.reader import StaticReader
 from services.ipxe.render import ScriptRenderer
@@ -374,13 +377,16 @@ async def test_boot_mode_sources_and_default() -> None:
     assert "(bios)" in bios_default.script
 
 
-async def test_settings_shape_the_scripts() -> None:
+async def test_settings_shape_the_scripts(tmp_path: Path) -> None:
     rendered = await render(node("deploying"), {"mac": MAC}, boot_timeout=5.0, boot_retries=3,
                             kernel_append_params="console=ttyS1")
     assert "kernel --timeout 5000 " in rendered.script and "iseq ${ferrum_attempt} 3 " in rendered.script
     assert " console=ttyS1 ipa-api-url=" in rendered.script and "vga=normal" not in rendered.script
     fallback = await render(node("deploying"), {"mac": MAC}, api_url="")
     assert "ipa-api-url=http://127.0.0.1:6385 " in fallback.script  # the api's configured host:port
-    ephemeral = load_settings({}, overrides={"api": {"port": 0}})
-    no_api = await ScriptRenderer(StaticReader([node("deploying")]), ephemeral).render(mac=MAC)
+    ephemeral = load_settings({}, overrides={"api": {"port": 0}, None: {"state_dir": str(tmp_path)}})
+    renderer = ScriptRenderer(StaticReader([node("deploying")]), ephemeral)
+    no_api = await renderer.render(mac=MAC)
     assert no_api.kind == "error" and "FERRUM_IPXE_API_URL" in no_api.reason
+    record_api_url(ephemeral, "http://0.0.0.0:41234")  # what a local api on port 0 writes when it starts
+    assert "ipa-api-url=http://127.0.0.1:41234 " in (await renderer.render(mac=MAC)).script
