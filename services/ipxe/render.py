@@ -14,8 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import textwrap
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 import jinja2
 
 from services.common.config import Settings
@@ -66,6 +68,10 @@ class ScriptRenderer:
         self._reader = reader
         self._config = config
         self._settings = settings
+        # Scripts already rendered from one BootData snapshot (a caching reader
+        # returns the same object until it is invalidated): skip plan + jinja.
+        self._memo: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, str], RenderedScript]] = (
+            weakref.WeakKeyDictionary())
         self._env = template_environment()
         self._options = PlanOptions(
             api_url=api_url_for(settings), kernel_append_params=config.kernel_append_params,
@@ -109,8 +115,12 @@ class ScriptRenderer:
             return self.error_script(what)
         node_uuid = str(data.node["uuid"])
         node_uuid_var.set(node_uuid)
+        options = self._plan_options()
+        memo = self._memo.get(data)
+        if memo is not None and (mac, options.api_url) in memo:
+            return memo[(mac, options.api_url)]
         try:
-            plan = plan_boot(data, mac=mac, options=self._plan_options())
+            plan = plan_boot(data, mac=mac, options=options)
             script = self._env.get_template(plan.template).render(**plan.values)
         except (Refusal, UnsafeValue) as exc:
             reason = exc.reason if isinstance(exc, Refusal) else str(exc)
@@ -121,5 +131,7 @@ class ScriptRenderer:
             LOG.exception("ipxe render failed %s node_uuid=%s", selector, node_uuid)
             return self.error_script("the boot script could not be rendered (internal error)", node_uuid=node_uuid)
         LOG.debug("ipxe rendered %s node_uuid=%s kind=%s", selector, node_uuid, plan.kind)
-        return RenderedScript(script=script, kind=plan.kind, node_uuid=node_uuid)
+        rendered = RenderedScript(script=script, kind=plan.kind, node_uuid=node_uuid)
+        self._memo.setdefault(data, {})[(mac, options.api_url)] = rendered
+        return rendered
 

@@ -34,11 +34,14 @@ BY_MAC = f"SELECT {_COLUMNS} FROM nodes n WHERE n.id = (SELECT node_id FROM port
 BY_UUID = f"SELECT {_COLUMNS} FROM nodes n WHERE n.uuid = $1::uuid"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BootData:
     """A node as the renderer sees it. ``node`` holds the node columns;
     ``ports``, ``volume_targets`` and ``volume_connectors`` are tuples of
-    plain dicts (ports by creation order, targets by boot_index)."""
+    plain dicts (ports by creation order, targets by boot_index).
+
+    Compared and hashed by identity: one read is one snapshot, and a cache
+    that hands out the same snapshot lets the renderer reuse its script."""
 
     node: Mapping[str, Any]
     ports: tuple[Mapping[str, Any], ...] = ()
