@@ -7,6 +7,12 @@ a server that ignores Range (200 instead of 206) is re-read from the start
 and the bytes already delivered are skipped, so the sink still sees each byte
 once. Only consecutive failures without progress count against the retry
 budget, so a long image over a flaky link still completes.
+
+Plain ``http://`` downloads of an ordinary response (a Content-Length, no
+transfer or content encoding) skip aiohttp's body machinery: a raw socket
+receives straight into the sink's own buffer (``sock_recv_into``), which
+halves the event loop's work per byte. Anything else (https, redirects,
+chunked bodies, error statuses) goes through aiohttp.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -25,7 +34,6 @@ LOG = logging.getLogger(__name__)
 Sink = Callable[[bytes], Awaitable[None]]
 SizeCallback = Callable[[int | None], None]
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-READ_SIZE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class RetryPolicy:
     max_backoff: float = 10.0
     connect_timeout: float = 30.0
     read_timeout: float = 60.0  # no byte for this long = a dead connection
+    direct: bool = True         # plain http: receive into the sink's buffer over a raw socket
 
 
 DEFAULT_POLICY = RetryPolicy()
@@ -44,62 +53,184 @@ class _Retryable(Exception):
     pass
 
 
+class DirectSink(Protocol):
+    """A sink that can also lend its own buffer, so plain-HTTP bodies are
+    received straight into it (``recv_into``) with no copy in Python."""
+
+    def direct_buffer(self) -> memoryview | None: ...
+
+    async def direct_commit(self, count: int) -> None: ...
+
+
+class _Unsupported(Exception):
+    """The raw-socket path cannot take this response: aiohttp takes the attempt instead."""
+
+
+@dataclass
+class _State:
+    url: str
+    delivered: int = 0
+    total: int | None = None
+
+
+def _accept_status(state: _State, status: int, reason: str, header: Callable[[str], str | None],
+                   content_length: int | None) -> int | None:
+    """How many leading body bytes to skip, or None when the download is already complete."""
+    if state.delivered and status == 206:
+        match = _CONTENT_RANGE.match(header("Content-Range") or "")
+        if not match or int(match.group(1)) != state.delivered:
+            raise _Retryable(f"bad Content-Range {header('Content-Range')!r} for offset {state.delivered}")
+        if match.group(3) != "*":
+            state.total = int(match.group(3))
+        return 0
+    if state.delivered and status == 416 and state.total is not None and state.delivered >= state.total:
+        return None
+    if status == 200:
+        if content_length is not None:
+            state.total = content_length
+        return state.delivered  # a server that ignored Range: skip what we already have
+    if status in (408, 425, 429) or status >= 500:
+        raise _Retryable(f"HTTP {status}")
+    raise errors.ImageError(f"Download of {state.url} failed: HTTP {status} {reason}")
+
+
+def _check_end(state: _State) -> None:
+    if state.total is not None and state.delivered < state.total:
+        raise _Retryable(f"connection closed after {state.delivered} of {state.total} bytes")
+    if state.total is not None and state.delivered > state.total:
+        raise errors.ImageError(f"Download of {state.url} returned more bytes ({state.delivered}) "
+                                f"than announced ({state.total})")
+
+
+async def _deliver(state: _State, sink: Sink, data: bytes, skip: int) -> int:
+    if skip:
+        if len(data) <= skip:
+            return skip - len(data)
+        data, skip = data[skip:], 0
+    state.delivered += len(data)
+    await sink(data)
+    return 0
+
+
+async def _attempt_aiohttp(session: aiohttp.ClientSession, state: _State, sink: Sink, headers: dict[str, str],
+                           policy: RetryPolicy, on_size: SizeCallback | None) -> None:
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout, sock_read=policy.read_timeout)
+    async with session.get(state.url, headers=headers, timeout=timeout, auto_decompress=False) as resp:
+        skip = _accept_status(state, resp.status, resp.reason or "", resp.headers.get, resp.content_length)
+        if skip is None:
+            return
+        if on_size is not None:
+            on_size(state.total)
+        async for data in resp.content.iter_any():
+            skip = await _deliver(state, sink, data, skip)
+        _check_end(state)
+
+
+async def _attempt_socket(state: _State, sink: DirectSink, headers: dict[str, str], policy: RetryPolicy,
+                          on_size: SizeCallback | None) -> None:
+    """Plain HTTP/1.1 over a raw socket for the common case (Content-Length, no
+    encoding): the body lands in the sink's own buffer. Anything unusual
+    (redirect, chunked, errors) raises _Unsupported before a body byte is used."""
+    parts = urlsplit(state.url)
+    loop = asyncio.get_running_loop()
+    host, port = parts.hostname or "", parts.port or 80
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setblocking(False)
+    try:
+        async with asyncio.timeout(policy.connect_timeout):
+            await loop.sock_connect(sock, address)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "Accept-Encoding: identity",
+                 "Connection: close", "User-Agent: ferrum-agent"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        await loop.sock_sendall(sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        head = bytearray()
+        while b"\r\n\r\n" not in head:
+            if len(head) > 65536:
+                raise _Unsupported("response headers too large")
+            async with asyncio.timeout(policy.read_timeout):
+                chunk = await loop.sock_recv(sock, 65536)
+            if not chunk:
+                raise _Retryable("connection closed before the response headers")
+            head += chunk
+        blob, _, rest = bytes(head).partition(b"\r\n\r\n")
+        status_line, *header_lines = blob.decode("latin-1").split("\r\n")
+        fields = status_line.split(" ", 2)
+        if len(fields) < 2 or not fields[0].startswith("HTTP/1.") or not fields[1].isdigit():
+            raise _Unsupported(f"unexpected status line {status_line!r}")
+        status = int(fields[1])
+        found: dict[str, str] = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            found[name.strip().lower()] = value.strip()
+        if (status not in (200, 206) or "transfer-encoding" in found or "content-length" not in found
+                or found.get("content-encoding", "identity").lower() != "identity"):
+            raise _Unsupported(f"HTTP {status} {found.get('transfer-encoding', '')}")
+        length = int(found["content-length"])
+        skip = _accept_status(state, status, "", lambda name: found.get(name.lower()), length if status == 200 else None)
+        if skip is None:
+            return
+        if on_size is not None:
+            on_size(state.total)
+        remaining = length
+        body = rest[:remaining]
+        remaining -= len(body)
+        if body:
+            skip = await _deliver(state, sink, body, skip)
+        scratch: bytearray | None = None
+        while remaining > 0:
+            view = None if skip else sink.direct_buffer()
+            if view is None:  # skipping, or the sink wants bytes first (format detection)
+                scratch = scratch or bytearray(1024 * 1024)
+                target_view = memoryview(scratch)[:remaining]
+            else:
+                target_view = view[:remaining]
+            async with asyncio.timeout(policy.read_timeout):
+                count = await loop.sock_recv_into(sock, target_view)
+            if count == 0:
+                break
+            remaining -= count
+            if view is None:
+                skip = await _deliver(state, sink, bytes(target_view[:count]), skip)
+            else:
+                state.delivered += count
+                await sink.direct_commit(count)
+        _check_end(state)
+    finally:
+        sock.close()
+
+
 async def fetch(session: aiohttp.ClientSession, url: str, sink: Sink, *, policy: RetryPolicy = DEFAULT_POLICY,
                 on_size: SizeCallback | None = None, headers: dict[str, str] | None = None) -> int:
     """Stream ``url`` into ``sink``; returns the number of bytes delivered."""
-    delivered = 0
+    state = _State(url)
     failures = 0
-    total: int | None = None
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout, sock_read=policy.read_timeout)
+    direct = policy.direct and urlsplit(url).scheme == "http" and hasattr(sink, "direct_buffer")
     while True:
         request_headers = dict(headers or {})
-        if delivered:
-            request_headers["Range"] = f"bytes={delivered}-"
-        progressed = False
+        if state.delivered:
+            request_headers["Range"] = f"bytes={state.delivered}-"
+        before = state.delivered
         try:
-            async with session.get(url, headers=request_headers, timeout=timeout, auto_decompress=False) as resp:
-                skip = 0
-                if delivered and resp.status == 206:
-                    match = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
-                    if not match or int(match.group(1)) != delivered:
-                        raise _Retryable(f"bad Content-Range {resp.headers.get('Content-Range')!r} for offset {delivered}")
-                    if match.group(3) != "*":
-                        total = int(match.group(3))
-                elif delivered and resp.status == 416 and total is not None and delivered >= total:
-                    return delivered
-                elif resp.status == 200:
-                    skip = delivered
-                    if resp.content_length is not None:
-                        total = resp.content_length
-                elif resp.status in (408, 425, 429) or resp.status >= 500:
-                    raise _Retryable(f"HTTP {resp.status}")
-                else:
-                    raise errors.ImageError(f"Download of {url} failed: HTTP {resp.status} {resp.reason}")
-                if on_size is not None:
-                    on_size(total)
-                async for data in resp.content.iter_chunked(READ_SIZE):
-                    if skip:
-                        if len(data) <= skip:
-                            skip -= len(data)
-                            continue
-                        data = data[skip:]
-                        skip = 0
-                    delivered += len(data)
-                    progressed = True
-                    await sink(data)
-                if total is not None and delivered < total:
-                    raise _Retryable(f"connection closed after {delivered} of {total} bytes")
-                if total is not None and delivered > total:
-                    raise errors.ImageError(f"Download of {url} returned more bytes ({delivered}) than announced ({total})")
-                return delivered
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError, _Retryable) as exc:
-            failures = 1 if progressed else failures + 1
+            if direct:
+                try:
+                    await _attempt_socket(state, sink, request_headers, policy, on_size)  # type: ignore[arg-type]
+                    return state.delivered
+                except _Unsupported as exc:
+                    direct = False  # this server's answers need aiohttp: do not probe again on retries
+                    LOG.debug("raw socket download not possible url=%s reason=%s; using aiohttp", url, exc)
+            await _attempt_aiohttp(session, state, sink, request_headers, policy, on_size)
+            return state.delivered
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _Retryable) as exc:
+            failures = 1 if state.delivered > before else failures + 1
             if failures > policy.attempts:
-                raise errors.ImageError(f"Download of {url} failed after {failures} attempts at byte {delivered}: "
-                                        f"{exc or type(exc).__name__}") from None
+                raise errors.ImageError(f"Download of {url} failed after {failures} attempts at byte "
+                                        f"{state.delivered}: {exc or type(exc).__name__}") from None
             delay = min(policy.max_backoff, policy.backoff * 2 ** (failures - 1))
             LOG.warning("download interrupted url=%s offset=%d attempt=%d retry_in=%.1fs reason=%s",
-                        url, delivered, failures, delay, exc or type(exc).__name__)
+                        url, state.delivered, failures, delay, exc or type(exc).__name__)
             await asyncio.sleep(delay)
 
 

@@ -78,8 +78,10 @@ class ImageServer:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.requests: list[tuple[str, str | None]] = []
-        self.drop_after: dict[str, int] = {}
+        self.drop_after: dict[str, list[int | None]] = {}  # per request, in order: drop after N bytes
         self.trickle: dict[str, float] = {}  # name -> seconds per MiB
+        self.chunked: set[str] = set()       # no Content-Length: the agent's aiohttp path
+        self.ignore_range: set[str] = set()  # always 200 with the whole file
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -90,14 +92,18 @@ class ImageServer:
         data = path.read_bytes()
         start, status, headers = 0, 200, {}
         rng = request.headers.get("Range")
-        if rng:
+        if rng and name not in self.ignore_range:
             start = int(rng.removeprefix("bytes=").split("-")[0])
             status = 206
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-        headers["Content-Length"] = str(len(data) - start)
         resp = web.StreamResponse(status=status, headers=headers)
+        if name in self.chunked:
+            resp.enable_chunked_encoding()
+        else:
+            resp.content_length = len(data) - start
         await resp.prepare(request)
-        drop = self.drop_after.pop(name, None)
+        drops = self.drop_after.get(name) or [None]
+        drop = drops.pop(0)
         body = memoryview(data)[start:]
         step = 256 * 1024
         for offset in range(0, len(body), step):
@@ -380,18 +386,25 @@ async def test_checksum_url_file_and_sha512(env):
         assert fh.read(len(data)) == data
 
 
-async def test_download_resumes_after_dropped_connection(env):
+@pytest.mark.parametrize("mode", ["raw socket", "chunked (aiohttp)", "server ignores Range"])
+async def test_download_resumes_after_dropped_connection(env, mode):
     tmp, images = env["tmp"], env["images"]
     data = make_raw_image(tmp, "disk.raw", 10 * MiB, seed=5)
-    images.drop_after["disk.raw"] = 3 * MiB
+    images.drop_after["disk.raw"] = [3 * MiB]
+    if mode.startswith("chunked"):  # the raw-socket probe reads only the headers, then aiohttp streams it
+        images.chunked.add("disk.raw")
+        images.drop_after["disk.raw"] = [None, 3 * MiB]
+    if mode == "server ignores Range":
+        images.ignore_range.add("disk.raw")
     disk = make_disk(tmp, "sda.img", 16 * MiB)
     agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
     done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
     assert done["command_status"] == "SUCCEEDED", done
     ranges = [r for name, r in images.requests if name == "disk.raw"]
-    assert ranges[0] is None and len(ranges) == 2
-    resumed_at = int(ranges[1].removeprefix("bytes=").rstrip("-"))
-    assert 0 < resumed_at <= 3 * MiB  # resumed where the first connection died, not from zero
+    assert ranges[:-1] == [None] * (len(ranges) - 1) and len(ranges) == (3 if mode.startswith("chunked") else 2)
+    resumed_at = int(ranges[-1].removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_at <= 3 * MiB  # asked to resume where the first connection died, not from zero
+    assert done["deploy_progress"]["bytes_downloaded"] == len(data)  # every byte delivered exactly once
     with open(disk, "rb") as fh:
         assert fh.read(len(data)) == data
 

@@ -1,0 +1,254 @@
+"""Image write throughput of the deploy agent against dd / curl|dd / qemu-img.
+
+Builds a raw image (half random data, half zeros, in 4 MiB stripes) and its
+qcow2 conversion, serves both from a local HTTP server, and writes each onto
+a fresh sparse file disk:
+
+- the agent: ``ferrum agent`` in its own process, driven over its command API
+  (``standby.prepare_image``), timed from the POST to SUCCEEDED (download,
+  sha256 of every byte, write, fsync; qcow2: staged + qemu-img convert);
+- ``dd if=image of=disk`` (local copy, no network, no hash) and
+  ``curl URL | dd of=disk`` for raw;
+- ``qemu-img convert -n`` of the local qcow2, and ``curl -o tmp`` + the same
+  convert (what the agent does, minus the hash) for qcow2.
+
+Every run ends with an fsync of the disk. Prints MiB/s per method, the
+agent's ratio against each baseline, and the agent process's peak RSS
+(VmHWM) plus the peak RSS of its qemu-img child. Figures only.
+
+    .venv/bin/python bench/image_write.py            # 512 MiB
+    .venv/bin/python bench/image_write.py --size-mib 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+from aiohttp import web
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from services.common.httpserver import start_http_site  # noqa: E402
+
+MiB = 1024 * 1024
+TOKEN = "b" * 43
+MAC = "52:54:00:be:0c:01"
+
+
+def make_images(workdir: Path, size: int) -> tuple[Path, Path]:
+    raw, qcow = workdir / "image.raw", workdir / "image.qcow2"
+    pool = os.urandom(64 * MiB)
+    stripe = 4 * MiB
+    with open(raw, "wb") as fh:
+        fh.truncate(size)
+        for n, offset in enumerate(range(0, size, stripe)):
+            if n % 2 == 0:
+                start = (n * 1_048_583) % (len(pool) - stripe)
+                fh.seek(offset)
+                fh.write(pool[start:start + min(stripe, size - offset)])
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(qcow)], check=True)
+    return raw, qcow
+
+
+def sha256_file(path: Path, limit: int | None = None) -> str:
+    h = hashlib.sha256()
+    left = limit if limit is not None else 1 << 62
+    with open(path, "rb") as fh:
+        while left and (chunk := fh.read(min(8 * MiB, left))):
+            h.update(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def fresh_disk(path: Path, size: int) -> Path:
+    if path.exists():
+        path.unlink()
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    return path
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+async def start_servers(workdir: Path) -> tuple[list[web.AppRunner], str, str]:
+    node = {"uuid": "6b1f0c1e-0000-4000-8000-00000000be01", "properties": {}, "instance_info": {},
+            "driver_internal_info": {}, "links": []}
+
+    async def lookup(request: web.Request) -> web.Response:
+        if MAC in request.query.get("addresses", ""):
+            return web.json_response({"node": node, "config": {"agent_token": TOKEN, "heartbeat_timeout": 300}})
+        return web.json_response({}, status=404)
+
+    async def heartbeat(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=202)
+
+    api = web.Application()
+    api.router.add_get("/v1/lookup", lookup)
+    api.router.add_post("/v1/heartbeat/{node}", heartbeat)
+    files = web.Application()
+    files.router.add_static("/", workdir)
+    api_runner, api_port = await start_http_site(api, "127.0.0.1", 0)
+    files_runner, files_port = await start_http_site(files, "127.0.0.1", 0)
+    return [api_runner, files_runner], f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{files_port}"
+
+
+async def run_agent(api: str, image_url: str, digest: str, disk: Path, workdir: Path) -> tuple[float, int, int]:
+    """Seconds from POST to SUCCEEDED, the agent's VmHWM and its children's peak RSS (bytes)."""
+    ports = workdir / "agent-ports.json"
+    if ports.exists():
+        ports.unlink()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli", "agent", "--api-url", api, "--mac", MAC, "--disk", str(disk),
+        "--listen-port", "0", "--ports-file", str(ports), "--heartbeat-interval", "2", "--lookup-interval", "0.1",
+        "--tmp-dir", str(workdir), "--exit-on-power-off", "--log-level", "WARNING", cwd=str(REPO),
+        stdout=asyncio.subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ports.exists():
+            if time.monotonic() > deadline or proc.returncode is not None:
+                raise RuntimeError("ferrum agent did not start")
+            await asyncio.sleep(0.05)
+        url = json.loads(ports.read_text())["agent"]
+        ps = psutil.Process(proc.pid)
+        child_peak = 0
+        async with aiohttp.ClientSession() as session:
+            info = {"id": "bench", "urls": [image_url], "os_hash_algo": "sha256", "os_hash_value": digest}
+            started = time.perf_counter()
+            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "false"},
+                                    json={"name": "standby.prepare_image", "params": {"image_info": info}}) as r:
+                cmd = await r.json()
+                if r.status != 200:
+                    raise RuntimeError(f"prepare_image refused: {cmd}")
+            while cmd["command_status"] == "RUNNING":
+                for child in ps.children(recursive=True):
+                    try:
+                        child_peak = max(child_peak, child.memory_info().rss)
+                    except psutil.Error:
+                        pass
+                await asyncio.sleep(0.05)
+                async with session.get(f"{url}/v1/commands/{cmd['id']}", params={"agent_token": TOKEN}) as r:
+                    cmd = await r.json()
+            elapsed = time.perf_counter() - started
+            if cmd["command_status"] != "SUCCEEDED":
+                raise RuntimeError(f"agent write failed: {cmd['command_error']}")
+            hwm = 0
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1]) * 1024
+            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "true"},
+                                    json={"name": "standby.power_off", "params": {}}) as r:
+                await r.read()
+        await asyncio.wait_for(proc.wait(), 30)
+        return elapsed, hwm, child_peak
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def run_shell(cmd: str) -> float:
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_shell(cmd)
+    if await proc.wait():
+        raise RuntimeError(f"baseline failed: {cmd}")
+    return time.perf_counter() - started
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+async def bench(args: argparse.Namespace) -> None:
+    size = args.size_mib * MiB
+    workdir = Path(tempfile.mkdtemp(prefix="ferrum-bench-image-", dir=args.dir))
+    runners: list[web.AppRunner] = []
+    try:
+        t0 = time.perf_counter()
+        raw, qcow = make_images(workdir, size)
+        digests = {"raw": sha256_file(raw), "qcow2": sha256_file(qcow)}
+        print(f"images: raw {size // MiB} MiB, qcow2 {qcow.stat().st_size / MiB:.0f} MiB "
+              f"(built in {time.perf_counter() - t0:.1f}s), {args.repeat} runs each, median shown")
+        runners, api, files = await start_servers(workdir)
+        disk = workdir / "disk.img"
+        disk_size = size + 64 * MiB
+        results: dict[str, float] = {}
+        peaks: list[int] = []
+        child_peaks: list[int] = []
+        plans = {
+            "raw": [
+                ("agent raw", None),
+                ("dd (local file)", f"dd if={raw} of={disk} bs=8M conv=notrunc,fsync status=none"),
+                ("curl | dd", f"curl -sf {files}/image.raw | dd of={disk} bs=8M iflag=fullblock conv=notrunc,fsync status=none"),
+            ],
+            "qcow2": [
+                ("agent qcow2", None),
+                ("qemu-img convert (local)", f"qemu-img convert -n -f qcow2 -O raw {qcow} {disk} && sync {disk}"),
+                ("curl -o + qemu-img convert", f"curl -sf -o {workdir}/dl.qcow2 {files}/image.qcow2 && "
+                 f"qemu-img convert -n -f qcow2 -O raw {workdir}/dl.qcow2 {disk} && sync {disk} && rm -f {workdir}/dl.qcow2"),
+            ],
+        }
+        for fmt, plan in plans.items():
+            for label, shell in plan:
+                times = []
+                for _ in range(args.repeat):
+                    fresh_disk(disk, disk_size)
+                    if shell is None:
+                        elapsed, hwm, child = await run_agent(api, f"{files}/image.{fmt}", digests[fmt], disk, workdir)
+                        peaks.append(hwm)
+                        child_peaks.append(child)
+                    else:
+                        elapsed = await run_shell(shell)
+                    times.append(elapsed)
+                    if args.verify and sha256_file(disk, size) != digests["raw"]:
+                        raise RuntimeError(f"{label}: disk content differs from the raw image")
+                results[label] = median(times)
+        print(f"\n{'method':32} {'seconds':>8} {'MiB/s':>8}")
+        for label, seconds in results.items():
+            print(f"{label:32} {seconds:8.2f} {size / MiB / seconds:8.0f}")
+        print("\nagent throughput as a share of the baseline (goal >= 90%):")
+        for agent_label, bases in (("agent raw", ("dd (local file)", "curl | dd")),
+                                   ("agent qcow2", ("qemu-img convert (local)", "curl -o + qemu-img convert"))):
+            for base in bases:
+                print(f"  {agent_label:12} vs {base:28} {results[base] / results[agent_label] * 100:6.0f}%")
+        print(f"\nagent peak RSS (VmHWM): {max(peaks) / MiB:.1f} MiB (goal < 100 MiB); "
+              f"its qemu-img child peaked at {max(child_peaks) / MiB:.1f} MiB")
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=512, help="raw image size (default 512; the goal is stated for 2048)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs per method; the median is printed (default 2)")
+    parser.add_argument("--dir", default=None, help="work directory parent (default system temp)")
+    parser.add_argument("--no-verify", dest="verify", action="store_false", help="skip the byte-for-byte check of each run")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    asyncio.run(bench(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
