@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import shutil
 import uuid as uuidlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,6 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.api.service import ApiService
 from services.common.db.events import EventRepository
+from services.common.db.pool import create_pool
+from services.ipxe.address import address_file, api_url_file
 from services.ipxe.interpret import interpret_script
 from services.ipxe.service import IpxeService
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
@@ -46,6 +50,13 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 async def http(stack: Any) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession() as session:
         yield session
+
+
+def own_state(settings: Any, tmp_path: Path, **ipxe: Any) -> Any:
+    """A replica's settings with its own state dir, so it does not replace the
+    stack renderer's recorded gRPC address (the stack's api reads it)."""
+    return dataclasses.replace(settings, state_dir=str(tmp_path / "replica-state"),
+                               ipxe=dataclasses.replace(settings.ipxe, **ipxe))
 
 
 def urls(stack: Any) -> tuple[str, str, str]:
@@ -209,10 +220,10 @@ async def test_passthru_is_public_under_http_basic(stack: Any, http: aiohttp.Cli
         await api.stop()
 
 
-async def test_replicas_answer_identically(stack: Any, http: aiohttp.ClientSession) -> None:
+async def test_replicas_answer_identically(stack: Any, http: aiohttp.ClientSession, tmp_path: Path) -> None:
     base, _, _ = urls(stack)
     settings = next(s for s in stack.services if s.name == "ipxe").settings
-    replica = IpxeService(settings, stack.pool)
+    replica = IpxeService(own_state(settings, tmp_path), stack.pool)
     endpoints = await replica.start()
     try:
         other = endpoints["ipxe HTTP"].rsplit("/", 1)[0]
@@ -227,10 +238,9 @@ async def test_replicas_answer_identically(stack: Any, http: aiohttp.ClientSessi
         await replica.stop()
 
 
-async def test_cache_is_flushed_by_node_events(stack: Any, http: aiohttp.ClientSession) -> None:
+async def test_cache_is_flushed_by_node_events(stack: Any, http: aiohttp.ClientSession, tmp_path: Path) -> None:
     settings = next(s for s in stack.services if s.name == "ipxe").settings
-    cached = IpxeService(dataclasses.replace(settings, ipxe=dataclasses.replace(settings.ipxe, cache_ttl=300.0)),
-                         stack.pool)
+    cached = IpxeService(own_state(settings, tmp_path, cache_ttl=300.0), stack.pool)
     endpoints = await cached.start()
     try:
         url = endpoints["ipxe HTTP"].rsplit("/", 1)[0] + "/ipxe"
@@ -253,12 +263,16 @@ async def test_cache_is_flushed_by_node_events(stack: Any, http: aiohttp.ClientS
         await cached.stop()
 
 
-async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any, http: aiohttp.ClientSession) -> None:
+async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any, http: aiohttp.ClientSession,
+                                                                     tmp_path: Path) -> None:
     """Without FERRUM_IPXE_API_URL, a renderer uses the URL the api (port 0) recorded at start."""
     _, api, _ = urls(stack)
     settings = next(s for s in stack.services if s.name == "ipxe").settings
     assert settings.api.port == 0
-    plain = IpxeService(dataclasses.replace(settings, ipxe=dataclasses.replace(settings.ipxe, api_url="")), stack.pool)
+    mine = own_state(settings, tmp_path, api_url="")
+    (Path(mine.state_dir) / "run").mkdir(parents=True)
+    shutil.copyfile(api_url_file(settings), api_url_file(mine))  # what the stack's api recorded at start
+    plain = IpxeService(mine, stack.pool)
     endpoints = await plain.start()
     try:
         await make_node(stack, http, macs=["52:54:00:aa:09:01"], state="deploying")
@@ -267,3 +281,28 @@ async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any,
         assert status == 200 and f"ipa-api-url={api} " in body, body.splitlines()[8]
     finally:
         await plain.stop()
+
+
+async def test_database_outage_is_an_error_script_not_500(stack: Any, http: aiohttp.ClientSession,
+                                                          database_url: str, tmp_path: Path) -> None:
+    settings = next(s for s in stack.services if s.name == "ipxe").settings
+    pool = await create_pool(database_url, min_size=1, max_size=2)
+    lonely = IpxeService(own_state(settings, tmp_path), pool)
+    endpoints = await lonely.start()
+    try:
+        base = endpoints["ipxe HTTP"].rsplit("/", 1)[0]
+        await pool.close()  # the renderer's database goes away
+        status, body, headers = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:aa:0a:01"})
+        assert status == 200 and headers["X-Ferrum-Boot-Kind"] == "error" and "database error" in body
+        async with grpc.aio.insecure_channel(endpoints["ipxe gRPC"]) as channel:
+            reply = await renderer_pb2_grpc.BootScriptRendererStub(channel).RenderBootScript(
+                renderer_pb2.RenderBootScriptRequest(mac="52:54:00:aa:0a:01"))
+        assert reply.kind == "error" and "database error" in reply.reason
+    finally:
+        await lonely.stop()
+
+
+async def test_stack_renderer_record_survives_replicas(stack: Any) -> None:
+    """Replicas above used their own state dirs: the stack api still finds its renderer."""
+    settings = next(s for s in stack.services if s.name == "ipxe").settings
+    assert address_file(settings).read_text().strip() == urls(stack)[2]
