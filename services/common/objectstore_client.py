@@ -115,15 +115,20 @@ class ObjectStoreClient:
                               delete_after=delete_after, metadata=dict(metadata or {}), usage_count=usage_count)
 
         async def requests() -> AsyncIterator[pb.PutRequest]:
+            sent = 0
             yield pb.PutRequest(header=header)
             if isinstance(chunks, AsyncIterator):
                 async for chunk in chunks:
+                    sent += len(chunk)
                     for start in range(0, len(chunk), CHUNK_SIZE):
                         yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
             else:
                 for chunk in chunks:
+                    sent += len(chunk)
                     for start in range(0, len(chunk), CHUNK_SIZE):
                         yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
+            # The end marker: the server publishes only a stream that reached it.
+            yield pb.PutRequest(end=pb.PutEnd(size=sent))
 
         try:
             reply = await self._api().Put(requests())

@@ -73,17 +73,32 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
             if first is None or first.WhichOneof("part") != "header":
                 raise errors.MissingParameter("the first Put message must carry the header")
             header = first.header
+            end: list[pb.PutEnd] = []
 
             async def chunks() -> AsyncIterator[bytes]:
                 async for message in request_iterator:
-                    if message.WhichOneof("part") != "chunk":
-                        raise errors.InvalidParameterValue("only the first Put message may carry a header")
+                    part = message.WhichOneof("part")
+                    if end or part == "header" or part is None:
+                        raise errors.InvalidParameterValue(
+                            "a Put stream is one header, chunks, then at most one end message")
+                    if part == "end":
+                        end.append(message.end)
+                        continue
                     yield message.chunk
+                # A client that goes away may also just end the request stream
+                # (half-close before the cancel arrives): only the end message
+                # tells a complete upload from a cut-short one.
+                if not end:
+                    raise errors.InvalidParameterValue(
+                        "the Put stream ended without its end message (cancelled or cut short); nothing was stored")
+
+            def expected() -> tuple[int | None, str]:
+                return end[0].size, end[0].sha256
 
             row = await self.store.put(PutRequest(
                 container=header.container, name=header.name, content_type=header.content_type,
                 delete_after=header.delete_after, metadata=dict(header.metadata),
-                usage_count=header.usage_count), chunks())
+                usage_count=header.usage_count), chunks(), expected=expected)
         except BaseException as exc:
             failure = exc
             if isinstance(exc, Exception):  # every failure becomes a gRPC status

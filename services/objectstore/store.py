@@ -13,7 +13,7 @@ import datetime
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -60,11 +60,15 @@ class ObjectStore:
 
     # -- writes -------------------------------------------------------------------------------
 
-    async def put(self, request: PutRequest, chunks: AsyncIterator[bytes]) -> dict[str, Any]:
+    async def put(self, request: PutRequest, chunks: AsyncIterator[bytes], *,
+                  expected: Callable[[], tuple[int | None, str]] = lambda: (None, "")) -> dict[str, Any]:
         """Stream ``chunks`` into a new backend key, then publish the row.
 
-        Any failure or cancellation (client gone, limit hit, database down)
-        removes the partial or committed bytes before the error propagates.
+        ``expected()`` is asked once the chunks are exhausted: the size (None =
+        unchecked) and sha256 ("" = unchecked) the client says it sent.
+        Any failure or cancellation (client gone, limit hit, mismatch,
+        database down) removes the partial or committed bytes before the error
+        propagates.
         """
         container = names.check_container(request.container)
         name = names.check_name(request.name)
@@ -78,9 +82,8 @@ class ObjectStore:
         room = self.config.max_container_size - await self.repo.container_usage(container, excluding=name)
         key = uuid.uuid4().hex
         upload = self.backend.begin_upload(key)
-        committed = False
+        size = 0
         try:
-            size = 0
             async for chunk in chunks:
                 size += len(chunk)
                 if size > self.config.max_object_size:
@@ -90,25 +93,46 @@ class ObjectStore:
                     raise errors.PayloadTooLarge(
                         f"container {container!r} would exceed its limit of {self.config.max_container_size} bytes")
                 await upload.write(chunk)
+            expected_size, expected_sha256 = expected()
+            if expected_size is not None and expected_size != size:
+                raise errors.InvalidParameterValue(f"the client announced {expected_size} bytes but sent {size}")
+        except BaseException as exc:
+            await asyncio.shield(self._discard(upload, key, committed=False))
+            LOG.info("upload discarded container=%s name=%s reason=%s", container, name,
+                     exc.message if isinstance(exc, errors.FerrumError) else type(exc).__name__)
+            raise
+        # All bytes are in. Commit and publish run to the end even if the caller
+        # is cancelled now, so the row and the bytes always agree.
+        values = {"container": container, "name": name, "content_type": content_type, "backend_key": key,
+                  "usage_count": request.usage_count, "metadata": metadata}
+        return await asyncio.shield(self._commit_and_publish(upload, values, request.delete_after,
+                                                             expected_sha256.lower()))
+
+    async def _commit_and_publish(self, upload: Upload, values: dict[str, Any], delete_after: int,
+                                  expected_sha256: str) -> dict[str, Any]:
+        key = values["backend_key"]
+        committed = False
+        try:
             size, digest = await upload.commit()
             committed = True
-            row, replaced = await self.repo.upsert(
-                {"container": container, "name": name, "size": size, "sha256": digest,
-                 "content_type": content_type, "backend_key": key, "usage_count": request.usage_count,
-                 "metadata": metadata},
-                delete_after=request.delete_after, max_container_size=self.config.max_container_size)
+            if expected_sha256 and expected_sha256 != digest:
+                raise errors.InvalidParameterValue(
+                    f"sha256 mismatch: the client announced {expected_sha256}, the server computed {digest}")
+            row, replaced = await self.repo.upsert({**values, "size": size, "sha256": digest},
+                                                   delete_after=delete_after,
+                                                   max_container_size=self.config.max_container_size)
         except BaseException as exc:
-            await asyncio.shield(self._discard(upload, key, committed))
-            LOG.info("upload discarded container=%s name=%s reason=%s", container, name,
-                     type(exc).__name__ if not isinstance(exc, errors.FerrumError) else exc.message)
+            await self._discard(upload, key, committed=committed)
+            LOG.info("upload discarded container=%s name=%s reason=%s", values["container"], values["name"],
+                     exc.message if isinstance(exc, errors.FerrumError) else type(exc).__name__)
             raise
         if replaced:
             await self._remove_bytes(replaced)
         LOG.info("object stored container=%s name=%s size=%d sha256=%s delete_after=%d",
-                 container, name, size, digest, request.delete_after)
+                 values["container"], values["name"], size, digest, delete_after)
         return row
 
-    async def _discard(self, upload: Upload, key: str, committed: bool) -> None:
+    async def _discard(self, upload: Upload, key: str, *, committed: bool) -> None:
         try:
             if committed:
                 await self.backend.delete(key)

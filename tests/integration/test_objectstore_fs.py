@@ -345,8 +345,25 @@ async def test_wire_status_codes(service) -> None:
             await stub.Stat(pb.ObjectRef(container="wire", name="x"))
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # no end message: nothing stored
+            await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                                    pb.PutRequest(chunk=b"hello")))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # wrong size announced
+            await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                                    pb.PutRequest(chunk=b"hello"), pb.PutRequest(end=pb.PutEnd(size=4))))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as caught:  # wrong sha256 announced
+            await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                                    pb.PutRequest(chunk=b"hello"),
+                                    pb.PutRequest(end=pb.PutEnd(size=5, sha256="0" * 64))))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Stat(pb.ObjectRef(container="wire", name="z"))
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
         reply = await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
-                                        pb.PutRequest(chunk=b"hello")))
+                                        pb.PutRequest(chunk=b"hello"), pb.PutRequest(end=pb.PutEnd(
+                                            size=5, sha256=hashlib.sha256(b"hello").hexdigest()))))
         assert reply.size == 5 and not reply.HasField("delete_at")
         chunks = [c.data async for c in stub.Get(pb.GetObjectRequest(container="wire", name="z", offset=1, length=3))]
         assert b"".join(chunks) == b"ell"
