@@ -5,7 +5,7 @@ qcow2 conversion, serves both from a local HTTP server, and writes each onto
 a fresh sparse file disk:
 
 - the agent: ``ferrum agent`` in its own process, driven over its command API
-  (``standby.prepare_image``), timed from the POST to SUCCEEDED (download,
+  (``standby.prepare_image?wait=true``), timed from the POST to the answer (download,
   sha256 of every byte, write, fsync; qcow2: staged + qemu-img convert);
 - ``dd if=image of=disk`` (local copy, no network, no hash) and
   ``curl URL | dd of=disk`` for raw;
@@ -132,26 +132,30 @@ async def run_agent(api: str, image_url: str, digest: str, disk: Path, workdir: 
         url = json.loads(ports.read_text())["agent"]
         ps = psutil.Process(proc.pid)
         child_peak = 0
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
             info = {"id": "bench", "urls": [image_url], "os_hash_algo": "sha256", "os_hash_value": digest}
+            done = asyncio.Event()
+
+            async def watch_children() -> None:
+                nonlocal child_peak
+                while not done.is_set():
+                    for child in ps.children(recursive=True):
+                        try:
+                            child_peak = max(child_peak, child.memory_info().rss)
+                        except psutil.Error:
+                            pass
+                    await asyncio.sleep(0.05)
+
+            watcher = asyncio.create_task(watch_children())
             started = time.perf_counter()
-            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "false"},
+            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "true"},
                                     json={"name": "standby.prepare_image", "params": {"image_info": info}}) as r:
                 cmd = await r.json()
-                if r.status != 200:
-                    raise RuntimeError(f"prepare_image refused: {cmd}")
-            while cmd["command_status"] == "RUNNING":
-                for child in ps.children(recursive=True):
-                    try:
-                        child_peak = max(child_peak, child.memory_info().rss)
-                    except psutil.Error:
-                        pass
-                await asyncio.sleep(0.05)
-                async with session.get(f"{url}/v1/commands/{cmd['id']}", params={"agent_token": TOKEN}) as r:
-                    cmd = await r.json()
             elapsed = time.perf_counter() - started
-            if cmd["command_status"] != "SUCCEEDED":
-                raise RuntimeError(f"agent write failed: {cmd['command_error']}")
+            done.set()
+            await watcher
+            if r.status != 200 or cmd.get("command_status") != "SUCCEEDED":
+                raise RuntimeError(f"agent write failed: {cmd}")
             hwm = 0
             for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
