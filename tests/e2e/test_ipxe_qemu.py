@@ -2,7 +2,9 @@
 Ferrum's renderer: DHCP hands out our /boot.ipxe, which chains the per-node
 script by MAC; for a node in ``deploying`` that script fetches a real Debian
 kernel and a busybox initramfs whose /init prints a marker on the serial
-console. A second VM with an unknown MAC must show our error text.
+console. A second VM with an unknown MAC must show our error text; a third,
+whose node is ``manageable``, shows the reason and goes straight back to the
+firmware without trying other identities.
 
 Set-up installs qemu-system-x86 + ipxe-qemu + busybox-static + cpio when
 missing (as root) and caches the kernel and initramfs under
@@ -34,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".ferrum" / "cache" / "ipxe-e2e"
 PACKAGES = ("qemu-system-x86", "ipxe-qemu", "busybox-static", "cpio")
 BOOT_WAIT = 180.0
-DEPLOY_MAC, UNKNOWN_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99"
+DEPLOY_MAC, UNKNOWN_MAC, MANAGEABLE_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99", "52:54:00:e2:e0:02"
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 
 pytestmark = pytest.mark.timeout(900)
@@ -216,34 +218,45 @@ async def wait_for_text(serial: Path, texts: list[str], process: asyncio.subproc
                          f"last output:\n{content[-3000:]}")
 
 
+async def enroll(stack: Any, *, name: str, mac: str, state: str, driver_info: dict[str, str]) -> str:
+    api = stack.endpoints["api REST (Ironic v1)"]
+    async with aiohttp.ClientSession() as http:
+        body = {"driver": "fake-hardware", "name": name, "driver_info": driver_info}
+        async with http.post(f"{api}/v1/nodes", json=body, headers=V) as r:
+            assert r.status == 201, await r.text()
+            node = str((await r.json())["uuid"])
+        async with http.post(f"{api}/v1/ports", json={"node_uuid": node, "address": mac}, headers=V) as r:
+            assert r.status == 201, await r.text()
+    await stack.pool.execute("UPDATE nodes SET provision_state = $1 WHERE uuid = $2::uuid", state, node)
+    return node
+
+
 async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
     stack: Any, file_server: tuple[int, list[str]], marker: str, tmp_path: Path,
 ) -> None:
     port, fetched = file_server
-    api = stack.endpoints["api REST (Ironic v1)"]
     renderer_port = stack.endpoints["ipxe HTTP"].rsplit(":", 1)[1].split("/")[0]
     boot_url = f"http://10.0.2.2:{renderer_port}/boot.ipxe"
-    async with aiohttp.ClientSession() as http:
-        body = {"driver": "fake-hardware", "name": "qemu-deploy", "driver_info": {
-            "deploy_kernel": f"http://10.0.2.2:{port}/vmlinuz", "deploy_ramdisk": f"http://10.0.2.2:{port}/initrd"}}
-        async with http.post(f"{api}/v1/nodes", json=body, headers=V) as r:
-            assert r.status == 201, await r.text()
-            node = (await r.json())["uuid"]
-        async with http.post(f"{api}/v1/ports", json={"node_uuid": node, "address": DEPLOY_MAC}, headers=V) as r:
-            assert r.status == 201, await r.text()
-    await stack.pool.execute("UPDATE nodes SET provision_state = 'deploying' WHERE uuid = $1::uuid", node)
+    info = {"deploy_kernel": f"http://10.0.2.2:{port}/vmlinuz", "deploy_ramdisk": f"http://10.0.2.2:{port}/initrd"}
+    node = await enroll(stack, name="qemu-deploy", mac=DEPLOY_MAC, state="deploying", driver_info=info)
+    idle = await enroll(stack, name="qemu-idle", mac=MANAGEABLE_MAC, state="manageable", driver_info=info)
 
-    deploy_log, unknown_log = tmp_path / "deploy.serial", tmp_path / "unknown.serial"
+    deploy_log, unknown_log, idle_log = (tmp_path / f"{n}.serial" for n in ("deploy", "unknown", "idle"))
     unknown_uuid = str(uuidlib.uuid4())
     vms = [await start_vm(deploy_log, boot_url=boot_url, mac=DEPLOY_MAC, smbios_uuid=str(uuidlib.uuid4())),
-           await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid)]
+           await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid),
+           await start_vm(idle_log, boot_url=boot_url, mac=MANAGEABLE_MAC, smbios_uuid=str(uuidlib.uuid4()))]
     try:
-        deployed, unknown = await asyncio.gather(
+        deployed, unknown, idle_out = await asyncio.gather(
             wait_for_text(deploy_log, [f"Ferrum: node {node} is in state deploying", marker], vms[0], BOOT_WAIT),
             wait_for_text(unknown_log, [f"Ferrum: no node has a port with MAC {UNKNOWN_MAC}",
                                         f"Ferrum: no node has UUID {unknown_uuid}",
                                         "Ferrum: no node matches any MAC or the SMBIOS UUID of this machine"],
                           vms[1], BOOT_WAIT),
+            # A known node that must not boot: our reason, then straight back to the
+            # firmware (SeaBIOS's "Boot failed"), without trying the SMBIOS UUID.
+            wait_for_text(idle_log, [f"Ferrum: node {idle} is in provision state", "[manageable]",
+                                     "Ferrum: exiting to the next boot device", "Boot failed"], vms[2], BOOT_WAIT),
         )
     finally:
         for vm in vms:
@@ -254,3 +267,6 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
     assert f"ipa-node-uuid={node}" in cmdline and "BOOTIF=01-52-54-00-e2-e0-01" in cmdline
     assert "ipa-api-url=http://10.0.2.2:6385" in cmdline
     assert "Ferrum: cannot network-boot this machine" in unknown and marker not in unknown
+    back_to_firmware = idle_out.index("Boot failed")
+    assert idle_out.index("Ferrum: exiting to the next boot device") < back_to_firmware
+    assert "by SMBIOS UUID" not in idle_out[:back_to_firmware] and marker not in idle_out
