@@ -1,6 +1,8 @@
 """Real iPXE (Debian's ipxe-qemu ROM in QEMU, TCG) network-boots through
 Ferrum's renderer: DHCP hands out our /boot.ipxe, which chains the per-node
-script by MAC; for a node in ``deploying`` that script fetches a real Debian
+script by MAC. The deploy VM boots from a NIC no node knows, so boot.ipxe
+must fall back to its second NIC (``${net1/mac}``); for that node, in
+``deploying``, the per-node script fetches a real Debian
 kernel and a busybox initramfs whose /init prints a marker on the serial
 console. A second VM with an unknown MAC must show our error text; a third,
 whose node is ``manageable``, shows the reason and goes straight back to the
@@ -37,6 +39,7 @@ CACHE = REPO / ".ferrum" / "cache" / "ipxe-e2e"
 PACKAGES = ("qemu-system-x86", "ipxe-qemu", "busybox-static", "cpio")
 BOOT_WAIT = 180.0
 DEPLOY_MAC, UNKNOWN_MAC, MANAGEABLE_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99", "52:54:00:e2:e0:02"
+UNENROLLED_FIRST_NIC = "52:54:00:e2:e0:10"  # the deploy VM boots from this NIC; its node knows only the second
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 
 pytestmark = pytest.mark.timeout(900)
@@ -178,14 +181,17 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         await running.close()
 
 
-async def start_vm(serial: Path, *, boot_url: str, mac: str, smbios_uuid: str) -> asyncio.subprocess.Process:
+async def start_vm(serial: Path, *, boot_url: str, mac: str, smbios_uuid: str,
+                   second_mac: str = "") -> asyncio.subprocess.Process:
+    """A VM booting from its first NIC; ``second_mac`` adds a NIC without a boot file."""
+    second = ["-netdev", "user,id=n1", "-device", f"virtio-net-pci,netdev=n1,mac={second_mac}"] if second_mac else []
     return await asyncio.create_subprocess_exec(
         "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-boot", "n", "-no-reboot",
         # -nographic makes SeaBIOS (and so iPXE) write to the serial port too.
         "-nographic", "-monitor", "none", "-serial", f"file:{serial}",
         "-uuid", smbios_uuid,
         "-netdev", f"user,id=n0,bootfile={boot_url}",
-        "-device", f"virtio-net-pci,netdev=n0,mac={mac}",
+        "-device", f"virtio-net-pci,netdev=n0,mac={mac}", *second,
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
 
@@ -243,12 +249,15 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
 
     deploy_log, unknown_log, idle_log = (tmp_path / f"{n}.serial" for n in ("deploy", "unknown", "idle"))
     unknown_uuid = str(uuidlib.uuid4())
-    vms = [await start_vm(deploy_log, boot_url=boot_url, mac=DEPLOY_MAC, smbios_uuid=str(uuidlib.uuid4())),
+    vms = [await start_vm(deploy_log, boot_url=boot_url, mac=UNENROLLED_FIRST_NIC, second_mac=DEPLOY_MAC,
+                          smbios_uuid=str(uuidlib.uuid4())),
            await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid),
            await start_vm(idle_log, boot_url=boot_url, mac=MANAGEABLE_MAC, smbios_uuid=str(uuidlib.uuid4()))]
     try:
         deployed, unknown, idle_out = await asyncio.gather(
-            wait_for_text(deploy_log, [f"Ferrum: node {node} is in state deploying", marker], vms[0], BOOT_WAIT),
+            wait_for_text(deploy_log, [f"Ferrum: no node has a port with MAC {UNENROLLED_FIRST_NIC}",
+                                       f"Ferrum: looking up this machine by MAC {DEPLOY_MAC} (net1)",
+                                       f"Ferrum: node {node} is in state deploying", marker], vms[0], BOOT_WAIT),
             wait_for_text(unknown_log, [f"Ferrum: no node has a port with MAC {UNKNOWN_MAC}",
                                         f"Ferrum: no node has UUID {unknown_uuid}",
                                         "Ferrum: no node matches any MAC or the SMBIOS UUID of this machine"],
