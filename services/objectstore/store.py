@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,6 +29,7 @@ LOG = logging.getLogger(__name__)
 EXPIRED_BATCH = 500
 ORPHAN_BATCH = 1000
 MAX_DELETE_AFTER = 100 * 365 * 86400
+_KEY = re.compile(r"[0-9a-f]{32}")  # uuid4().hex, the backend keys put() makes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,7 +268,10 @@ class ObjectStore:
     async def sweep_orphans(self) -> int:
         """Remove backend bytes no row refers to, older than ``orphan_grace``
         (left by a crash between writing bytes and publishing the row)."""
-        stale = await self.backend.stale_keys(time.time() - self.config.orphan_grace)
+        # Only keys of the shape this service writes: a bucket or directory shared
+        # with anything else never loses that data to the sweep.
+        stale = [k for k in await self.backend.stale_keys(time.time() - self.config.orphan_grace)
+                 if _KEY.fullmatch(k)]
         removed = 0
         for start in range(0, len(stale), ORPHAN_BATCH):
             batch = stale[start:start + ORPHAN_BATCH]

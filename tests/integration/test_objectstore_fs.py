@@ -302,11 +302,14 @@ async def test_orphan_sweep_removes_only_unreferenced_bytes(service, client: Obj
     stray = root / "data" / "ab" / "ab00000000000000000000000000dead"
     stray.parent.mkdir(exist_ok=True)
     stray.write_bytes(b"left by a crash")
+    foreign = root / "data" / "ab" / "not-ours.txt"
+    foreign.write_bytes(b"someone else's file")
     old = time.time() - 7200
     for path in files_under(root / "data"):
         os.utime(path, (old, old))
     assert await service.store.sweep_orphans() >= 1
-    assert not stray.exists()
+    assert not stray.exists() and foreign.exists()
+    foreign.unlink()
     assert await client.get_bytes("orphans", "kept.img") == b"kept"
 
 
