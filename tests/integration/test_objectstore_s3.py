@@ -206,3 +206,24 @@ async def test_presigned_downloads_against_s3rver(database_url: str, tmp_path: P
                 assert int(query["Expires"]) <= time.time() + 2
         finally:
             await store.close()
+
+
+async def test_s3_orphan_sweep(database_url: str, moto_endpoint: str, tmp_path: Path) -> None:
+    settings = s3_settings(database_url, tmp_path, moto_endpoint, s3_bucket="ferrum-orphans", orphan_grace=0.0,
+                           sweep_interval=3600.0)
+    async with running_objectstore(settings) as service:
+        store = ObjectStoreClient(service.grpc_address)
+        try:
+            await store.put_bytes("orph", "kept.img", b"kept")
+            session = aioboto3.Session()
+            async with session.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                                      aws_access_key_id="testing", aws_secret_access_key="testing") as s3:
+                await s3.put_object(Bucket="ferrum-orphans", Key="0123456789abcdef0123456789abcdef", Body=b"stray")
+                await s3.put_object(Bucket="ferrum-orphans", Key="someone-elses/file.txt", Body=b"foreign")
+                await asyncio.sleep(1.1)  # S3 times have one-second resolution
+                assert await service.store.sweep_orphans() == 1
+                keys = [o["Key"] for o in (await s3.list_objects_v2(Bucket="ferrum-orphans"))["Contents"]]
+            assert "0123456789abcdef0123456789abcdef" not in keys and "someone-elses/file.txt" in keys
+            assert len(keys) == 2 and await store.get_bytes("orph", "kept.img") == b"kept"
+        finally:
+            await store.close()

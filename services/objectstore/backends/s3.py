@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -211,7 +212,8 @@ class S3Backend:
             LOG.debug("cannot list multipart uploads bucket=%s error=%s", self.bucket, exc)
             return found
         for upload in uploads.get("Uploads", ()):
-            if upload["Initiated"] < cutoff:
+            ours = re.fullmatch(r"[0-9a-f]{32}", upload["Key"][len(self.prefix):]) is not None
+            if ours and upload["Initiated"] < cutoff:
                 with contextlib.suppress(ClientError):
                     await self.client.abort_multipart_upload(
                         Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
