@@ -75,6 +75,15 @@ class WriteResult:
     algo: str
 
 
+def buffer_size(block_size: int, total: int | None) -> int:
+    """No bigger than the image needs (rounded up to 64 KiB): a simulator with a
+    thousand agents writing small images must not hold 16 MiB each."""
+    if total is None or total >= block_size:
+        return block_size
+    unit = 64 * 1024
+    return max(unit, -(-total // unit) * unit)
+
+
 class BlockWriter:
     """Double-buffered positional writes of a byte stream to one fd, hashed in order."""
 
@@ -246,7 +255,8 @@ class _ImageSink:
             self._fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
             limit, message = None, ""
             written = None
-        self._writer = BlockWriter(self._fd, self.hasher, block_size=self.block_size, limit=limit,
+        self._writer = BlockWriter(self._fd, self.hasher, block_size=buffer_size(self.block_size, self.progress.total),
+                                   limit=limit,
                                    limit_error=message, on_written=written, writeback=detected == "raw")
 
     async def finish(self) -> int:

@@ -147,7 +147,7 @@ async def agent_env(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
 
     try:
         yield {"ironic": ironic, "images": images, "tmp": tmp_path, "session": session, "make_agent": make_agent,
-               "image_base": f"http://127.0.0.1:{img_port}"}
+               "image_base": f"http://127.0.0.1:{img_port}", "ironic_url": f"http://127.0.0.1:{api_port}"}
     finally:
         for agent in agents:
             await agent.stop()
@@ -514,3 +514,34 @@ async def test_power_off_and_reboot_hooks_run_after_the_result(env):
     assert (await command(env, agent, "image.install_bootloader", {"root_uuid": "x"}, wait=True))["command_status"] == "SUCCEEDED"
     steps = (await command(env, agent, "deploy.get_deploy_steps", {"node": {}, "ports": []}))["command_result"]
     assert [s["step"] for s in steps["deploy_steps"]["GenericHardwareManager"]] == ["write_image"]
+
+
+async def test_many_embedded_agents_share_one_session(env):
+    """The simulator's way: many agents in one loop over one ClientSession."""
+    ironic: FakeIronic = env["ironic"]
+    tmp = env["tmp"]
+    data = make_raw_image(tmp, "disk.raw", 4 * MiB)
+    shared = aiohttp.ClientSession()
+    agents = []
+    try:
+        for i in range(20):
+            mac = f"52:54:00:00:10:{i:02x}"
+            ironic.register(mac)
+            options = AgentOptions(api_url=env["ironic_url"], macs=(mac,), disks=(Disk(str(make_disk(tmp, f"m{i}.img", 8 * MiB))),),
+                                   lookup_interval=0.05, heartbeat_interval=0.5)
+            agent = Agent(options, session=shared)
+            agents.append(agent)
+            await agent.start()
+        await wait_for(lambda: all(a.heartbeats_sent for a in agents), 30, "every agent heartbeating")
+        assert len({a.node_uuid for a in agents}) == 20 and len({a.callback_url for a in agents}) == 20
+        results = await asyncio.gather(*(command(env, a, "standby.prepare_image",
+                                                 {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+                                         for a in agents[:5]))
+        assert [r["command_status"] for r in results] == ["SUCCEEDED"] * 5
+        await agents[0].stop()
+        assert not shared.closed  # an embedder's session is never closed by an agent
+        assert (await command(env, agents[1], "standby.sync", {}))["command_status"] == "SUCCEEDED"
+    finally:
+        for agent in agents:
+            await agent.stop()
+        await shared.close()

@@ -146,3 +146,13 @@ def test_partition_facts_from_sfdisk_tables():
     assert got["root uuid"] == "0x34dc28ea" and got["partitions"]["/dev/sda1"]["uuid"] == "34dc28ea-01"
     assert got["efi system partition uuid"] is None
     assert partitions.describe(None, "/dev/sda")["root uuid"] is None
+
+
+def test_write_buffers_are_no_bigger_than_the_image():
+    from services.agent.imagewrite import buffer_size
+
+    block = 8 * 1024 * 1024
+    assert buffer_size(block, None) == block
+    assert buffer_size(block, 10 * block) == block
+    assert buffer_size(block, 100) == 64 * 1024
+    assert buffer_size(block, 3 * 1024 * 1024 + 1) == 3 * 1024 * 1024 + 64 * 1024
