@@ -408,3 +408,14 @@ async def test_many_small_chunks_and_unicode_temp_url(client: ObjectStoreClient,
     assert url.endswith("/d%C3%A9ploiement/Boot%20Image%20%231.iso")
     async with http.get(url) as resp:
         assert resp.status == 200 and await resp.read() == whole
+
+
+async def test_metrics_count_streamed_bytes(service, client: ObjectStoreClient, http) -> None:
+    await client.put_bytes("metrics", "m.bin", b"m" * 12345)
+    assert await client.get_bytes("metrics", "m.bin") == b"m" * 12345
+    assert await client.stat("metrics", "m.bin") is not None
+    async with http.get(f"{service.http_url}/metrics") as resp:
+        text = await resp.text()
+    assert 'ferrum_objectstore_bytes_total{direction="in"}' in text
+    assert 'ferrum_requests_total{code="OK",method="Put",protocol="grpc",service="objectstore"}' in text
+    assert 'method="Get"' in text and 'method="Stat"' in text
