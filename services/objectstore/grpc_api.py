@@ -44,7 +44,9 @@ def _code(exc: BaseException | None) -> str:
         return "OK"
     if isinstance(exc, errors.FerrumError):
         return exc.grpc_code.name
-    return "CANCELLED" if isinstance(exc, BaseException) and not isinstance(exc, Exception) else "INTERNAL"
+    if isinstance(exc, (asyncpg.DataError, ValueError, UnicodeError)):
+        return "INVALID_ARGUMENT"
+    return "INTERNAL" if isinstance(exc, Exception) else "CANCELLED"
 
 
 class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
