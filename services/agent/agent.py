@@ -62,6 +62,7 @@ class AgentOptions:
     tmp_dir: str = ""                    # where a qcow2 image is staged before conversion (default: system temp)
     write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
     hostname: str = ""
+    conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 

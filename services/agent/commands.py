@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from services.agent import checksum, hardware, imagewrite, partitions
+from services.agent import checksum, erase, hardware, imagewrite, partitions
 from services.agent import configdrive as configdrives
 from services.common import errors
 
@@ -135,7 +135,8 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
     try:
         written = await imagewrite.write_image(
             agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
-            tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size)
+            tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size,
+            conversion_slots=agent.options.conversion_slots)
         LOG.info("image written image=%s device=%s format=%s bytes=%d rate=%.0f",
                  written.image_id, disk.name, written.format, written.bytes_written, progress.rate())
         configdrive = configdrive or image_info.get("configdrive")
@@ -192,6 +193,40 @@ async def run_image(agent: Agent, params: dict[str, Any], cmd: CommandResult) ->
     return None
 
 
+# ---- clean --------------------------------------------------------------------------------
+
+CLEAN_STEPS: dict[str, dict[str, Any]] = {
+    "erase_devices_metadata": {"step": "erase_devices_metadata", "priority": 99, "interface": "deploy",
+                               "reboot_requested": False, "abortable": True},
+    # Whole-disk erase is opt-in (priority 0), as most Ironic deployments configure it.
+    "erase_devices": {"step": "erase_devices", "priority": 0, "interface": "deploy",
+                      "reboot_requested": False, "abortable": True},
+}
+
+
+def _validate_clean_step(agent: Agent, params: dict[str, Any]) -> None:
+    step = params.get("step")
+    if not isinstance(step, Mapping) or step.get("step") not in CLEAN_STEPS:
+        name = step.get("step") if isinstance(step, Mapping) else step
+        raise errors.InvalidParameterValue(f"unknown clean step {name!r}")
+
+
+async def get_clean_steps(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    agent.remember_node(params.get("node"))
+    return {"clean_steps": {HARDWARE_MANAGER: list(CLEAN_STEPS.values())},
+            "hardware_manager_version": {HARDWARE_MANAGER: HARDWARE_MANAGER_VERSION}}
+
+
+async def execute_clean_step(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    step = dict(params["step"])
+    action = erase.erase_metadata if step["step"] == "erase_devices_metadata" else erase.erase_all
+    for disk in agent.options.disks:
+        await asyncio.to_thread(action, disk.path)
+    agent.progress = None
+    agent.partition_info = {}
+    return {"clean_result": None, "clean_step": step}
+
+
 # ---- image / poll -------------------------------------------------------------------------
 
 async def install_bootloader(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
@@ -214,4 +249,6 @@ COMMANDS: dict[str, Command] = {
     "standby.run_image": Command(run_image, is_async=True),
     "image.install_bootloader": Command(install_bootloader, is_async=True),
     "poll.get_hardware_info": Command(get_hardware_info, is_async=False),
+    "clean.get_clean_steps": Command(get_clean_steps, is_async=False),
+    "clean.execute_clean_step": Command(execute_clean_step, is_async=True, validate=_validate_clean_step),
 }

@@ -47,7 +47,7 @@ class Progress:
     """What the heartbeat and the command status say about a running write."""
 
     image_id: str = ""
-    stage: str = "idle"  # downloading | writing | converting | configdrive | done | failed
+    stage: str = "idle"  # downloading | writing | queued | converting | configdrive | done | failed
     bytes_written: int = 0
     bytes_downloaded: int = 0
     total: int | None = None
@@ -293,7 +293,8 @@ class _ImageSink:
 async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any], disk: DiskInfo, *,
                       progress: Progress, allow_md5: bool = False, tmp_dir: str = "",
                       block_size: int = DEFAULT_BLOCK_SIZE,
-                      policy: download.RetryPolicy = download.DEFAULT_POLICY) -> WriteResult:
+                      policy: download.RetryPolicy = download.DEFAULT_POLICY,
+                      conversion_slots: asyncio.Semaphore | None = None) -> WriteResult:
     """Download, verify and write ``image_info`` onto ``disk``; raise ImageError on any failure."""
 
     async def fetch_text(url: str) -> str:
@@ -333,7 +334,12 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
             written = count
             if sink.format == "qcow2":
                 assert sink.tmp_path is not None
-                written = await convert_qcow2(sink.tmp_path, disk, progress)
+                if conversion_slots is None:
+                    written = await convert_qcow2(sink.tmp_path, disk, progress)
+                else:
+                    progress.stage = "queued"
+                    async with conversion_slots:
+                        written = await convert_qcow2(sink.tmp_path, disk, progress)
         finally:
             sink.remove_tmp()
         progress.stage = "written"

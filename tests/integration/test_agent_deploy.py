@@ -319,7 +319,7 @@ async def test_qcow2_image_converted_byte_exact_through_deploy_step(env):
     disk = make_disk(tmp, "sda.img", 32 * MiB)
     with open(disk, "r+b") as fh:  # a previous deployment's leftovers must be overwritten
         fh.write(b"\xff" * 20 * MiB)
-    agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
+    agent = await started(env["make_agent"](Disk(str(disk)), conversion_slots=asyncio.Semaphore(1)), env["ironic"])
     step = {"interface": "deploy", "step": "write_image", "priority": 80,
             "args": {"image_info": image_info(env, "disk.qcow2", qcow, disk_format="qcow2"), "configdrive": None}}
     done = await command(env, agent, "deploy.execute_deploy_step", {"step": step, "node": {}, "ports": []}, wait=True)
@@ -545,3 +545,29 @@ async def test_many_embedded_agents_share_one_session(env):
         for agent in agents:
             await agent.stop()
         await shared.close()
+
+
+async def test_clean_steps_erase_metadata_then_whole_disks(env):
+    tmp = env["tmp"]
+    data = make_raw_image(tmp, "disk.raw", 8 * MiB)
+    disk = make_disk(tmp, "sda.img", 16 * MiB)
+    agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
+    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+    assert done["command_status"] == "SUCCEEDED"
+    steps = (await command(env, agent, "clean.get_clean_steps", {"node": {}, "ports": []}))["command_result"]
+    by_name = {s["step"]: s["priority"] for s in steps["clean_steps"]["GenericHardwareManager"]}
+    assert by_name == {"erase_devices_metadata": 99, "erase_devices": 0}
+    step = {"interface": "deploy", "step": "erase_devices_metadata", "priority": 99}
+    done = await command(env, agent, "clean.execute_clean_step", {"step": step, "node": {}, "ports": []}, wait=True)
+    assert done["command_status"] == "SUCCEEDED" and done["command_result"]["clean_step"] == step
+    uuids = (await command(env, agent, "standby.get_partition_uuids", {}))["command_result"]
+    assert uuids["root uuid"] is None and uuids["partitions"] == {}  # no partition table left
+    with open(disk, "rb") as fh:
+        head = fh.read(4 * MiB)
+    assert head[:MiB] == b"\0" * MiB and head[3 * MiB:] == data[3 * MiB:4 * MiB]  # only metadata went
+    done = await command(env, agent, "clean.execute_clean_step", {"step": {**step, "step": "erase_devices"}}, wait=True)
+    assert done["command_status"] == "SUCCEEDED"
+    assert read_head(disk, 16 * MiB) == b"\0" * 16 * MiB and os.path.getsize(disk) == 16 * MiB
+    assert os.stat(disk).st_blocks * 512 < MiB  # holes punched: the sparse disk stays sparse
+    bad = await command(env, agent, "clean.execute_clean_step", {"step": {"step": "shred"}}, expect=400)
+    assert "unknown clean step" in bad["faultstring"]
