@@ -115,8 +115,9 @@ class RestApi:
         from services.api.ramdisk import RamdiskEndpoints
         RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
-        from services.api import history, openapi
+        from services.api import conductors, history, openapi
         history.HistoryApi(self).routes(app)
+        conductors.ConductorsApi(self).routes(app)
         openapi.OpenApiDocument().routes(app)
 
     # -- helpers ---------------------------------------------------------------
@@ -193,7 +194,7 @@ class RestApi:
             "version": self._version_doc(base),
         }
         resources = ["chassis", "nodes", "ports", "drivers"]
-        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32))):
+        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)), ("conductors", (1, 49))):
             if request["version"] >= since:
                 resources.append(name)
         for name in resources:
