@@ -168,6 +168,28 @@ def _short(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 
+def close_root(root: Any) -> None:
+    """Log out and close a sushy root *here*, in the calling worker thread.
+
+    sushy's ``Sushy.__del__`` deletes its Redfish session with a blocking
+    request; left to the garbage collector that request can run on the event
+    loop thread, stalling it, or deadlocking when the BMC is served by the
+    same loop (the embedded simulator). Closing explicitly and clearing the
+    auth object makes ``__del__`` a no-op.
+    """
+    auth = getattr(root, "_auth", None)
+    root._auth = None
+    try:
+        if auth is not None:
+            auth.close()
+    except Exception as exc:  # the BMC may be gone; the session will expire on its own
+        LOG.debug("redfish session close failed: %s", exc)
+    try:
+        root._conn.close()
+    except Exception as exc:
+        LOG.debug("redfish connector close failed: %s", exc)
+
+
 class ConnectionCache:
     """sushy root objects per BMC and credentials, owned by one interface instance.
 
@@ -201,12 +223,24 @@ class ConnectionCache:
             server_side_retries=2, server_side_retries_delay=1,
         )
         with self._lock:
-            self._roots.setdefault(key, root)
-            return self._roots[key]
+            kept = self._roots.setdefault(key, root)
+        if kept is not root:  # another thread connected first: keep one, close ours here
+            close_root(root)
+        return kept
 
     def forget(self, info: RedfishInfo) -> None:
+        """Drop (and close) the connection for ``info``. Blocking: call in a thread."""
         with self._lock:
-            self._roots.pop(info.cache_key(), None)
+            root = self._roots.pop(info.cache_key(), None)
+        if root is not None:
+            close_root(root)
+
+    def close(self) -> None:
+        """Close every cached connection (logs out of sessions). Blocking: call in a thread."""
+        with self._lock:
+            roots, self._roots = list(self._roots.values()), {}
+        for root in roots:
+            close_root(root)
 
     def call(self, info: RedfishInfo, action: str, fn: Callable[[Any], T]) -> T:
         """Run ``fn(system)`` on the node's freshly read ComputerSystem, with
