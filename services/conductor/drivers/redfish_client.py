@@ -252,6 +252,18 @@ class ConnectionCache:
                 self.forget(info)
                 raise
 
+    def __del__(self) -> None:
+        # Garbage collection may run on the event loop thread: log out of the
+        # BMCs from a short-lived thread instead (see close_root).
+        roots = list(getattr(self, "_roots", {}).values())
+        if roots:
+            self._roots = {}
+            try:
+                threading.Thread(target=lambda: [close_root(r) for r in roots], name="redfish-close",
+                                 daemon=True).start()
+            except RuntimeError:  # interpreter shutdown: nothing can wait on a BMC any more
+                pass
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._roots)
