@@ -72,4 +72,4 @@ def run_simulator(args: argparse.Namespace) -> int:
         return 130
     except (errors.FerrumError, OSError) as exc:
         print(f"ferrum: error: {exc}".splitlines()[0], file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, errors.Invalid) else 1
