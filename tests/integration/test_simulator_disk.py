@@ -62,7 +62,7 @@ def test_gpt_from_sgdisk(tmp_path: Path) -> None:
     assert table["table"] == "gpt" and table["disk_guid"] == listed["id"].lower()
     assert [(p["number"], p["type"], p["name"]) for p in table["partitions"]] == [
         (1, "efi", "EFI System"), (2, "linux", "root"), (3, "linux_swap", "")]
-    for ours, theirs in zip(table["partitions"], listed["partitions"]):
+    for ours, theirs in zip(table["partitions"], listed["partitions"], strict=True):
         assert ours["start"] == theirs["start"] * 512 and ours["size"] == theirs["size"] * 512
         assert ours["uuid"] == theirs["uuid"].lower()
     assert read_config_drive(disk) is None
