@@ -115,9 +115,11 @@ class RestApi:
         from services.api.ramdisk import RamdiskEndpoints
         RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
-        from services.api import conductors, history, openapi
+        from services.api import baremetal_events, conductors, deploy_templates, history, openapi
         history.HistoryApi(self).routes(app)
         conductors.ConductorsApi(self).routes(app)
+        baremetal_events.EventsApi(self).routes(app)
+        deploy_templates.DeployTemplatesApi(self).routes(app)
         openapi.OpenApiDocument().routes(app)
 
     # -- helpers ---------------------------------------------------------------
@@ -194,7 +196,8 @@ class RestApi:
             "version": self._version_doc(base),
         }
         resources = ["chassis", "nodes", "ports", "drivers"]
-        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)), ("conductors", (1, 49))):
+        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)), ("conductors", (1, 49)),
+                            ("events", (1, 54)), ("deploy_templates", (1, 55))):
             if request["version"] >= since:
                 resources.append(name)
         for name in resources:

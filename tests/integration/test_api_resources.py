@@ -1,5 +1,6 @@
-"""REST resources added on the way from 1.56 towards 1.78, against a live
-stack: conductors (1.49)."""
+"""REST resources of Ironic microversions up to the advertised 1.56 that
+Ferrum first lacked, against a live stack: conductors (1.49), events (1.54),
+deploy templates (1.55)."""
 
 from __future__ import annotations
 
@@ -95,3 +96,137 @@ async def test_conductors_are_404_below_1_49_and_linked_from_v1(api: str) -> Non
     assert "conductors" not in v1
     status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware"})
     assert status == 201 and node["conductor"] == "test-conductor"
+
+
+# -- events (1.54) ------------------------------------------------------------------------
+
+EVENT = {"event": "network.bind_port", "port_id": "11111111-2222-3333-4444-555555555555",
+         "mac_address": "52:54:00:12:34:56", "status": "ACTIVE"}
+
+
+async def test_events_accepts_valid_network_events(api: str) -> None:
+    full = {**EVENT, "device_id": "11111111-2222-3333-4444-666666666666",
+            "binding:host_id": "11111111-2222-3333-4444-777777777777", "binding:vnic_type": "baremetal"}
+    status, body = await call("POST", f"{api}/v1/events", {"events": [EVENT, full]})
+    assert status == 204 and body is None
+    status, _ = await call("POST", f"{api}/v1/events", {"events": []})
+    assert status == 204
+
+
+async def test_events_rejects_bad_input_and_old_versions(api: str) -> None:
+    bad = [
+        {"events": [{**EVENT, "event": "network.explode"}]},
+        {"events": [{**EVENT, "port_id": "nope"}]},
+        {"events": [{**EVENT, "mac_address": "zz:zz"}]},
+        {"events": [{k: v for k, v in EVENT.items() if k != "status"}]},
+        {"events": [{**EVENT, "surprise": 1}]},
+        {"events": [{**EVENT, "device_id": "nope"}]},
+        {"events": "x"},
+        {"events": [EVENT], "more": 1},
+        [EVENT],
+    ]
+    for body in bad:
+        status, reply = await call("POST", f"{api}/v1/events", body)
+        assert status == 400, (body, reply)
+    status, _ = await call("POST", f"{api}/v1/events", {"events": [EVENT]}, version="1.53")
+    assert status == 404
+
+
+# -- deploy templates (1.55) -----------------------------------------------------------------
+
+STEP = {"interface": "raid", "step": "create_configuration", "args": {"level": "1"}, "priority": 10}
+
+
+async def test_deploy_template_lifecycle(api: str) -> None:
+    status, created = await call("POST", f"{api}/v1/deploy_templates",
+                                 {"name": "CUSTOM_RAID1", "steps": [STEP], "extra": {"team": "a"}})
+    assert status == 201, created
+    assert created["name"] == "CUSTOM_RAID1" and created["steps"] == [STEP] and created["extra"] == {"team": "a"}
+    ident = created["uuid"]
+    assert created["links"][0]["href"] == f"{api}/v1/deploy_templates/{ident}"
+
+    status, by_name = await call("GET", f"{api}/v1/deploy_templates/CUSTOM_RAID1")
+    assert status == 200 and by_name["uuid"] == ident
+    status, page = await call("GET", f"{api}/v1/deploy_templates")
+    assert status == 200 and [set(t) for t in page["deploy_templates"]] == [{"uuid", "name", "links"}]
+    status, page = await call("GET", f"{api}/v1/deploy_templates?detail=true")
+    assert page["deploy_templates"][0]["steps"] == [STEP]
+    status, one = await call("GET", f"{api}/v1/deploy_templates/{ident}?fields=steps")
+    assert set(one) == {"steps", "links"}
+
+    bios = {"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 5}
+    status, patched = await call("PATCH", f"{api}/v1/deploy_templates/{ident}", [
+        {"op": "add", "path": "/steps/-", "value": bios},
+        {"op": "replace", "path": "/name", "value": "CUSTOM_RAID1_BIOS"},
+        {"op": "remove", "path": "/extra/team"},
+    ])
+    assert status == 200, patched
+    assert patched["steps"] == [STEP, bios] and patched["name"] == "CUSTOM_RAID1_BIOS" and patched["extra"] == {}
+    assert patched["updated_at"] is not None
+
+    status, _ = await call("DELETE", f"{api}/v1/deploy_templates/CUSTOM_RAID1_BIOS")
+    assert status == 204
+    status, _ = await call("GET", f"{api}/v1/deploy_templates/{ident}")
+    assert status == 404
+
+
+async def test_deploy_template_errors_change_nothing(api: str) -> None:
+    status, first = await call("POST", f"{api}/v1/deploy_templates", {"name": "CUSTOM_KEEP", "steps": [STEP]})
+    assert status == 201
+    bad_creates = [
+        ({"name": "lowercase", "steps": [STEP]}, 400),
+        ({"name": "CUSTOM_X", "steps": []}, 400),
+        ({"name": "CUSTOM_X", "steps": [{**STEP, "interface": "power"}]}, 400),
+        ({"name": "CUSTOM_X", "steps": [{**STEP, "priority": -1}]}, 400),
+        ({"name": "CUSTOM_X", "steps": [{k: v for k, v in STEP.items() if k != "args"}]}, 400),
+        ({"name": "CUSTOM_X", "steps": [STEP, STEP]}, 400),
+        ({"name": "CUSTOM_X", "steps": [STEP], "uuid": "nope"}, 400),
+        ({"name": "CUSTOM_X", "steps": [STEP], "color": "red"}, 400),
+        ({"steps": [STEP]}, 400),
+        ({"name": "CUSTOM_KEEP", "steps": [STEP]}, 409),
+        ({"name": "CUSTOM_X", "steps": [STEP], "uuid": first["uuid"]}, 409),
+    ]
+    for body, expected in bad_creates:
+        status, reply = await call("POST", f"{api}/v1/deploy_templates", body)
+        assert status == expected, (body, status, reply)
+    _, other = await call("POST", f"{api}/v1/deploy_templates", {"name": "CUSTOM_OTHER", "steps": [STEP]})
+    bad_patches = [
+        ([{"op": "replace", "path": "/name", "value": "CUSTOM_OTHER"}], 409),
+        ([{"op": "replace", "path": "/uuid", "value": other["uuid"]}], 400),
+        ([{"op": "remove", "path": "/steps"}], 400),
+        ([{"op": "replace", "path": "/steps/0/priority", "value": "high"}], 400),
+        ([{"op": "add", "path": "/color", "value": "red"}], 400),
+    ]
+    for patch, expected in bad_patches:
+        status, reply = await call("PATCH", f"{api}/v1/deploy_templates/CUSTOM_KEEP", patch)
+        assert status == expected, (patch, status, reply)
+    _, kept = await call("GET", f"{api}/v1/deploy_templates/CUSTOM_KEEP")
+    assert kept == first
+    for url, expected in ((f"{api}/v1/deploy_templates?sort_key=steps", 400),
+                          (f"{api}/v1/deploy_templates?marker=nope", 400),
+                          (f"{api}/v1/deploy_templates/CUSTOM_NOPE", 404)):
+        status, _ = await call("GET", url)
+        assert status == expected, url
+    status, _ = await call("GET", f"{api}/v1/deploy_templates", version="1.54")
+    assert status == 404
+    status, _ = await call("POST", f"{api}/v1/deploy_templates", {"name": "CUSTOM_OLD", "steps": [STEP]}, version="1.54")
+    assert status == 404
+
+
+async def test_deploy_template_pages(api: str) -> None:
+    names = [f"CUSTOM_PAGE_{i}" for i in range(5)]
+    for name in names:
+        status, _ = await call("POST", f"{api}/v1/deploy_templates", {"name": name, "steps": [STEP]})
+        assert status == 201
+    seen: list[str] = []
+    url = f"{api}/v1/deploy_templates?limit=2&sort_key=name&sort_dir=desc"
+    for _ in range(20):
+        status, page = await call("GET", url)
+        assert status == 200 and len(page["deploy_templates"]) <= 2
+        seen += [t["name"] for t in page["deploy_templates"]]
+        if "next" not in page:
+            break
+        url = page["next"]
+    page_names = [n for n in seen if n.startswith("CUSTOM_PAGE_")]
+    assert page_names == sorted(names, reverse=True)
+    assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen))

@@ -35,6 +35,8 @@ SEED = [
                                "uuid": "86cfd480-0842-4abb-8386-e46149beb82f", "node_uuid": NODE}),
     ("/v1/volume/targets", {"volume_type": "iscsi", "boot_index": 0, "volume_id": "seed",
                             "uuid": "bd4accc2-6a63-4b9f-8f8b-cf0bbbc10c4b", "node_uuid": NODE}),
+    ("/v1/deploy_templates", {"name": "CUSTOM_EXAMPLE_BIOS",
+                              "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 5}]}),
 ]
 CHECKS = ("not_a_server_error,response_schema_conformance,status_code_conformance,"
           "response_headers_conformance,content_type_conformance")
@@ -46,9 +48,24 @@ def api(stack: Any) -> str:
     return stack.endpoints["api REST (Ironic v1)"]
 
 
+class StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+
+def _unique_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+    repeated = {k for k in keys if keys.count(k) > 1}
+    if repeated:
+        raise AssertionError(f"keys given twice at {node.start_mark}: {sorted(map(str, repeated))}")
+    return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 async def test_served_document_is_the_file_and_valid(api: str) -> None:
     raw = DOCUMENT_PATH.read_bytes()
-    parsed = yaml.safe_load(raw)
+    parsed = yaml.load(raw, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     validate(parsed)  # raises on any OpenAPI 3 violation
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{api}/v1/openapi.yaml") as r:

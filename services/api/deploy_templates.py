@@ -1,0 +1,158 @@
+"""Deploy templates (microversion 1.55): named lists of deploy steps that a
+node picks up when its instance asks for the matching trait.
+
+These are records, not hardware actions, so the api writes them itself, as it
+does volume records. The name must be a valid trait (CUSTOM_... or a standard
+one); each step is ``{"interface", "step", "args", "priority"}`` and the same
+(interface, step) may appear only once. Below 1.55 every route is 404.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from typing import Any
+
+from aiohttp import web
+
+from services.api import views
+from services.api.rest import RestApi, _bool, apply_patch, validate_trait
+from services.common import errors
+from services.common.db.deploy_templates import DeployTemplateRepository
+from services.common.db.nodes import is_uuid
+from services.common.db.rows import iso
+from services.common.jsonutil import dumps
+
+SINCE = (1, 55)
+FIELDS: dict[str, tuple[int, int]] = {k: SINCE for k in (
+    "uuid", "name", "steps", "extra", "created_at", "updated_at", "links")}
+LIST_FIELDS = ("uuid", "name")
+CREATE_KEYS = {"uuid", "name", "steps", "extra"}
+STEP_INTERFACES = ("bios", "deploy", "firmware", "management", "raid")
+STEP_KEYS = {"interface", "step", "args", "priority"}
+
+
+def validate_steps(steps: Any) -> list[dict[str, Any]]:
+    """Ironic's deploy template step rules; any violation is a 400."""
+    if not isinstance(steps, list) or not steps:
+        raise errors.InvalidParameterValue("steps must be a non-empty list")
+    seen = set()
+    for step in steps:
+        if not isinstance(step, dict) or set(step) != STEP_KEYS:
+            raise errors.InvalidParameterValue(
+                f"Invalid deploy step {step!r}: it needs exactly interface, step, args and priority")
+        if step["interface"] not in STEP_INTERFACES:
+            raise errors.InvalidParameterValue(
+                f"Invalid deploy step interface {step['interface']!r}: one of {', '.join(STEP_INTERFACES)}")
+        if not isinstance(step["step"], str) or not step["step"] or len(step["step"]) > 255:
+            raise errors.InvalidParameterValue("A deploy step's step must be a non-empty string")
+        if not isinstance(step["args"], dict):
+            raise errors.InvalidParameterValue("A deploy step's args must be an object")
+        priority = step["priority"]
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 2**31 - 1:
+            raise errors.InvalidParameterValue("A deploy step's priority must be a non-negative integer")
+        key = (step["interface"], step["step"])
+        if key in seen:
+            raise errors.InvalidParameterValue(f"Duplicate deploy steps for {key[0]}.{key[1]}")
+        seen.add(key)
+    return steps
+
+
+def validate_template(values: dict[str, Any]) -> dict[str, Any]:
+    if "name" in values:
+        validate_trait(values["name"])
+    if "steps" in values:
+        validate_steps(values["steps"])
+    if "extra" in values and not isinstance(values["extra"], dict):
+        raise errors.InvalidParameterValue("extra must be a JSON object")
+    if "uuid" in values and (not isinstance(values["uuid"], str) or not is_uuid(values["uuid"])):
+        raise errors.InvalidParameterValue(f"Expected a UUID but received {values['uuid']}.")
+    return values
+
+
+def template_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
+    doc = {
+        "uuid": row["uuid"], "name": row["name"], "steps": row["steps"], "extra": row["extra"],
+        "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"]),
+        "links": views.links(base, "deploy_templates", row["uuid"]),
+    }
+    if fields is not None:
+        doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
+    return doc
+
+
+class DeployTemplatesApi:
+    def __init__(self, rest: RestApi) -> None:
+        self.rest = rest
+        self.repo = DeployTemplateRepository(rest.pool)
+
+    def routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/v1/deploy_templates", self._gate(self.list))
+        r.add_post("/v1/deploy_templates", self._gate(self.create))
+        r.add_get("/v1/deploy_templates/{ident}", self._gate(self.get))
+        r.add_patch("/v1/deploy_templates/{ident}", self._gate(self.patch))
+        r.add_delete("/v1/deploy_templates/{ident}", self._gate(self.delete))
+
+    @staticmethod
+    def _gate(method: Any) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            if request["version"] < SINCE:
+                raise web.HTTPNotFound()
+            return await method(request)
+        return handler
+
+    async def list(self, request: web.Request) -> web.Response:
+        q = request.query
+        fields = self.rest._fields(request, FIELDS)
+        detail = _bool(q["detail"], "detail") if "detail" in q else False
+        if detail and fields:
+            raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
+        limit = self.rest._limit(request)
+        rows = await self.repo.list(limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"),
+                                    sort_dir=q.get("sort_dir", "asc"))
+        base = self.rest.base(request)
+        shown = None if detail else (fields or LIST_FIELDS)
+        body: dict[str, Any] = {"deploy_templates": [template_document(r, base=base, fields=shown) for r in rows]}
+        if len(rows) == limit and rows:
+            carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
+            carried.update(limit=str(limit), marker=rows[-1]["uuid"])
+            body["next"] = f"{base}/v1/deploy_templates?" + "&".join(f"{k}={v}" for k, v in carried.items())
+        return web.json_response(body, dumps=dumps)
+
+    async def get(self, request: web.Request) -> web.Response:
+        fields = self.rest._fields(request, FIELDS)
+        row = await self.repo.get(request.match_info["ident"])
+        return web.json_response(template_document(row, base=self.rest.base(request), fields=fields), dumps=dumps)
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = await self.rest.create_body(request, "deploy template", CREATE_KEYS, FIELDS)
+        missing = [k for k in ("name", "steps") if k not in body]
+        if missing:
+            raise errors.InvalidParameterValue(f"Missing mandatory field(s): {', '.join(missing)}")
+        values = validate_template(dict(body))
+        values.setdefault("extra", {})
+        if values.get("uuid") is None:
+            values["uuid"] = str(uuidlib.uuid4())
+        row = await self.repo.create(values)
+        doc = template_document(row, base=self.rest.base(request))
+        return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
+
+    async def patch(self, request: web.Request) -> web.Response:
+        row = await self.repo.get(request.match_info["ident"])
+        patch = await self.rest.body(request)
+        current = json.loads(dumps({k: row[k] for k in ("uuid", "name", "steps", "extra")}))
+        changes = apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS, request["version"])
+        if "extra" in changes and changes["extra"] is None:  # removing /extra empties it
+            changes["extra"] = {}
+        validate_template(changes)
+        if set(changes) - {"name", "steps", "extra"}:
+            raise errors.PatchError(f"Cannot remove or change {sorted(set(changes) - {'name', 'steps', 'extra'})}")
+        if changes:
+            row = await self.repo.update(row["uuid"], changes)
+        return web.json_response(template_document(row, base=self.rest.base(request)), dumps=dumps)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        row = await self.repo.get(request.match_info["ident"])
+        await self.repo.delete(row["uuid"])
+        return web.Response(status=204)
