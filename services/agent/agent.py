@@ -62,6 +62,7 @@ class AgentOptions:
     tmp_dir: str = ""                    # where a qcow2 image is staged before conversion (default: system temp)
     write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
     hostname: str = ""
+    qcow2_stream: bool = True            # convert qcow2 while it downloads; False = stage it and run qemu-img
     conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
     extra: dict[str, Any] = field(default_factory=dict, compare=False)

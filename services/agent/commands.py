@@ -136,9 +136,9 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
         written = await imagewrite.write_image(
             agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
             tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size,
-            conversion_slots=agent.options.conversion_slots)
-        LOG.info("image written image=%s device=%s format=%s bytes=%d rate=%.0f",
-                 written.image_id, disk.name, written.format, written.bytes_written, progress.rate())
+            conversion_slots=agent.options.conversion_slots, qcow2_stream=agent.options.qcow2_stream)
+        LOG.info("image written image=%s device=%s format=%s method=%s bytes=%d rate=%.0f",
+                 written.image_id, disk.name, written.format, written.method, written.bytes_written, progress.rate())
         configdrive = configdrive or image_info.get("configdrive")
         if configdrive:
             progress.stage = "configdrive"

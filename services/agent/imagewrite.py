@@ -9,10 +9,15 @@ file-backed disk keeps its size; only the image's bytes change). One
 ``fsync`` at the end.
 
 qcow2 images (detected by their magic, never by the declared format alone)
-are streamed to a temporary file beside the agent (hashed on the way), the
-checksum is verified, and Debian's ``qemu-img convert -n -O raw`` writes the
-disk. That needs local space for the compressed image but never memory; an
-image with a backing file is refused.
+are converted while they download by ``qcow2stream.StreamingConverter``:
+each data cluster goes straight to its guest offset, compressed clusters
+are inflated one at a time, and unallocated ranges are zeroed at the end;
+nothing but the L1/L2 tables is kept. qcow2 features that reader does not
+handle (encryption, external data files, extended L2, zstd), or
+``qcow2_stream=False``, take the staged path: the file is streamed to a
+temporary file (hashed on the way), the checksum is verified, and Debian's
+``qemu-img convert -n -O raw`` writes the disk. A backing file is refused on
+both paths.
 """
 
 from __future__ import annotations
@@ -26,13 +31,14 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from services.agent import checksum as checksums
-from services.agent import download
+from services.agent import download, qcow2stream
 from services.agent.hardware import DiskInfo
 from services.common import errors
 
@@ -50,7 +56,9 @@ class Progress:
     stage: str = "idle"  # downloading | writing | queued | converting | configdrive | done | failed
     bytes_written: int = 0
     bytes_downloaded: int = 0
-    total: int | None = None
+    total: int | None = None            # bytes the disk will receive (a qcow2's virtual size)
+    download_total: int | None = None   # bytes of the file being downloaded, when announced
+    method: str = ""                    # raw | qcow2-stream | qcow2-qemu-img
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
 
@@ -61,6 +69,7 @@ class Progress:
     def as_dict(self) -> dict[str, Any]:
         return {"image_id": self.image_id, "stage": self.stage, "bytes_written": self.bytes_written,
                 "bytes_downloaded": self.bytes_downloaded, "total": self.total,
+                "download_total": self.download_total, "method": self.method,
                 "rate": round(self.rate(), 1),
                 "elapsed": round((self.finished or time.monotonic()) - self.started, 3)}
 
@@ -73,6 +82,7 @@ class WriteResult:
     downloaded: int
     checksum: str
     algo: str
+    method: str  # raw | qcow2-stream | qcow2-qemu-img
 
 
 def buffer_size(block_size: int, total: int | None) -> int:
@@ -84,13 +94,18 @@ def buffer_size(block_size: int, total: int | None) -> int:
     return max(unit, -(-total // unit) * unit)
 
 
-class BlockWriter:
-    """Double-buffered positional writes of a byte stream to one fd, hashed in order."""
+Consume = Callable[[memoryview, int], None]
 
-    def __init__(self, fd: int, hasher: Any, *, block_size: int, limit: int | None, limit_error: str,
-                 on_written: Any = None, writeback: bool = True) -> None:
-        self.fd, self.hasher, self.block_size = fd, hasher, block_size
-        self.writeback = writeback
+
+class BlockWriter:
+    """Double-buffered hand-off of a byte stream, in large blocks and in order, to
+    a consumer running in a worker thread (``pwrite`` at the block's offset, or
+    the qcow2 converter), hashed on the way."""
+
+    def __init__(self, consume: Consume, hasher: Any, *, block_size: int, limit: int | None, limit_error: str,
+                 on_written: Any = None, fsync_fd: int | None = None) -> None:
+        self.consume, self.hasher, self.block_size = consume, hasher, block_size
+        self.fsync_fd = fsync_fd
         self.limit, self.limit_error = limit, limit_error
         self.on_written = on_written
         self._buffers = [bytearray(block_size)]
@@ -141,7 +156,7 @@ class BlockWriter:
     async def _write_block(self, block: memoryview, offset: int) -> None:
         # Hashing and writing both release the GIL: run them side by side.
         await asyncio.gather(asyncio.to_thread(self.hasher.update, block),
-                             asyncio.to_thread(_pwrite_all, self.fd, block, offset, self.writeback))
+                             asyncio.to_thread(self.consume, block, offset))
         if self.on_written is not None:
             self.on_written(len(block))
 
@@ -151,8 +166,8 @@ class BlockWriter:
         if self._pending is not None:
             await self._pending
             self._pending = None
-        if sync:
-            await asyncio.to_thread(os.fsync, self.fd)
+        if sync and self.fsync_fd is not None:
+            await asyncio.to_thread(os.fsync, self.fsync_fd)
         self._buffers = []
         return self.offset
 
@@ -166,7 +181,7 @@ class BlockWriter:
         self._buffers = []
 
 
-def _pwrite_all(fd: int, block: memoryview, offset: int, writeback: bool) -> None:
+def pwrite_all(fd: int, block: memoryview, offset: int, writeback: bool) -> None:
     start, size = offset, len(block)
     while block:
         written = os.pwrite(fd, block, offset)
@@ -200,18 +215,25 @@ def _start_writeback(fd: int, offset: int, size: int) -> None:
 
 
 class _ImageSink:
-    """Receives the downloaded bytes; picks raw or qcow2 from the first ones."""
+    """Receives the downloaded bytes; picks the writing method from the first ones."""
 
     def __init__(self, image_info: dict[str, Any], disk: DiskInfo, expected: checksums.ExpectedChecksum,
-                 progress: Progress, *, tmp_dir: str, block_size: int) -> None:
+                 progress: Progress, *, tmp_dir: str, block_size: int, qcow2_stream: bool) -> None:
         self.image_info, self.disk, self.expected, self.progress = image_info, disk, expected, progress
-        self.tmp_dir, self.block_size = tmp_dir, block_size
+        self.tmp_dir, self.block_size, self.qcow2_stream = tmp_dir, block_size, qcow2_stream
         self.format: str | None = None
+        self.method: str | None = None  # raw | qcow2-stream | qcow2-qemu-img
         self._head = b""
         self._writer: BlockWriter | None = None
         self._fd: int | None = None
+        self._converter: qcow2stream.StreamingConverter | None = None
         self.tmp_path: str | None = None
         self.hasher = expected.new_hasher()
+
+    def on_size(self, total: int | None) -> None:
+        self.progress.download_total = total
+        if self.method in (None, "raw"):
+            self.progress.total = total
 
     async def __call__(self, data: bytes) -> None:
         self.progress.bytes_downloaded += len(data)
@@ -233,46 +255,84 @@ class _ImageSink:
         await self._writer.commit(count)
 
     def _open(self, head: bytes) -> None:
+        image_id = self.image_info["id"]
         detected = "qcow2" if head[:4] == QCOW2_MAGIC else "raw"
         declared = (self.image_info.get("disk_format") or "").lower()
         if declared and declared not in ("raw", "qcow2"):
-            raise errors.ImageError(f"Image {self.image_info['id']} has disk_format {declared!r}; "
+            raise errors.ImageError(f"Image {image_id} has disk_format {declared!r}; "
                                     "this agent writes raw and qcow2 images only")
         if declared and declared != detected:
-            raise errors.ImageError(f"Image format mismatch for image {self.image_info['id']}: "
+            raise errors.ImageError(f"Image format mismatch for image {image_id}: "
                                     f"declared {declared}, the content is {detected}")
         self.format = detected
+        self.progress.method = "raw" if detected == "raw" else ("qcow2-stream" if self.qcow2_stream else "qcow2-qemu-img")
+        buffer = buffer_size(self.block_size, self.progress.download_total)
+        header = None
+        if detected == "qcow2" and self.qcow2_stream:
+            try:
+                header = qcow2stream.parse_header(head)
+            except qcow2stream.Unsupported as exc:
+                self.progress.method = "qcow2-qemu-img"
+                LOG.info("qcow2 image needs qemu-img image=%s reason=%s", image_id, exc)
         if detected == "raw":
-            self.progress.stage = "writing"
-            self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-            limit, message = self.disk.size, (f"Image {self.image_info['id']} is larger than the disk "
-                                              f"{self.disk.name} ({self.disk.size} bytes)")
+            self.method, self.progress.stage = "raw", "writing"
+            fd = self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            self.progress.total = self.progress.download_total
 
             def written(n: int) -> None:
                 self.progress.bytes_written += n
+
+            self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, True), self.hasher,
+                                       block_size=buffer, limit=self.disk.size, fsync_fd=fd, on_written=written,
+                                       limit_error=f"Image {image_id} is larger than the disk {self.disk.name} "
+                                                   f"({self.disk.size} bytes)")
+        elif header is not None:
+            if header.backing_file_offset:
+                raise errors.ImageError(f"Image {image_id} is a qcow2 with a backing file; refused")
+            self.method, self.progress.stage = "qcow2-stream", "writing"
+            fd = self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                converter = self._converter = qcow2stream.StreamingConverter(header, fd, self.disk.size,
+                                                                             spool_dir=self.tmp_dir)
+            except errors.ImageError as exc:
+                raise errors.ImageError(f"Image {image_id}: {exc.message}") from None
+            self.progress.total = header.virtual_size
+
+            def convert(block: memoryview, offset: int) -> None:
+                converter.feed(block, offset)
+                self.progress.bytes_written = converter.bytes_written
+
+            self._writer = BlockWriter(convert, self.hasher, block_size=buffer, limit=None, limit_error="",
+                                       fsync_fd=None)
         else:
-            self.progress.stage = "downloading"
-            self._fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
-            limit, message = None, ""
-            written = None
-        self._writer = BlockWriter(self._fd, self.hasher, block_size=buffer_size(self.block_size, self.progress.total),
-                                   limit=limit,
-                                   limit_error=message, on_written=written, writeback=detected == "raw")
+            self.method, self.progress.stage = "qcow2-qemu-img", "downloading"
+            fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
+            self._fd = fd
+            self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, False), self.hasher,
+                                       block_size=buffer, limit=None, limit_error="")
 
     async def finish(self) -> int:
+        """All bytes are in: flush, and for a streamed qcow2 zero the unallocated rest; returns bytes written."""
         if self._writer is None:  # a tiny image: everything is still in the head buffer
             data, self._head = self._head, b""
             self._open(data)
             assert self._writer is not None
             await self._writer.write(data)
         assert self._writer is not None
-        count = await self._writer.close(sync=self.format == "raw")
+        count = await self._writer.close(sync=self.method == "raw")
+        if self._converter is not None:
+            count = await asyncio.to_thread(self._converter.finish)
+            await asyncio.to_thread(os.fsync, self._fd)  # type: ignore[arg-type]
+            self.progress.bytes_written = count
+            self._converter.close()
         self._close_fd()
         return count
 
     async def abort(self) -> None:
         if self._writer is not None:
             await self._writer.abort()
+        if self._converter is not None:
+            self._converter.close()
         self._close_fd()
         self.remove_tmp()
 
@@ -294,7 +354,7 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
                       progress: Progress, allow_md5: bool = False, tmp_dir: str = "",
                       block_size: int = DEFAULT_BLOCK_SIZE,
                       policy: download.RetryPolicy = download.DEFAULT_POLICY,
-                      conversion_slots: asyncio.Semaphore | None = None) -> WriteResult:
+                      conversion_slots: asyncio.Semaphore | None = None, qcow2_stream: bool = True) -> WriteResult:
     """Download, verify and write ``image_info`` onto ``disk``; raise ImageError on any failure."""
 
     async def fetch_text(url: str) -> str:
@@ -307,16 +367,12 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
     last_error: Exception | None = None
     for url in image_info["urls"]:
         sink = _ImageSink(image_info, disk, expected, progress, tmp_dir=tmp_dir or tempfile.gettempdir(),
-                          block_size=block_size)
+                          block_size=block_size, qcow2_stream=qcow2_stream)
         progress.bytes_written = progress.bytes_downloaded = 0
-        progress.total = None
-
-        def on_size(total: int | None) -> None:
-            if total is not None:
-                progress.total = total
+        progress.total = progress.download_total = None
 
         try:
-            downloaded = await download.fetch(session, url, sink, policy=policy, on_size=on_size)
+            downloaded = await download.fetch(session, url, sink, policy=policy, on_size=sink.on_size)
             count = await sink.finish()
         except errors.ImageError as exc:
             await sink.abort()
@@ -332,7 +388,7 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
                 raise errors.ChecksumMismatch(
                     f"Checksum mismatch for image {image_id}: expected {expected.algo} {expected.value} got {actual}")
             written = count
-            if sink.format == "qcow2":
+            if sink.method == "qcow2-qemu-img":
                 assert sink.tmp_path is not None
                 if conversion_slots is None:
                     written = await convert_qcow2(sink.tmp_path, disk, progress)
@@ -343,7 +399,8 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
         finally:
             sink.remove_tmp()
         progress.stage = "written"
-        return WriteResult(image_id, sink.format or "raw", written, downloaded, actual, expected.algo)
+        return WriteResult(image_id, sink.format or "raw", written, downloaded, actual, expected.algo,
+                           sink.method or "raw")
     assert last_error is not None
     raise last_error
 

@@ -310,26 +310,31 @@ async def test_raw_image_streamed_byte_exact_with_progress_in_heartbeats(env):
     assert set(uuids["command_result"]["partitions"]) == {"/dev/sda1", "/dev/sda2"}
 
 
-async def test_qcow2_image_converted_byte_exact_through_deploy_step(env):
+@pytest.mark.parametrize("method, compress", [("qcow2-stream", False), ("qcow2-stream", True),
+                                              ("qcow2-qemu-img", True)])
+async def test_qcow2_image_converted_byte_exact_through_deploy_step(env, method, compress):
     tmp = env["tmp"]
     data = make_raw_image(tmp, "src.raw", 16 * MiB, seed=7)
-    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-c", str(tmp / "src.raw"),
-                    str(tmp / "disk.qcow2")], check=True)
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", *(["-c"] if compress else []),
+                    str(tmp / "src.raw"), str(tmp / "disk.qcow2")], check=True)
     qcow = (tmp / "disk.qcow2").read_bytes()
     disk = make_disk(tmp, "sda.img", 32 * MiB)
     with open(disk, "r+b") as fh:  # a previous deployment's leftovers must be overwritten
         fh.write(b"\xff" * 20 * MiB)
-    agent = await started(env["make_agent"](Disk(str(disk)), conversion_slots=asyncio.Semaphore(1)), env["ironic"])
+    agent = await started(env["make_agent"](Disk(str(disk)), conversion_slots=asyncio.Semaphore(1),
+                                            qcow2_stream=method == "qcow2-stream"), env["ironic"])
     step = {"interface": "deploy", "step": "write_image", "priority": 80,
             "args": {"image_info": image_info(env, "disk.qcow2", qcow, disk_format="qcow2"), "configdrive": None}}
     done = await command(env, agent, "deploy.execute_deploy_step", {"step": step, "node": {}, "ports": []}, wait=True)
     assert done["command_status"] == "SUCCEEDED", done
     assert done["command_result"]["deploy_step"] == step
+    assert done["deploy_progress"]["method"] == method
+    assert done["deploy_progress"]["bytes_written"] == len(data) == done["deploy_progress"]["total"]
     with open(disk, "rb") as fh:
-        assert fh.read(len(data)) == data
+        assert fh.read(len(data)) == data  # zeros of the image included: the 0xff leftovers are gone
         assert fh.read(MiB) == b"\xff" * MiB  # past the image: untouched
     assert os.path.getsize(disk) == 32 * MiB
-    assert not list(tmp.glob("ferrum-agent-*"))  # the staged qcow2 is gone
+    assert not list(tmp.glob("ferrum-agent-*"))  # no staged file or spool left behind
 
 
 async def test_format_mismatch_and_backing_file_refused(env):
