@@ -41,7 +41,10 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-interval", type=float,
                         help="fixed heartbeat interval (default: heartbeat_timeout x random 0.3-0.6, as IPA)")
     parser.add_argument("--allow-md5", action="store_true", help="accept md5 image checksums")
-    parser.add_argument("--tmp-dir", help="where qcow2 images are staged before conversion (default system temp)")
+    parser.add_argument("--tmp-dir", help="where out-of-order qcow2 clusters are spooled, or qcow2 images staged "
+                                          "for qemu-img (default system temp)")
+    parser.add_argument("--qcow2-via-qemu-img", action="store_true",
+                        help="stage qcow2 images in --tmp-dir and convert them with qemu-img instead of streaming them")
     parser.add_argument("--exit-on-power-off", action="store_true",
                         help="exit the process after standby.power_off / standby.run_image (a stand-in for the machine going down)")
     parser.add_argument("--ports-file", help="write {\"agent\": callback_url} as JSON here once serving")
@@ -73,6 +76,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
             overrides[flag] = value
     if args.allow_md5:
         overrides["allow_md5"] = True
+    if args.qcow2_via_qemu_img:
+        overrides["qcow2_stream"] = False
     if "listen_port" not in overrides and "ipa-listen-port" not in text:
         overrides["listen_port"] = 9999
     return options_from_kernel_cmdline(text, **overrides)
