@@ -115,7 +115,8 @@ class RestApi:
         from services.api.ramdisk import RamdiskEndpoints
         RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
-        from services.api import baremetal_events, conductors, deploy_templates, history, openapi
+        from services.api import baremetal_events, bios, conductors, deploy_templates, history, openapi
+        bios.BiosApi(self).routes(app)
         history.HistoryApi(self).routes(app)
         conductors.ConductorsApi(self).routes(app)
         baremetal_events.EventsApi(self).routes(app)

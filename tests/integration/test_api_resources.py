@@ -1,6 +1,6 @@
 """REST resources of Ironic microversions up to the advertised 1.56 that
-Ferrum first lacked, against a live stack: conductors (1.49), events (1.54),
-deploy templates (1.55)."""
+Ferrum first lacked, against a live stack: BIOS settings (1.40), conductors
+(1.49), events (1.54), deploy templates (1.55)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.common.db.bios import BiosRepository
 from services.common.db.conductors import ConductorRepository
 
 LATEST = {"X-OpenStack-Ironic-API-Version": "latest"}
@@ -230,3 +231,37 @@ async def test_deploy_template_pages(api: str) -> None:
     page_names = [n for n in seen if n.startswith("CUSTOM_PAGE_")]
     assert page_names == sorted(names, reverse=True)
     assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen))
+
+
+# -- BIOS settings (1.40) -------------------------------------------------------------------
+
+
+async def test_bios_settings_read_from_the_cache(api: str, stack: Any) -> None:
+    status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "bios-node"})
+    assert status == 201
+    status, body = await call("GET", f"{api}/v1/nodes/bios-node/bios")
+    assert status == 200 and body == {"bios": []}  # fake hardware caches nothing, as in Ironic
+
+    row = await stack.pool.fetchrow("SELECT id FROM nodes WHERE uuid = $1::uuid", node["uuid"])
+    repo = BiosRepository(stack.pool)
+    await repo.replace(row["id"], {"ProcVirtualization": "Enabled", "BootMode": "Uefi"})
+    status, body = await call("GET", f"{api}/v1/nodes/{node['uuid']}/bios")
+    assert [s["name"] for s in body["bios"]] == ["BootMode", "ProcVirtualization"]
+    setting = body["bios"][1]
+    assert setting["value"] == "Enabled" and set(setting) == {"name", "value", "created_at", "updated_at", "links"}
+    assert setting["links"][0]["href"] == f"{api}/v1/nodes/{node['uuid']}/bios/ProcVirtualization"
+
+    status, one = await call("GET", f"{api}/v1/nodes/bios-node/bios/BootMode")
+    assert status == 200 and list(one) == ["BootMode"] and one["BootMode"]["value"] == "Uefi"
+
+    await repo.replace(row["id"], {"ProcVirtualization": "Disabled"})
+    _, body = await call("GET", f"{api}/v1/nodes/bios-node/bios")
+    assert [(s["name"], s["value"]) for s in body["bios"]] == [("ProcVirtualization", "Disabled")]
+    assert body["bios"][0]["created_at"] == setting["created_at"] and body["bios"][0]["updated_at"] is not None
+
+    for url, version in ((f"{api}/v1/nodes/bios-node/bios/BootMode", "latest"),
+                         (f"{api}/v1/nodes/no-such-node/bios", "latest"),
+                         (f"{api}/v1/nodes/bios-node/bios", "1.39"),
+                         (f"{api}/v1/nodes/bios-node/bios/ProcVirtualization", "1.39")):
+        status, reply = await call("GET", url, version=version)
+        assert status == 404, (url, version, reply)

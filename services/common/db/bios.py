@@ -1,0 +1,47 @@
+"""Cached BIOS settings per node (REST 1.40). A BIOS interface stores what it
+read from the machine with :meth:`BiosRepository.replace`; the api reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.rows import row_to_dict
+
+
+class BiosRepository:
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._db = db
+
+    async def list(self, node_id: int) -> list[dict[str, Any]]:
+        """Every cached setting of a node, by name (a machine has hundreds at most)."""
+        rows = await self._db.fetch("SELECT * FROM bios_settings WHERE node_id = $1 ORDER BY name", node_id)
+        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+
+    async def get(self, node_id: int, name: str) -> dict[str, Any]:
+        row = await self._db.fetchrow("SELECT * FROM bios_settings WHERE node_id = $1 AND name = $2", node_id, name)
+        if row is None:
+            raise errors.NotFound(f"BIOS setting {name} could not be found.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def replace(self, node_id: int, settings: Mapping[str, str | None]) -> None:
+        """Make the cache exactly ``settings`` (name -> value) in one transaction,
+        keeping created_at of settings that stay."""
+        async def run(conn: asyncpg.Connection) -> None:
+            await conn.execute("DELETE FROM bios_settings WHERE node_id = $1 AND NOT (name = ANY($2::text[]))",
+                               node_id, list(settings))
+            await conn.executemany(
+                "INSERT INTO bios_settings (node_id, name, value) VALUES ($1, $2, $3) "
+                "ON CONFLICT (node_id, name) DO UPDATE SET value = EXCLUDED.value, updated_at = now() "
+                "WHERE bios_settings.value IS DISTINCT FROM EXCLUDED.value",
+                [(node_id, name, value) for name, value in settings.items()])
+
+        if isinstance(self._db, asyncpg.Connection):
+            async with self._db.transaction():
+                await run(self._db)
+        else:
+            async with self._db.acquire() as conn, conn.transaction():
+                await run(conn)
