@@ -185,7 +185,7 @@ def read_partitions(disk_path: str | os.PathLike[str]) -> dict[str, Any]:
     return found
 
 
-def _iso_files(iso: Any) -> tuple[str, dict[str, str]]:
+def iso_files(iso: Any) -> tuple[str, dict[str, str]]:
     """Map of lower-case path -> pycdlib path, preferring Rock Ridge, then Joliet."""
     for facade_name, kwarg in (("rr", "rr_path"), ("joliet", "joliet_path"), ("iso9660", "iso_path")):
         if facade_name == "rr" and not iso.has_rock_ridge():
@@ -202,7 +202,7 @@ def _iso_files(iso: Any) -> tuple[str, dict[str, str]]:
     return "iso_path", {}
 
 
-def _read_iso_file(iso: Any, kwarg: str, path: str) -> bytes:
+def read_iso_file(iso: Any, kwarg: str, path: str) -> bytes:
     out = io.BytesIO()
     iso.get_file_from_iso_fp(out, **{kwarg: path})
     return out.getvalue()[:MAX_CONFIG_FILE]
@@ -229,7 +229,7 @@ def _read_config_iso(window: _Window) -> dict[str, Any]:
     iso = pycdlib.PyCdlib()
     iso.open_fp(window)
     try:
-        kwarg, files = _iso_files(iso)
+        kwarg, files = iso_files(iso)
         version = _choose_version(files)
         result: dict[str, Any] = {"files": sorted(files), "version": version}
         if version is None:
@@ -238,7 +238,7 @@ def _read_config_iso(window: _Window) -> dict[str, Any]:
 
         def get(name: str) -> bytes | None:
             key = f"openstack/{version}/{name}"
-            return _read_iso_file(iso, kwarg, files[key]) if key in files else None
+            return read_iso_file(iso, kwarg, files[key]) if key in files else None
 
         meta_raw = get("meta_data.json")
         meta: dict[str, Any] = {}

@@ -11,8 +11,9 @@ It walks the boot sequence (the BMC's override first, then the boot order):
   device, as firmware does.
 * **Hdd**: "boots the OS": reads the disk's partition table and config drive
   and records them as ``os_report``. An empty disk is not bootable.
-* **Cd**: records the inserted virtual media and falls through (the ISO's
-  contents are not booted).
+* **Cd**: downloads the inserted virtual CD, reads its boot loader's kernel
+  line (isolinux/GRUB) plus ``parameters.txt`` of an inserted floppy, and
+  starts the agent from that, as a virtual-media deploy does.
 * **BiosSetup**: stops in setup.
 """
 
@@ -21,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import shlex
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
 import aiohttp
 
 from services.simulator import disk as disk_reader
+from services.simulator import vmedia
 from services.simulator.agents import AgentLaunch, real_agent
 
 if TYPE_CHECKING:
@@ -139,13 +142,18 @@ async def boot_pxe(machine: Machine) -> str:
 
 async def boot_kernel(machine: Machine, action: Any, script_url: str) -> str:
     """The deploy kernel "boots": its command line configures an agent for the disk."""
-    sim = machine.simulator
     raw_args = action.kernel_args
     cmdline = raw_args if isinstance(raw_args, str) else " ".join(raw_args or ())
-    args = split_kernel_args(cmdline)
     kernel_url = urljoin(script_url, action.kernel_url) if action.kernel_url else ""
     initrds = [urljoin(script_url, u) for u in (action.initrd_urls or ())]
     machine.record("kernel", kernel=kernel_url, initrds=initrds, cmdline=cmdline)
+    return await start_ramdisk(machine, cmdline)
+
+
+async def start_ramdisk(machine: Machine, cmdline: str) -> str:
+    """Start the deploy agent the kernel command line describes (ipa-api-url, BOOTIF, ...)."""
+    sim = machine.simulator
+    args = split_kernel_args(cmdline)
     api_url = (args.get("ipa-api-url") or "").split(",")[0].strip()
     if not api_url:
         machine.status = "ramdisk_idle"
@@ -195,12 +203,45 @@ async def boot_disk(machine: Machine) -> str:
 
 
 async def boot_cd(machine: Machine) -> str:
+    """Boot the inserted virtual CD: its boot loader's kernel line (plus a
+    parameters floppy, if one is inserted) starts the deploy agent."""
     slot = machine.virtual_media["Cd"]
     if not slot.inserted or not slot.image:
         machine.record("cd_empty")
         return FAILED
-    machine.record("cd_boot_unsupported", image=slot.image)
-    return FAILED
+    sim = machine.simulator
+    scratch = Path(sim.options.state_dir) / "media"
+    await asyncio.to_thread(scratch.mkdir, parents=True, exist_ok=True)
+    iso = scratch / f"{machine.name}-cd.iso"
+    try:
+        size = await vmedia.download(sim.session, slot.image, iso, timeout=sim.options.http_timeout)
+        found = await asyncio.to_thread(vmedia.iso_kernel_cmdline, iso)
+    except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, OSError, ValueError) as exc:
+        machine.record("cd_error", image=slot.image, error=str(exc) or type(exc).__name__)
+        return FAILED
+    finally:
+        await asyncio.to_thread(iso.unlink, missing_ok=True)
+    if found is None:
+        machine.record("cd_not_bootable", image=slot.image, size=size)
+        return FAILED
+    cmdline, config = found
+    floppy = machine.virtual_media["Floppy"]
+    if floppy.inserted and floppy.image:
+        image = scratch / f"{machine.name}-floppy.img"
+        try:
+            await vmedia.download(sim.session, floppy.image, image, timeout=sim.options.http_timeout,
+                                  limit=64 * 1024**2)
+            params = await vmedia.floppy_parameters(image)
+        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, OSError) as exc:
+            machine.record("floppy_error", image=floppy.image, error=str(exc) or type(exc).__name__)
+            params = {}
+        finally:
+            await asyncio.to_thread(image.unlink, missing_ok=True)
+        # Later words win when the agent splits the line: the floppy takes precedence.
+        cmdline = " ".join([cmdline] + [f"{k}={v}" for k, v in params.items()])
+        machine.record("floppy_parameters", image=floppy.image, keys=sorted(params))
+    machine.record("cd_boot", image=slot.image, config=config, cmdline=cmdline)
+    return await start_ramdisk(machine, cmdline)
 
 
 async def boot_bios_setup(machine: Machine) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pycdlib
 import pytest
 import sushy
 from aiohttp import web
@@ -49,6 +51,7 @@ class BootServer:
         self.requests: list[str] = []
         self.lookups: list[str] = []
         self.scripts: dict[str, str] = {}   # mac (hyphenated) -> script; missing -> 404
+        self.blobs: dict[str, bytes] = {}    # /images/<name> contents (default: 4 KiB of zeros)
         self.runner: web.AppRunner | None = None
 
     def deploy_script(self) -> str:
@@ -71,7 +74,7 @@ class BootServer:
 
         async def image(request: web.Request) -> web.Response:
             self.requests.append(request.path_qs)
-            return web.Response(body=b"\0" * 4096)
+            return web.Response(body=self.blobs.get(request.match_info["name"], b"\0" * 4096))
 
         async def lookup(request: web.Request) -> web.Response:
             self.lookups.append(request.query.get("addresses", ""))
@@ -398,6 +401,80 @@ async def test_pxe_boot_starts_the_real_agent(tmp_path: Path, boot_server: BootS
         del boot_server.scripts[hyphen]
     finally:
         await simulator.stop()
+
+
+def deploy_iso(config: str) -> bytes:
+    """A bootable-looking deploy ISO: isolinux.cfg carries the kernel line (Rock Ridge names)."""
+    iso = pycdlib.PyCdlib()
+    iso.new(interchange_level=3, rock_ridge="1.09", joliet=3, vol_ident="VMEDIA_BOOT_ISO")
+    iso.add_directory("/ISOLINUX", rr_name="isolinux", joliet_path="/isolinux")
+    data = config.encode()
+    iso.add_fp(io.BytesIO(data), len(data), "/ISOLINUX/ISOLINUX.CFG;1", rr_name="isolinux.cfg",
+               joliet_path="/isolinux/isolinux.cfg")
+    iso.add_fp(io.BytesIO(b"kernel"), 6, "/VMLINUZ.;1", rr_name="vmlinuz", joliet_path="/vmlinuz")
+    out = io.BytesIO()
+    iso.write_fp(out)
+    iso.close()
+    return out.getvalue()
+
+
+def parameters_floppy(work: Path, text: str) -> bytes:
+    """The 1440 KiB vfat 'ir-vfd-dev' image with parameters.txt, made with mtools."""
+    image, params = work / "floppy.img", work / "parameters.txt"
+    params.write_text(text)
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    subprocess.run(["mformat", "-C", "-f", "1440", "-v", "ir-vfd-dev", "-i", str(image), "::"], check=True,
+                   capture_output=True, env=env)
+    subprocess.run(["mcopy", "-i", str(image), str(params), "::parameters.txt"], check=True, capture_output=True,
+                   env=env)
+    return image.read_bytes()
+
+
+async def test_virtual_media_boot_starts_the_agent(sim: Simulator, boot_server: BootServer,
+                                                   agents: list[StandInAgent], tmp_path: Path) -> None:
+    machine = sim.machines[2]
+    await machine.power_off(reason="test")
+    boot_server.blobs["deploy.iso"] = deploy_iso(
+        "default deploy\nlabel deploy\n  kernel /vmlinuz\n"
+        f"  append initrd=/initrd.img nofb ipa-api-url={boot_server.url} boot_method=vmedia "
+        f"ipa-agent-token=iso-token-that-the-floppy-overrides BOOTIF={machine.macs[1]}\n")
+    boot_server.blobs["params.img"] = await asyncio.to_thread(
+        parameters_floppy, tmp_path, f"ipa-agent-token={TOKEN}\nipa-global-request-id=req-123\n")
+
+    def insert_and_boot(s: Any) -> None:
+        media = {v.identity: v for v in s.managers[0].virtual_media.get_members()}
+        media["Cd"].insert_media(boot_server.url + "/images/deploy.iso")
+        media["Floppy"].insert_media(boot_server.url + "/images/params.img")
+        s.set_system_boot_options(target=sushy.BootSource.CD, enabled=sushy.BootSourceOverrideEnabled.ONCE)
+        s.reset_system(sushy.ResetType.ON)
+
+    await on_system(sim, 2, insert_and_boot)
+    await wait_for(lambda: machine.status in ("ramdisk", "ramdisk_failed", "no_bootable_device"), what="CD boot")
+    assert machine.status == "ramdisk", list(machine.boot_log)
+    launch = agents[-1].launch
+    assert launch.api_url == boot_server.url
+    assert launch.kernel_args["ipa-agent-token"] == TOKEN            # the floppy wins
+    assert launch.kernel_args["ipa-global-request-id"] == "req-123"
+    assert launch.kernel_args["boot_method"] == "vmedia" and "initrd" not in launch.kernel_args
+    assert launch.macs[0] == machine.macs[1]                          # BOOTIF names the second NIC
+    cd_boot = machine.events("cd_boot")[-1]
+    assert cd_boot["config"] == "isolinux/isolinux.cfg"
+    assert machine.events("floppy_parameters")[-1]["keys"] == ["ipa-agent-token", "ipa-global-request-id"]
+    assert not any((Path(sim.options.state_dir) / "media").iterdir())  # scratch copies are deleted
+    await power_off(sim, 2)
+
+    # Media that is no ISO is not bootable: the firmware moves on (Pxe has no script: 404, then the disk).
+    def swap_cd(s: Any) -> None:
+        media = {v.identity: v for v in s.managers[0].virtual_media.get_members()}
+        media["Cd"].eject_media()
+        media["Cd"].insert_media(boot_server.url + "/images/garbage.iso")
+        s.set_system_boot_options(target=sushy.BootSource.CD, enabled=sushy.BootSourceOverrideEnabled.ONCE)
+        s.reset_system(sushy.ResetType.ON)
+
+    await on_system(sim, 2, swap_cd)
+    await wait_for(lambda: machine.status == "no_bootable_device", what="fall through")
+    assert machine.events("cd_not_bootable")[-1]["image"].endswith("/garbage.iso")
+    await power_off(sim, 2)
 
 
 # ---- booting the OS from the disk ------------------------------------------------------
