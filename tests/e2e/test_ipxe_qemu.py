@@ -6,8 +6,9 @@ must fall back to its second NIC (``${net1/mac}``); for that node, in
 kernel and a busybox initramfs whose /init prints a marker on the serial
 console. A second VM with an unknown MAC must show our error text; a third,
 whose node is ``manageable``, shows the reason and goes straight back to the
-firmware without trying other identities. A last VM boots an ``active``
-boot-from-volume node from an iSCSI LUN served by tgt (CHAP + initiator ACL).
+firmware without trying other identities. Another VM does the deploy under
+UEFI (OVMF), and a last one boots an ``active`` boot-from-volume node from an
+iSCSI LUN served by tgt (CHAP + initiator ACL).
 
 Set-up installs qemu-system-x86 + ipxe-qemu + busybox-static + cpio when
 missing (as root) and caches the kernel and initramfs under
@@ -40,6 +41,8 @@ CACHE = REPO / ".ferrum" / "cache" / "ipxe-e2e"
 PACKAGES = ("qemu-system-x86", "ipxe-qemu", "busybox-static", "cpio")
 BOOT_WAIT = 180.0
 DEPLOY_MAC, UNKNOWN_MAC, MANAGEABLE_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99", "52:54:00:e2:e0:02"
+OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+UEFI_MAC = "52:54:00:e2:e0:0e"
 UNENROLLED_FIRST_NIC = "52:54:00:e2:e0:10"  # the deploy VM boots from this NIC; its node knows only the second
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 
@@ -183,11 +186,14 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 async def start_vm(serial: Path, *, boot_url: str, mac: str, smbios_uuid: str,
-                   second_mac: str = "") -> asyncio.subprocess.Process:
-    """A VM booting from its first NIC; ``second_mac`` adds a NIC without a boot file."""
+                   second_mac: str = "", uefi_vars: Path | None = None) -> asyncio.subprocess.Process:
+    """A VM booting from its first NIC; ``second_mac`` adds a NIC without a boot file;
+    ``uefi_vars`` (a writable copy of OVMF's variable store) makes it a UEFI (OVMF, q35) machine."""
     second = ["-netdev", "user,id=n1", "-device", f"virtio-net-pci,netdev=n1,mac={second_mac}"] if second_mac else []
+    uefi = ["-machine", "q35", "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
+            "-drive", f"if=pflash,format=raw,file={uefi_vars}"] if uefi_vars else []
     return await asyncio.create_subprocess_exec(
-        "qemu-system-x86_64", "-accel", "tcg", "-m", "512", "-boot", "n", "-no-reboot",
+        "qemu-system-x86_64", *uefi, "-accel", "tcg", "-m", "512", "-boot", "n", "-no-reboot",
         # -nographic makes SeaBIOS (and so iPXE) write to the serial port too.
         "-nographic", "-monitor", "none", "-serial", f"file:{serial}",
         "-uuid", smbios_uuid,
@@ -402,3 +408,26 @@ async def test_real_ipxe_san_boots_an_iscsi_volume_with_chap(stack: Any, iscsi_t
         await stop_vm(vm)
     assert "attempt 1 of" not in out  # the first sanhook/sanboot worked
     assert SAN_INITIATOR in sessions  # logged in under the initiator IQN from the volume connector
+
+
+async def test_real_uefi_ipxe_boots_deploy_ramdisk(stack: Any, file_server: tuple[int, list[str]], marker: str,
+                                                  tmp_path: Path) -> None:
+    """The same deploy through UEFI iPXE (OVMF, q35): it needs ``initrd=<name>`` on the kernel line."""
+    ensure_packages("ovmf")
+    port, _ = file_server
+    renderer_port = stack.endpoints["ipxe HTTP"].rsplit(":", 1)[1].split("/")[0]
+    info = {"deploy_kernel": f"http://10.0.2.2:{port}/vmlinuz", "deploy_ramdisk": f"http://10.0.2.2:{port}/initrd"}
+    node = await enroll(stack, name="qemu-uefi", mac=UEFI_MAC, state="clean wait", driver_info=info)
+    await stack.pool.execute("UPDATE nodes SET boot_mode = 'uefi' WHERE uuid = $1::uuid", node)
+    variables = tmp_path / "OVMF_VARS.fd"
+    shutil.copyfile(OVMF_VARS, variables)
+    serial = tmp_path / "uefi.serial"
+    vm = await start_vm(serial, boot_url=f"http://10.0.2.2:{renderer_port}/boot.ipxe", mac=UEFI_MAC,
+                        smbios_uuid=str(uuidlib.uuid4()), uefi_vars=variables)
+    try:
+        out = await wait_for_text(serial, [f"Ferrum: node {node} is in state clean wait",
+                                           "Ferrum: loading the deploy kernel and ramdisk (uefi)", marker], vm, BOOT_WAIT)
+    finally:
+        await stop_vm(vm)
+    cmdline = out[out.index(marker):]
+    assert "BOOTIF=01-52-54-00-e2-e0-0e" in cmdline and "initrd=deploy_ramdisk" in cmdline
