@@ -576,3 +576,51 @@ async def test_clean_steps_erase_metadata_then_whole_disks(env):
     assert os.stat(disk).st_blocks * 512 < MiB  # holes punched: the sparse disk stays sparse
     bad = await command(env, agent, "clean.execute_clean_step", {"step": {"step": "shred"}}, expect=400)
     assert "unknown clean step" in bad["faultstring"]
+
+
+async def test_masked_token_locks_down_unless_pregenerated(env):
+    ironic = FakeIronic()  # its own api: one whose lookup answers a masked token, as after a first lookup
+    node = ironic.register("52:54:00:00:00:01")
+
+    async def lookup(request: web.Request) -> web.Response:
+        ironic.lookups += 1
+        return web.json_response({"node": node, "config": {"agent_token": "******", "heartbeat_timeout": 300}})
+
+    ironic.lookup = lookup  # type: ignore[method-assign]
+    app_runner, port = await start_http_site(ironic.app(), "127.0.0.1", 0)
+    try:
+        options = dict(api_url=f"http://127.0.0.1:{port}", macs=("52:54:00:00:00:01",), lookup_interval=0.05,
+                       heartbeat_interval=0.2, disks=(Disk(str(make_disk(env["tmp"], "d", MiB))),))
+        locked = Agent(AgentOptions(**options))
+        await locked.start()
+        try:
+            await wait_for(lambda: locked.last_error is not None, 10, "lock down")
+            assert "no usable agent token" in locked.last_error and locked.heartbeats_sent == 0
+            await command(env, locked, "standby.sync", {}, expect=401)
+        finally:
+            await locked.stop()
+        pregenerated = Agent(AgentOptions(**options, agent_token=TOKEN))
+        await pregenerated.start()
+        try:
+            await wait_for(lambda: pregenerated.heartbeats_sent >= 1, 10, "heartbeat with the pre-generated token")
+            assert ironic.heartbeats[-1][1]["agent_token"] == TOKEN
+            assert (await command(env, pregenerated, "standby.sync", {}))["command_status"] == "SUCCEEDED"
+        finally:
+            await pregenerated.stop()
+    finally:
+        await app_runner.cleanup()
+
+
+async def test_unreachable_urls_fail_and_the_next_url_is_tried(env):
+    tmp = env["tmp"]
+    data = make_raw_image(tmp, "disk.raw", 4 * MiB)
+    disk = make_disk(tmp, "sda.img", 8 * MiB)
+    agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
+    missing = image_info(env, "disk.raw", data, urls=[f"{env['image_base']}/missing.raw"])
+    done = await command(env, agent, "standby.prepare_image", {"image_info": missing}, wait=True)
+    assert done["command_status"] == "FAILED"
+    assert done["command_error"]["message"] == f"Download of {env['image_base']}/missing.raw failed: HTTP 404 Not Found"
+    both = image_info(env, "disk.raw", data, urls=[f"{env['image_base']}/missing.raw", f"{env['image_base']}/disk.raw"])
+    done = await command(env, agent, "standby.prepare_image", {"image_info": both}, wait=True)
+    assert done["command_status"] == "SUCCEEDED", done
+    assert read_head(disk, len(data)) == data
