@@ -16,6 +16,7 @@ import logging
 import textwrap
 import weakref
 from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 import jinja2
@@ -63,11 +64,13 @@ def api_url_for(settings: Settings) -> str:
 
 
 class ScriptRenderer:
-    def __init__(self, reader: BootDataReader, settings: Settings) -> None:
+    def __init__(self, reader: BootDataReader, settings: Settings, *,
+                 on_render: Callable[[RenderedScript], None] | None = None) -> None:
         config = settings.ipxe
         self._reader = reader
         self._config = config
         self._settings = settings
+        self._on_render = on_render
         # Scripts already rendered from one BootData snapshot (a caching reader
         # returns the same object until it is invalidated): skip plan + jinja.
         self._memo: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, str], RenderedScript]] = (
@@ -103,6 +106,12 @@ class ScriptRenderer:
 
     async def render(self, *, mac: str | None = None, uuid: str | None = None) -> RenderedScript:
         """The per-node script. ``mac``/``uuid`` must already be normalised (see safety)."""
+        rendered = await self._render(mac=mac, uuid=uuid)
+        if self._on_render is not None:
+            self._on_render(rendered)
+        return rendered
+
+    async def _render(self, *, mac: str | None, uuid: str | None) -> RenderedScript:
         selector = f"mac={mac}" if mac is not None else f"uuid={uuid}"
         try:
             data = await self._reader.read(mac=mac, uuid=uuid)

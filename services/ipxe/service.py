@@ -41,7 +41,8 @@ class IpxeService:
         if settings.ipxe.cache_ttl > 0:
             self.cache = CachingReader(reader, pool, ttl=settings.ipxe.cache_ttl)
             reader = self.cache
-        self.renderer = ScriptRenderer(reader, settings)
+        scripts = self.metrics.counter("ferrum_ipxe_scripts_total", "Per-node boot scripts served, by kind", ("kind",))
+        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: scripts.labels(r.kind).inc())
         self.routes = ScriptRoutes(self.renderer, settings.ipxe)
         self.grpc_address = ""
         self._http: web.AppRunner | None = None

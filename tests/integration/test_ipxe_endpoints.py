@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import shutil
 import uuid as uuidlib
 from collections.abc import AsyncIterator
@@ -135,6 +136,8 @@ async def test_errors_are_scripts_never_500(stack: Any, http: aiohttp.ClientSess
     assert any("manageable" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     status, body, _ = await get(http, f"{base}/ipxe", params={"uuid": str(uuidlib.uuid4())})
     assert status == 200 and "no node has UUID" in body
+    status, metrics, _ = await get(http, f"{base}/metrics")
+    assert status == 200 and re.search(r'ferrum_ipxe_scripts_total\{kind="error"\} [3-9]', metrics), metrics
     for params in ({"mac": "zz:54:00:aa:02:01"}, {}, {"mac": "52:54:00:aa:02:01", "uuid": node},
                    {"uuid": "not-a-uuid\n||goto x"}):
         status, body, headers = await get(http, f"{base}/ipxe", params=params)
