@@ -25,6 +25,9 @@ LOG = logging.getLogger(__name__)
 BOOT_LOG_LENGTH = 200
 AGENT_STOP_TIMEOUT = 10.0
 HOOK_GRACE = 0.1  # lets the agent answer the command that asked for power off / reboot
+# Logged at INFO; the rest of the boot log only at DEBUG (a thousand machines boot at once).
+LOUD_EVENTS = frozenset({"power_on", "power_off", "agent_started", "os_booted", "no_bootable_device",
+                         "virtual_media_inserted", "cd_boot", "sanboot"})
 UUID_NAMESPACE = uuidlib.UUID("6f7e2a52-6c5e-4f3b-9d0e-2d8f1c0ad001")
 
 
@@ -92,7 +95,8 @@ class Machine:
     def record(self, event: str, **detail: Any) -> None:
         entry = {"at": round(time.time(), 3), "boot": self.boot_count, "event": event, **detail}
         self.boot_log.append(entry)
-        LOG.info("simulator machine=%s event=%s %s", self.name, event,
+        level = logging.INFO if event in LOUD_EVENTS or event.endswith("_error") else logging.DEBUG
+        LOG.log(level, "simulator machine=%s event=%s %s", self.name, event,
                  " ".join(f"{k}={v}" for k, v in detail.items() if not isinstance(v, (dict, list))))
 
     def events(self, name: str) -> list[dict[str, Any]]:
