@@ -4,9 +4,13 @@ Redfish implementation they are validated on), in this process."""
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from services.common import errors
@@ -133,3 +137,66 @@ async def test_errors_name_the_problem(sim: Simulator, tmp_path: Path) -> None:
             await power.get_power_state(task)   # the simulator is gone now
     finally:
         await asyncio.to_thread(power.connections.close)
+
+
+# ---- through the REST API and the conductor ------------------------------------------
+
+async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim: Simulator) -> None:
+    api = stack.endpoints["api REST (Ironic v1)"]
+    machine = sim.machines[2]
+    headers = {"X-OpenStack-Ironic-API-Version": "1.56"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async def call(method: str, path: str, body: Any = None, expect: int = 200) -> Any:
+            async with http.request(method, api + path, json=body) as resp:
+                text = await resp.text()
+                assert resp.status == expect, f"{method} {path}: {resp.status} {text}"
+                return json.loads(text) if text else None
+
+        async def settle(uuid: str) -> dict[str, Any]:
+            deadline = time.monotonic() + 60
+            while True:
+                node = await call("GET", f"/v1/nodes/{uuid}")
+                if node["target_power_state"] is None and node["reservation"] is None:
+                    return node
+                assert time.monotonic() < deadline, node
+                await asyncio.sleep(0.1)
+
+        node = await call("POST", "/v1/nodes", {"name": "rf-rest", "driver": "redfish",
+                                                "driver_info": sim.driver_info(machine)}, expect=201)
+        uuid = node["uuid"]
+        assert node["driver_info"]["redfish_password"] == "******"
+        assert (node["power_interface"], node["management_interface"]) == ("redfish", "redfish")
+        validation = await call("GET", f"/v1/nodes/{uuid}/validate")
+        assert validation["power"]["result"] is True and validation["management"]["result"] is True
+
+        await call("PUT", f"/v1/nodes/{uuid}/states/power", {"target": "power on"}, expect=202)
+        assert (await settle(uuid))["power_state"] == "power on"
+        assert machine.power_state == "On"
+        boots = machine.boot_count
+        await call("PUT", f"/v1/nodes/{uuid}/states/power", {"target": "rebooting"}, expect=202)
+        assert (await settle(uuid))["power_state"] == "power on"
+        assert machine.boot_count == boots + 1
+
+        await call("PUT", f"/v1/nodes/{uuid}/management/boot_device",
+                   {"boot_device": "pxe", "persistent": True}, expect=204)
+        assert (machine.boot_target, machine.boot_enabled) == ("Pxe", "Continuous")
+        assert await call("GET", f"/v1/nodes/{uuid}/management/boot_device") == {"boot_device": "pxe",
+                                                                                   "persistent": True}
+        supported = await call("GET", f"/v1/nodes/{uuid}/management/boot_device/supported")
+        assert supported["supported_boot_devices"] == ["pxe", "disk", "cdrom", "bios"]
+        await call("PUT", f"/v1/nodes/{uuid}/states/power", {"target": "power off"}, expect=202)
+        assert (await settle(uuid))["power_state"] == "power off"
+        assert machine.power_state == "Off"
+
+        # Wrong credentials: the request is accepted, the conductor records why it failed, nothing changes.
+        bad = await call("POST", "/v1/nodes", {"name": "rf-bad", "driver": "redfish", "driver_info": {
+            **sim.driver_info(machine), "redfish_password": "wrong"}}, expect=201)
+        await call("PUT", f"/v1/nodes/{bad['uuid']}/states/power", {"target": "power on"}, expect=202)
+        failed = await settle(bad["uuid"])
+        assert "authentication failed" in failed["last_error"] and failed["power_state"] != "power on"
+        assert machine.power_state == "Off"
+        # Missing address: validation says so without any network call.
+        await call("PATCH", f"/v1/nodes/{bad['uuid']}",
+                   [{"op": "remove", "path": "/driver_info/redfish_address"}])
+        validation = await call("GET", f"/v1/nodes/{bad['uuid']}/validate")
+        assert validation["power"]["result"] is False and "redfish_address" in validation["power"]["reason"]
