@@ -200,3 +200,42 @@ async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim:
                    [{"op": "remove", "path": "/driver_info/redfish_address"}])
         validation = await call("GET", f"/v1/nodes/{bad['uuid']}/validate")
         assert validation["power"]["result"] is False and "redfish_address" in validation["power"]["reason"]
+
+
+async def test_virtual_media_insert_and_eject(sim: Simulator, management: RedfishManagement,
+                                              tmp_path: Path) -> None:
+    from aiohttp import web
+
+    from services.common.httpserver import start_http_site
+
+    async def serve(request: web.Request) -> web.Response:
+        return web.Response(status=404) if request.match_info["name"] == "missing" else web.Response(body=b"iso")
+
+    app = web.Application()
+    app.router.add_get("/{name}", serve)
+    runner, port = await start_http_site(app, "127.0.0.1", 0)
+    try:
+        task, machine = make_task(sim, 1), sim.machines[1]
+        url = f"http://127.0.0.1:{port}/boot-node.iso"
+        await management.insert_virtual_media(task, "cdrom", url)
+        assert (machine.virtual_media["Cd"].image, machine.virtual_media["Cd"].inserted) == (url, True)
+        media = {m["id"]: m for m in await management.get_virtual_media(task)}
+        assert media["Cd"] == {"id": "Cd", "media_types": ["CD", "DVD"], "image": url, "inserted": True}
+        assert media["Floppy"]["inserted"] is False
+        with pytest.raises(errors.BMCError, match="already holds media"):
+            await management.insert_virtual_media(task, "cdrom", url)
+        await management.insert_virtual_media(task, "floppy", f"http://127.0.0.1:{port}/params.img")
+        await management.eject_virtual_media(task, "cdrom")
+        assert machine.virtual_media["Cd"].inserted is False and machine.virtual_media["Floppy"].inserted
+        await management.eject_virtual_media(task)
+        assert not any(slot.inserted for slot in machine.virtual_media.values())
+        with pytest.raises(errors.InvalidParameterValue, match="Invalid virtual media device"):
+            await management.insert_virtual_media(task, "tape", url)
+        with pytest.raises(errors.InvalidParameterValue, match="http or https"):
+            await management.insert_virtual_media(task, "cdrom", "nfs://server/boot.iso")
+        # A URL the BMC cannot fetch is refused by the BMC, with its reason.
+        with pytest.raises(errors.BMCError, match="insert virtual cdrom media"):
+            await management.insert_virtual_media(task, "cdrom", f"http://127.0.0.1:{port}/missing")
+        assert machine.virtual_media["Cd"].image is None
+    finally:
+        await runner.cleanup()

@@ -181,3 +181,31 @@ async def test_two_systems_need_a_system_id(emulator: str) -> None:
         await power.get_power_state(make_task(emulator, system=None))
     with pytest.raises(errors.BMCError, match="not found"):
         await power.get_power_state(make_task(emulator, system="no-such-system"))
+
+
+async def test_virtual_media(emulator: str, management: RedfishManagement) -> None:
+    from aiohttp import web
+
+    from services.common.httpserver import start_http_site
+
+    fetched: list[str] = []
+
+    async def serve(request: web.Request) -> web.Response:
+        fetched.append(request.path)
+        return web.Response(body=b"\0" * 2048)
+
+    app = web.Application()
+    app.router.add_get("/{name}", serve)
+    runner, port = await start_http_site(app, "127.0.0.1", 0)
+    try:
+        task = make_task(emulator)
+        url = f"http://127.0.0.1:{port}/boot.iso"
+        await management.insert_virtual_media(task, "cdrom", url)
+        assert "/boot.iso" in fetched   # the emulator downloads what is inserted
+        cd = [m for m in await management.get_virtual_media(task) if "CD" in m["media_types"]][0]
+        assert (cd["image"], cd["inserted"]) == (url, True)
+        await management.eject_virtual_media(task, "cdrom")
+        cd = [m for m in await management.get_virtual_media(task) if "CD" in m["media_types"]][0]
+        assert cd["inserted"] is False
+    finally:
+        await runner.cleanup()

@@ -51,6 +51,26 @@ BOOT_DEVICES = {
     "bios": sushy.BootSource.BIOS_SETUP,
 }
 BOOT_DEVICES_REV = {v: k for k, v in BOOT_DEVICES.items()}
+VIRTUAL_MEDIA_TYPES = {
+    "cdrom": (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD),
+    "floppy": (sushy.VirtualMediaType.FLOPPY, sushy.VirtualMediaType.USB_STICK),
+}
+
+
+def _media_devices(system: Any) -> list[Any]:
+    """Virtual media of the system: its own collection, else its managers' (older BMCs)."""
+    try:
+        return list(system.virtual_media.get_members())
+    except sushy.exceptions.MissingAttributeError:
+        return [m for manager in system.managers for m in manager.virtual_media.get_members()]
+
+
+def _media_for(system: Any, device: str) -> list[Any]:
+    if device not in VIRTUAL_MEDIA_TYPES:
+        raise errors.InvalidParameterValue(f"Invalid virtual media device {device}; supported: "
+                                           f"{', '.join(VIRTUAL_MEDIA_TYPES)}")
+    wanted = set(VIRTUAL_MEDIA_TYPES[device])
+    return [m for m in _media_devices(system) if wanted & set(m.media_types or ())]
 
 
 def _float_option(options: dict[str, Any], name: str, default: float) -> float:
@@ -208,3 +228,41 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
             return macs
 
         return await self._call(task, "read the NIC MAC addresses", read)
+
+    # ---- virtual media (for virtual-media boot; CONTRACT.md section 6) ----------------
+
+    async def insert_virtual_media(self, task: base.Task, device: str, url: str) -> None:
+        """Insert ``url`` into the first empty ``cdrom`` or ``floppy`` slot."""
+        if not url.startswith(("http://", "https://")):
+            raise errors.InvalidParameterValue(f"virtual media URL {url!r} must be http or https")
+
+        def insert(system: Any) -> None:
+            slots = _media_for(system, device)
+            if not slots:
+                raise errors.BMCError(f"Redfish system {system.identity} has no virtual {device} device")
+            free = [m for m in slots if not m.inserted]
+            if not free:
+                raise errors.BMCError(f"every virtual {device} of system {system.identity} already holds media; "
+                                      "eject it first")
+            free[0].insert_media(url, inserted=True, write_protected=True)
+
+        LOG.info("redfish insert virtual media node_uuid=%s device=%s", task.node.get("uuid"), device)
+        await self._call(task, f"insert virtual {device} media", insert)
+
+    async def eject_virtual_media(self, task: base.Task, device: str | None = None) -> None:
+        """Eject every inserted medium of ``device`` (all devices when None)."""
+        def eject(system: Any) -> None:
+            slots = _media_devices(system) if device is None else _media_for(system, device)
+            for medium in slots:
+                if medium.inserted:
+                    medium.eject_media()
+
+        await self._call(task, f"eject virtual {device or 'all'} media", eject)
+
+    async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
+        """What each virtual media slot holds: id, media types, image, inserted."""
+        def read(system: Any) -> list[dict[str, Any]]:
+            return [{"id": m.identity, "media_types": sorted(t.value for t in (m.media_types or ())),
+                     "image": m.image or None, "inserted": bool(m.inserted)} for m in _media_devices(system)]
+
+        return await self._call(task, "read the virtual media", read)
