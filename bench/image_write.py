@@ -123,7 +123,7 @@ async def run_agent(api: str, image_url: str, digest: str, disk: Path, workdir: 
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli", "agent", "--api-url", api, "--mac", MAC, "--disk", str(disk),
         "--listen-port", "0", "--ports-file", str(ports), "--heartbeat-interval", "2", "--lookup-interval", "0.1",
-        "--tmp-dir", str(workdir), "--exit-on-power-off", "--log-level", "WARNING", *extra, cwd=str(REPO),
+        "--tmp-dir", str(workdir), "--exit-on-power-off", "--log-level", os.environ.get("BENCH_AGENT_LOG", "WARNING"), *extra, cwd=str(REPO),
         stdout=asyncio.subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60

@@ -23,6 +23,7 @@ both paths.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import ctypes.util
 import json
@@ -45,6 +46,7 @@ from services.common import errors
 LOG = logging.getLogger(__name__)
 QCOW2_MAGIC = b"QFI\xfb"
 DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
+DEFAULT_DEPTH = 2
 _QEMU_PROGRESS = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
 
 
@@ -98,30 +100,34 @@ Consume = Callable[[memoryview, int], None]
 
 
 class BlockWriter:
-    """Double-buffered hand-off of a byte stream, in large blocks and in order, to
-    a consumer running in a worker thread (``pwrite`` at the block's offset, or
-    the qcow2 converter), hashed on the way."""
+    """Hands a byte stream, in large blocks and in order, to two worker lanes:
+    one hashes, one consumes (``pwrite`` at the block's offset, or the qcow2
+    converter). Each lane takes blocks strictly in order; the lanes run side by
+    side and the event loop keeps filling the next buffer, up to ``depth``
+    buffers in all, so a slow write does not stall the download at once."""
 
     def __init__(self, consume: Consume, hasher: Any, *, block_size: int, limit: int | None, limit_error: str,
-                 on_written: Any = None, fsync_fd: int | None = None) -> None:
+                 on_written: Any = None, fsync_fd: int | None = None, depth: int = DEFAULT_DEPTH) -> None:
         self.consume, self.hasher, self.block_size = consume, hasher, block_size
-        self.fsync_fd = fsync_fd
+        self.fsync_fd, self.depth = fsync_fd, max(2, depth)
         self.limit, self.limit_error = limit, limit_error
         self.on_written = on_written
-        self._buffers = [bytearray(block_size)]
-        self._current = 0
+        self._current = bytearray(block_size)
+        self._spare: list[bytearray] = []
+        self._allocated = 1
         self._fill = 0
-        self.offset = 0  # bytes handed to the writer threads so far
-        self._pending: asyncio.Future[None] | None = None
+        self.offset = 0  # bytes handed to the lanes so far
+        self._inflight: collections.deque[tuple[bytearray, asyncio.Future[Any]]] = collections.deque()
+        self._hash_tail: asyncio.Future[None] | None = None
+        self._consume_tail: asyncio.Future[None] | None = None
 
     async def write(self, data: bytes) -> None:
         if self.limit is not None and self.offset + self._fill + len(data) > self.limit:
             raise errors.ImageError(self.limit_error)
         view = memoryview(data)
         while view:
-            buf = self._buffers[self._current]
             take = min(len(view), self.block_size - self._fill)
-            buf[self._fill:self._fill + take] = view[:take]
+            self._current[self._fill:self._fill + take] = view[:take]
             self._fill += take
             view = view[take:]
             if self._fill == self.block_size:
@@ -129,7 +135,7 @@ class BlockWriter:
 
     def free_view(self) -> memoryview:
         """The unfilled rest of the current buffer, for receiving straight into it."""
-        return memoryview(self._buffers[self._current])[self._fill:]
+        return memoryview(self._current)[self._fill:]
 
     async def commit(self, count: int) -> None:
         """``count`` bytes were received into ``free_view()``."""
@@ -139,46 +145,55 @@ class BlockWriter:
         if self._fill == self.block_size:
             await self._flush_current()
 
-    async def _flush_current(self) -> None:
-        if self._pending is not None:
-            await self._pending
-        if not self._fill:
-            return
-        block = memoryview(self._buffers[self._current])[:self._fill]
-        offset = self.offset
-        self.offset += self._fill
-        self._pending = asyncio.ensure_future(self._write_block(block, offset))
-        self._current ^= 1
-        if len(self._buffers) == 1:
-            self._buffers.append(bytearray(self.block_size))
-        self._fill = 0
+    async def _hash_lane(self, block: memoryview, previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await previous
+        await asyncio.to_thread(self.hasher.update, block)
 
-    async def _write_block(self, block: memoryview, offset: int) -> None:
-        # Hashing and writing both release the GIL: run them side by side.
-        await asyncio.gather(asyncio.to_thread(self.hasher.update, block),
-                             asyncio.to_thread(self.consume, block, offset))
+    async def _consume_lane(self, block: memoryview, offset: int, previous: asyncio.Future[None] | None) -> None:
+        if previous is not None:
+            await previous
+        await asyncio.to_thread(self.consume, block, offset)
         if self.on_written is not None:
             self.on_written(len(block))
 
+    async def _flush_current(self) -> None:
+        if not self._fill:
+            return
+        buf, block, offset = self._current, memoryview(self._current)[:self._fill], self.offset
+        self.offset += self._fill
+        self._fill = 0
+        self._hash_tail = asyncio.ensure_future(self._hash_lane(block, self._hash_tail))
+        self._consume_tail = asyncio.ensure_future(self._consume_lane(block, offset, self._consume_tail))
+        self._inflight.append((buf, asyncio.gather(self._hash_tail, self._consume_tail)))
+        if not self._spare and self._allocated >= self.depth:  # every buffer is busy: wait for the oldest
+            done_buf, done = self._inflight.popleft()
+            await done
+            self._spare.append(done_buf)
+        if self._spare:
+            self._current = self._spare.pop()
+        else:
+            self._current = bytearray(self.block_size)
+            self._allocated += 1
+
     async def close(self, *, sync: bool) -> int:
-        """Write what is buffered, wait for the threads, fsync; returns bytes written."""
+        """Hand over what is buffered, wait for both lanes, fsync; returns bytes written."""
         await self._flush_current()
-        if self._pending is not None:
-            await self._pending
-            self._pending = None
+        while self._inflight:
+            await self._inflight.popleft()[1]
         if sync and self.fsync_fd is not None:
             await asyncio.to_thread(os.fsync, self.fsync_fd)
-        self._buffers = []
+        self._current, self._spare = bytearray(), []
         return self.offset
 
     async def abort(self) -> None:
-        if self._pending is not None:
+        """Wait for the lanes (threads cannot be cancelled) and drop the buffers."""
+        while self._inflight:
             try:
-                await self._pending
+                await self._inflight.popleft()[1]
             except Exception:  # the error that caused the abort is already being raised
                 pass
-            self._pending = None
-        self._buffers = []
+        self._current, self._spare = bytearray(), []
 
 
 def pwrite_all(fd: int, block: memoryview, offset: int, writeback: bool) -> None:
@@ -218,9 +233,9 @@ class _ImageSink:
     """Receives the downloaded bytes; picks the writing method from the first ones."""
 
     def __init__(self, image_info: dict[str, Any], disk: DiskInfo, expected: checksums.ExpectedChecksum,
-                 progress: Progress, *, tmp_dir: str, block_size: int, qcow2_stream: bool) -> None:
+                 progress: Progress, *, tmp_dir: str, block_size: int, depth: int, qcow2_stream: bool) -> None:
         self.image_info, self.disk, self.expected, self.progress = image_info, disk, expected, progress
-        self.tmp_dir, self.block_size, self.qcow2_stream = tmp_dir, block_size, qcow2_stream
+        self.tmp_dir, self.block_size, self.depth, self.qcow2_stream = tmp_dir, block_size, depth, qcow2_stream
         self.format: str | None = None
         self.method: str | None = None  # raw | qcow2-stream | qcow2-qemu-img
         self._head = b""
@@ -284,6 +299,7 @@ class _ImageSink:
 
             self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, True), self.hasher,
                                        block_size=buffer, limit=self.disk.size, fsync_fd=fd, on_written=written,
+                                       depth=self.depth,
                                        limit_error=f"Image {image_id} is larger than the disk {self.disk.name} "
                                                    f"({self.disk.size} bytes)")
         elif header is not None:
@@ -303,13 +319,13 @@ class _ImageSink:
                 self.progress.bytes_written = converter.bytes_written
 
             self._writer = BlockWriter(convert, self.hasher, block_size=buffer, limit=None, limit_error="",
-                                       fsync_fd=None)
+                                       fsync_fd=None, depth=self.depth)
         else:
             self.method, self.progress.stage = "qcow2-qemu-img", "downloading"
             fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
             self._fd = fd
             self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, False), self.hasher,
-                                       block_size=buffer, limit=None, limit_error="")
+                                       block_size=buffer, limit=None, limit_error="", depth=self.depth)
 
     async def finish(self) -> int:
         """All bytes are in: flush, and for a streamed qcow2 zero the unallocated rest; returns bytes written."""
@@ -352,7 +368,7 @@ class _ImageSink:
 
 async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any], disk: DiskInfo, *,
                       progress: Progress, allow_md5: bool = False, tmp_dir: str = "",
-                      block_size: int = DEFAULT_BLOCK_SIZE,
+                      block_size: int = DEFAULT_BLOCK_SIZE, depth: int | None = None,
                       policy: download.RetryPolicy = download.DEFAULT_POLICY,
                       conversion_slots: asyncio.Semaphore | None = None, qcow2_stream: bool = True) -> WriteResult:
     """Download, verify and write ``image_info`` onto ``disk``; raise ImageError on any failure."""
@@ -367,7 +383,7 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
     last_error: Exception | None = None
     for url in image_info["urls"]:
         sink = _ImageSink(image_info, disk, expected, progress, tmp_dir=tmp_dir or tempfile.gettempdir(),
-                          block_size=block_size, qcow2_stream=qcow2_stream)
+                          block_size=block_size, depth=depth or DEFAULT_DEPTH, qcow2_stream=qcow2_stream)
         progress.bytes_written = progress.bytes_downloaded = 0
         progress.total = progress.download_total = None
 
