@@ -24,6 +24,7 @@ from services.api.rest_base import read_json
 from services.common import errors, states
 from services.common.config import ApiConfig
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
+from services.common.db.portgroups import PortgroupRepository
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
 
@@ -43,7 +44,8 @@ NODE_READONLY = {
     "target_raid_config", "traits", "fault", "conductor", "allocation_uuid", "ports", "states",
     "portgroups", "volume",
 }
-PORT_CREATE_KEYS = {"address", "node_uuid", "extra", "pxe_enabled", "local_link_connection", "physical_network", "uuid", "is_smartnic"}
+PORT_CREATE_KEYS = {"address", "node_uuid", "extra", "pxe_enabled", "local_link_connection", "physical_network", "uuid", "is_smartnic",
+                    "portgroup_uuid"}
 POWER_TARGETS = {states.POWER_ON, states.POWER_OFF, states.REBOOT, states.SOFT_REBOOT, states.SOFT_POWER_OFF}
 _NODE_TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at",
                     "inspection_finished_at", "reservation_expires_at")
@@ -72,6 +74,7 @@ class RestApi:
         self.config = config
         self.nodes = NodeRepository(pool)
         self.ports = PortRepository(pool)
+        self.portgroups = PortgroupRepository(pool)
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -115,7 +118,8 @@ class RestApi:
         from services.api.ramdisk import RamdiskEndpoints
         RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
-        from services.api import baremetal_events, bios, conductors, deploy_templates, history, openapi
+        from services.api import baremetal_events, bios, conductors, deploy_templates, history, openapi, portgroups
+        portgroups.PortgroupsApi(self).routes(app)
         bios.BiosApi(self).routes(app)
         history.HistoryApi(self).routes(app)
         conductors.ConductorsApi(self).routes(app)
@@ -197,7 +201,7 @@ class RestApi:
             "version": self._version_doc(base),
         }
         resources = ["chassis", "nodes", "ports", "drivers"]
-        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)), ("conductors", (1, 49)),
+        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)), ("conductors", (1, 49)), ("portgroups", (1, 23)),
                             ("events", (1, 54)), ("deploy_templates", (1, 55))):
             if request["version"] >= since:
                 resources.append(name)
@@ -530,8 +534,9 @@ class RestApi:
             node_id = (await self.nodes.get_by_ident(node_ident))["id"]
         address = normalize_mac(q["address"]) if "address" in q else None
         limit = self._limit(request)
-        rows = await self.ports.list(node_id=node_id, address=address, limit=limit, marker=q.get("marker"),
-                                     sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc"))
+        rows = await self.with_portgroups(await self.ports.list(
+            node_id=node_id, address=address, limit=limit, marker=q.get("marker"),
+            sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")))
         base, version = self.base(request), request["version"]
         if detail:
             docs = [views.port_document(r, base=base, version=version) for r in rows]
@@ -546,8 +551,15 @@ class RestApi:
 
     async def get_port(self, request: web.Request) -> web.Response:
         fields = self._fields(request, views.PORT_FIELD_VERSIONS)
-        port = await self.ports.get(request.match_info["ident"])
+        port = (await self.with_portgroups([await self.ports.get(request.match_info["ident"])]))[0]
         return web.json_response(views.port_document(port, base=self.base(request), version=request["version"], fields=fields), dumps=dumps)
+
+    async def with_portgroups(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Port rows with ``portgroup_uuid`` filled in (one query for the page)."""
+        uuids = await self.portgroups.uuids_by_id([r.get("portgroup_id") for r in rows])
+        for row in rows:
+            row["portgroup_uuid"] = uuids.get(row.get("portgroup_id"))
+        return rows
 
     async def create_port(self, request: web.Request) -> web.Response:
         body = await self.create_body(request, "port", PORT_CREATE_KEYS, views.PORT_FIELD_VERSIONS)
@@ -560,21 +572,35 @@ class RestApi:
         values.pop("node_uuid", None)
         values["node_id"] = node["id"]
         values.setdefault("uuid", str(uuidlib.uuid4()))
+        group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node["id"])
         port = await self.ports.create(values)
+        if group_id is not None:
+            await self.portgroups.set_port_group(port["uuid"], group_id)
+            port["portgroup_id"] = group_id
+        port = (await self.with_portgroups([port]))[0]
         doc = views.port_document(port, base=self.base(request), version=request["version"])
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
     async def patch_port(self, request: web.Request) -> web.Response:
-        port = await self.ports.get(request.match_info["ident"])
+        port = (await self.with_portgroups([await self.ports.get(request.match_info["ident"])]))[0]
         patch = await self.body(request)
         current = json.loads(dumps({k: port.get(k) for k in views.PORT_FIELD_VERSIONS if k in port}))
-        changes = apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links", "internal_info", "portgroup_uuid"},
+        changes = apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links", "internal_info"},
                               views.PORT_FIELD_VERSIONS, request["version"])
         values = _validate_port_values(changes)
         if "node_uuid" in values:
             values["node_id"] = (await self.nodes.get(values.pop("node_uuid")))["id"]
+        node_id = values.get("node_id", port["node_id"])
+        group_changed = "portgroup_uuid" in values
+        group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node_id)
+        if not group_changed and port.get("portgroup_id") is not None and node_id != port["node_id"]:
+            raise errors.InvalidParameterValue("A port in a port group cannot move to another node; remove it from the group first")
         if values:
             port = await self.ports.update(port["uuid"], values)
+        if group_changed:
+            await self.portgroups.set_port_group(port["uuid"], group_id)
+            port["portgroup_id"] = group_id
+        port = (await self.with_portgroups([port]))[0]
         return web.json_response(views.port_document(port, base=self.base(request), version=request["version"]), dumps=dumps)
 
     async def delete_port(self, request: web.Request) -> web.Response:

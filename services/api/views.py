@@ -138,7 +138,7 @@ def port_document(
         elif key in ("created_at", "updated_at"):
             doc[key] = iso(row.get(key))
         elif key == "portgroup_uuid":
-            doc[key] = None
+            doc[key] = row.get("portgroup_uuid")  # filled in by RestApi.with_portgroups
         else:
             doc[key] = row.get(key)
     if fields is not None:

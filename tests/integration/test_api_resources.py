@@ -1,6 +1,6 @@
 """REST resources of Ironic microversions up to the advertised 1.56 that
-Ferrum first lacked, against a live stack: BIOS settings (1.40), conductors
-(1.49), events (1.54), deploy templates (1.55)."""
+Ferrum first lacked, against a live stack: port groups (1.23-1.26), BIOS settings
+(1.40), conductors (1.49), events (1.54), deploy templates (1.55)."""
 
 from __future__ import annotations
 
@@ -265,3 +265,139 @@ async def test_bios_settings_read_from_the_cache(api: str, stack: Any) -> None:
                          (f"{api}/v1/nodes/bios-node/bios/ProcVirtualization", "1.39")):
         status, reply = await call("GET", url, version=version)
         assert status == 404, (url, version, reply)
+
+
+# -- port groups (1.23, 1.24, 1.26) ---------------------------------------------------------
+
+
+async def test_portgroup_lifecycle_with_ports(api: str) -> None:
+    _, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "bonded"})
+    status, group = await call("POST", f"{api}/v1/portgroups",
+                               {"node_uuid": node["uuid"], "name": "bond0", "address": "52:54:00:BB:00:10",
+                                "properties": {"miimon": "100"}})
+    assert status == 201, group
+    assert group["address"] == "52:54:00:bb:00:10" and group["mode"] == "active-backup"
+    assert group["standalone_ports_supported"] is True and group["properties"] == {"miimon": "100"}
+    assert group["ports"][0]["href"] == f"{api}/v1/portgroups/{group['uuid']}/ports"
+
+    status, port = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:11",
+                                                          "portgroup_uuid": group["uuid"]})
+    assert status == 201 and port["portgroup_uuid"] == group["uuid"]
+    status, loose = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:12"})
+    assert status == 201 and loose["portgroup_uuid"] is None
+    status, joined = await call("PATCH", f"{api}/v1/ports/{loose['uuid']}",
+                                [{"op": "replace", "path": "/portgroup_uuid", "value": group["uuid"]}])
+    assert status == 200 and joined["portgroup_uuid"] == group["uuid"]
+
+    _, members = await call("GET", f"{api}/v1/portgroups/bond0/ports")
+    assert sorted(p["uuid"] for p in members["ports"]) == sorted([port["uuid"], loose["uuid"]])
+    _, members = await call("GET", f"{api}/v1/portgroups/bond0/ports/detail")
+    assert {p["portgroup_uuid"] for p in members["ports"]} == {group["uuid"]}
+    _, shown = await call("GET", f"{api}/v1/ports/{port['uuid']}")
+    assert shown["portgroup_uuid"] == group["uuid"]
+    _, on_node = await call("GET", f"{api}/v1/nodes/bonded/portgroups")
+    assert [g["name"] for g in on_node["portgroups"]] == ["bond0"]
+    assert set(on_node["portgroups"][0]) == {"uuid", "address", "name", "links"}
+    _, detail = await call("GET", f"{api}/v1/nodes/{node['uuid']}/portgroups/detail")
+    assert detail["portgroups"][0]["node_uuid"] == node["uuid"]
+    _, by_address = await call("GET", f"{api}/v1/portgroups?address=52:54:00:bb:00:10")
+    assert [g["uuid"] for g in by_address["portgroups"]] == [group["uuid"]]
+
+    status, patched = await call("PATCH", f"{api}/v1/portgroups/bond0",
+                                 [{"op": "replace", "path": "/mode", "value": "802.3ad"},
+                                  {"op": "add", "path": "/extra/rack", "value": "r1"}])
+    assert status == 200 and patched["mode"] == "802.3ad" and patched["extra"] == {"rack": "r1"}
+
+    status, body = await call("DELETE", f"{api}/v1/portgroups/bond0")
+    assert status == 409 and "contains ports" in fault(body)
+    for member in (port, loose):
+        status, left = await call("PATCH", f"{api}/v1/ports/{member['uuid']}",
+                                  [{"op": "remove", "path": "/portgroup_uuid"}])
+        assert status == 200 and left["portgroup_uuid"] is None
+    status, _ = await call("DELETE", f"{api}/v1/portgroups/bond0")
+    assert status == 204
+    status, _ = await call("GET", f"{api}/v1/portgroups/{group['uuid']}")
+    assert status == 404
+
+
+async def test_portgroup_versions_and_errors(api: str) -> None:
+    _, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware"})
+    _, other = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware"})
+    status, group = await call("POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "name": "bond-v"},
+                               version="1.23")
+    assert status == 201 and "mode" not in group and "properties" not in group and "ports" not in group
+    status, _ = await call("POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "mode": "balance-rr"},
+                           version="1.25")
+    assert status == 406
+    for path, version in (("/v1/portgroups", "1.22"), (f"/v1/portgroups/{group['uuid']}", "1.22"),
+                          (f"/v1/nodes/{node['uuid']}/portgroups", "1.23"),
+                          (f"/v1/portgroups/{group['uuid']}/ports", "1.23")):
+        status, _ = await call("GET", api + path, version=version)
+        assert status == 404, (path, version)
+    _, v1 = await call("GET", f"{api}/v1", version="1.23")
+    assert "portgroups" in v1
+
+    bad = [
+        ({"name": "bond-x"}, 400),
+        ({"node_uuid": node["uuid"], "address": "not-a-mac"}, 400),
+        ({"node_uuid": node["uuid"], "name": group["uuid"]}, 400),
+        ({"node_uuid": node["uuid"], "standalone_ports_supported": "yes"}, 400),
+        ({"node_uuid": node["uuid"], "color": "red"}, 400),
+        ({"node_uuid": "11111111-2222-3333-4444-555555555555"}, 404),
+        ({"node_uuid": node["uuid"], "name": "bond-v"}, 409),
+    ]
+    for body, expected in bad:
+        status, reply = await call("POST", f"{api}/v1/portgroups", body)
+        assert status == expected, (body, status, reply)
+    status, _ = await call("POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:20"})
+    assert status == 201
+    status, _ = await call("POST", f"{api}/v1/portgroups", {"node_uuid": other["uuid"], "address": "52:54:00:bb:00:20"})
+    assert status == 409
+
+    # A port joins only a group of its own node, and nothing changes when it is refused.
+    status, body = await call("POST", f"{api}/v1/ports", {"node_uuid": other["uuid"], "address": "52:54:00:bb:00:21",
+                                                          "portgroup_uuid": group["uuid"]})
+    assert status == 400 and "another node" in fault(body)
+    _, ports = await call("GET", f"{api}/v1/ports?address=52:54:00:bb:00:21")
+    assert ports["ports"] == []
+    status, _ = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:22",
+                                                       "portgroup_uuid": "11111111-2222-3333-4444-555555555555"})
+    assert status == 400
+    status, member = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:23",
+                                                            "portgroup_uuid": group["uuid"]})
+    assert status == 201
+    status, body = await call("PATCH", f"{api}/v1/ports/{member['uuid']}",
+                              [{"op": "replace", "path": "/node_uuid", "value": other["uuid"]}])
+    assert status == 400
+    status, body = await call("PATCH", f"{api}/v1/portgroups/{group['uuid']}",
+                              [{"op": "replace", "path": "/node_uuid", "value": other["uuid"]}])
+    assert status == 409
+    status, _ = await call("PATCH", f"{api}/v1/portgroups/{group['uuid']}", [{"op": "replace", "path": "/uuid",
+                                                                             "value": other["uuid"]}])
+    assert status == 400
+    _, still = await call("GET", f"{api}/v1/ports/{member['uuid']}")
+    assert still["node_uuid"] == node["uuid"] and still["portgroup_uuid"] == group["uuid"]
+
+    # Deleting the node takes its groups (and their ports) with it.
+    status, _ = await call("DELETE", f"{api}/v1/nodes/{node['uuid']}")
+    assert status == 204
+    status, _ = await call("GET", f"{api}/v1/portgroups/{group['uuid']}")
+    assert status == 404
+
+
+async def test_portgroup_pages(api: str) -> None:
+    _, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware"})
+    names = [f"page-bond-{i}" for i in range(5)]
+    for name in names:
+        status, _ = await call("POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "name": name})
+        assert status == 201
+    seen: list[str] = []
+    url = f"{api}/v1/nodes/{node['uuid']}/portgroups?limit=2&sort_key=name&sort_dir=desc"
+    for _ in range(10):
+        status, page = await call("GET", url)
+        assert status == 200
+        seen += [g["name"] for g in page["portgroups"]]
+        if "next" not in page:
+            break
+        url = page["next"]
+    assert seen == sorted(names, reverse=True)

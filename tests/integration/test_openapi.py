@@ -35,6 +35,7 @@ SEED = [
                                "uuid": "86cfd480-0842-4abb-8386-e46149beb82f", "node_uuid": NODE}),
     ("/v1/volume/targets", {"volume_type": "iscsi", "boot_index": 0, "volume_id": "seed",
                             "uuid": "bd4accc2-6a63-4b9f-8f8b-cf0bbbc10c4b", "node_uuid": NODE}),
+    ("/v1/portgroups", {"node_uuid": NODE, "name": "example-bond", "address": "52:54:00:bb:00:00"}),
     ("/v1/deploy_templates", {"name": "CUSTOM_EXAMPLE_BIOS",
                               "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 5}]}),
 ]

@@ -1,0 +1,164 @@
+"""Port group records (REST 1.23+) and which group each port is in.
+
+The only place with SQL for the ``portgroups`` table and ``ports.portgroup_id``;
+keyset pagination on (sort_key, id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.nodes import is_uuid
+from services.common.db.rows import row_to_dict
+
+SORT_KEYS = frozenset(("id", "uuid", "name", "address", "created_at", "updated_at"))
+WRITABLE = frozenset(("uuid", "node_id", "name", "address", "mode", "properties", "extra",
+                      "standalone_ports_supported"))
+_SELECT = "SELECT g.*, n.uuid AS node_uuid FROM portgroups g JOIN nodes n ON n.id = g.node_id"
+_PORTS = "SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p.node_id"
+
+
+def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.Conflict:
+    constraint = exc.constraint_name or ""
+    if "address" in constraint:
+        return errors.Conflict(f"A port group with MAC address {values.get('address')} already exists.")
+    if "name" in constraint:
+        return errors.Conflict(f"A port group with name {values.get('name')} already exists.")
+    return errors.Conflict(f"A port group with UUID {values.get('uuid')} already exists.")
+
+
+async def _page(db: Any, select: str, table: str, alias: str, where: list[str], args: list[Any], *, limit: int,
+                marker: str | None, sort_key: str, sort_dir: str, sort_keys: frozenset[str]) -> list[dict[str, Any]]:
+    """Keyset page of ``select`` (``table`` aliased ``alias``), NULL sort values last in both directions."""
+    if sort_key not in sort_keys:
+        raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
+    if sort_dir not in ("asc", "desc"):
+        raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
+    op = ">" if sort_dir == "asc" else "<"
+    if marker is not None:
+        row = await db.fetchrow(f"SELECT id, {sort_key} AS k FROM {table} WHERE uuid = $1::uuid", marker) \
+            if is_uuid(marker) else None
+        if row is None:
+            raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
+        if row["k"] is None:
+            args.append(row["id"])
+            where.append(f"({alias}.{sort_key} IS NULL AND {alias}.id {op} ${len(args)})")
+        else:
+            args += [row["k"], row["id"]]
+            where.append(f"(({alias}.{sort_key}, {alias}.id) {op} (${len(args) - 1}, ${len(args)}) "
+                         f"OR {alias}.{sort_key} IS NULL)")
+    args.append(limit)
+    clause = (" WHERE " + " AND ".join(where)) if where else ""
+    rows = await db.fetch(f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, "
+                          f"{alias}.id {sort_dir} LIMIT ${len(args)}", *args)
+    return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+
+
+class PortgroupRepository:
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._db = db
+
+    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(values) - WRITABLE
+        if unknown:
+            raise errors.InvalidParameterValue(f"unknown port group fields: {', '.join(sorted(unknown))}")
+        columns = list(values)
+        marks = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        try:
+            row = await self._db.fetchrow(
+                f"WITH g AS (INSERT INTO portgroups ({', '.join(columns)}) VALUES ({marks}) RETURNING *) "
+                "SELECT g.*, n.uuid AS node_uuid FROM g JOIN nodes n ON n.id = g.node_id",
+                *[values[c] for c in columns])
+        except asyncpg.UniqueViolationError as exc:
+            raise _conflict(exc, values) from None
+        except asyncpg.ForeignKeyViolationError:
+            raise errors.NodeNotFound("The port group's node could not be found.") from None
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def get(self, ident: str) -> dict[str, Any]:
+        """By UUID or name."""
+        if is_uuid(ident):
+            row = await self._db.fetchrow(_SELECT + " WHERE g.uuid = $1::uuid", ident)
+        else:
+            row = await self._db.fetchrow(_SELECT + " WHERE g.name = $1", ident)
+        if row is None:
+            raise errors.NotFound(f"Port group {ident} could not be found.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def list(self, *, node_id: int | None = None, address: str | None = None, limit: int,
+                   marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc") -> list[dict[str, Any]]:
+        where: list[str] = []
+        args: list[Any] = []
+        if node_id is not None:
+            args.append(node_id)
+            where.append(f"g.node_id = ${len(args)}")
+        if address is not None:
+            args.append(address)
+            where.append(f"g.address = ${len(args)}")
+        return await _page(self._db, _SELECT, "portgroups", "g", where, args, limit=limit, marker=marker,
+                           sort_key=sort_key, sort_dir=sort_dir, sort_keys=SORT_KEYS)
+
+    async def update(self, portgroup_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(changes) - WRITABLE
+        if unknown:
+            raise errors.InvalidParameterValue(f"unknown port group fields: {', '.join(sorted(unknown))}")
+        columns = list(changes)
+        sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
+        try:
+            row = await self._db.fetchrow(
+                f"WITH g AS (UPDATE portgroups SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *) "
+                "SELECT g.*, n.uuid AS node_uuid FROM g JOIN nodes n ON n.id = g.node_id",
+                portgroup_uuid, *[changes[c] for c in columns])
+        except asyncpg.UniqueViolationError as exc:
+            raise _conflict(exc, changes) from None
+        if row is None:
+            raise errors.NotFound(f"Port group {portgroup_uuid} could not be found.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def delete_if_empty(self, portgroup_uuid: str) -> None:
+        """Delete a group that has no ports; one with ports is a 409, as in Ironic."""
+        result = await self._db.execute(
+            "DELETE FROM portgroups g WHERE uuid = $1::uuid "
+            "AND NOT EXISTS (SELECT 1 FROM ports p WHERE p.portgroup_id = g.id)", portgroup_uuid)
+        if result.endswith(" 0"):
+            if await self._db.fetchval("SELECT 1 FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid):
+                raise errors.InvalidState(f"Port group {portgroup_uuid} cannot be deleted because it contains ports.")
+            raise errors.NotFound(f"Port group {portgroup_uuid} could not be found.")
+
+    async def ports(self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id",
+                    sort_dir: str = "asc") -> list[dict[str, Any]]:
+        """A page of the group's ports, as the ports API renders them."""
+        return await _page(self._db, _PORTS, "ports", "p", ["p.portgroup_id = $1"], [portgroup_id], limit=limit,
+                           marker=marker, sort_key=sort_key, sort_dir=sort_dir,
+                           sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")))
+
+    async def set_port_group(self, port_uuid: str, portgroup_id: int | None) -> None:
+        """Put a port in a group (or take it out with None)."""
+        await self._db.execute("UPDATE ports SET portgroup_id = $2, updated_at = now() WHERE uuid = $1::uuid",
+                               port_uuid, portgroup_id)
+
+    async def uuids_by_id(self, portgroup_ids: Sequence[int]) -> dict[int, str]:
+        """Group UUIDs for the ports' ``portgroup_id`` values, in one query."""
+        wanted = sorted({i for i in portgroup_ids if i is not None})
+        if not wanted:
+            return {}
+        rows = await self._db.fetch("SELECT id, uuid FROM portgroups WHERE id = ANY($1::bigint[])", wanted)
+        return {r["id"]: str(r["uuid"]) for r in rows}
+
+    async def resolve_for_port(self, portgroup_uuid: Any, node_id: int) -> int | None:
+        """The id of the group a port on ``node_id`` may join; None leaves every group."""
+        if portgroup_uuid is None:
+            return None
+        if not isinstance(portgroup_uuid, str) or not is_uuid(portgroup_uuid):
+            raise errors.InvalidParameterValue(f"Expected a UUID for portgroup_uuid but received {portgroup_uuid}.")
+        row = await self._db.fetchrow("SELECT id, node_id FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid)
+        if row is None:
+            raise errors.InvalidParameterValue(f"Port group {portgroup_uuid} could not be found.")
+        if row["node_id"] != node_id:
+            raise errors.InvalidParameterValue(
+                f"Port group {portgroup_uuid} belongs to another node; a port can only join its own node's groups.")
+        return int(row["id"])
