@@ -2,7 +2,7 @@
 
 It walks the boot sequence (the BMC's override first, then the boot order):
 
-* **Pxe**: like iPXE handed a bootfile by DHCP, it GETs the boot URL and
+* **Pxe** (each NIC in turn): like iPXE handed a bootfile by DHCP, it GETs the boot URL and
   interprets each script with ``services.ipxe.interpret.interpret_script``
   (the machine's MACs and UUID as iPXE variables), following ``chain``
   (bounded hops). A ``kernel`` boot starts a deploy agent on the machine's disk
@@ -102,42 +102,60 @@ async def run_firmware(machine: Machine) -> None:
 
 
 async def boot_pxe(machine: Machine) -> str:
+    """Network boot from each NIC in turn, as firmware lists one PXE entry per NIC.
+
+    A NIC whose scripts fail (no answer, 404, an ``error`` action) hands over
+    to the next NIC; an ``exit`` (the script returning to the firmware on
+    purpose, e.g. to boot the disk) ends network boot for this power-on.
+    """
+    sim = machine.simulator
+    if not sim.options.boot_url:
+        machine.record("pxe_error", error="no boot URL configured (no DHCP bootfile)")
+        return FAILED
+    for nic in range(len(machine.macs)):
+        result, final = await _boot_pxe_nic(machine, nic)
+        if result == BOOTED or final:
+            return result
+    return FAILED
+
+
+async def _boot_pxe_nic(machine: Machine, nic: int) -> tuple[str, bool]:
+    """(result, whether to stop trying other NICs)."""
     from services.ipxe.interpret import interpret_script
 
     sim = machine.simulator
     url = sim.options.boot_url
-    if not url:
-        machine.record("pxe_error", error="no boot URL configured (no DHCP bootfile)")
-        return FAILED
-    variables = machine.ipxe_variables()
+    variables = machine.ipxe_variables(nic)
     for _hop in range(sim.options.max_chain_hops + 1):
         try:
             script = await fetch_text(sim.session, url, sim.options.http_timeout)
         except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError) as exc:
-            machine.record("pxe_error", url=url, error=str(exc) or type(exc).__name__)
-            return FAILED
-        machine.record("pxe_fetch", url=url, size=len(script))
+            machine.record("pxe_error", nic=nic, url=url, error=str(exc) or type(exc).__name__)
+            return FAILED, False
+        machine.record("pxe_fetch", nic=nic, url=url, size=len(script))
         action = interpret_script(script, variables)
         kind = action.kind
         if kind == "chain":
             url = urljoin(url, action.chain_url)
-            machine.record("chain", url=url)
+            machine.record("chain", nic=nic, url=url)
             continue
         if kind == "kernel":
-            return await boot_kernel(machine, action, url)
+            return await boot_kernel(machine, action, url), True
         if kind == "local_disk":
             machine.record("local_disk", message=action.message or "")
-            return await boot_disk(machine)
+            return await boot_disk(machine), True
         if kind == "sanboot":
             machine.status = "san_boot"
             machine.os_report = {"san_target": action.san_target}
             machine.record("sanboot", target=action.san_target or "")
-            return BOOTED
-        machine.record("pxe_" + (kind if kind in ("error", "exit") else "unknown"), kind=kind,
-                       message=action.message or "")
-        return FAILED
-    machine.record("pxe_error", error=f"more than {sim.options.max_chain_hops} chained scripts")
-    return FAILED
+            return BOOTED, True
+        if kind == "exit":
+            machine.record("pxe_exit", nic=nic, message=action.message or "")
+            return FAILED, True
+        machine.record("pxe_error", nic=nic, kind=kind, message=action.message or "")
+        return FAILED, False
+    machine.record("pxe_error", nic=nic, error=f"more than {sim.options.max_chain_hops} chained scripts")
+    return FAILED, False
 
 
 async def boot_kernel(machine: Machine, action: Any, script_url: str) -> str:

@@ -79,10 +79,10 @@ class Machine:
     def system_path(self) -> str:
         return f"/redfish/v1/Systems/{self.uuid}"
 
-    def ipxe_variables(self) -> dict[str, str]:
-        """What iPXE would know about itself when it runs the boot script."""
+    def ipxe_variables(self, nic: int = 0) -> dict[str, str]:
+        """What iPXE would know about itself when it runs the boot script from NIC ``nic``."""
         variables = {
-            "mac": self.macs[0], "uuid": self.uuid, "serial": self.disk_serial, "buildarch": "x86_64",
+            "mac": self.macs[nic], "uuid": self.uuid, "serial": self.disk_serial, "buildarch": "x86_64",
             "platform": "efi" if self.boot_mode == "UEFI" else "pcbios",
             "manufacturer": "Ferrum", "product": "Ferrum simulated machine", "hostname": self.name,
         }

@@ -360,18 +360,40 @@ async def test_pxe_boot_follows_the_chain_and_starts_an_agent(sim: Simulator, bo
 
 async def test_error_and_unknown_scripts_fall_through_to_the_disk(sim: Simulator, boot_server: BootServer) -> None:
     machine = sim.machines[2]
-    hyphen = machine.macs[0].replace(":", "-")
-    boot_server.scripts[hyphen] = "#!ipxe\necho Ferrum: node is not in a deployable state\nexit 1\n"
+    hyphen = [mac.replace(":", "-") for mac in machine.macs]
+    boot_server.scripts[hyphen[0]] = "#!ipxe\necho Ferrum: node is not in a deployable state\nexit 1\n"
     await machine.power_on(reason="test")
     await wait_for(lambda: machine.status == "no_bootable_device", what="fall through")
     events = [e for e in machine.boot_log if e["boot"] == machine.boot_count]
-    kinds = [e["event"] for e in events]
-    assert "pxe_error" in kinds and "disk_not_bootable" in kinds
-    assert "not in a deployable state" in machine.events("pxe_error")[-1]["message"]
-    del boot_server.scripts[hyphen]
-    await machine.reset(reason="test")   # now the per-node script is a 404
-    await wait_for(lambda: machine.boot_count >= 2 and machine.status == "no_bootable_device", what="404 boot")
-    assert "HTTP 404" in machine.events("pxe_error")[-1]["error"]
+    errors = [e for e in events if e["event"] == "pxe_error"]
+    # NIC 0 got an error script, then the firmware tried NIC 1 (no script: 404), then the empty disk.
+    assert [e["nic"] for e in errors] == [0, 1]
+    assert "not in a deployable state" in errors[0]["message"] and "HTTP 404" in errors[1]["error"]
+    assert f"/nodes/{hyphen[1]}.ipxe" in boot_server.requests
+    assert [e["event"] for e in events][-2:] == ["disk_not_bootable", "no_bootable_device"]
+
+    # An `exit 0` returns to the firmware on purpose: no other NIC is tried, the disk is next.
+    boot_server.scripts[hyphen[0]] = "#!ipxe\necho Ferrum: booting the local disk\nexit 0\n"
+    await machine.reset(reason="test")
+    await wait_for(lambda: machine.boot_count == 2 and machine.status == "no_bootable_device", what="exit 0")
+    events = [e["event"] for e in machine.boot_log if e["boot"] == 2]
+    assert "pxe_exit" in events and "pxe_error" not in events and events.count("pxe_fetch") == 2
+    del boot_server.scripts[hyphen[0]]
+    await power_off(sim, 2)
+
+
+async def test_pxe_from_the_second_nic(sim: Simulator, boot_server: BootServer,
+                                       agents: list[StandInAgent]) -> None:
+    """The node's port may be the machine's second NIC: firmware gets there after the first fails."""
+    machine = sim.machines[2]
+    second = machine.macs[1].replace(":", "-")
+    boot_server.scripts[second] = boot_server.deploy_script()
+    await machine.power_on(reason="test")
+    await wait_for(lambda: machine.status == "ramdisk", what="the ramdisk via NIC 1")
+    launch = agents[-1].launch
+    assert launch.kernel_args["BOOTIF"] == machine.macs[1]
+    assert launch.macs == (machine.macs[1], machine.macs[0])   # the booting NIC first
+    del boot_server.scripts[second]
     await power_off(sim, 2)
 
 
