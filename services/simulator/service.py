@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import uuid as uuidlib
 from collections.abc import Coroutine
 from pathlib import Path
@@ -28,6 +29,24 @@ from services.simulator.redfish import RedfishService
 
 LOG = logging.getLogger(__name__)
 STOP_CONCURRENCY = 64
+FDS_PER_MACHINE = 6
+
+
+def _raise_fd_limit(wanted: int) -> None:
+    """Lift the soft open-files limit towards ``wanted`` (never above the hard limit).
+
+    A busy machine holds a few descriptors (its agent's listening socket, a
+    download, its disk file, the conductor's connections); 1,000 of them
+    outgrow the common 1,024 default.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            LOG.info("simulator raised the open-files limit from=%d to=%d", soft, target)
+        except (ValueError, OSError) as exc:
+            LOG.warning("simulator cannot raise the open-files limit from=%d wanted=%d error=%s", soft, target, exc)
 
 
 def _ensure_disk(path: Path, size: int) -> None:
@@ -65,7 +84,10 @@ class Simulator:
             self.machines.append(machine)
             self._index[machine.name] = self._index[machine.uuid] = machine
         await asyncio.to_thread(self._create_disks)
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256))
+        _raise_fd_limit(opts.machines * FDS_PER_MACHINE + 1024)
+        # No connection cap: each real machine has its own NIC, and a shared cap
+        # would queue agents' heartbeats behind other machines' image downloads.
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self.redfish = RedfishService(self)
         try:
             self._runner, self.port = await start_http_site(self.redfish.build_app(), opts.host, opts.port)

@@ -65,3 +65,28 @@ def test_bad_options_exit_2_with_a_clear_message(tmp_path: Path) -> None:
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2, (args, run.stderr)
         assert text in run.stderr, (args, run.stderr)
+
+
+def test_open_files_limit_is_raised_for_many_machines(tmp_path: Path) -> None:
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    ports = tmp_path / "ports.json"
+    proc = subprocess.Popen([FERRUM, "simulator", "--machines", "300", "--state-dir", str(tmp_path / "state"),
+                             "--port", "0", "--ports-file", str(ports), "--disk-size", "8MiB"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=low_limit)
+    try:
+        deadline = time.monotonic() + 60
+        while not (ports.exists() and ports.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft = int(next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3])
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        assert soft == min(300 * 6 + 1024, hard) and soft > 256
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    assert proc.returncode == 0
