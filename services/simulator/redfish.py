@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+import json
 import re
 import secrets
 import time
@@ -46,6 +47,13 @@ def error(status: int, message: str, code: str = "Base.1.0.GeneralError") -> web
     body = {"error": {"code": code, "message": message,
                       "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}}
     return web.json_response(body, status=status)
+
+
+def http_error(cls: type[web.HTTPException], message: str, code: str) -> web.HTTPException:
+    """The same Redfish error body, as an exception a helper can raise."""
+    body = {"error": {"code": code, "message": message,
+                      "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}}
+    return cls(text=json.dumps(body), content_type="application/json")
 
 
 def odata(path: str) -> dict[str, str]:
@@ -146,9 +154,7 @@ class RedfishService:
     def machine(self, match: re.Match[str]) -> Machine:
         found = self.sim.find(match["sys"])
         if found is None:
-            raise web.HTTPNotFound(text=f'{{"error": {{"code": "Base.1.0.ResourceMissingAtURI", '
-                                        f'"message": "no system {match["sys"]}"}}}}',
-                                   content_type="application/json")
+            raise http_error(web.HTTPNotFound, f"no system {match['sys']}", "Base.1.0.ResourceMissingAtURI")
         return found
 
     @staticmethod
@@ -156,13 +162,10 @@ class RedfishService:
         try:
             data = await request.json()
         except ValueError:
-            raise web.HTTPBadRequest(text='{"error": {"code": "Base.1.0.MalformedJSON", "message": '
-                                          '"the request body is not valid JSON"}}',
-                                     content_type="application/json") from None
+            raise http_error(web.HTTPBadRequest, "the request body is not valid JSON",
+                             "Base.1.0.MalformedJSON") from None
         if not isinstance(data, dict):
-            raise web.HTTPBadRequest(text='{"error": {"code": "Base.1.0.MalformedJSON", "message": '
-                                          '"the request body must be a JSON object"}}',
-                                     content_type="application/json")
+            raise http_error(web.HTTPBadRequest, "the request body must be a JSON object", "Base.1.0.MalformedJSON")
         return data
 
     # ---- service root and systems ---------------------------------------------------
@@ -308,9 +311,8 @@ class RedfishService:
     def device(self, match: re.Match[str]) -> tuple[Machine, str]:
         m = self.machine(match)
         if match["dev"] not in m.virtual_media:
-            raise web.HTTPNotFound(text='{"error": {"code": "Base.1.0.ResourceMissingAtURI", '
-                                        '"message": "no such virtual media device"}}',
-                                   content_type="application/json")
+            raise http_error(web.HTTPNotFound, f"no virtual media device {match['dev']}",
+                             "Base.1.0.ResourceMissingAtURI")
         return m, match["dev"]
 
     async def media(self, request: web.Request, match: re.Match[str]) -> web.Response:

@@ -582,3 +582,12 @@ async def test_a_thousand_machines_answer_the_systems_collection(tmp_path: Path)
     finally:
         await simulator.stop()
 
+
+
+async def test_not_found_bodies_are_redfish_errors(sim: Simulator) -> None:
+    async with aiohttp.ClientSession(headers=basic(USER, PASSWORD)) as session:
+        for path in ('/redfish/v1/Systems/"quoted"', f"/redfish/v1/Managers/{sim.machines[0].name}/VirtualMedia/Tape",
+                     "/redfish/v1/Nothing"):
+            async with session.get(sim.redfish_url + path) as resp:
+                assert resp.status == 404, path
+                assert (await resp.json())["error"]["code"] == "Base.1.0.ResourceMissingAtURI"
