@@ -174,3 +174,23 @@ async def test_history_is_404_at_the_advertised_maximum(api: str) -> None:
             assert r.status == 404
             body = await r.json()
             assert json.loads(body["error_message"])["faultcode"] == "Client"
+
+
+async def test_errors_carry_version_headers_and_nul_is_a_client_error(api: str) -> None:
+    """What the document promises for every error response, checked directly."""
+    async with aiohttp.ClientSession() as session:
+        for method, path, body in (("GET", "/v1/nodes/%00", None), ("GET", "/v1/nodes?owner=a%00b", None),
+                                   ("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "a\u0000b"}),
+                                   ("POST", "/v1/nodes", {"driver": "fake-hardware", "extra": {"k\u0000": 1}})):
+            async with session.request(method, api + path, json=body, headers=V) as r:
+                assert r.status == 400, (method, path, await r.text())
+                assert "NUL" in json.loads((await r.json())["error_message"])["faultstring"]
+                assert r.headers["X-OpenStack-Ironic-API-Version"] == r.headers["X-OpenStack-Ironic-API-Maximum-Version"]
+        async with session.get(f"{api}/v1/nodes/no-such-node", headers={"X-OpenStack-Ironic-API-Version": "1.40"}) as r:
+            assert r.status == 404 and r.headers["X-OpenStack-Ironic-API-Version"] == "1.40"
+            assert r.headers["X-OpenStack-Ironic-API-Minimum-Version"] == "1.1"
+        async with session.get(f"{api}/v1/nodes", headers={"X-OpenStack-Ironic-API-Version": "1.999"}) as r:
+            assert r.status == 406 and r.headers["X-OpenStack-Ironic-API-Version"] == "1.1"
+        async with session.get(f"{api}/v1/nodes", headers=V) as r:
+            names = [n["name"] for n in (await r.json())["nodes"]]
+            assert not any(n and "\x00" in n for n in names)
