@@ -91,6 +91,13 @@ async def test_boot_device_once_and_persistent(sim: Simulator, power: RedfishPow
     await power.set_power_state(task, "power off")
 
 
+async def test_sushy_runs_in_the_interface_pool(sim: Simulator, power: RedfishPower) -> None:
+    import threading
+
+    name = await power._call(make_task(sim, 0), "probe", lambda system: threading.current_thread().name)
+    assert name.startswith("redfish-power")
+
+
 async def test_uuid_and_macs(sim: Simulator, management: RedfishManagement) -> None:
     machine = sim.machines[2]
     task = make_task(sim, 2)

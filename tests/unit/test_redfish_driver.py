@@ -121,3 +121,12 @@ def test_redfish_hardware_type_composes() -> None:
     driver = registry.compose({"driver": "redfish"})
     assert isinstance(driver.power, RedfishPower) and isinstance(driver.management, RedfishManagement)
     assert "redfish_password" in registry.properties("redfish")
+
+
+
+def test_each_interface_has_its_own_bounded_pool() -> None:
+    """BMC I/O has its own threads, so hung BMCs cannot starve the default executor."""
+    power = RedfishPower(vars(ConductorConfig(redfish_workers=3)))
+    management = RedfishManagement(vars(ConductorConfig()))
+    assert power._executor._max_workers == 3 and management._executor._max_workers == 16
+    assert power._executor is not management._executor

@@ -1,6 +1,9 @@
 """The ``redfish`` power and management interfaces (sushy, off the event loop).
 
-Every sushy call runs in ``asyncio.to_thread``. Power changes are
+Every sushy call runs in a worker thread, off the event loop: in a small
+pool of the interface's own (``redfish_workers``, like ``asyncio.to_thread``
+but isolated), so BMCs that hang until their timeouts cannot starve the
+conductor's default executor that other work shares. Power changes are
 asynchronous on real BMCs (and on sushy-tools' fake driver, which applies
 them 1-11 s later), so after asking for a change we poll the system until it
 reports the wanted state or the timeout passes; we never sleep a fixed time
@@ -11,8 +14,11 @@ as Ironic does: a ForceRestart cannot be observed reliably.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import sushy
@@ -30,6 +36,7 @@ LOG = logging.getLogger(__name__)
 
 DEFAULT_POWER_TIMEOUT = 60.0
 DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_WORKERS = 16
 
 GET_POWER_STATE = {
     sushy.PowerState.ON: states.POWER_ON,
@@ -85,6 +92,7 @@ class _RedfishBase:
     """What power and management share: options, the connection cache, calls."""
 
     options: dict[str, Any]
+    kind: str
 
     def _setup(self) -> None:
         self.power_timeout = _float_option(self.options, "redfish_power_timeout", DEFAULT_POWER_TIMEOUT)
@@ -92,6 +100,8 @@ class _RedfishBase:
         request_timeout = _float_option(self.options, "redfish_request_timeout", 30.0)
         self.connections = ConnectionCache(request_timeout=request_timeout,
                                            connect_timeout=min(10.0, request_timeout))
+        workers = int(_float_option(self.options, "redfish_workers", DEFAULT_WORKERS))
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"redfish-{self.kind}")
 
     def get_properties(self) -> dict[str, str]:
         return dict(DRIVER_INFO_PROPERTIES)
@@ -100,11 +110,13 @@ class _RedfishBase:
         parse_driver_info(task.node)
 
     async def _call(self, task: base.Task, action: str, fn: Any) -> Any:
-        info = parse_driver_info(task.node)
-        return await asyncio.to_thread(self.connections.call, info, action, fn)
+        return await self._info_call(parse_driver_info(task.node), action, fn)
 
     async def _info_call(self, info: RedfishInfo, action: str, fn: Any) -> Any:
-        return await asyncio.to_thread(self.connections.call, info, action, fn)
+        """``connections.call`` in this interface's pool, with the caller's context (log ids)."""
+        context = contextvars.copy_context()
+        call = functools.partial(context.run, self.connections.call, info, action, fn)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
 
 def _read_power(system: Any) -> str:
