@@ -94,6 +94,7 @@ class ConductorConfig:
     redfish_power_timeout: float = 60.0
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0
+    redfish_workers: int = 16
     objectstore_address: str = ""
     configdrive_use_object_store: bool = True
     configdrive_container: str = "ironic_configdrive_container"
