@@ -42,7 +42,7 @@ NODE_READONLY = {
     "driver_internal_info", "maintenance", "maintenance_reason", "console_enabled", "chassis_uuid",
     "inspection_started_at", "inspection_finished_at", "clean_step", "deploy_step", "raid_config",
     "target_raid_config", "traits", "fault", "conductor", "allocation_uuid", "ports", "states",
-    "portgroups", "volume",
+    "portgroups", "volume", "boot_mode", "secure_boot",
 }
 PORT_CREATE_KEYS = {"address", "node_uuid", "extra", "pxe_enabled", "local_link_connection", "physical_network", "uuid", "is_smartnic",
                     "portgroup_uuid"}
