@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -59,13 +59,12 @@ class AgentOptions:
     reboot: Callable[[], Awaitable[None]] | None = None      # hook: standby.run_image / reboot
     agent_token: str = ""                # pre-generated token (ipa-agent-token), else the lookup's
     global_request_id: str = ""          # ipa-global-request-id, sent on lookup/heartbeat
-    tmp_dir: str = ""                    # where a qcow2 image is staged before conversion (default: system temp)
+    tmp_dir: str = ""                    # qcow2 spool / staging directory (default: system temp)
     write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
-    hostname: str = ""
+    hostname: str = ""                   # reported in the inventory
     qcow2_stream: bool = True            # convert qcow2 while it downloads; False = stage it and run qemu-img
     conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOptions:
