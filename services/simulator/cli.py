@@ -29,18 +29,22 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nics", type=int, default=1, help="NICs per machine, 1-4 (default 1)")
     parser.add_argument("--boot-order", default="Pxe,Hdd",
                         help="firmware boot order when no override is set (default Pxe,Hdd)")
+    parser.add_argument("--power-delay", default="0",
+                        help="seconds a power request takes to land: N or min,max (default 0; real BMCs: 1,11)")
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
 
 async def serve(args: argparse.Namespace) -> int:
     from services.simulator import Simulator, SimulatorOptions
+    from services.simulator.options import parse_delay
 
     simulator = Simulator(SimulatorOptions(
         machines=args.machines, state_dir=args.state_dir, boot_url=args.boot_url, host=args.host, port=args.port,
         disk_size=args.disk_size, username=args.username, password=args.password, name_prefix=args.name_prefix,
         first_index=args.first_index, nics_per_machine=args.nics,
         boot_order=tuple(t.strip() for t in args.boot_order.split(",") if t.strip()),
+        power_delay=parse_delay(args.power_delay),
     ))
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

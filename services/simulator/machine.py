@@ -71,6 +71,7 @@ class Machine:
         self.virtual_media = {"Cd": VirtualMediaSlot(), "Floppy": VirtualMediaSlot()}
         self.agent: Any = None
         self._boot_task: asyncio.Task[None] | None = None
+        self._pending_power: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     # ---- identity -------------------------------------------------------------------
@@ -152,6 +153,28 @@ class Machine:
             self.power_state = "On"
             self._start_boot(reason)
 
+    async def apply_power(self, reset_type: str) -> None:
+        """A Redfish ResetType, done now."""
+        if reset_type in ("On", "ForceOn"):
+            await self.power_on(reason=reset_type)
+        elif reset_type in ("ForceOff", "GracefulShutdown"):
+            await self.power_off(reason=reset_type)
+        else:
+            await self.reset(reason=reset_type)
+
+    def schedule_power(self, reset_type: str, delay: float) -> None:
+        """Apply ``reset_type`` after ``delay`` s; a newer request replaces a pending one."""
+        if self._pending_power is not None:
+            self._pending_power.cancel()
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            self._pending_power = None
+            if not self.simulator.stopping:
+                await self.apply_power(reset_type)
+
+        self._pending_power = self.simulator.spawn(later())
+
     def _start_boot(self, reason: str) -> None:
         from services.simulator.firmware import run_firmware
 
@@ -165,13 +188,16 @@ class Machine:
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        agent, self.agent = self.agent, None
+        agent = self.agent
         if agent is not None:
             try:
                 await asyncio.wait_for(agent.stop(), AGENT_STOP_TIMEOUT)
                 self.record("agent_stopped")
+            except asyncio.CancelledError:
+                raise  # the agent stays recorded, so the next halt stops it again
             except Exception as exc:  # an agent that will not stop must not wedge the machine
                 self.record("agent_stop_error", error=str(exc) or type(exc).__name__)
+            self.agent = None
 
     def agent_hooks(self) -> tuple[Any, Any]:
         """power_off and reboot hooks for the agent of the current boot.
@@ -184,7 +210,7 @@ class Machine:
 
         def later(action: str) -> None:
             async def act() -> None:
-                if self.boot_count != generation or self.power_state != "On":
+                if self.boot_count != generation or self.power_state != "On" or self.simulator.stopping:
                     return
                 if action == "power_off":
                     await self.power_off(reason="agent")

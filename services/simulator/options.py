@@ -48,6 +48,7 @@ class SimulatorOptions:
     max_chain_hops: int = 8
     http_timeout: float = 30.0
     agent_host: str = "127.0.0.1"        # where embedded agents listen (ephemeral ports)
+    power_delay: tuple[float, float] = (0.0, 0.0)  # a Reset lands after uniform(min, max) s (0 = at once)
     # Builds the deploy agent a kernel boot starts; None = services.agent.agent.Agent.
     # Takes an AgentLaunch, returns an object with async start() and stop().
     agent_factory: Callable[[Any], Any] | None = None
@@ -71,5 +72,21 @@ class SimulatorOptions:
         if bad or not self.boot_order:
             raise errors.InvalidParameterValue(f"boot order {self.boot_order!r} must name devices from "
                                                f"{', '.join(BOOT_TARGETS[1:])}")
+        low, high = self.power_delay
+        if low < 0 or high < low or high > 600:
+            raise errors.InvalidParameterValue(f"power delay {low},{high} must be 0 <= min <= max <= 600 seconds")
         parse_size(self.disk_size)
         return self
+
+
+def parse_delay(text: str) -> tuple[float, float]:
+    """``N`` or ``min,max`` seconds."""
+    try:
+        values = [float(p) for p in str(text).split(",") if p.strip()]
+    except ValueError:
+        raise errors.InvalidParameterValue(f"invalid power delay {text!r}: expected N or min,max seconds") from None
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) != 2:
+        raise errors.InvalidParameterValue(f"invalid power delay {text!r}: expected N or min,max seconds")
+    return values[0], values[1]

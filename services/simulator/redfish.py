@@ -241,16 +241,18 @@ class RedfishService:
         if reset_type not in RESET_TYPES:
             return error(400, f"ResetType {reset_type!r} is not one of {', '.join(RESET_TYPES)}",
                          "Base.1.0.ActionParameterNotSupported")
-        if reset_type in ("On", "ForceOn"):
-            await m.power_on(reason=reset_type)
-        elif reset_type in ("ForceOff", "GracefulShutdown"):
-            await m.power_off(reason=reset_type)
-        elif reset_type in ("ForceRestart", "GracefulRestart"):
-            await m.reset(reason=reset_type)
-        elif reset_type == "PushPowerButton":
-            await (m.power_off(reason=reset_type) if m.power_state == "On" else m.power_on(reason=reset_type))
-        else:
+        if reset_type == "Nmi":
             m.record("nmi")
+            return web.Response(status=204)
+        if reset_type == "PushPowerButton":
+            reset_type = "ForceOff" if m.power_state == "On" else "On"
+        delay = self.sim.power_delay()
+        if delay > 0:
+            # Like real BMCs (and sushy-tools), accept now and act later: clients must poll.
+            m.record("power_pending", reset_type=reset_type, delay=round(delay, 2))
+            m.schedule_power(reset_type, delay)
+        else:
+            await m.apply_power(reset_type)
         return web.Response(status=204)
 
     async def nics(self, request: web.Request, match: re.Match[str]) -> web.Response:

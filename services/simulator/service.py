@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import os
+import random
 import resource
 import uuid as uuidlib
 from collections.abc import Coroutine
@@ -68,6 +69,7 @@ class Simulator:
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.redfish: RedfishService | None = None
+        self.stopping = False
         self.port = 0
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -100,6 +102,11 @@ class Simulator:
                  len(self.machines), self.redfish_url, opts.state_dir, opts.boot_url or "-")
 
     async def stop(self) -> None:
+        # Pending power requests and agent hooks first, so nothing powers back on behind us.
+        self.stopping = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         gate = asyncio.Semaphore(STOP_CONCURRENCY)
 
         async def off(machine: Machine) -> None:
@@ -108,9 +115,6 @@ class Simulator:
 
         await asyncio.gather(*(off(m) for m in self.machines if m.power_state == "On" or m.agent is not None),
                              return_exceptions=True)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -163,7 +167,12 @@ class Simulator:
             info.update(redfish_username=self.options.username, redfish_password=self.options.password)
         return info
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], *, delay: float = 0.0) -> None:
+    def power_delay(self) -> float:
+        """How long this power request takes to land (``power_delay`` min,max seconds)."""
+        low, high = self.options.power_delay
+        return low if low >= high else random.uniform(low, high)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, delay: float = 0.0) -> asyncio.Task[None]:
         """Run ``coro`` in the background, tracked so ``stop()`` can cancel it."""
         async def run() -> None:
             try:
@@ -177,3 +186,4 @@ class Simulator:
         task = asyncio.create_task(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task

@@ -246,3 +246,32 @@ async def test_virtual_media_insert_and_eject(sim: Simulator, management: Redfis
         assert machine.virtual_media["Cd"].image is None
     finally:
         await runner.cleanup()
+
+
+async def test_slow_bmc_power_changes_are_polled(tmp_path: Path) -> None:
+    """With --power-delay the simulator answers at once and acts later, like real BMCs."""
+    slow = Simulator(SimulatorOptions(machines=1, state_dir=str(tmp_path), disk_size=2 * 1024**2,
+                                      boot_order=("Hdd",), power_delay=(0.3, 0.8)))
+    await slow.start()
+    power = RedfishPower({"redfish_poll_interval": 0.05, "redfish_power_timeout": 10})
+    try:
+        machine = slow.machines[0]
+        task = base.Task(node={"uuid": "slow", "driver_info": slow.driver_info(machine)}, ports=[],
+                         driver=None, conductor="test")  # type: ignore[arg-type]
+        async with aiohttp.ClientSession() as http:
+            async with http.post(slow.redfish_url + machine.system_path + "/Actions/ComputerSystem.Reset",
+                                 json={"ResetType": "On"}) as resp:
+                assert resp.status == 204
+        assert machine.power_state == "Off"            # accepted, not yet done
+        await power.set_power_state(task, "power on")  # polls until the change lands
+        assert machine.power_state == "On" and machine.events("power_pending")
+        await power.reboot(task)
+        assert machine.power_state == "On" and machine.boot_count == 2
+        with pytest.raises(errors.BMCError, match="Timed out"):
+            await power.set_power_state(task, "power off", timeout=0.1)
+        # Whatever is still pending when stop() runs is dropped: every machine ends off.
+        await power.set_power_state(task, "power on")
+    finally:
+        await asyncio.to_thread(power.connections.close)
+        await slow.stop()
+    assert machine.power_state == "Off" and machine.agent is None

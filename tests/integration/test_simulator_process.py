@@ -60,7 +60,8 @@ def test_simulator_process_serves_redfish_and_stops_on_sigterm(tmp_path: Path) -
 def test_bad_options_exit_2_with_a_clear_message(tmp_path: Path) -> None:
     for args, text in ((["--machines", "0"], "--machines"), (["--disk-size", "lots"], "invalid size"),
                        (["--username", "u"], "both --username and --password"),
-                       (["--boot-url", "tftp://x/boot"], "--boot-url")):
+                       (["--boot-url", "tftp://x/boot"], "--boot-url"), (["--power-delay", "5,1"], "power delay"),
+                       (["--power-delay", "soon"], "power delay")):
         run = subprocess.run([FERRUM, "simulator", "--state-dir", str(tmp_path), "--port", "0", *args],
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 2, (args, run.stderr)
