@@ -118,7 +118,9 @@ class RestApi:
         from services.api.ramdisk import RamdiskEndpoints
         RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
-        from services.api import baremetal_events, bios, conductors, deploy_templates, history, openapi, portgroups
+        from services.api import (allocations, baremetal_events, bios, conductors, deploy_templates, history, openapi,
+                                  portgroups)
+        allocations.AllocationsApi(self).routes(app)
         portgroups.PortgroupsApi(self).routes(app)
         bios.BiosApi(self).routes(app)
         history.HistoryApi(self).routes(app)
@@ -141,7 +143,8 @@ class RestApi:
         if raw is None:
             return None
         _require_version(request, (1, 8), "The fields parameter")
-        return views.check_fields([f.strip() for f in raw.split(",") if f.strip()], known, request["version"])
+        # An empty ?fields= asks for nothing in particular: the default view, not a links-only one.
+        return views.check_fields([f.strip() for f in raw.split(",") if f.strip()], known, request["version"]) or None
 
     def _limit(self, request: web.Request) -> int:
         raw = request.query.get("limit")
@@ -201,8 +204,9 @@ class RestApi:
             "version": self._version_doc(base),
         }
         resources = ["chassis", "nodes", "ports", "drivers"]
-        for name, since in (("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)), ("conductors", (1, 49)), ("portgroups", (1, 23)),
-                            ("events", (1, 54)), ("deploy_templates", (1, 55))):
+        for name, since in (("portgroups", (1, 23)), ("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)),
+                            ("conductors", (1, 49)), ("allocations", (1, 52)), ("events", (1, 54)),
+                            ("deploy_templates", (1, 55))):
             if request["version"] >= since:
                 resources.append(name)
         for name in resources:

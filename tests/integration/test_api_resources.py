@@ -1,10 +1,13 @@
 """REST resources of Ironic microversions up to the advertised 1.56 that
 Ferrum first lacked, against a live stack: port groups (1.23-1.26), BIOS settings
-(1.40), conductors (1.49), events (1.54), deploy templates (1.55)."""
+(1.40), conductors (1.49), allocations (1.52), events (1.54), deploy
+templates (1.55)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 
 import aiohttp
@@ -431,3 +434,106 @@ async def test_fields_above_the_maximum_are_hidden_and_refused(api: str, stack: 
     future = views.node_document(row_to_dict(row), base=api, version=(1, 78))
     assert future["retired"] is False and future["lessee"] is None and future["network_data"] == {}
     assert "boot_mode" in future and "secure_boot" in future
+
+
+# -- allocations (1.52) ---------------------------------------------------------------------
+
+
+async def wait_for(api: str, ident: str, state: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        _, node = await call("GET", f"{api}/v1/nodes/{ident}")
+        if node["provision_state"] == state and node["reservation"] is None:
+            return node
+        assert time.monotonic() < deadline, node
+        await asyncio.sleep(0.05)
+
+
+async def available_node(api: str, name: str, resource_class: str, traits: list[str]) -> dict[str, Any]:
+    status, node = await call("POST", f"{api}/v1/nodes",
+                              {"driver": "fake-hardware", "name": name, "resource_class": resource_class})
+    assert status == 201, node
+    if traits:
+        assert (await call("PUT", f"{api}/v1/nodes/{name}/traits", {"traits": traits}))[0] == 204
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        assert (await call("PUT", f"{api}/v1/nodes/{name}/states/provision", {"target": verb}))[0] == 202
+        node = await wait_for(api, name, state)
+    return node
+
+
+async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> None:
+    gold = await available_node(api, "alloc-gold", "gold", ["CUSTOM_GPU"])
+    await available_node(api, "alloc-silver", "silver", [])
+    status, alloc = await call("POST", f"{api}/v1/allocations",
+                               {"resource_class": "gold", "traits": ["CUSTOM_GPU"], "name": "job-1", "extra": {"a": 1}})
+    assert status == 201, alloc
+    assert alloc["state"] == "active" and alloc["node_uuid"] == gold["uuid"] and alloc["last_error"] is None
+    assert alloc["traits"] == ["CUSTOM_GPU"] and alloc["extra"] == {"a": 1}
+    _, node = await call("GET", f"{api}/v1/nodes/alloc-gold")
+    assert node["instance_uuid"] == alloc["uuid"]
+
+    status, none_left = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})
+    assert status == 201 and none_left["state"] == "error" and none_left["node_uuid"] is None
+    assert "gold" in none_left["last_error"]
+    status, wrong = await call("POST", f"{api}/v1/allocations",
+                               {"resource_class": "silver", "traits": ["CUSTOM_GPU"]})
+    assert wrong["state"] == "error"
+    status, pinned = await call("POST", f"{api}/v1/allocations",
+                                {"resource_class": "silver", "candidate_nodes": ["alloc-silver"]})
+    assert pinned["state"] == "active" and pinned["candidate_nodes"] == [pinned["node_uuid"]]
+
+    _, one = await call("GET", f"{api}/v1/allocations/job-1")
+    assert one["uuid"] == alloc["uuid"]
+    _, on_node = await call("GET", f"{api}/v1/nodes/alloc-gold/allocation")
+    assert on_node["uuid"] == alloc["uuid"]
+    _, errored = await call("GET", f"{api}/v1/allocations?state=error")
+    assert {a["uuid"] for a in errored["allocations"]} == {none_left["uuid"], wrong["uuid"]}
+    _, by_node = await call("GET", f"{api}/v1/allocations?node=alloc-silver&fields=uuid,state")
+    assert [set(a) for a in by_node["allocations"]] == [{"uuid", "state", "links"}]
+
+    status, _ = await call("DELETE", f"{api}/v1/allocations/job-1")
+    assert status == 204
+    _, node = await call("GET", f"{api}/v1/nodes/alloc-gold")
+    assert node["instance_uuid"] is None
+    status, _ = await call("GET", f"{api}/v1/nodes/alloc-gold/allocation")
+    assert status == 404
+    status, again = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})
+    assert again["state"] == "active" and again["node_uuid"] == gold["uuid"]
+    status, _ = await call("DELETE", f"{api}/v1/nodes/alloc-gold/allocation")
+    assert status == 204
+
+
+async def test_allocation_of_a_deployed_node_and_errors(api: str) -> None:
+    await available_node(api, "alloc-deployed", "bronze", [])
+    _, alloc = await call("POST", f"{api}/v1/allocations", {"resource_class": "bronze", "name": "job-d"})
+    assert alloc["state"] == "active"
+    assert (await call("PUT", f"{api}/v1/nodes/alloc-deployed/states/provision", {"target": "active"}))[0] == 202
+    await wait_for(api, "alloc-deployed", "active")
+    status, body = await call("DELETE", f"{api}/v1/allocations/job-d")
+    assert status == 409 and "deployed" in fault(body)
+    _, node = await call("GET", f"{api}/v1/nodes/alloc-deployed")
+    assert node["instance_uuid"] == alloc["uuid"]
+    assert (await call("PUT", f"{api}/v1/nodes/alloc-deployed/maintenance", {"reason": "release"}))[0] == 202
+    status, _ = await call("DELETE", f"{api}/v1/allocations/job-d")
+    assert status == 204
+    _, node = await call("GET", f"{api}/v1/nodes/alloc-deployed")
+    assert node["instance_uuid"] is None
+
+    for body, expected in (({}, 400), ({"resource_class": ""}, 400), ({"resource_class": "x", "traits": ["bad"]}, 400),
+                           ({"resource_class": "x", "candidate_nodes": ["no-such-node"]}, 400),
+                           ({"resource_class": "x", "name": "11111111-2222-3333-4444-555555555555"}, 400),
+                           ({"resource_class": "x", "color": "red"}, 400)):
+        status, reply = await call("POST", f"{api}/v1/allocations", body)
+        assert status == expected, (body, reply)
+    status, _ = await call("POST", f"{api}/v1/allocations", {"resource_class": "x", "name": "dup"})
+    assert status == 201
+    status, _ = await call("POST", f"{api}/v1/allocations", {"resource_class": "x", "name": "dup"})
+    assert status == 409
+    for url, expected in ((f"{api}/v1/allocations/nope", 404), (f"{api}/v1/allocations?state=bogus", 400),
+                          (f"{api}/v1/allocations?sort_key=traits", 400)):
+        status, _ = await call("GET", url)
+        assert status == expected, url
+    status, _ = await call("GET", f"{api}/v1/allocations", version="1.51")
+    assert status == 404
+    status, _ = await call("POST", f"{api}/v1/allocations", {"resource_class": "x"}, version="1.51")
+    assert status == 404

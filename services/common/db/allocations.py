@@ -1,0 +1,127 @@
+"""Allocation records (REST 1.52) and the search for a node to claim.
+
+The only place with SQL for the ``allocations`` table. Claiming itself (the
+node's ``instance_uuid``) goes through the owning conductor; this module
+finds candidates and records the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.nodes import is_uuid
+from services.common.db.rows import row_to_dict
+
+SORT_KEYS = frozenset(("id", "uuid", "name", "state", "resource_class", "created_at", "updated_at"))
+WRITABLE = frozenset(("uuid", "name", "state", "last_error", "resource_class", "traits", "candidate_nodes",
+                      "extra", "node_id"))
+FILTERS = {"state": "a.state = ${}", "resource_class": "a.resource_class = ${}", "node_id": "a.node_id = ${}"}
+_SELECT = "SELECT a.*, n.uuid AS node_uuid FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id"
+# Serialises node picking across every api process (it spans a conductor call).
+PICK_LOCK_ID = 0x4665_7272_4163  # "FerrAc"
+
+
+def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.Conflict:
+    if "name" in (exc.constraint_name or ""):
+        return errors.Conflict(f"An allocation with name {values.get('name')} already exists.")
+    if "node_id" in (exc.constraint_name or ""):
+        return errors.Conflict("The node already has an allocation.")
+    return errors.Conflict(f"An allocation with UUID {values.get('uuid')} already exists.")
+
+
+class AllocationRepository:
+    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+        self._db = db
+
+    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        columns = list(values)
+        if set(columns) - WRITABLE:
+            raise errors.InvalidParameterValue(f"unknown allocation fields: {sorted(set(columns) - WRITABLE)}")
+        marks = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
+        try:
+            row = await self._db.fetchrow(
+                f"WITH a AS (INSERT INTO allocations ({', '.join(columns)}) VALUES ({marks}) RETURNING *) "
+                "SELECT a.*, n.uuid AS node_uuid FROM a LEFT JOIN nodes n ON n.id = a.node_id",
+                *[values[c] for c in columns])
+        except asyncpg.UniqueViolationError as exc:
+            raise _conflict(exc, values) from None
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def get(self, ident: str) -> dict[str, Any]:
+        """By UUID or name."""
+        if is_uuid(ident):
+            row = await self._db.fetchrow(_SELECT + " WHERE a.uuid = $1::uuid", ident)
+        else:
+            row = await self._db.fetchrow(_SELECT + " WHERE a.name = $1", ident)
+        if row is None:
+            raise errors.NotFound(f"Allocation {ident} could not be found.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def for_node(self, node_id: int) -> dict[str, Any]:
+        row = await self._db.fetchrow(_SELECT + " WHERE a.node_id = $1", node_id)
+        if row is None:
+            raise errors.NotFound("The node has no allocation.")
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def list(self, *, filters: Mapping[str, Any], limit: int, marker: str | None = None,
+                   sort_key: str = "id", sort_dir: str = "asc") -> list[dict[str, Any]]:
+        if sort_key not in SORT_KEYS:
+            raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
+        if sort_dir not in ("asc", "desc"):
+            raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
+        where: list[str] = []
+        args: list[Any] = []
+        for name, value in filters.items():
+            args.append(value)
+            where.append(FILTERS[name].format(len(args)))
+        op = ">" if sort_dir == "asc" else "<"
+        if marker is not None:
+            row = await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM allocations WHERE uuid = $1::uuid",
+                                          marker) if is_uuid(marker) else None
+            if row is None:
+                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
+            if row["k"] is None:
+                args.append(row["id"])
+                where.append(f"(a.{sort_key} IS NULL AND a.id {op} ${len(args)})")
+            else:
+                args += [row["k"], row["id"]]
+                where.append(f"((a.{sort_key}, a.id) {op} (${len(args) - 1}, ${len(args)}) OR a.{sort_key} IS NULL)")
+        args.append(limit)
+        clause = (" WHERE " + " AND ".join(where)) if where else ""
+        rows = await self._db.fetch(f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} "
+                                    f"LIMIT ${len(args)}", *args)
+        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+
+    async def finish(self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None) -> dict[str, Any]:
+        try:
+            row = await self._db.fetchrow(
+                "WITH a AS (UPDATE allocations SET node_id = $2, state = $3, last_error = $4, updated_at = now() "
+                "WHERE id = $1 RETURNING *) SELECT a.*, n.uuid AS node_uuid FROM a LEFT JOIN nodes n ON n.id = a.node_id",
+                allocation_id, node_id, state, last_error)
+        except asyncpg.UniqueViolationError as exc:
+            raise _conflict(exc, {}) from None
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def delete(self, allocation_id: int) -> None:
+        await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
+
+    async def candidates(self, *, resource_class: str, traits: Sequence[str],
+                         node_uuids: Sequence[str] | None) -> list[dict[str, Any]]:
+        """Nodes that could take the allocation, in random order as Ironic tries them:
+        available, not in maintenance, not retired, no instance, no allocation, unlocked,
+        of the resource class and with every requested trait."""
+        args: list[Any] = [resource_class, list(traits)]
+        extra = ""
+        if node_uuids is not None:
+            args.append(list(node_uuids))
+            extra = " AND n.uuid = ANY($3::uuid[])"
+        rows = await self._db.fetch(
+            "SELECT n.* FROM nodes n WHERE n.provision_state = 'available' AND NOT n.maintenance AND NOT n.retired "
+            "AND n.instance_uuid IS NULL AND n.reservation IS NULL AND n.resource_class = $1 "
+            "AND n.traits @> $2::text[] AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.node_id = n.id)"
+            f"{extra} ORDER BY random() LIMIT 50", *args)
+        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
