@@ -130,3 +130,9 @@ def test_each_interface_has_its_own_bounded_pool() -> None:
     management = RedfishManagement(vars(ConductorConfig()))
     assert power._executor._max_workers == 3 and management._executor._max_workers == 16
     assert power._executor is not management._executor
+
+
+async def test_close_releases_the_pool() -> None:
+    power = RedfishPower({})
+    await power.close()   # nothing cached: no BMC is contacted
+    assert power._executor._shutdown and len(power.connections) == 0

@@ -37,6 +37,7 @@ LOG = logging.getLogger(__name__)
 DEFAULT_POWER_TIMEOUT = 60.0
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_WORKERS = 16
+CLOSE_TIMEOUT = 15.0
 
 GET_POWER_STATE = {
     sushy.PowerState.ON: states.POWER_ON,
@@ -105,6 +106,16 @@ class _RedfishBase:
 
     def get_properties(self) -> dict[str, str]:
         return dict(DRIVER_INFO_PROPERTIES)
+
+    async def close(self) -> None:
+        """At conductor stop: log out of every BMC session (bounded), then drop the threads."""
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.run_in_executor(self._executor, self.connections.close), CLOSE_TIMEOUT)
+        except asyncio.TimeoutError:
+            LOG.warning("redfish %s interface: BMC logouts still running after %ss; not waiting", self.kind,
+                        CLOSE_TIMEOUT)
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def validate(self, task: base.Task) -> None:
         parse_driver_info(task.node)
