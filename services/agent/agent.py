@@ -64,6 +64,7 @@ class AgentOptions:
     hostname: str = ""                   # reported in the inventory
     qcow2_stream: bool = True            # convert qcow2 while it downloads; False = stage it and run qemu-img
     conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
+    write_slots: asyncio.Semaphore | None = None       # shared by embedded agents: bounds concurrent image writes
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
 
 

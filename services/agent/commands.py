@@ -11,6 +11,7 @@ A command that fails after it started is a FAILED result whose
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -133,10 +134,15 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
     cmd.progress = agent.progress = progress
     agent.heartbeat_soon()  # progress heartbeats run on their own, shorter interval
     try:
-        written = await imagewrite.write_image(
-            agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
-            tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size,
-            conversion_slots=agent.options.conversion_slots, qcow2_stream=agent.options.qcow2_stream)
+        slots = agent.options.write_slots
+        if slots is not None and slots.locked():
+            progress.stage = "queued"
+        async with slots if slots is not None else contextlib.nullcontext():
+            progress.started = time.monotonic()
+            written = await imagewrite.write_image(
+                agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
+                tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size,
+                conversion_slots=agent.options.conversion_slots, qcow2_stream=agent.options.qcow2_stream)
         LOG.info("image written image=%s device=%s format=%s method=%s bytes=%d rate=%.0f",
                  written.image_id, disk.name, written.format, written.method, written.bytes_written, progress.rate())
         configdrive = configdrive or image_info.get("configdrive")

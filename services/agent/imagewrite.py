@@ -107,12 +107,13 @@ class BlockWriter:
     buffers in all, so a slow write does not stall the download at once."""
 
     def __init__(self, consume: Consume, hasher: Any, *, block_size: int, limit: int | None, limit_error: str,
-                 on_written: Any = None, fsync_fd: int | None = None, depth: int = DEFAULT_DEPTH) -> None:
+                 on_written: Any = None, fsync_fd: int | None = None, depth: int = DEFAULT_DEPTH,
+                 expected_total: int | None = None) -> None:
         self.consume, self.hasher, self.block_size = consume, hasher, block_size
-        self.fsync_fd, self.depth = fsync_fd, max(2, depth)
+        self.fsync_fd, self.depth, self.expected_total = fsync_fd, max(2, depth), expected_total
         self.limit, self.limit_error = limit, limit_error
         self.on_written = on_written
-        self._current = bytearray(block_size)
+        self._current: bytearray | None = bytearray(block_size)
         self._spare: list[bytearray] = []
         self._allocated = 1
         self._fill = 0
@@ -126,6 +127,9 @@ class BlockWriter:
             raise errors.ImageError(self.limit_error)
         view = memoryview(data)
         while view:
+            if self._current is None:
+                await self._next_buffer()
+            assert self._current is not None
             take = min(len(view), self.block_size - self._fill)
             self._current[self._fill:self._fill + take] = view[:take]
             self._fill += take
@@ -133,9 +137,10 @@ class BlockWriter:
             if self._fill == self.block_size:
                 await self._flush_current()
 
-    def free_view(self) -> memoryview:
-        """The unfilled rest of the current buffer, for receiving straight into it."""
-        return memoryview(self._current)[self._fill:]
+    def free_view(self) -> memoryview | None:
+        """The unfilled rest of the current buffer, for receiving straight into it
+        (None between blocks when no more bytes were announced: use ``write``)."""
+        return None if self._current is None else memoryview(self._current)[self._fill:]
 
     async def commit(self, count: int) -> None:
         """``count`` bytes were received into ``free_view()``."""
@@ -158,14 +163,19 @@ class BlockWriter:
             self.on_written(len(block))
 
     async def _flush_current(self) -> None:
-        if not self._fill:
+        if not self._fill or self._current is None:
             return
         buf, block, offset = self._current, memoryview(self._current)[:self._fill], self.offset
         self.offset += self._fill
         self._fill = 0
+        self._current = None
         self._hash_tail = asyncio.ensure_future(self._hash_lane(block, self._hash_tail))
         self._consume_tail = asyncio.ensure_future(self._consume_lane(block, offset, self._consume_tail))
         self._inflight.append((buf, asyncio.gather(self._hash_tail, self._consume_tail)))
+        if self.expected_total is None or self.offset < self.expected_total:
+            await self._next_buffer()  # more is coming: have the next buffer ready for recv_into
+
+    async def _next_buffer(self) -> None:
         if not self._spare and self._allocated >= self.depth:  # every buffer is busy: wait for the oldest
             done_buf, done = self._inflight.popleft()
             await done
@@ -183,7 +193,7 @@ class BlockWriter:
             await self._inflight.popleft()[1]
         if sync and self.fsync_fd is not None:
             await asyncio.to_thread(os.fsync, self.fsync_fd)
-        self._current, self._spare = bytearray(), []
+        self._current, self._spare = None, []
         return self.offset
 
     async def abort(self) -> None:
@@ -193,7 +203,7 @@ class BlockWriter:
                 await self._inflight.popleft()[1]
             except Exception:  # the error that caused the abort is already being raised
                 pass
-        self._current, self._spare = bytearray(), []
+        self._current, self._spare = None, []
 
 
 def pwrite_all(fd: int, block: memoryview, offset: int, writeback: bool) -> None:
@@ -299,7 +309,7 @@ class _ImageSink:
 
             self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, True), self.hasher,
                                        block_size=buffer, limit=self.disk.size, fsync_fd=fd, on_written=written,
-                                       depth=self.depth,
+                                       depth=self.depth, expected_total=self.progress.download_total,
                                        limit_error=f"Image {image_id} is larger than the disk {self.disk.name} "
                                                    f"({self.disk.size} bytes)")
         elif header is not None:
@@ -319,13 +329,14 @@ class _ImageSink:
                 self.progress.bytes_written = converter.bytes_written
 
             self._writer = BlockWriter(convert, self.hasher, block_size=buffer, limit=None, limit_error="",
-                                       fsync_fd=None, depth=self.depth)
+                                       fsync_fd=None, depth=self.depth, expected_total=self.progress.download_total)
         else:
             self.method, self.progress.stage = "qcow2-qemu-img", "downloading"
             fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
             self._fd = fd
             self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, False), self.hasher,
-                                       block_size=buffer, limit=None, limit_error="", depth=self.depth)
+                                       block_size=buffer, limit=None, limit_error="", depth=self.depth,
+                                       expected_total=self.progress.download_total)
 
     async def finish(self) -> int:
         """All bytes are in: flush, and for a streamed qcow2 zero the unallocated rest; returns bytes written."""

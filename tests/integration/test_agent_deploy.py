@@ -89,31 +89,34 @@ class ImageServer:
         path = self.root / name
         if not path.is_file():
             raise web.HTTPNotFound()
-        data = path.read_bytes()
+        size = path.stat().st_size
         start, status, headers = 0, 200, {}
         rng = request.headers.get("Range")
         if rng and name not in self.ignore_range:
             start = int(rng.removeprefix("bytes=").split("-")[0])
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
         resp = web.StreamResponse(status=status, headers=headers)
         if name in self.chunked:
             resp.enable_chunked_encoding()
         else:
-            resp.content_length = len(data) - start
+            resp.content_length = size - start
         await resp.prepare(request)
         drops = self.drop_after.get(name) or [None]
         drop = drops.pop(0)
-        body = memoryview(data)[start:]
         step = 256 * 1024
-        for offset in range(0, len(body), step):
-            if drop is not None and offset >= drop:
-                assert request.transport is not None
-                request.transport.abort()  # mid-body: the client sees a truncated payload
-                return resp
-            await resp.write(bytes(body[offset:offset + step]))
-            if name in self.trickle:
-                await asyncio.sleep(self.trickle[name] * step / MiB)
+        with open(path, "rb") as fh:  # streamed from the file: many agents at once stay cheap
+            fh.seek(start)
+            sent = 0
+            while chunk := fh.read(step):
+                if drop is not None and sent >= drop:
+                    assert request.transport is not None
+                    request.transport.abort()  # mid-body: the client sees a truncated payload
+                    return resp
+                await resp.write(chunk)
+                sent += len(chunk)
+                if name in self.trickle:
+                    await asyncio.sleep(self.trickle[name] * step / MiB)
         await resp.write_eof()
         return resp
 
@@ -526,14 +529,15 @@ async def test_many_embedded_agents_share_one_session(env):
     ironic: FakeIronic = env["ironic"]
     tmp = env["tmp"]
     data = make_raw_image(tmp, "disk.raw", 4 * MiB)
-    shared = aiohttp.ClientSession()
+    shared, slots = aiohttp.ClientSession(), asyncio.Semaphore(2)  # at most two writes at a time
     agents = []
     try:
         for i in range(20):
             mac = f"52:54:00:00:10:{i:02x}"
             ironic.register(mac)
             options = AgentOptions(api_url=env["ironic_url"], macs=(mac,), disks=(Disk(str(make_disk(tmp, f"m{i}.img", 8 * MiB))),),
-                                   lookup_interval=0.05, heartbeat_interval=0.5)
+                                   lookup_interval=0.05, heartbeat_interval=0.5, write_slots=slots,
+                                   write_block_size=MiB)
             agent = Agent(options, session=shared)
             agents.append(agent)
             await agent.start()
@@ -541,8 +545,10 @@ async def test_many_embedded_agents_share_one_session(env):
         assert len({a.node_uuid for a in agents}) == 20 and len({a.callback_url for a in agents}) == 20
         results = await asyncio.gather(*(command(env, a, "standby.prepare_image",
                                                  {"image_info": image_info(env, "disk.raw", data)}, wait=True)
-                                         for a in agents[:5]))
-        assert [r["command_status"] for r in results] == ["SUCCEEDED"] * 5
+                                         for a in agents[:8]))
+        assert [r["command_status"] for r in results] == ["SUCCEEDED"] * 8
+        assert all(read_head(Path(a.options.disks[0].path), len(data)) == data for a in agents[:8])
+        assert not slots.locked()
         await agents[0].stop()
         assert not shared.closed  # an embedder's session is never closed by an agent
         assert (await command(env, agents[1], "standby.sync", {}))["command_status"] == "SUCCEEDED"
