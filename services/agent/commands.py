@@ -11,9 +11,13 @@ A command that fails after it started is a FAILED result whose
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
+import json
 import logging
 import os
+import tarfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -246,6 +250,32 @@ async def get_hardware_info(agent: Agent, params: dict[str, Any], cmd: CommandRe
                               ipv4_address=agent.advertise_host)
 
 
+async def collect_system_logs(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    """IPA's log bundle (base64 of a gzipped tar). The agent has no system to
+    collect from, so the bundle holds what it knows: its status, inventory
+    and command history, which is what a failed deploy needs explained."""
+    disks = await asyncio.to_thread(hardware.describe_disks, agent.options.disks)
+    files = {
+        "status.json": agent.status(),
+        "node.json": {"node_uuid": agent.node_uuid, "last_error": agent.last_error,
+                      "deploy_progress": agent.progress.as_dict() if agent.progress else None},
+        "inventory.json": hardware.inventory(disks, agent.options.macs, hostname=agent.options.hostname),
+        "commands.json": [c.as_dict() for c in agent.command_results() if c is not cmd],
+    }
+
+    def bundle() -> str:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w:gz") as tar:
+            for name, content in files.items():
+                data = json.dumps(content, indent=2, default=str).encode()
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime = len(data), int(time.time())
+                tar.addfile(info, io.BytesIO(data))
+        return base64.b64encode(out.getvalue()).decode()
+
+    return {"system_logs": await asyncio.to_thread(bundle)}
+
+
 COMMANDS: dict[str, Command] = {
     "deploy.get_deploy_steps": Command(get_deploy_steps, is_async=False),
     "deploy.execute_deploy_step": Command(execute_deploy_step, is_async=True, validate=_validate_deploy_step),
@@ -256,6 +286,7 @@ COMMANDS: dict[str, Command] = {
     "standby.run_image": Command(run_image, is_async=True),
     "image.install_bootloader": Command(install_bootloader, is_async=True),
     "poll.get_hardware_info": Command(get_hardware_info, is_async=False),
+    "log.collect_system_logs": Command(collect_system_logs, is_async=False),
     "clean.get_clean_steps": Command(get_clean_steps, is_async=False),
     "clean.execute_clean_step": Command(execute_clean_step, is_async=True, validate=_validate_clean_step),
 }

@@ -630,3 +630,24 @@ async def test_unreachable_urls_fail_and_the_next_url_is_tried(env):
     done = await command(env, agent, "standby.prepare_image", {"image_info": both}, wait=True)
     assert done["command_status"] == "SUCCEEDED", done
     assert read_head(disk, len(data)) == data
+
+
+async def test_system_logs_bundle_explains_a_failure(env):
+    import base64
+    import io
+    import json
+    import tarfile
+
+    tmp = env["tmp"]
+    data = make_raw_image(tmp, "disk.raw", 4 * MiB)
+    agent = await started(env["make_agent"](Disk(str(make_disk(tmp, "sda.img", 8 * MiB)), serial="S7")), env["ironic"])
+    await command(env, agent, "standby.prepare_image",
+                  {"image_info": image_info(env, "disk.raw", data, os_hash_value="0" * 64)}, wait=True)
+    logs = (await command(env, agent, "log.collect_system_logs", {}))["command_result"]["system_logs"]
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(logs)), mode="r:gz") as tar:
+        names = tar.getnames()
+        commands = json.load(tar.extractfile("commands.json"))  # type: ignore[arg-type]
+        inventory = json.load(tar.extractfile("inventory.json"))  # type: ignore[arg-type]
+    assert set(names) == {"status.json", "node.json", "inventory.json", "commands.json"}
+    assert commands[0]["command_error"]["type"] == "ChecksumMismatch"
+    assert inventory["disks"][0]["serial"] == "S7"
