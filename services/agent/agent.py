@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ class AgentOptions:
     qcow2_stream: bool = True            # convert qcow2 while it downloads; False = stage it and run qemu-img
     conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
     write_slots: asyncio.Semaphore | None = None       # shared by embedded agents: bounds concurrent image writes
+    ca_file: str = ""                    # extra CA bundle for https api/image/config drive URLs (ipa-cafile)
+    insecure: bool = False               # skip TLS verification of those URLs (ipa-insecure)
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
 
 
@@ -82,6 +85,18 @@ def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOpt
                                       "(ipa-api-url and BOOTIF on the kernel command line, disks from the caller)")
     values["disks"] = tuple(values["disks"])
     return AgentOptions(**values)
+
+
+def _tls_setting(options: AgentOptions) -> ssl.SSLContext | bool:
+    """aiohttp's ``ssl`` argument for every https call the agent makes."""
+    if options.insecure:
+        return False
+    if options.ca_file:
+        try:
+            return ssl.create_default_context(cafile=options.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise errors.InvalidParameterValue(f"CA file {options.ca_file!r} is not usable: {exc}") from None
+    return True
 
 
 class Agent:
@@ -113,6 +128,7 @@ class Agent:
         self._heartbeat_now = asyncio.Event()
         self._api_headers: dict[str, str] = {}
         self._started_at = time.time()
+        self.tls: ssl.SSLContext | bool = _tls_setting(options)
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -261,7 +277,7 @@ class Agent:
 
     async def _callback_loop(self) -> None:
         api = self.options.api_url.rstrip("/")
-        version = await callbacks.negotiate_version(self.session, api)
+        version = await callbacks.negotiate_version(self.session, api, tls=self.tls)
         self._api_headers = {callbacks.VERSION_HEADER: version}
         if self.options.global_request_id:
             self._api_headers["X-OpenStack-Request-ID"] = self.options.global_request_id
@@ -275,7 +291,7 @@ class Agent:
         while True:
             try:
                 found = await callbacks.lookup(self.session, api, self.options.macs, self.options.node_uuid,
-                                               self._api_headers)
+                                               self._api_headers, tls=self.tls)
                 delay = self.options.lookup_interval
                 reason = "node not found or not in a deploy state (404)"
             except (callbacks.CallbackError, aiohttp.ClientError, TimeoutError) as exc:
@@ -328,7 +344,8 @@ class Agent:
         while self.powered_down is None:
             self._heartbeat_now.clear()
             try:
-                await callbacks.heartbeat(self.session, api, self.node_uuid, self.heartbeat_body(), self._api_headers)
+                await callbacks.heartbeat(self.session, api, self.node_uuid, self.heartbeat_body(), self._api_headers,
+                                          tls=self.tls)
                 self.heartbeats_sent += 1
                 error_delay = 0.0
                 if self.last_error and self.last_error.startswith("heartbeat"):

@@ -8,6 +8,7 @@ first lookup handed out. The microversion is negotiated once, like IPA:
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 
 import aiohttp
@@ -34,11 +35,11 @@ def _parse_version(text: str) -> tuple[int, int] | None:
         return None
 
 
-async def negotiate_version(session: aiohttp.ClientSession, api_url: str) -> str:
+async def negotiate_version(session: aiohttp.ClientSession, api_url: str, *, tls: ssl.SSLContext | bool = True) -> str:
     """``min(server max, 1.68)``; 1.68 when the root document cannot be read."""
     wanted = WANTED_VERSION
     try:
-        async with session.get(f"{api_url}/", timeout=TIMEOUT) as resp:
+        async with session.get(f"{api_url}/", timeout=TIMEOUT, ssl=tls) as resp:
             best = _parse_version(resp.headers.get("X-OpenStack-Ironic-API-Maximum-Version", ""))
             if best is None and resp.status == 200:
                 body = await resp.json(content_type=None)
@@ -51,12 +52,12 @@ async def negotiate_version(session: aiohttp.ClientSession, api_url: str) -> str
 
 
 async def lookup(session: aiohttp.ClientSession, api_url: str, macs: tuple[str, ...], node_uuid: str,
-                 headers: dict[str, str]) -> dict[str, Any] | None:
+                 headers: dict[str, str], *, tls: ssl.SSLContext | bool = True) -> dict[str, Any] | None:
     """The lookup document, or None while the api does not know us yet (404)."""
     params = {"addresses": ",".join(macs)}
     if node_uuid:
         params["node_uuid"] = node_uuid
-    async with session.get(f"{api_url}/v1/lookup", params=params, headers=headers, timeout=TIMEOUT) as resp:
+    async with session.get(f"{api_url}/v1/lookup", params=params, headers=headers, timeout=TIMEOUT, ssl=tls) as resp:
         text = await resp.text()
         if resp.status == 404:
             return None
@@ -72,8 +73,8 @@ async def lookup(session: aiohttp.ClientSession, api_url: str, macs: tuple[str, 
 
 
 async def heartbeat(session: aiohttp.ClientSession, api_url: str, node_uuid: str, body: dict[str, Any],
-                    headers: dict[str, str]) -> None:
+                    headers: dict[str, str], *, tls: ssl.SSLContext | bool = True) -> None:
     async with session.post(f"{api_url}/v1/heartbeat/{node_uuid}", json=body, headers=headers,
-                            timeout=TIMEOUT) as resp:
+                            timeout=TIMEOUT, ssl=tls) as resp:
         if resp.status not in (200, 202, 204):
             raise CallbackError(f"heartbeat answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)

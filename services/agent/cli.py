@@ -41,6 +41,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-interval", type=float,
                         help="fixed heartbeat interval (default: heartbeat_timeout x random 0.3-0.6, as IPA)")
     parser.add_argument("--allow-md5", action="store_true", help="accept md5 image checksums")
+    parser.add_argument("--ca-file", help="extra CA bundle for https api, image and config drive URLs")
+    parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (test labs only)")
     parser.add_argument("--tmp-dir", help="where out-of-order qcow2 clusters are spooled, or qcow2 images staged "
                                           "for qemu-img (default system temp)")
     parser.add_argument("--qcow2-via-qemu-img", action="store_true",
@@ -70,12 +72,14 @@ def options_from_args(args: argparse.Namespace) -> Any:
     if args.mac:
         overrides["macs"] = tuple(args.mac)
     for flag in ("api_url", "node_uuid", "agent_token", "listen_host", "listen_port", "advertise_host",
-                 "lookup_timeout", "lookup_interval", "heartbeat_interval", "tmp_dir"):
+                 "lookup_timeout", "lookup_interval", "heartbeat_interval", "tmp_dir", "ca_file"):
         value = getattr(args, flag)
         if value is not None:
             overrides[flag] = value
     if args.allow_md5:
         overrides["allow_md5"] = True
+    if args.insecure:
+        overrides["insecure"] = True
     if args.qcow2_via_qemu_img:
         overrides["qcow2_stream"] = False
     if "listen_port" not in overrides and "ipa-listen-port" not in text:

@@ -60,6 +60,7 @@ def option_values(cmdline: str) -> dict[str, Any]:
                          ("agent_token", ("ipa-agent-token", "ipa_agent_token")),
                          ("global_request_id", ("ipa-global-request-id", "ipa_global_request_id")),
                          ("listen_host", ("ipa-listen-host",)),
+                         ("ca_file", ("ipa-cafile", "ipa-ca-file")),
                          ("advertise_host", ("ipa-advertise-host",))):
         if (value := get(*names)) is not None:
             values[field] = value
@@ -74,4 +75,6 @@ def option_values(cmdline: str) -> dict[str, Any]:
                 raise errors.InvalidParameterValue(f"kernel argument {names[0]}={value!r} is not a number") from None
     if (md5 := get("ipa-md5-checksum-enable", "ipa-allow-md5")) is not None:
         values["allow_md5"] = md5.lower() in _TRUE
+    if (insecure := get("ipa-insecure")) is not None:
+        values["insecure"] = insecure.lower() in _TRUE
     return values

@@ -146,13 +146,14 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
             written = await imagewrite.write_image(
                 agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
                 tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size,
-                conversion_slots=agent.options.conversion_slots, qcow2_stream=agent.options.qcow2_stream)
+                conversion_slots=agent.options.conversion_slots, qcow2_stream=agent.options.qcow2_stream,
+                tls=agent.tls)
         LOG.info("image written image=%s device=%s format=%s method=%s bytes=%d rate=%.0f",
                  written.image_id, disk.name, written.format, written.method, written.bytes_written, progress.rate())
         configdrive = configdrive or image_info.get("configdrive")
         if configdrive:
             progress.stage = "configdrive"
-            placement = await configdrives.write_config_drive(agent.session, disk.path, configdrive)
+            placement = await configdrives.write_config_drive(agent.session, disk.path, configdrive, tls=agent.tls)
             LOG.info("config drive written device=%s placement=%s", disk.name, placement)
         agent.partition_info = await partitions.partition_uuids(disk.path, disk.name)
     except BaseException:

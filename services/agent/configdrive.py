@@ -31,10 +31,10 @@ def _decode(text: str) -> bytes:
 
 
 async def config_drive_iso(session: aiohttp.ClientSession, value: str, *,
-                           policy: download.RetryPolicy = download.DEFAULT_POLICY) -> bytes:
+                           policy: download.RetryPolicy = download.DEFAULT_POLICY, tls: download.TLS = True) -> bytes:
     """The ISO bytes for a config drive value (URL or gzip+base64 string)."""
     if is_url(value):
-        body = await download.fetch_bytes(session, value, limit=MAX_DOWNLOAD, policy=policy)
+        body = await download.fetch_bytes(session, value, limit=MAX_DOWNLOAD, policy=policy, tls=tls)
         if body[ISO_MAGIC_OFFSET:ISO_MAGIC_OFFSET + 5] == b"CD001":
             return body
         try:
@@ -46,11 +46,11 @@ async def config_drive_iso(session: aiohttp.ClientSession, value: str, *,
 
 
 async def write_config_drive(session: aiohttp.ClientSession, disk_path: str, value: str, *,
-                             policy: download.RetryPolicy = download.DEFAULT_POLICY) -> Any:
+                             policy: download.RetryPolicy = download.DEFAULT_POLICY, tls: download.TLS = True) -> Any:
     """Decode or download the config drive and write its partition; returns the placement."""
     if not isinstance(value, str) or not value:
         raise errors.InvalidParameterValue("configdrive must be a URL or a gzip+base64 string")
-    iso = await config_drive_iso(session, value, policy=policy)
+    iso = await config_drive_iso(session, value, policy=policy, tls=tls)
     try:
         from services.conductor.images.configdrive_partition import write_configdrive_partition
     except ImportError as exc:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import re
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -32,6 +33,7 @@ from services.common import errors
 
 LOG = logging.getLogger(__name__)
 Sink = Callable[[bytes], Awaitable[None]]
+TLS = ssl.SSLContext | bool
 SizeCallback = Callable[[int | None], None]
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
@@ -113,9 +115,9 @@ async def _deliver(state: _State, sink: Sink, data: bytes, skip: int) -> int:
 
 
 async def _attempt_aiohttp(session: aiohttp.ClientSession, state: _State, sink: Sink, headers: dict[str, str],
-                           policy: RetryPolicy, on_size: SizeCallback | None) -> None:
+                           policy: RetryPolicy, on_size: SizeCallback | None, tls: TLS) -> None:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout, sock_read=policy.read_timeout)
-    async with session.get(state.url, headers=headers, timeout=timeout, auto_decompress=False) as resp:
+    async with session.get(state.url, headers=headers, timeout=timeout, auto_decompress=False, ssl=tls) as resp:
         skip = _accept_status(state, resp.status, resp.reason or "", resp.headers.get, resp.content_length)
         if skip is None:
             return
@@ -203,8 +205,9 @@ async def _attempt_socket(state: _State, sink: DirectSink, headers: dict[str, st
 
 
 async def fetch(session: aiohttp.ClientSession, url: str, sink: Sink, *, policy: RetryPolicy = DEFAULT_POLICY,
-                on_size: SizeCallback | None = None, headers: dict[str, str] | None = None) -> int:
-    """Stream ``url`` into ``sink``; returns the number of bytes delivered."""
+                on_size: SizeCallback | None = None, headers: dict[str, str] | None = None, tls: TLS = True) -> int:
+    """Stream ``url`` into ``sink``; returns the number of bytes delivered. ``tls`` is
+    aiohttp's ``ssl`` argument: True (system CAs), False (no verification) or a context."""
     state = _State(url)
     failures = 0
     direct = policy.direct and urlsplit(url).scheme == "http" and hasattr(sink, "direct_buffer")
@@ -221,8 +224,10 @@ async def fetch(session: aiohttp.ClientSession, url: str, sink: Sink, *, policy:
                 except _Unsupported as exc:
                     direct = False  # this server's answers need aiohttp: do not probe again on retries
                     LOG.debug("raw socket download not possible url=%s reason=%s; using aiohttp", url, exc)
-            await _attempt_aiohttp(session, state, sink, request_headers, policy, on_size)
+            await _attempt_aiohttp(session, state, sink, request_headers, policy, on_size, tls)
             return state.delivered
+        except aiohttp.ClientConnectorCertificateError as exc:  # retrying will not change the certificate
+            raise errors.ImageError(f"Download of {url} failed: TLS certificate not trusted: {exc}") from None
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _Retryable) as exc:
             failures = 1 if state.delivered > before else failures + 1
             if failures > policy.attempts:
@@ -235,7 +240,7 @@ async def fetch(session: aiohttp.ClientSession, url: str, sink: Sink, *, policy:
 
 
 async def fetch_bytes(session: aiohttp.ClientSession, url: str, *, limit: int,
-                      policy: RetryPolicy = DEFAULT_POLICY) -> bytes:
+                      policy: RetryPolicy = DEFAULT_POLICY, tls: TLS = True) -> bytes:
     """A small document (checksum file, config drive) in memory, at most ``limit`` bytes."""
     parts: list[bytes] = []
     size = 0
@@ -247,5 +252,5 @@ async def fetch_bytes(session: aiohttp.ClientSession, url: str, *, limit: int,
             raise errors.ImageError(f"{url} is larger than {limit} bytes")
         parts.append(data)
 
-    await fetch(session, url, collect, policy=policy)
+    await fetch(session, url, collect, policy=policy, tls=tls)
     return b"".join(parts)

@@ -381,11 +381,13 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
                       progress: Progress, allow_md5: bool = False, tmp_dir: str = "",
                       block_size: int = DEFAULT_BLOCK_SIZE, depth: int | None = None,
                       policy: download.RetryPolicy = download.DEFAULT_POLICY,
-                      conversion_slots: asyncio.Semaphore | None = None, qcow2_stream: bool = True) -> WriteResult:
+                      conversion_slots: asyncio.Semaphore | None = None, qcow2_stream: bool = True,
+                      tls: download.TLS = True) -> WriteResult:
     """Download, verify and write ``image_info`` onto ``disk``; raise ImageError on any failure."""
 
     async def fetch_text(url: str) -> str:
-        return (await download.fetch_bytes(session, url, limit=1024 * 1024, policy=policy)).decode("utf-8", "replace")
+        body = await download.fetch_bytes(session, url, limit=1024 * 1024, policy=policy, tls=tls)
+        return body.decode("utf-8", "replace")
 
     image_id = str(image_info.get("id"))
     progress.image_id = image_id
@@ -399,7 +401,7 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
         progress.total = progress.download_total = None
 
         try:
-            downloaded = await download.fetch(session, url, sink, policy=policy, on_size=sink.on_size)
+            downloaded = await download.fetch(session, url, sink, policy=policy, on_size=sink.on_size, tls=tls)
             count = await sink.finish()
         except errors.ImageError as exc:
             await sink.abort()

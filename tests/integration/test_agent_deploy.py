@@ -651,3 +651,40 @@ async def test_system_logs_bundle_explains_a_failure(env):
     assert set(names) == {"status.json", "node.json", "inventory.json", "commands.json"}
     assert commands[0]["command_error"]["type"] == "ChecksumMismatch"
     assert inventory["disks"][0]["serial"] == "S7"
+
+
+async def test_https_image_with_ca_file_resumes_and_unknown_ca_fails(env):
+    import ssl
+
+    tmp, images = env["tmp"], env["images"]
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    runner = web.AppRunner(images.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    try:
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        data = make_raw_image(tmp, "disk.raw", 6 * MiB, seed=9)
+        info = image_info(env, "disk.raw", data, urls=[f"https://127.0.0.1:{port}/disk.raw"])
+        disk = make_disk(tmp, "sda.img", 8 * MiB)
+        trusted = await started(env["make_agent"](Disk(str(disk)), ca_file=str(cert)), env["ironic"])
+        images.drop_after["disk.raw"] = [2 * MiB]
+        done = await command(env, trusted, "standby.prepare_image", {"image_info": info}, wait=True)
+        assert done["command_status"] == "SUCCEEDED", done
+        assert read_head(disk, len(data)) == data
+        assert [r for n, r in images.requests if n == "disk.raw"][-1].startswith("bytes=")  # resumed over TLS
+        await trusted.stop()
+        untrusted = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
+        done = await command(env, untrusted, "standby.prepare_image", {"image_info": info}, wait=True)
+        assert done["command_status"] == "FAILED" and "certificate" in done["command_error"]["message"].lower()
+        await untrusted.stop()
+        insecure = await started(env["make_agent"](Disk(str(disk)), insecure=True), env["ironic"])
+        done = await command(env, insecure, "standby.prepare_image", {"image_info": info}, wait=True)
+        assert done["command_status"] == "SUCCEEDED", done
+    finally:
+        await runner.cleanup()
