@@ -24,6 +24,7 @@ from services.api.rest_base import read_json
 from services.common import errors, states
 from services.common.config import ApiConfig
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
+from services.common.db.allocations import AllocationRepository
 from services.common.db.portgroups import PortgroupRepository
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
@@ -75,6 +76,7 @@ class RestApi:
         self.nodes = NodeRepository(pool)
         self.ports = PortRepository(pool)
         self.portgroups = PortgroupRepository(pool)
+        self.allocations = AllocationRepository(pool)
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -248,10 +250,10 @@ class RestApi:
                 filters[name] = _bool(q[name], name)
         associated = _bool(q["associated"], "associated") if "associated" in q else None
         limit = self._limit(request)
-        rows = await self.nodes.list(
+        rows = await self.with_allocations(await self.nodes.list(
             filters=filters, associated=associated, limit=limit, marker=q.get("marker"),
             sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc"),
-        )
+        ))
         if detail:
             docs = [self.node_doc(request, r) for r in rows]
         else:
@@ -265,8 +267,16 @@ class RestApi:
 
     async def get_node(self, request: web.Request) -> web.Response:
         fields = self._fields(request, views.NODE_FIELD_VERSIONS)
-        node = await self.node_by_ident(request)
+        node = (await self.with_allocations([await self.node_by_ident(request)]))[0]
         return web.json_response(self.node_doc(request, node, fields), dumps=dumps)
+
+    async def with_allocations(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Node rows with ``allocation_uuid`` (1.52). An allocation sets the node's
+        instance_uuid, so only nodes with an instance can have one: no query otherwise."""
+        uuids = await self.allocations.uuids_for_nodes([r["id"] for r in rows if r.get("instance_uuid") and "id" in r])
+        for row in rows:
+            row["allocation_uuid"] = uuids.get(row.get("id"))
+        return rows
 
     async def create_body(self, request: web.Request, what: str, allowed: set[str],
                           versions: dict[str, tuple[int, int]]) -> dict[str, Any]:
@@ -320,7 +330,7 @@ class RestApi:
             self.router.conductor_for(node["uuid"], values["driver"], node["conductor_group"])
         reply = await self.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
             node_uuid=node["uuid"], changes_json=dumps(values), reset_interfaces=_bool(reset or "false", "reset_interfaces")))
-        updated = parse_datetimes(json.loads(reply.node_json), _NODE_TIMESTAMPS)
+        updated = (await self.with_allocations([parse_datetimes(json.loads(reply.node_json), _NODE_TIMESTAMPS)]))[0]
         return web.json_response(self.node_doc(request, updated), dumps=dumps)
 
     def node_doc_for_patch(self, node: dict[str, Any]) -> dict[str, Any]:

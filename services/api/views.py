@@ -85,8 +85,10 @@ def node_document(
             doc[key] = mask_secrets(row["driver_internal_info"])
         elif key == "instance_info":
             doc[key] = {k: (MASK if k in INSTANCE_SECRETS else v) for k, v in row["instance_info"].items()}
-        elif key in ("chassis_uuid", "allocation_uuid"):
+        elif key == "chassis_uuid":
             doc[key] = None
+        elif key == "allocation_uuid":
+            doc[key] = row.get("allocation_uuid")  # filled in by RestApi.with_allocations
         elif key == "console_enabled":
             doc[key] = False
         elif key == "conductor":

@@ -470,7 +470,11 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
     assert alloc["state"] == "active" and alloc["node_uuid"] == gold["uuid"] and alloc["last_error"] is None
     assert alloc["traits"] == ["CUSTOM_GPU"] and alloc["extra"] == {"a": 1}
     _, node = await call("GET", f"{api}/v1/nodes/alloc-gold")
-    assert node["instance_uuid"] == alloc["uuid"]
+    assert node["instance_uuid"] == alloc["uuid"] and node["allocation_uuid"] == alloc["uuid"]
+    _, listed = await call("GET", f"{api}/v1/nodes/detail?resource_class=gold")
+    assert [n["allocation_uuid"] for n in listed["nodes"]] == [alloc["uuid"]]
+    _, old_view = await call("GET", f"{api}/v1/nodes/alloc-gold", version="1.51")
+    assert "allocation_uuid" not in old_view
 
     status, none_left = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})
     assert status == 201 and none_left["state"] == "error" and none_left["node_uuid"] is None
@@ -494,7 +498,7 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
     status, _ = await call("DELETE", f"{api}/v1/allocations/job-1")
     assert status == 204
     _, node = await call("GET", f"{api}/v1/nodes/alloc-gold")
-    assert node["instance_uuid"] is None
+    assert node["instance_uuid"] is None and node["allocation_uuid"] is None
     status, _ = await call("GET", f"{api}/v1/nodes/alloc-gold/allocation")
     assert status == 404
     status, again = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})

@@ -125,3 +125,11 @@ class AllocationRepository:
             "AND n.traits @> $2::text[] AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.node_id = n.id)"
             f"{extra} ORDER BY random() LIMIT 50", *args)
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+
+    async def uuids_for_nodes(self, node_ids: Sequence[int]) -> dict[int, str]:
+        """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""
+        wanted = sorted({i for i in node_ids if i is not None})
+        if not wanted:
+            return {}
+        rows = await self._db.fetch("SELECT node_id, uuid FROM allocations WHERE node_id = ANY($1::bigint[])", wanted)
+        return {r["node_id"]: str(r["uuid"]) for r in rows}
