@@ -135,8 +135,14 @@ class Agent:
     async def start(self) -> None:
         if self._session is None:
             self._session = aiohttp.ClientSession()
-        self._runner, self._port = await start_http_site(server.build_app(self), self.options.listen_host,
-                                                         self.options.listen_port)
+        try:
+            self._runner, self._port = await start_http_site(server.build_app(self), self.options.listen_host,
+                                                             self.options.listen_port)
+        except OSError:
+            if self._own_session:  # nothing may be left open when start fails
+                await self._session.close()
+                self._session = None
+            raise
         self._started_at = time.time()
         LOG.info("agent listening callback_url=%s macs=%s disks=%s", self.callback_url,
                  ",".join(self.options.macs), ",".join(d.name for d in self.options.disks))
