@@ -688,3 +688,18 @@ async def test_https_image_with_ca_file_resumes_and_unknown_ca_fails(env):
         assert done["command_status"] == "SUCCEEDED", done
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("size", [0, 100, 511, 513])
+async def test_tiny_images_are_written_exactly(env, size):
+    tmp = env["tmp"]
+    data = bytes((i * 7 + 3) % 251 for i in range(size))
+    (tmp / "tiny.raw").write_bytes(data)
+    disk = make_disk(tmp, "sda.img", MiB)
+    with open(disk, "r+b") as fh:
+        fh.write(b"\xaa" * 1024)
+    agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
+    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "tiny.raw", data)}, wait=True)
+    assert done["command_status"] == "SUCCEEDED", done
+    assert read_head(disk, 1024) == data + b"\xaa" * (1024 - size)
+    assert done["deploy_progress"]["bytes_written"] == size
