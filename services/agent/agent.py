@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -87,6 +89,21 @@ def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOpt
     return AgentOptions(**values)
 
 
+def route_address(api_url: str) -> str:
+    """The local address the kernel would use to reach the api (what IPA
+    advertises when it listens on every address). A UDP connect sends nothing."""
+    parts = urlsplit(api_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except OSError as exc:
+        raise errors.InvalidParameterValue(f"cannot find a local address that reaches {api_url}: {exc}; "
+                                           "set advertise_host") from None
+
+
 def _tls_setting(options: AgentOptions) -> ssl.SSLContext | bool:
     """aiohttp's ``ssl`` argument for every https call the agent makes."""
     if options.insecure:
@@ -129,10 +146,13 @@ class Agent:
         self._api_headers: dict[str, str] = {}
         self._started_at = time.time()
         self.tls: ssl.SSLContext | bool = _tls_setting(options)
+        self._route_address = ""
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        if not self.options.advertise_host and self.options.listen_host in ("0.0.0.0", "::", ""):
+            self._route_address = await asyncio.to_thread(route_address, self.options.api_url)
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
@@ -174,7 +194,11 @@ class Agent:
 
     @property
     def advertise_host(self) -> str:
-        return self.options.advertise_host or self.options.listen_host
+        if self.options.advertise_host:
+            return self.options.advertise_host
+        if self.options.listen_host in ("0.0.0.0", "::", ""):
+            return self._route_address
+        return self.options.listen_host
 
     @property
     def callback_url(self) -> str:

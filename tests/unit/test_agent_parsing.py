@@ -156,3 +156,10 @@ def test_write_buffers_are_no_bigger_than_the_image():
     assert buffer_size(block, 10 * block) == block
     assert buffer_size(block, 100) == 64 * 1024
     assert buffer_size(block, 3 * 1024 * 1024 + 1) == 3 * 1024 * 1024 + 64 * 1024
+
+
+def test_route_address_is_the_local_end_towards_the_api():
+    from services.agent.agent import route_address
+
+    assert route_address("http://127.0.0.1:6385") == "127.0.0.1"
+    assert route_address("https://localhost") in ("127.0.0.1", "::1")
