@@ -123,6 +123,8 @@ class RestApi:
         from services.api import (allocations, baremetal_events, bios, conductors, deploy_templates, history, openapi,
                                   portgroups)
         allocations.AllocationsApi(self).routes(app)
+        # Only paths ending in '/' match; no other route does but / and /v1/, registered first.
+        r.add_route("*", "/{path:.+/}", self.trailing_slash)
         portgroups.PortgroupsApi(self).routes(app)
         bios.BiosApi(self).routes(app)
         history.HistoryApi(self).routes(app)
@@ -132,6 +134,17 @@ class RestApi:
         openapi.OpenApiDocument().routes(app)
 
     # -- helpers ---------------------------------------------------------------
+
+    async def trailing_slash(self, request: web.Request) -> web.Response:
+        """python-ironicclient lists with filters as ``/v1/ports/?node=..``; Ironic
+        serves both spellings, so a path that exists without the slash gets a 308
+        to it (method and body kept), anything else the usual 404."""
+        path = request.path.rstrip("/")
+        match = await request.app.router.resolve(request.clone(rel_url=path))
+        if match.http_exception is not None or match.handler == self.trailing_slash:
+            raise web.HTTPNotFound()
+        query = f"?{request.query_string}" if request.query_string else ""
+        raise web.HTTPPermanentRedirect(f"{self.base(request)}{path}{query}")
 
     def base(self, request: web.Request) -> str:
         return (self.config.public_endpoint or f"{request.scheme}://{request.host}").rstrip("/")
@@ -548,9 +561,18 @@ class RestApi:
             node_id = (await self.nodes.get_by_ident(node_ident))["id"]
         address = normalize_mac(q["address"]) if "address" in q else None
         limit = self._limit(request)
-        rows = await self.with_portgroups(await self.ports.list(
-            node_id=node_id, address=address, limit=limit, marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")))
+        if q.get("portgroup"):  # 1.24: the ports of one group (UUID or name)
+            _require_version(request, (1, 24), "The portgroup filter")
+            if node_id is not None or address is not None:
+                raise errors.InvalidParameterValue("The portgroup filter cannot be combined with node or address")
+            group = await self.portgroups.get(q["portgroup"])
+            rows = await self.with_portgroups(await self.portgroups.ports(
+                group["id"], limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"),
+                sort_dir=q.get("sort_dir", "asc")))
+        else:
+            rows = await self.with_portgroups(await self.ports.list(
+                node_id=node_id, address=address, limit=limit, marker=q.get("marker"),
+                sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")))
         base, version = self.base(request), request["version"]
         if detail:
             docs = [views.port_document(r, base=base, version=version) for r in rows]

@@ -313,6 +313,15 @@ async def test_portgroup_lifecycle_with_ports(api: str) -> None:
                                   {"op": "add", "path": "/extra/rack", "value": "r1"}])
     assert status == 200 and patched["mode"] == "802.3ad" and patched["extra"] == {"rack": "r1"}
 
+    _, filtered = await call("GET", f"{api}/v1/ports?portgroup=bond0")
+    assert sorted(p["uuid"] for p in filtered["ports"]) == sorted([port["uuid"], loose["uuid"]])
+    status, _ = await call("GET", f"{api}/v1/ports?portgroup=bond0&node=bonded")
+    assert status == 400
+    status, _ = await call("GET", f"{api}/v1/ports?portgroup=bond0", version="1.23")
+    assert status == 406
+    cli = await baremetal(api, "port", "list", "--port-group", "bond0", "-f", "json")
+    assert sorted(p["uuid"] for p in cli) == sorted([port["uuid"], loose["uuid"]])
+
     status, body = await call("DELETE", f"{api}/v1/portgroups/bond0")
     assert status == 409 and "contains ports" in fault(body)
     for member in (port, loose):
@@ -541,3 +550,38 @@ async def test_allocation_of_a_deployed_node_and_errors(api: str) -> None:
     assert status == 404
     status, _ = await call("POST", f"{api}/v1/allocations", {"resource_class": "x"}, version="1.51")
     assert status == 404
+
+
+# -- trailing slashes (python-ironicclient's filtered lists) -----------------------------------
+
+
+async def baremetal(api: str, *args: str) -> Any:
+    """Run the real `baremetal` CLI (python-ironicclient) against the stack; its JSON output."""
+    import os
+    import sys
+    from pathlib import Path
+
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("baremetal")), *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "OS_AUTH_TYPE": "none", "OS_ENDPOINT": api})
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+async def test_trailing_slash_redirects_to_the_route(api: str) -> None:
+    _, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "slashed"})
+    _, port = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:dd:00:01"})
+    status, listed = await call("GET", f"{api}/v1/ports/?node=slashed")  # aiohttp follows the 308
+    assert status == 200 and [p["uuid"] for p in listed["ports"]] == [port["uuid"]]
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"{api}/v1/nodes/", json={"driver": "fake-hardware"}, headers=LATEST,
+                          allow_redirects=False) as r:
+            assert r.status == 308 and r.headers["Location"] == f"{api}/v1/nodes"
+        async with s.get(f"{api}/v1/ports/?node=slashed&limit=5", allow_redirects=False) as r:
+            assert r.status == 308 and r.headers["Location"] == f"{api}/v1/ports?node=slashed&limit=5"
+        for path in ("/v1/nothing/", "/v1/nodes/slashed/nothing/"):
+            async with s.get(api + path, headers=LATEST, allow_redirects=False) as r:
+                assert r.status == 404, path
+    cli = await baremetal(api, "node", "list", "--provision-state", "enroll", "-f", "json")
+    assert "slashed" in [n["name"] for n in cli]

@@ -150,12 +150,16 @@ class PortgroupRepository:
         return {r["id"]: str(r["uuid"]) for r in rows}
 
     async def resolve_for_port(self, portgroup_uuid: Any, node_id: int) -> int | None:
-        """The id of the group a port on ``node_id`` may join; None leaves every group."""
+        """The id of the group (by UUID, or by name as the CLI sends it) a port on
+        ``node_id`` may join; None leaves every group."""
         if portgroup_uuid is None:
             return None
-        if not isinstance(portgroup_uuid, str) or not is_uuid(portgroup_uuid):
-            raise errors.InvalidParameterValue(f"Expected a UUID for portgroup_uuid but received {portgroup_uuid}.")
-        row = await self._db.fetchrow("SELECT id, node_id FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid)
+        if not isinstance(portgroup_uuid, str) or not portgroup_uuid:
+            raise errors.InvalidParameterValue(f"Expected a port group UUID or name but received {portgroup_uuid!r}.")
+        if is_uuid(portgroup_uuid):
+            row = await self._db.fetchrow("SELECT id, node_id FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid)
+        else:
+            row = await self._db.fetchrow("SELECT id, node_id FROM portgroups WHERE name = $1", portgroup_uuid)
         if row is None:
             raise errors.InvalidParameterValue(f"Port group {portgroup_uuid} could not be found.")
         if row["node_id"] != node_id:
