@@ -585,3 +585,22 @@ async def test_trailing_slash_redirects_to_the_route(api: str) -> None:
                 assert r.status == 404, path
     cli = await baremetal(api, "node", "list", "--provision-state", "enroll", "-f", "json")
     assert "slashed" in [n["name"] for n in cli]
+
+
+async def test_baremetal_cli_drives_the_new_resources(api: str) -> None:
+    """python-ironicclient's own commands against conductors, port groups, allocations,
+    deploy templates and BIOS settings (it negotiates down to the advertised 1.56)."""
+    conductors = await baremetal(api, "conductor", "list", "-f", "json")
+    assert {"hostname": "test-conductor", "conductor_group": "", "alive": True} in conductors
+    node = await available_node(api, "cli-node", "cli-class", [])
+    group = await baremetal(api, "port", "group", "create", "--node", node["uuid"], "--name", "cli-bond",
+                            "--mode", "802.3ad", "-f", "json")
+    assert group["mode"] == "802.3ad" and group["node_uuid"] == node["uuid"]
+    template = await baremetal(api, "deploy", "template", "create", "CUSTOM_CLI_TEMPLATE", "--steps",
+                               json.dumps([{"interface": "bios", "step": "apply_configuration", "args": {},
+                                            "priority": 10}]), "-f", "json")
+    assert template["name"] == "CUSTOM_CLI_TEMPLATE"
+    allocation = await baremetal(api, "allocation", "create", "--resource-class", "cli-class", "--wait", "30",
+                                 "-f", "json")
+    assert allocation["state"] == "active" and allocation["node_uuid"] == node["uuid"]
+    assert await baremetal(api, "node", "bios", "setting", "list", "cli-node", "-f", "json") == []
