@@ -149,7 +149,7 @@ async def test_bad_checksum_fails_then_redeploys(env: dict[str, Any]) -> None:
     await wait_state(env, "direct-2", "wait call-back")
     first = await boot_agent(env, "52:54:00:d0:00:02", env["tmp"] / "disk-2.img")
     failed = await wait_state(env, "direct-2", "deploy failed")
-    assert "checksum" in failed["last_error"].lower()
+    assert "checksum" in failed["last_error"].lower() and "'type'" not in failed["last_error"]
     await first.stop()
     sha = hashlib.sha256(env["image"]).hexdigest()
     await call(env, "PATCH", "/v1/nodes/direct-2", [

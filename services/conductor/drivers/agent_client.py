@@ -70,7 +70,9 @@ class AgentClient:
         """A command whose answer is needed now; FAILED raises AgentError."""
         result = await self.execute(name, params, wait=True)
         if result.get("command_status") == "FAILED":
-            raise errors.AgentError(f"Agent command {name} failed: {result.get('command_error')}")
+            error = result.get("command_error")
+            text = error.get("message") or error if isinstance(error, dict) else error
+            raise errors.AgentError(f"Agent command {name} failed: {text}")
         return result.get("command_result")
 
 

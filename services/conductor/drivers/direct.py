@@ -120,7 +120,7 @@ class DirectDeploy(base.DeployInterface):
     def _outcome(self, task: base.Task, result: dict[str, Any]) -> str | None:
         status = result.get("command_status")
         if status == "FAILED":
-            raise errors.ImageError(f"Writing the image failed: {result.get('command_error')}")
+            raise errors.ImageError(f"Writing the image failed: {command_error_text(result.get('command_error'))}")
         if status == "SUCCEEDED":
             return "resume"
         return None
@@ -173,3 +173,10 @@ def _agent_node(node: dict[str, Any]) -> dict[str, Any]:
 
 def _agent_port(port: dict[str, Any]) -> dict[str, Any]:
     return {"uuid": port["uuid"], "address": port["address"], "pxe_enabled": port.get("pxe_enabled", True)}
+
+
+def command_error_text(error: Any) -> str:
+    """IPA reports ``{type, code, message, details}``; the node shows the message."""
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("details") or error)
+    return str(error)
