@@ -7,6 +7,7 @@ from typing import Any
 
 import asyncpg
 
+from services.common import errors
 from services.common.db.rows import row_to_dict
 
 NOTIFY_CHANNEL = "ferrum_node_events"
@@ -40,11 +41,15 @@ class EventRepository:
             node.get("power_state"), severity, message, conductor,
         )
         if history and node.get("id") is not None:
-            await self._db.execute(
-                "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity) "
-                "VALUES ($1, $2, $3, $4, $5, $6)",
-                uuid.uuid4(), node["id"], conductor, event_type, message or event, severity,
-            )
+            try:
+                await self._db.execute(
+                    "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity) "
+                    "VALUES ($1, $2, $3, $4, $5, $6)",
+                    uuid.uuid4(), node["id"], conductor, event_type, message or event, severity,
+                )
+            except asyncpg.ForeignKeyViolationError:
+                # The node was deleted by a concurrent request: say so, not 500.
+                raise errors.NodeNotFound(f"Node {node['uuid']} could not be found.") from None
         return int(sequence)
 
     async def events_after(self, sequence: int, *, node_uuid: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
