@@ -170,3 +170,14 @@ async def test_active_nodes_of_a_dead_conductor_are_taken_over(pool) -> None:
     assert taken == set(owned_by_b)
     assert not await pool.fetchval("SELECT count(*) FROM nodes WHERE reservation IS NOT NULL AND provision_state = 'active'")
     assert not await pool.fetchval("SELECT online FROM conductors WHERE hostname = 'to-b'")
+
+
+async def test_history_for_a_deleted_node_is_not_found(pool) -> None:
+    """A request racing a node's deletion gets 404, never a foreign-key error."""
+    from services.common.db.events import EventRepository
+
+    m = manager(pool, "gone")
+    node = await new_node(m)
+    await m.nodes.delete(node["uuid"])
+    with pytest.raises(errors.NodeNotFound):
+        await EventRepository(pool).record(node, event="maintenance", message="late")
