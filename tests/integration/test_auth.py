@@ -69,3 +69,28 @@ async def test_baremetal_cli_with_http_basic(secured: str) -> None:
                                                    env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(process.communicate(), 90)
     assert process.returncode != 0
+
+
+async def test_openstacksdk_with_http_basic(secured: str) -> None:
+    """openstacksdk's http_basic plugin: a lifecycle with the right password, 401 with a wrong one."""
+    import openstack
+    from openstack import exceptions
+
+    def run(password: str) -> str:
+        conn = openstack.connection.Connection(
+            auth_type="http_basic", auth={"username": "admin", "password": password, "endpoint": secured},
+            baremetal_endpoint_override=secured)
+        bm = conn.baremetal
+        node = bm.create_node(driver="fake-hardware", name=f"sdk-basic-{password}")
+        node = bm.set_node_provision_state(node, "manage", wait=True, timeout=30)
+        node = bm.set_node_provision_state(node, "provide", wait=True, timeout=30)
+        node = bm.set_node_provision_state(node, "active", wait=True, timeout=30)
+        assert node.provision_state == "active"
+        node = bm.set_node_provision_state(node, "deleted", wait=True, timeout=30)
+        bm.delete_node(node)
+        return node.provision_state
+
+    assert await asyncio.to_thread(run, "s3cret") == "available"
+    with pytest.raises(exceptions.HttpException) as caught:
+        await asyncio.to_thread(run, "wrong")
+    assert caught.value.status_code == 401
