@@ -10,6 +10,7 @@ machine table in services.common.states and never by hand-coded targets.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import secrets
 import uuid as uuidlib
@@ -431,29 +432,57 @@ class ConductorManager:
                 results.append((kind, False, exc.message))
         return results
 
-    async def vif_attach(self, node_uuid: str, vif_id: str) -> None:
-        """Record a VIF on a free port (PXE-enabled first), as Ironic's flat networks do."""
+    async def vif_attach(self, node_uuid: str, vif_id: str, *, port_uuid: str = "", portgroup_uuid: str = "") -> None:
+        """Record a VIF on a free port (PXE-enabled first), as Ironic's flat networks do,
+        or on the port or port group the caller names (REST 1.67)."""
         task = await self.tasks.acquire(node_uuid)
         try:
-            if any(p["internal_info"].get("tenant_vif_port_id") == vif_id for p in task.ports):
-                raise errors.Conflict(f"Unable to set VIF {vif_id}: it is already attached to node {node_uuid}")
             other = await self.pool.fetchval(
                 "SELECT n.uuid FROM ports p JOIN nodes n ON n.id = p.node_id "
-                "WHERE p.internal_info->>'tenant_vif_port_id' = $1", vif_id)
+                "WHERE p.internal_info->>'tenant_vif_port_id' = $1 UNION ALL "
+                "SELECT n.uuid FROM portgroups g JOIN nodes n ON n.id = g.node_id "
+                "WHERE g.internal_info->>'tenant_vif_port_id' = $1 LIMIT 1", vif_id)
             if other is not None:
                 raise errors.Conflict(f"Unable to set VIF {vif_id}: it is already attached to node {other}")
-            free = sorted((p for p in task.ports if not p["internal_info"].get("tenant_vif_port_id")),
-                          key=lambda p: (not p["pxe_enabled"], p["id"]))
-            if not free:
-                raise errors.InvalidParameterValue(
-                    f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}.")
-            port = free[0]
-            await PortRepository(self.pool).update(
-                port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}})
+            if portgroup_uuid:
+                await self._vif_to_portgroup(task, vif_id, portgroup_uuid)
+            else:
+                if port_uuid:
+                    port = next((p for p in task.ports if p["uuid"] == port_uuid), None)
+                    if port is None:
+                        raise errors.InvalidParameterValue(
+                            f"Unable to attach VIF {vif_id}: port {port_uuid} does not belong to node {node_uuid}.")
+                    if port["internal_info"].get("tenant_vif_port_id"):
+                        raise errors.Conflict(
+                            f"Unable to attach VIF {vif_id}: port {port_uuid} already has VIF "
+                            f"{port['internal_info']['tenant_vif_port_id']} attached.")
+                else:
+                    free = sorted((p for p in task.ports if not p["internal_info"].get("tenant_vif_port_id")),
+                                  key=lambda p: (not p["pxe_enabled"], p["id"]))
+                    if not free:
+                        raise errors.InvalidParameterValue(
+                            f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}.")
+                    port = free[0]
+                await PortRepository(self.pool).update(
+                    port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}})
             await EventRepository(self.pool).record(task.node, event="vif-attach", message=f"VIF {vif_id} attached",
                                                     conductor=self.hostname, event_type="network")
         finally:
             await self.tasks.release(node_uuid)
+
+    async def _vif_to_portgroup(self, task: Task, vif_id: str, portgroup_uuid: str) -> None:
+        """Ironic keeps a port group's VIF in the group's own internal_info."""
+        group = await self.pool.fetchrow(
+            "SELECT id, node_id, internal_info FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid)
+        if group is None or group["node_id"] != task.node["id"]:
+            raise errors.InvalidParameterValue(
+                f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} does not belong to node {task.node['uuid']}.")
+        info = group["internal_info"] if isinstance(group["internal_info"], dict) else json.loads(group["internal_info"])
+        if info.get("tenant_vif_port_id"):
+            raise errors.Conflict(f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} already has VIF "
+                                  f"{info['tenant_vif_port_id']} attached.")
+        await self.pool.execute("UPDATE portgroups SET internal_info = $2, updated_at = now() WHERE id = $1",
+                                group["id"], {**info, "tenant_vif_port_id": vif_id})
 
     async def vif_detach(self, node_uuid: str, vif_id: str) -> None:
         task = await self.tasks.acquire(node_uuid)
@@ -462,11 +491,18 @@ class ConductorManager:
                 if port["internal_info"].get("tenant_vif_port_id") == vif_id:
                     info = {k: v for k, v in port["internal_info"].items() if k != "tenant_vif_port_id"}
                     await PortRepository(self.pool).update(port["uuid"], {"internal_info": info})
-                    await EventRepository(self.pool).record(
-                        task.node, event="vif-detach", message=f"VIF {vif_id} detached",
-                        conductor=self.hostname, event_type="network")
-                    return
-            raise errors.NotFound(f"Unable to detach VIF {vif_id} from node {node_uuid} because it is not attached to it.")
+                    break
+            else:
+                group = await self.pool.fetchval(
+                    "UPDATE portgroups SET internal_info = internal_info - 'tenant_vif_port_id', updated_at = now() "
+                    "WHERE node_id = $1 AND internal_info->>'tenant_vif_port_id' = $2 RETURNING uuid",
+                    task.node["id"], vif_id)
+                if group is None:
+                    raise errors.NotFound(
+                        f"Unable to detach VIF {vif_id} from node {node_uuid} because it is not attached to it.")
+            await EventRepository(self.pool).record(
+                task.node, event="vif-detach", message=f"VIF {vif_id} detached",
+                conductor=self.hostname, event_type="network")
         finally:
             await self.tasks.release(node_uuid)
 

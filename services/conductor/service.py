@@ -99,7 +99,8 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         ])
 
     async def VifAttach(self, request: pb.VifRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.vif_attach(request.node_uuid, request.vif_id))
+        await self._run(context, request.node_uuid, self.manager.vif_attach(
+            request.node_uuid, request.vif_id, port_uuid=request.port_uuid, portgroup_uuid=request.portgroup_uuid))
         return pb.Empty()
 
     async def VifDetach(self, request: pb.VifRequest, context: grpc.aio.ServicerContext) -> pb.Empty:

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ from aiohttp import web
 from services.agent.agent import Agent, AgentOptions, Disk
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from tests.conftest import test_settings
+from tests.restclient import call, wait_state
 
-V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 MiB = 1024 * 1024
 
 
@@ -66,24 +65,6 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
         await session.close()
         await stack.close()
         await runner.cleanup()
-
-
-async def call(env: dict[str, Any], method: str, path: str, body: Any = None, expect: int | None = None) -> Any:
-    async with env["session"].request(method, env["api"] + path, json=body, headers=V) as r:
-        text = await r.text()
-        if expect is not None:
-            assert r.status == expect, f"{method} {path}: {r.status} {text}"
-        return r.status, (json.loads(text) if text else None)
-
-
-async def wait_state(env: dict[str, Any], ident: str, wanted: str, timeout: float = 90.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        _, node = await call(env, "GET", f"/v1/nodes/{ident}", expect=200)
-        if node["provision_state"] == wanted and node["reservation"] is None:
-            return node
-        assert time.monotonic() < deadline, f"{ident}: {node['provision_state']} ({node['last_error']})"
-        await asyncio.sleep(0.1)
 
 
 async def enroll(env: dict[str, Any], name: str, mac: str, *, sha256: str) -> dict[str, Any]:
@@ -248,7 +229,7 @@ async def test_mbr_with_four_primaries_fails_clearly(env: dict[str, Any]) -> Non
     }, expect=201)
     await call(env, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:d0:00:06"}, expect=201)
     for verb, state in (("manage", "manageable"), ("provide", "available")):
-        await call(env, "PUT", f"/v1/nodes/direct-6/states/provision", {"target": verb}, expect=202)
+        await call(env, "PUT", "/v1/nodes/direct-6/states/provision", {"target": verb}, expect=202)
         await wait_state(env, "direct-6", state)
     await call(env, "PUT", "/v1/nodes/direct-6/states/provision",
                {"target": "active", "configdrive": {"meta_data": {"hostname": "mbr"}}}, expect=202)

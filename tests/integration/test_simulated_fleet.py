@@ -22,8 +22,8 @@ from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.conftest import test_settings
+from tests.restclient import call, wait_state
 
-V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 USER, PASSWORD = "admin", "fleet-secret"
 
 
@@ -45,24 +45,6 @@ async def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         await session.close()
         await stack.close()
         await simulator.stop()
-
-
-async def call(env: dict[str, Any], method: str, path: str, body: Any = None, expect: int | None = None) -> Any:
-    async with env["session"].request(method, env["api"] + path, json=body, headers=V) as r:
-        text = await r.text()
-        if expect is not None:
-            assert r.status == expect, f"{method} {path}: {r.status} {text}"
-        return r.status, (json.loads(text) if text else None)
-
-
-async def wait_state(env: dict[str, Any], ident: str, wanted: str, timeout: float = 120.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        _, node = await call(env, "GET", f"/v1/nodes/{ident}", expect=200)
-        if node["provision_state"] == wanted and node["reservation"] is None:
-            return node
-        assert time.monotonic() < deadline, f"{ident}: {node['provision_state']} ({node['last_error']})"
-        await asyncio.sleep(0.2)
 
 
 async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:

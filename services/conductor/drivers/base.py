@@ -54,7 +54,7 @@ class Task:
         self.node = await self.merge_internal_info(self.node["uuid"], values, remove=remove)
 
 
-class BaseInterface(abc.ABC):
+class BaseInterface(abc.ABC):  # noqa: B024 - the kinds below declare the abstract verbs
     """Common surface of every hardware interface implementation."""
 
     kind: ClassVar[str] = ""
@@ -68,13 +68,13 @@ class BaseInterface(abc.ABC):
         """driver_info keys this implementation reads, with a description each."""
         return {}
 
-    async def validate(self, task: Task) -> None:
+    async def validate(self, task: Task) -> None:  # noqa: B027 - optional hook
         """Raise errors.InvalidParameterValue when the node cannot work; no side effects."""
 
-    async def take_over(self, task: Task) -> None:
+    async def take_over(self, task: Task) -> None:  # noqa: B027 - optional hook
         """Adopt an active node from a dead conductor (nothing to do by default)."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the implementation holds across nodes (BMC sessions) at conductor stop."""
 
 
@@ -94,8 +94,43 @@ class PowerInterface(BaseInterface):
         return ["power on", "power off", "rebooting"]
 
 
+def unsupported(interface: BaseInterface, what: str) -> Exception:
+    """Ironic's UnsupportedDriverExtension: a 400 naming the interface and the feature."""
+    from services.common import errors
+
+    return errors.InvalidParameterValue(
+        f"Unsupported: the {interface.kind} interface {interface.name!r} does not support {what} "
+        "(disabled or not implemented).")
+
+
 class ManagementInterface(BaseInterface):
     kind = "management"
+
+    # Indicators (API 1.63): {component: {indicator: {"readonly": bool, "states": [...]}}}.
+    async def get_supported_indicators(self, task: Task, component: str | None = None) -> dict[str, Any]:
+        raise unsupported(self, "indicators")
+
+    async def get_indicator_state(self, task: Task, component: str, indicator: str) -> str:
+        raise unsupported(self, "indicators")
+
+    async def set_indicator_state(self, task: Task, component: str, indicator: str, state: str) -> None:
+        raise unsupported(self, "setting indicators")
+
+    # Boot mode and secure boot (API 1.75/1.76).
+    def get_supported_boot_modes(self, task: Task) -> list[str]:
+        return []
+
+    async def get_boot_mode(self, task: Task) -> str | None:
+        return task.node.get("boot_mode")
+
+    async def set_boot_mode(self, task: Task, mode: str) -> None:
+        raise unsupported(self, "setting the boot mode")
+
+    async def get_secure_boot_state(self, task: Task) -> bool | None:
+        return task.node.get("secure_boot")
+
+    async def set_secure_boot_state(self, task: Task, state: bool) -> None:
+        raise unsupported(self, "secure boot")
 
     @abc.abstractmethod
     def get_supported_boot_devices(self, task: Task) -> list[str]: ...
@@ -144,6 +179,16 @@ class DeployInterface(BaseInterface):
         """A ramdisk called back; returns the new provision event or None."""
         return None
 
+    def get_deploy_steps(self, task: Task) -> list[dict[str, Any]]:
+        """The deploy steps this interface offers (Ironic: interface, step,
+        priority, argsinfo). ``deploy.deploy`` is the core step every deploy
+        interface has; user deploy_steps (1.69) must name one of these."""
+        return [{"interface": "deploy", "step": "deploy", "priority": 100, "argsinfo": None}]
+
+    async def execute_deploy_step(self, task: Task, step: Mapping[str, Any]) -> None:
+        """Run one deploy step other than ``deploy.deploy`` (which the conductor
+        runs through :meth:`deploy`). The default has nothing to do."""
+
 
 class StorageInterface(BaseInterface):
     kind = "storage"
@@ -162,8 +207,37 @@ class NetworkInterface(BaseInterface):
     kind = "network"
 
 
+@dataclass(frozen=True)
+class VendorMethod:
+    """How one passthru method is exposed (Ironic's ``@passthru`` metadata)."""
+
+    http_methods: tuple[str, ...]
+    is_async: bool = True
+    description: str = ""
+    attach: bool = False
+    require_exclusive_lock: bool = True
+
+    def describe(self) -> dict[str, Any]:
+        return {"http_methods": list(self.http_methods), "async": self.is_async, "description": self.description,
+                "attach": self.attach, "require_exclusive_lock": self.require_exclusive_lock}
+
+
 class VendorInterface(BaseInterface):
+    """Vendor passthru: node methods (``methods``) and hardware-type methods
+    (``driver_methods``), each called by name with the request body as data."""
+
     kind = "vendor"
+    methods: ClassVar[Mapping[str, VendorMethod]] = {}
+    driver_methods: ClassVar[Mapping[str, VendorMethod]] = {}
+
+    async def validate_passthru(self, task: Task | None, method: str, data: Mapping[str, Any]) -> None:
+        """Check the arguments of a call before it is accepted (400 when wrong)."""
+
+    async def call_method(self, task: Task, method: str, http_method: str, data: Mapping[str, Any]) -> Any:
+        raise unsupported(self, f"vendor passthru method {method!r}")
+
+    async def call_driver_method(self, method: str, http_method: str, data: Mapping[str, Any]) -> Any:
+        raise unsupported(self, f"driver vendor passthru method {method!r}")
 
 
 class InspectInterface(BaseInterface):

@@ -63,6 +63,52 @@ class FakeManagement(_Delayed, base.ManagementInterface):
         await self._sleep()
         return {"boot_device": "pxe", "persistent": False}
 
+    # Ironic's fake indicators: a read-only chassis LED and a settable system LED.
+    # Set states live in driver_internal_info["fake_indicators"] ("led@system": "BLINKING").
+    INDICATORS = {
+        "chassis": {"led-0": {"readonly": True, "states": ["OFF", "ON"]}},
+        "system": {"led": {"readonly": False, "states": ["BLINKING", "OFF", "ON"]}},
+    }
+
+    async def get_supported_indicators(self, task: base.Task, component: str | None = None) -> dict[str, Any]:
+        await self._sleep()
+        return {c: v for c, v in self.INDICATORS.items() if not component or component == c}
+
+    def _indicator(self, component: str, indicator: str) -> dict[str, Any]:
+        if component not in self.INDICATORS:
+            raise errors.InvalidParameterValue(f"Invalid component {component} specified.")
+        if indicator not in self.INDICATORS[component]:
+            raise errors.InvalidParameterValue(f"Invalid indicator {indicator} specified.")
+        return self.INDICATORS[component][indicator]
+
+    async def get_indicator_state(self, task: base.Task, component: str, indicator: str) -> str:
+        self._indicator(component, indicator)
+        await self._sleep()
+        return task.node["driver_internal_info"].get("fake_indicators", {}).get(f"{indicator}@{component}", "ON")
+
+    async def set_indicator_state(self, task: base.Task, component: str, indicator: str, state: str) -> None:
+        spec = self._indicator(component, indicator)
+        if spec["readonly"]:
+            raise errors.InvalidParameterValue(f"Indicator {indicator}@{component} is read-only.")
+        if state not in spec["states"]:
+            raise errors.InvalidParameterValue(
+                f"Invalid state {state!r} for indicator {indicator}@{component}; valid: {spec['states']}")
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_indicators", {}))
+        current[f"{indicator}@{component}"] = state
+        await task.save_internal_info({"fake_indicators": current})
+
+    def get_supported_boot_modes(self, task: base.Task) -> list[str]:
+        return ["bios", "uefi"]
+
+    async def set_boot_mode(self, task: base.Task, mode: str) -> None:
+        if mode not in self.get_supported_boot_modes(task):
+            raise errors.InvalidParameterValue(f"Invalid boot mode {mode!r}; supported: bios, uefi")
+        await self._sleep()
+
+    async def set_secure_boot_state(self, task: base.Task, state: bool) -> None:
+        await self._sleep()
+
 
 class FakeBoot(_Delayed, base.BootInterface):
     name = "fake"
@@ -103,8 +149,29 @@ class FakeStorage(_Delayed, base.StorageInterface):
 
 
 class FakeVendor(_Delayed, base.VendorInterface):
+    """Ironic's fake vendor interface (FakeVendorB): each method answers
+    whether ``bar`` is its magic word; third_method_sync is synchronous."""
+
     name = "fake"
     delay_option = "fake_vendor_delay"
+    WORDS = {"second_method": "kazoo", "third_method_sync": "meow", "fourth_method_shared_lock": "woof"}
+    methods = {
+        "second_method": base.VendorMethod(("POST",), description="Test if the value of bar is kazoo"),
+        "third_method_sync": base.VendorMethod(("POST",), is_async=False, description="Test if the value of bar is meow"),
+        "fourth_method_shared_lock": base.VendorMethod(("POST",), require_exclusive_lock=False,
+                                                       description="Test if the value of bar is woof"),
+        "log_passthrough": base.VendorMethod(("POST",), description="Test pass-through to wait."),
+    }
+
+    async def validate_passthru(self, task: base.Task | None, method: str, data: Any) -> None:
+        if method in self.WORDS and not (isinstance(data, dict) and data.get("bar")):
+            raise errors.MissingParameter(f"Parameter 'bar' not passed to method '{method}'.")
+
+    async def call_method(self, task: base.Task, method: str, http_method: str, data: Any) -> Any:
+        await self._sleep()
+        if method in self.WORDS:
+            return data.get("bar") == self.WORDS[method]
+        return None
 
 
 class FakeInspect(_Delayed, base.InspectInterface):
