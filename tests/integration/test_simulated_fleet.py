@@ -30,10 +30,11 @@ USER, PASSWORD = "admin", "fleet-secret"
 @pytest.fixture(scope="module")
 async def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("fleet")
-    settings = test_settings(database_url, tmp / "state", conductor={"hostname": "fleet-conductor"})
+    settings = test_settings(database_url, tmp / "state", conductor={
+        "hostname": "fleet-conductor", "deploy_callback_timeout": 15.0, "timeout_check_interval": 1.0})
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
-    simulator = Simulator(SimulatorOptions(machines=5, state_dir=str(tmp / "machines"),
+    simulator = Simulator(SimulatorOptions(machines=7, state_dir=str(tmp / "machines"),
                                            boot_url=stack.endpoints["ipxe HTTP"], username=USER,
                                            password=PASSWORD, disk_size=160 * 1024 * 1024).validate())
     await simulator.start()
@@ -62,7 +63,7 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
     }
     await store.put_bytes("fleet", "kernel", b"k")
     kernel = await store.temp_url("fleet", "kernel", lifetime=600)
-    machines = fleet["sim"].machines
+    machines = fleet["sim"].machines[:5]
     nodes = []
     for index, machine in enumerate(machines):
         url, sha, fmt = sources["qcow2" if index % 2 else "raw"]
@@ -109,3 +110,53 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
         done = await wait_state(fleet, node["uuid"], "available")
         assert done["power_state"] == "power off" and done["instance_info"] == {}
     assert all(m.power_state == "Off" for m in machines)
+
+
+async def enroll(fleet: dict[str, Any], machine: Any, *, sha256: str, mac: str | None = None) -> dict[str, Any]:
+    """A machine enrolled and taken to available, imaging the small stored image."""
+    store = next(s for s in fleet["stack"].services if s.name == "conductor").objectstore
+    if await store.stat("fleet", "small.raw") is None:
+        await store.put_bytes("fleet", "small.raw", SMALL_IMAGE)
+    url = await store.temp_url("fleet", "small.raw", lifetime=600)
+    _, node = await call(fleet, "POST", "/v1/nodes", {
+        "name": machine.name, "driver": "redfish", "boot_interface": "ipxe", "deploy_interface": "direct",
+        "driver_info": {"redfish_address": fleet["sim"].redfish_url, "redfish_system_id": machine.system_path,
+                        "redfish_username": USER, "redfish_password": PASSWORD,
+                        "deploy_kernel": url, "deploy_ramdisk": url},
+        "instance_info": {"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": sha256},
+    }, expect=201)
+    await call(fleet, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac or machine.macs[0]}, expect=201)
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": verb}, expect=202)
+        await wait_state(fleet, node["uuid"], state)
+    return node
+
+
+SMALL_IMAGE = b"\x00" * 512 + b"FERRUM" * 100_000
+
+
+async def test_bad_checksum_fails_and_redeploy_succeeds(fleet: dict[str, Any]) -> None:
+    machine = fleet["sim"].machines[5]
+    node = await enroll(fleet, machine, sha256="f" * 64)
+    await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"}, expect=202)
+    failed = await wait_state(fleet, node["uuid"], "deploy failed")
+    assert "checksum mismatch" in failed["last_error"].lower(), failed["last_error"]
+    good = hashlib.sha256(SMALL_IMAGE).hexdigest()
+    await call(fleet, "PATCH", f"/v1/nodes/{node['uuid']}", [
+        {"op": "replace", "path": "/instance_info/image_os_hash_value", "value": good}], expect=200)
+    await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"}, expect=202)
+    await wait_state(fleet, node["uuid"], "active")
+    with open(machine.disk_path, "rb") as disk:
+        assert disk.read(len(SMALL_IMAGE)) == SMALL_IMAGE
+
+
+async def test_machine_that_never_calls_back_times_out(fleet: dict[str, Any]) -> None:
+    """Enrolled with a MAC the machine does not have: its firmware gets our error
+    script, no agent ever starts, and the call-back timeout fails the deploy."""
+    machine = fleet["sim"].machines[6]
+    node = await enroll(fleet, machine, sha256=hashlib.sha256(SMALL_IMAGE).hexdigest(), mac="52:54:00:fe:fe:fe")
+    await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"}, expect=202)
+    await wait_state(fleet, node["uuid"], "wait call-back")
+    failed = await wait_state(fleet, node["uuid"], "deploy failed", timeout=90)
+    assert "Timeout reached while waiting for callback" in failed["last_error"]
+    assert machine.agent is None and machine.os_report is None
