@@ -9,12 +9,18 @@ so the allocation comes back ``active`` with its ``node_uuid``, or ``error``
 with ``last_error`` when no node matches. Picking is serialised across api
 processes with a PostgreSQL advisory lock. Deleting an allocation releases
 its node (409 while the node is deployed, unless it is in maintenance).
-Below 1.52 every route is 404. Not yet: the node field ``allocation_uuid``
-(rendered null), PATCH (1.57), backfill (1.58), owner (1.60).
+Below 1.52 every route is 404.
+
+Later versions: PATCH of ``name`` and ``extra`` (1.57; 405 before, as in
+Ironic); backfill (1.58): ``node`` names an already deployed node, whose
+instance becomes the allocation (the allocation's UUID defaults to the node's
+``instance_uuid``, ``resource_class`` to the node's); ``owner`` (1.60), shown,
+settable on create and usable as a list filter.
 """
 
 from __future__ import annotations
 
+import json
 import uuid as uuidlib
 from typing import Any
 
@@ -22,7 +28,7 @@ from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api import views
-from services.api.rest import NAME_RE, RestApi, validate_trait
+from services.api.rest import NAME_RE, RestApi, apply_patch, validate_trait
 from services.common import errors, states
 from services.common.db.allocations import PICK_LOCK_ID, AllocationRepository
 from services.common.db.nodes import is_uuid
@@ -30,20 +36,28 @@ from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
 SINCE = (1, 52)
-FIELDS: dict[str, tuple[int, int]] = {k: SINCE for k in (
+PATCH_SINCE = (1, 57)
+BACKFILL_SINCE = (1, 58)
+OWNER_SINCE = (1, 60)
+FIELDS: dict[str, tuple[int, int]] = {**{k: SINCE for k in (
     "uuid", "name", "node_uuid", "state", "last_error", "resource_class", "traits", "candidate_nodes", "extra",
-    "created_at", "updated_at", "links")}
-CREATE_KEYS = {"uuid", "name", "resource_class", "traits", "candidate_nodes", "extra"}
+    "created_at", "updated_at", "links")}, "owner": OWNER_SINCE}
+CREATE_KEYS = {"uuid", "name", "resource_class", "traits", "candidate_nodes", "extra", "node", "owner"}
+PATCH_READONLY = {"uuid", "node_uuid", "state", "last_error", "resource_class", "traits", "candidate_nodes",
+                  "created_at", "updated_at", "links", "owner"}
 RETRY_ON = (errors.NodeLocked, errors.Conflict, errors.ServiceUnavailable, errors.NotFound)
 
 
-def allocation_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
+def allocation_document(row: dict[str, Any], *, base: str, fields: Any = None,
+                        version: tuple[int, int] = SINCE) -> dict[str, Any]:
     doc = {
         "uuid": row["uuid"], "name": row["name"], "node_uuid": row["node_uuid"], "state": row["state"],
         "last_error": row["last_error"], "resource_class": row["resource_class"], "traits": row["traits"],
         "candidate_nodes": row["candidate_nodes"], "extra": row["extra"], "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]), "links": views.links(base, "allocations", row["uuid"]),
     }
+    if version >= OWNER_SINCE:
+        doc["owner"] = row.get("owner")
     if fields is not None:
         doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
     return doc
@@ -59,6 +73,7 @@ class AllocationsApi:
         r.add_get("/v1/allocations", self._gate(self.list))
         r.add_post("/v1/allocations", self._gate(self.create))
         r.add_get("/v1/allocations/{ident}", self._gate(self.get))
+        r.add_patch("/v1/allocations/{ident}", self._gate(self.patch))
         r.add_delete("/v1/allocations/{ident}", self._gate(self.delete))
         r.add_get("/v1/nodes/{node}/allocation", self._gate(self.get_for_node))
         r.add_delete("/v1/nodes/{node}/allocation", self._gate(self.delete_for_node))
@@ -71,11 +86,17 @@ class AllocationsApi:
             return await method(request)
         return handler
 
-    async def _validate(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def _validate(self, body: dict[str, Any], *, backfill: bool = False) -> dict[str, Any]:
         values = dict(body)
         rc = values.get("resource_class")
-        if not isinstance(rc, str) or not rc or len(rc) > 80:
-            raise errors.InvalidParameterValue("resource_class is required: a string of at most 80 characters")
+        if backfill and rc is None:
+            values.pop("resource_class", None)  # the node's, filled in by create
+        elif not isinstance(rc, str) or not rc or len(rc) > 80:
+            raise errors.InvalidParameterValue(
+                "The resource_class field is mandatory when not backfilling: a string of at most 80 characters")
+        owner = values.get("owner")
+        if owner is not None and (not isinstance(owner, str) or len(owner) > 255):
+            raise errors.InvalidParameterValue("owner must be a string of at most 255 characters")
         name = values.get("name")
         if name is not None and (not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255):
             raise errors.InvalidParameterValue(f"Cannot use name {name!r}: RFC 3986 unreserved characters, not a UUID")
@@ -107,13 +128,87 @@ class AllocationsApi:
 
     async def create(self, request: web.Request) -> web.Response:
         body = await self.rest.create_body(request, "allocation", CREATE_KEYS, FIELDS)
-        values = await self._validate(body)
+        node_ident = body.pop("node", None)
+        node = None
+        if node_ident is not None:
+            if request["version"] < BACKFILL_SINCE:  # Ironic: Invalid (400), not 406
+                raise errors.InvalidParameterValue("Cannot set node when creating an allocation in this API version")
+            if not isinstance(node_ident, str) or not node_ident:
+                raise errors.InvalidParameterValue(f"Expected a node UUID or name but received {node_ident!r}.")
+            try:
+                node = await self.rest.nodes.get_by_ident(node_ident)
+            except errors.NotFound:
+                raise errors.InvalidParameterValue(f"Node {node_ident} could not be found.") from None
+        values = await self._validate(body, backfill=node is not None)
+        if node is not None:
+            values.setdefault("resource_class", node["resource_class"])
+            self._check_backfill(values, node)
         if values.get("uuid") is None:
-            values["uuid"] = str(uuidlib.uuid4())
+            values["uuid"] = (node or {}).get("instance_uuid") or str(uuidlib.uuid4())
         row = await self.repo.create({**values, "state": "allocating"})
-        row = await self._allocate(row)
-        doc = allocation_document(row, base=self.rest.base(request))
+        if node is None:
+            row = await self._allocate(row)
+        else:
+            row = await self._backfill(row, node)
+        doc = allocation_document(row, base=self.rest.base(request), version=request["version"])
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
+
+    @staticmethod
+    def _check_backfill(values: dict[str, Any], node: dict[str, Any]) -> None:
+        """Ironic's backfill_allocation checks: a deployed node that still fits the request."""
+        problems = []
+        if node["provision_state"] != states.ACTIVE:
+            problems.append(f'Node must be in the "active" state, but the current state is "{node["provision_state"]}"')
+        if values["resource_class"] != node["resource_class"]:
+            problems.append(f"The node's resource class {node['resource_class']} does not match "
+                            f"the requested resource class {values['resource_class']}")
+        missing = set(values.get("traits") or ()) - set(node.get("traits") or ())
+        if missing:
+            problems.append(f"The node is missing the requested traits {', '.join(sorted(missing))}")
+        if values.get("candidate_nodes") and node["uuid"] not in values["candidate_nodes"]:
+            problems.append("The node is not among the candidate nodes")
+        if problems:
+            raise errors.InvalidParameterValue(
+                f"Cannot backfill an allocation for node {node['uuid']}: {'; '.join(problems)}")
+        if node["instance_uuid"] and values.get("uuid") and node["instance_uuid"] != values["uuid"]:
+            raise errors.Conflict(
+                f"Node {node['uuid']} is associated with instance {node['instance_uuid']}, "
+                f"not with allocation {values['uuid']}.")
+
+    async def _backfill(self, row: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+        """Tie the allocation to its already deployed node; on any failure the record goes again."""
+        try:
+            if node["instance_uuid"] != row["uuid"]:
+                await self.rest.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
+                    node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})))
+            return await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
+        except BaseException:
+            await self.repo.delete(row["id"])
+            raise
+
+    async def patch(self, request: web.Request) -> web.Response:
+        """1.57: only ``name`` and ``extra`` change; 405 before, as Ironic answers."""
+        if request["version"] < PATCH_SINCE:
+            raise web.HTTPMethodNotAllowed("PATCH", ["GET", "DELETE"])
+        row = await self.repo.get(request.match_info["ident"])
+        patch = await self.rest.body(request)
+        current = json.loads(dumps({k: v for k, v in allocation_document(
+            row, base="", version=request["version"]).items() if k != "links"}))
+        changes = apply_patch(current, patch, PATCH_READONLY, FIELDS, request["version"])
+        if "name" in changes:
+            name = changes["name"]
+            if name is not None and (not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name)
+                                     or len(name) > 255):
+                raise errors.InvalidParameterValue(f"Cannot update allocation with invalid name {name!r}")
+        if "extra" in changes:
+            if changes["extra"] is None:
+                changes["extra"] = {}
+            elif not isinstance(changes["extra"], dict):
+                raise errors.InvalidParameterValue("extra must be a JSON object")
+        if changes:
+            row = await self.repo.update(row["id"], changes)
+        return web.json_response(allocation_document(row, base=self.rest.base(request), version=request["version"]),
+                                 dumps=dumps)
 
     async def _allocate(self, row: dict[str, Any]) -> dict[str, Any]:
         """Claim the first candidate the owning conductor lets us update."""
@@ -149,11 +244,16 @@ class AllocationsApi:
             filters["resource_class"] = q["resource_class"]
         if q.get("node"):
             filters["node_id"] = (await self.rest.nodes.get_by_ident(q["node"]))["id"]
+        if "owner" in q:
+            if request["version"] < OWNER_SINCE:
+                raise errors.NotAcceptable("The owner filter requires API version 1.60 or newer")
+            filters["owner"] = q["owner"]
         limit = self.rest._limit(request)
         rows = await self.repo.list(filters=filters, limit=limit, marker=q.get("marker"),
                                     sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc"))
         base = self.rest.base(request)
-        body: dict[str, Any] = {"allocations": [allocation_document(r, base=base, fields=fields) for r in rows]}
+        body: dict[str, Any] = {"allocations": [
+            allocation_document(r, base=base, fields=fields, version=request["version"]) for r in rows]}
         if len(rows) == limit and rows:
             carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
             carried.update(limit=str(limit), marker=rows[-1]["uuid"])
@@ -163,13 +263,15 @@ class AllocationsApi:
     async def get(self, request: web.Request) -> web.Response:
         fields = self.rest._fields(request, FIELDS)
         row = await self.repo.get(request.match_info["ident"])
-        return web.json_response(allocation_document(row, base=self.rest.base(request), fields=fields), dumps=dumps)
+        return web.json_response(allocation_document(row, base=self.rest.base(request), fields=fields,
+                                                     version=request["version"]), dumps=dumps)
 
     async def get_for_node(self, request: web.Request) -> web.Response:
         fields = self.rest._fields(request, FIELDS)
         node = await self.rest.nodes.get_by_ident(request.match_info["node"])
         row = await self.repo.for_node(node["id"])
-        return web.json_response(allocation_document(row, base=self.rest.base(request), fields=fields), dumps=dumps)
+        return web.json_response(allocation_document(row, base=self.rest.base(request), fields=fields,
+                                                     version=request["version"]), dumps=dumps)
 
     async def delete(self, request: web.Request) -> web.Response:
         await self._release(await self.repo.get(request.match_info["ident"]))

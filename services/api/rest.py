@@ -518,7 +518,9 @@ class RestApi:
         _endpoint_gone(request, (1, 28))
         node = await self.node_by_ident(request)
         ports = await self.ports.list(node_id=node["id"], limit=self.config.max_limit)
-        vifs = [{"id": p["internal_info"]["tenant_vif_port_id"]} for p in ports if p["internal_info"].get("tenant_vif_port_id")]
+        groups = await self.portgroups.list(node_id=node["id"], limit=self.config.max_limit)
+        vifs = [{"id": p["internal_info"]["tenant_vif_port_id"]} for p in [*ports, *groups]
+                if (p.get("internal_info") or {}).get("tenant_vif_port_id")]
         return web.json_response({"vifs": vifs})
 
     async def attach_vif(self, request: web.Request) -> web.Response:
@@ -528,7 +530,15 @@ class RestApi:
         vif = body.get("id") if isinstance(body, dict) else None
         if not isinstance(vif, str) or not vif or len(vif) > 255:
             raise errors.InvalidParameterValue("A VIF attachment needs an 'id' string")
-        await self.rpc(node, "VifAttach", cpb.VifRequest(node_uuid=node["uuid"], vif_id=vif))
+        target = {k: body[k] for k in ("port_uuid", "portgroup_uuid") if body.get(k) is not None}
+        if target:  # 1.67: attach to this very port or port group
+            _require_version(request, (1, 67), "port_uuid and portgroup_uuid in a VIF attachment")
+            if len(target) == 2:
+                raise errors.InvalidParameterValue("Cannot specify both port_uuid and portgroup_uuid")
+            for key, value in target.items():
+                if not isinstance(value, str) or not is_uuid(value):
+                    raise errors.InvalidParameterValue(f"Expected a UUID for {key} but received {value}.")
+        await self.rpc(node, "VifAttach", cpb.VifRequest(node_uuid=node["uuid"], vif_id=vif, **target))
         return web.Response(status=204)
 
     async def detach_vif(self, request: web.Request) -> web.Response:
@@ -604,7 +614,7 @@ class RestApi:
         if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
             raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
         node = await self.nodes.get(body["node_uuid"])
-        values = _validate_port_values(body)
+        values = _validate_port_values(body, request["version"])
         values.pop("node_uuid", None)
         values["node_id"] = node["id"]
         values.setdefault("uuid", str(uuidlib.uuid4()))
@@ -623,7 +633,7 @@ class RestApi:
         current = json.loads(dumps({k: port.get(k) for k in views.PORT_FIELD_VERSIONS if k in port}))
         changes = apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links", "internal_info"},
                               views.PORT_FIELD_VERSIONS, request["version"])
-        values = _validate_port_values(changes)
+        values = _validate_port_values(changes, request["version"])
         if "node_uuid" in values:
             values["node_id"] = (await self.nodes.get(values.pop("node_uuid")))["id"]
         node_id = values.get("node_id", port["node_id"])
@@ -653,23 +663,51 @@ class RestApi:
                                "properties": views.links(base, "drivers", name + "/properties")}
         return doc
 
+    def _driver_fields(self, request: web.Request) -> list[str] | None:
+        """``?fields=`` on drivers (1.77): 406 below it, 400 for an unknown name."""
+        raw = request.query.get("fields")
+        if raw is None:
+            return None
+        _require_version(request, (1, 77), "The fields parameter on drivers")
+        wanted = [f.strip() for f in raw.split(",") if f.strip()]
+        for name in wanted:
+            if name not in DRIVER_FIELDS:
+                raise errors.InvalidParameterValue(f"Field(s) \"{name}\" are not valid")
+        return wanted or None
+
+    def _driver_interfaces(self, doc: dict[str, Any], name: str, hosts: list[str]) -> None:
+        conductor = self.router.rings.conductors[hosts[0]]
+        for kind, names in conductor["interfaces"].get(name, {}).items():
+            doc[f"default_{kind}_interface"] = names[0] if names else None
+            doc[f"enabled_{kind}_interfaces"] = names
+
     async def list_drivers(self, request: web.Request) -> web.Response:
+        fields = self._driver_fields(request)
+        if fields is not None and request.query.get("detail") is not None:
+            raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
         drivers = self.router.hardware_types()
         driver_type = request.query.get("type")
         if driver_type == "classic":
             drivers = {}
-        return web.json_response({"drivers": [self._driver_doc(request, n, h) for n, h in sorted(drivers.items())]})
+        docs = []
+        for name, hosts in sorted(drivers.items()):
+            doc = self._driver_doc(request, name, hosts)
+            if fields is not None:
+                self._driver_interfaces(doc, name, hosts)
+                doc = {k: v for k, v in doc.items() if k in fields}
+            docs.append(doc)
+        return web.json_response({"drivers": docs})
 
     async def get_driver(self, request: web.Request) -> web.Response:
+        fields = self._driver_fields(request)
         name = request.match_info["name"]
         drivers = self.router.hardware_types()
         if name not in drivers:
             raise errors.NotFound(f"Driver {name} could not be found.")
         doc = self._driver_doc(request, name, drivers[name])
-        conductor = self.router.rings.conductors[drivers[name][0]]
-        for kind, names in conductor["interfaces"].get(name, {}).items():
-            doc[f"default_{kind}_interface"] = names[0] if names else None
-            doc[f"enabled_{kind}_interfaces"] = names
+        self._driver_interfaces(doc, name, drivers[name])
+        if fields is not None:
+            doc = {k: v for k, v in doc.items() if k in fields}
         return web.json_response(doc)
 
     async def driver_properties(self, request: web.Request) -> web.Response:
@@ -679,6 +717,11 @@ class RestApi:
         return web.json_response({})
 
 
+DRIVER_INTERFACE_KINDS = ("bios", "boot", "console", "deploy", "inspect", "management", "network", "power", "raid",
+                          "rescue", "storage", "vendor")
+DRIVER_FIELDS = frozenset(("name", "hosts", "type", "links", "properties",
+                           *(f"default_{k}_interface" for k in DRIVER_INTERFACE_KINDS),
+                           *(f"enabled_{k}_interfaces" for k in DRIVER_INTERFACE_KINDS)))
 MAX_TRAITS = 50
 TRAIT_RE = re.compile(r"^[A-Z0-9_]+$")
 
@@ -740,13 +783,42 @@ def _validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, 
     return out
 
 
-def _validate_port_values(values: dict[str, Any]) -> dict[str, Any]:
+LOCAL_LINK_KEYS = ("port_id", "switch_id", "hostname", "switch_info", "network_type")
+
+
+def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | None) -> None:
+    """Ironic's LOCAL_LINK_CONN_SCHEMA: string values of known keys, and either
+    empty, port_id with switch_id, port_id with hostname (smart NIC), or
+    network_type "unmanaged" (1.64) alone; network_type is "managed" or "unmanaged"."""
+    unknown = set(llc) - set(LOCAL_LINK_KEYS)
+    if unknown:
+        raise errors.InvalidParameterValue(
+            f"Invalid local_link_connection: unexpected keys {sorted(unknown)}; allowed are {', '.join(LOCAL_LINK_KEYS)}")
+    for key, value in llc.items():
+        if not isinstance(value, str):
+            raise errors.InvalidParameterValue(f"Invalid local_link_connection: {key} must be a string")
+    if "network_type" in llc:
+        if version is not None and version < (1, 64):  # None: the native gRPC API, not versioned
+            raise errors.NotAcceptable("network_type in local_link_connection requires API version 1.64 or newer")
+        if llc["network_type"] not in ("managed", "unmanaged"):
+            raise errors.InvalidParameterValue(
+                f"Invalid local_link_connection: network_type must be 'managed' or 'unmanaged', not {llc['network_type']!r}")
+    if llc and not (llc.get("network_type") == "unmanaged" or
+                    ("port_id" in llc and ("switch_id" in llc or "hostname" in llc))):
+        raise errors.InvalidParameterValue(
+            "Invalid local_link_connection: it needs port_id and switch_id, port_id and hostname (smart NIC), "
+            "or network_type 'unmanaged'")
+
+
+def _validate_port_values(values: dict[str, Any], version: tuple[int, int] | None = None) -> dict[str, Any]:
     out = dict(values)
     if "address" in out:
         out["address"] = normalize_mac(out["address"])
     for key in ("extra", "local_link_connection"):
         if key in out and not isinstance(out[key], dict):
             raise errors.InvalidParameterValue(f"{key} must be a JSON object")
+    if "local_link_connection" in out:
+        check_local_link_connection(out["local_link_connection"], version)
     if "pxe_enabled" in out and not isinstance(out["pxe_enabled"], bool):
         raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
     if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):

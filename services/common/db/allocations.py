@@ -18,8 +18,10 @@ from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "state", "resource_class", "created_at", "updated_at"))
 WRITABLE = frozenset(("uuid", "name", "state", "last_error", "resource_class", "traits", "candidate_nodes",
-                      "extra", "node_id"))
-FILTERS = {"state": "a.state = ${}", "resource_class": "a.resource_class = ${}", "node_id": "a.node_id = ${}"}
+                      "extra", "node_id", "owner"))
+PATCHABLE = frozenset(("name", "extra"))  # REST 1.57, as Ironic's PATCH_ALLOWED_FIELDS
+FILTERS = {"state": "a.state = ${}", "resource_class": "a.resource_class = ${}", "node_id": "a.node_id = ${}",
+           "owner": "a.owner = ${}"}
 _SELECT = "SELECT a.*, n.uuid AS node_uuid FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id"
 # Serialises node picking across every api process (it spans a conductor call).
 PICK_LOCK_ID = 0x4665_7272_4163  # "FerrAc"
@@ -104,6 +106,23 @@ class AllocationRepository:
                 allocation_id, node_id, state, last_error)
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, {}) from None
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def update(self, allocation_id: int, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Change an allocation's ``name`` and/or ``extra`` (the only patchable fields)."""
+        columns = list(changes)
+        if set(columns) - PATCHABLE:
+            raise errors.InvalidParameterValue(f"allocation fields that cannot change: {sorted(set(columns) - PATCHABLE)}")
+        sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
+        try:
+            row = await self._db.fetchrow(
+                f"WITH a AS (UPDATE allocations SET {', '.join(sets)} WHERE id = $1 RETURNING *) "
+                "SELECT a.*, n.uuid AS node_uuid FROM a LEFT JOIN nodes n ON n.id = a.node_id",
+                allocation_id, *[changes[c] for c in columns])
+        except asyncpg.UniqueViolationError as exc:
+            raise _conflict(exc, changes) from None
+        if row is None:
+            raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
         return row_to_dict(row)  # type: ignore[return-value]
 
     async def delete(self, allocation_id: int) -> None:
