@@ -277,3 +277,33 @@ async def test_traits(client: Client) -> None:
     await client.call("DELETE", "/v1/nodes/tr-1/traits", expect=204)
     _, traits, _ = await client.call("GET", "/v1/nodes/tr-1/traits", expect=200)
     assert traits == {"traits": []}
+
+
+async def test_configdrive_refusals_change_nothing(client: Client) -> None:
+    """Issue 8's error paths at the API: wrong verb, undecodable, not an ISO, too big."""
+    import base64
+    import gzip
+
+    _, node, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "cd-err"}, expect=201)
+    await client.call("PUT", "/v1/nodes/cd-err/states/provision", {"target": "manage"}, expect=202)
+    await client.wait_state("cd-err", "manageable")
+    good = encode_configdrive(build_configdrive({"uuid": node["uuid"]}, [], {"meta_data": {}}))
+    status, body, _ = await client.call("PUT", "/v1/nodes/cd-err/states/provision", {"target": "provide", "configdrive": good})
+    assert status == 400 and "only supported when setting provision state to active" in fault(body)
+    await client.call("PUT", "/v1/nodes/cd-err/states/provision", {"target": "provide"}, expect=202)
+    await client.wait_state("cd-err", "available")
+    huge = base64.b64encode(gzip.compress(b"\0" * (65 * 1024 * 1024), compresslevel=1)).decode()
+    cases = {
+        "not base64 at all": "!!!not-base64!!!",
+        "base64 of no gzip and no ISO": base64.b64encode(b"hello world, not an image").decode(),
+        "gzip of no ISO": base64.b64encode(gzip.compress(b"plain text")).decode(),
+        "65 MiB": huge,
+    }
+    for label, value in cases.items():
+        status, body, _ = await client.call("PUT", "/v1/nodes/cd-err/states/provision",
+                                            {"target": "active", "configdrive": value})
+        assert status == 400, (label, body)
+        if label == "65 MiB":
+            assert "64" in fault(body) and "MiB" in fault(body), fault(body)
+    _, after, _ = await client.call("GET", "/v1/nodes/cd-err", expect=200)
+    assert after["provision_state"] == "available" and "configdrive" not in after["instance_info"]
