@@ -122,6 +122,7 @@ class RestApi:
         # Modules with their own routes import this one, so they are pulled in here.
         from services.api import (allocations, baremetal_events, bios, conductors, deploy_templates, history, openapi,
                                   portgroups)
+        from services.api import management, vendor
         allocations.AllocationsApi(self).routes(app)
         # Only paths ending in '/' match; no other route does but / and /v1/, registered first.
         r.add_route("*", "/{path:.+/}", self.trailing_slash)
@@ -131,6 +132,8 @@ class RestApi:
         conductors.ConductorsApi(self).routes(app)
         baremetal_events.EventsApi(self).routes(app)
         deploy_templates.DeployTemplatesApi(self).routes(app)
+        vendor.VendorPassthruApi(self).routes(app)
+        management.ManagementApi(self).routes(app)
         openapi.OpenApiDocument().routes(app)
 
     # -- helpers ---------------------------------------------------------------
@@ -421,13 +424,15 @@ class RestApi:
             raise errors.InvalidParameterValue("\"rescue_password\" is only valid when setting target provision state to rescue")
         if verb == "rescue" and not (isinstance(body.get("rescue_password"), str) and body["rescue_password"].strip()):
             raise errors.InvalidParameterValue("A non-empty \"rescue_password\" is required when setting target provision state to rescue")
-        if body.get("deploy_steps") is not None:
-            _require_version(request, (1, 69), "deploy_steps")
+        deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])
+        disable_ramdisk = check_disable_ramdisk(body.get("disable_ramdisk"), verb, request["version"])
         await self.rpc(node, "DoProvisionAction", cpb.ProvisionActionRequest(
             node_uuid=node["uuid"], event=event,
             configdrive_json=json.dumps(configdrive) if configdrive else "",
             clean_steps_json=json.dumps(clean_steps) if clean_steps is not None else "",
             rescue_password=body.get("rescue_password") or "",
+            deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
+            disable_ramdisk=disable_ramdisk,
         ))
         return web.Response(status=202, headers={"Location": f"{self.base(request)}/v1/nodes/{node['uuid']}/states"})
 
@@ -860,6 +865,50 @@ def apply_patch(current: dict[str, Any], patch: Any, readonly: set[str], known: 
         if current.get(key) != patched.get(key):
             changes[key] = patched.get(key)
     return changes
+
+
+DEPLOY_STEP_INTERFACES = ("bios", "deploy", "firmware", "management", "power", "raid")
+
+
+def check_deploy_steps(deploy_steps: Any, verb: str, version: tuple[int, int]) -> list[dict[str, Any]]:
+    """Ironic's deploy_steps (1.69): only with active/rebuild, each step
+    {interface, step, args, priority}. Whether the node offers the step is the
+    conductor's check (400 there too)."""
+    if not deploy_steps:
+        return []
+    if version < (1, 69):
+        raise errors.NotAcceptable("Request not acceptable. The minimal required API version should be 1.69")
+    if verb not in ("active", "rebuild"):
+        raise errors.InvalidParameterValue(
+            "\"deploy_steps\" is only valid when setting target provision state to active or rebuild")
+    if not isinstance(deploy_steps, list):
+        raise errors.InvalidParameterValue("deploy_steps must be a list of steps")
+    for step in deploy_steps:
+        if (not isinstance(step, dict) or set(step) != {"interface", "step", "args", "priority"}
+                or step["interface"] not in DEPLOY_STEP_INTERFACES or not isinstance(step["step"], str)
+                or not step["step"] or not isinstance(step["args"], dict)
+                or isinstance(step["priority"], bool) or not isinstance(step["priority"], int)
+                or not 0 <= step["priority"] <= 2**31 - 1):
+            raise errors.InvalidParameterValue(
+                f"Invalid deploy step {step!r}: expected {{\"interface\": one of {', '.join(DEPLOY_STEP_INTERFACES)}, "
+                "\"step\": name, \"args\": object, \"priority\": integer >= 0}")
+    keys = [(s["interface"], s["step"]) for s in deploy_steps]
+    if len(set(keys)) != len(keys):
+        raise errors.InvalidParameterValue("Duplicate deploy steps: each interface and step may appear once")
+    return deploy_steps
+
+
+def check_disable_ramdisk(value: Any, verb: str, version: tuple[int, int]) -> bool:
+    """disable_ramdisk (1.70): a boolean, for manual cleaning only."""
+    if value is None:
+        return False
+    if version < (1, 70):
+        raise errors.NotAcceptable("disable_ramdisk is not acceptable in this API version (1.70 or newer)")
+    if not isinstance(value, bool):
+        raise errors.InvalidParameterValue("disable_ramdisk must be a boolean")
+    if verb != "clean":
+        raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
+    return value
 
 
 def check_configdrive(configdrive: Any, verb: str, version: tuple[int, int]) -> None:

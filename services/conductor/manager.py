@@ -29,6 +29,8 @@ from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
+from services.conductor.node_extras import NodeExtras
+from services.conductor import deploy_steps as steps
 from services.conductor.taskmanager import TaskManager
 
 LOG = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ class ConductorManager:
         )
         self.tasks.publish_configdrive = self.configdrives.publish
         self.agents = AgentCallbacks(self)
+        self.extras = NodeExtras(self)
 
     async def record_event(self, node: dict[str, Any], event: str, message: str, *, severity: str = "INFO") -> None:
         await EventRepository(self.pool).record(node, event=event, message=message, conductor=self.hostname,
@@ -189,6 +192,8 @@ class ConductorManager:
         configdrive: Any = None,
         clean_steps: list[Any] | None = None,
         rescue_password: str | None = None,
+        deploy_steps: list[Any] | None = None,
+        disable_ramdisk: bool = False,
     ) -> None:
         self.tasks.check_capacity()
         task = await self.tasks.acquire(node_uuid)
@@ -211,6 +216,12 @@ class ConductorManager:
                 ) from None
             if event in ("deploy", "rebuild"):
                 await self._validate_for_deploy(task)
+            if deploy_steps and event not in ("deploy", "rebuild"):
+                raise errors.InvalidParameterValue(
+                    "\"deploy_steps\" is only valid when setting target provision state to active or rebuild")
+            if disable_ramdisk and event != "clean":
+                raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
+            planned = steps.plan(task, deploy_steps or []) if event in ("deploy", "rebuild") else None
             changes: dict[str, Any] = {}
             if event in ("deploy", "rebuild"):
                 # A new deploy starts a new agent: forget the last one's token and URL.
@@ -220,8 +231,15 @@ class ConductorManager:
                 changes["instance_info"] = instance_info
                 changes["driver_internal_info"] = {
                     k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS}
+                changes["driver_internal_info"]["deploy_steps"] = planned
+                if deploy_steps:
+                    changes["driver_internal_info"]["user_deploy_steps"] = deploy_steps
+                else:
+                    changes["driver_internal_info"].pop("user_deploy_steps", None)
             if clean_steps is not None:
                 changes["driver_internal_info"] = {**node["driver_internal_info"], "clean_steps": clean_steps}
+                if disable_ramdisk:
+                    changes["driver_internal_info"]["cleaning_disable_ramdisk"] = True
             await self.transition(task, event, changes=changes)
         except BaseException:
             await self.tasks.release(node_uuid)
@@ -270,8 +288,15 @@ class ConductorManager:
                     expect_reservation=self.hostname)
             await task.driver.storage.attach_volumes(task)
             await task.driver.deploy.prepare(task)
+            planned = task.node["driver_internal_info"].get("deploy_steps") or steps.plan(task, [])
+            before, core, after = steps.split_at_deploy(planned)
+            for step in before:
+                await steps.run_step(self, task, step)
+            await steps.mark(self, task, core)
             result = await task.driver.deploy.deploy(task)
             if result == states.DEPLOYWAIT:
+                # The agent's heartbeats run the steps after deploy.deploy.
+                await steps.clear(task)
                 await self.transition(task, "wait")
                 if task.node["driver_internal_info"].get("agent_url"):
                     # The agent already heartbeated while we were still deploying
@@ -279,8 +304,10 @@ class ConductorManager:
                     # whole heartbeat interval for the next one.
                     await self.agents.continue_deploy(task)
                 return
+            for step in after:
+                await steps.run_step(self, task, step)
             await task.driver.boot.prepare_instance(task)
-            await self.transition(task, "done")
+            await self.transition(task, "done", changes={"deploy_step": {}})
 
         await self.guard(task, "Deploy", run())
 
@@ -313,7 +340,10 @@ class ConductorManager:
             note = f"{'manual' if manual else 'automated'} cleaning finished"
         else:
             note = f"automated cleaning skipped: disabled via {'the API' if node['automated_clean'] is False else 'configuration'}"
-        info = {k: v for k, v in node["driver_internal_info"].items() if k != "clean_steps"}
+        if node["driver_internal_info"].get("cleaning_disable_ramdisk"):
+            note += " (ramdisk disabled)"
+        info = {k: v for k, v in node["driver_internal_info"].items()
+                if k not in ("clean_steps", "cleaning_disable_ramdisk")}
         await self.transition(task, "manage" if manual else "done", changes={"driver_internal_info": info}, note=note)
 
     async def _verify_flow(self, task: Task) -> None:

@@ -66,6 +66,8 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
             configdrive=_json_or(request.configdrive_json, None),
             clean_steps=_json_or(request.clean_steps_json, None),
             rescue_password=request.rescue_password or None,
+            deploy_steps=_json_or(request.deploy_steps_json, None),
+            disable_ramdisk=request.disable_ramdisk,
         ))
         return pb.Empty()
 
@@ -119,6 +121,40 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         result = await self._run(context, request.node_uuid, self.manager.agents.lookup_token(request.node_uuid))
         token, node = result
         return pb.LookupTokenReply(agent_token=token, node_json=dumps(node))
+
+    async def GetVendorMethods(self, request: pb.VendorMethodsRequest, context: grpc.aio.ServicerContext) -> pb.VendorMethodsReply:
+        methods = await self._run(context, request.node_uuid, self.manager.extras.vendor_methods(
+            request.node_uuid, request.driver))
+        return pb.VendorMethodsReply(methods_json=dumps(methods))
+
+    async def VendorPassthru(self, request: pb.VendorPassthruRequest, context: grpc.aio.ServicerContext) -> pb.VendorPassthruReply:
+        is_async, attach, result = await self._run(context, request.node_uuid, self.manager.extras.vendor_passthru(
+            request.node_uuid, request.driver, request.method, request.http_method,
+            _json_or(request.data_json, None)))
+        return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
+
+    async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+        result = await self._run(context, request.node_uuid, self.manager.extras.supported_indicators(request.node_uuid))
+        return pb.JsonReply(json=dumps(result))
+
+    async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+        state = await self._run(context, request.node_uuid, self.manager.extras.indicator_state(
+            request.node_uuid, request.component, request.indicator))
+        return pb.JsonReply(json=dumps(state))
+
+    async def SetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.extras.set_indicator_state(
+            request.node_uuid, request.component, request.indicator, request.state))
+        return pb.Empty()
+
+    async def SetBootMode(self, request: pb.BootModeRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.extras.set_boot_mode(request.node_uuid, request.target))
+        return pb.Empty()
+
+    async def SetSecureBootState(self, request: pb.SecureBootRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.extras.set_secure_boot_state(
+            request.node_uuid, request.target))
+        return pb.Empty()
 
 
 class ConductorService:

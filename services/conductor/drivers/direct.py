@@ -90,6 +90,14 @@ class DirectDeploy(base.DeployInterface):
         await task.save_fields({"power_state": states.POWER_ON})
         return states.DEPLOYWAIT
 
+    def get_deploy_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        """Ironic's agent deploy steps; ``deploy.deploy`` boots the ramdisk and
+        the agent's heartbeats then run write_image and the steps after it."""
+        return [{"interface": "deploy", "step": name, "priority": priority, "argsinfo": None}
+                for name, priority in (("deploy", 100), ("write_image", 80), ("prepare_instance_boot", 60),
+                                       ("tear_down_agent", 40), ("switch_to_tenant_network", 30),
+                                       ("boot_instance", 20))]
+
     def _client(self, task: base.Task) -> AgentClient:
         info = task.node["driver_internal_info"]
         return AgentClient(info["agent_url"], info.get("agent_secret_token") or "",

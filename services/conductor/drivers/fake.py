@@ -7,6 +7,7 @@ be exercised (and benchmarked) without machines.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from services.common import errors, states
@@ -131,6 +132,20 @@ class FakeDeploy(_Delayed, base.DeployInterface):
     async def deploy(self, task: base.Task) -> str | None:
         await self._sleep()
         return None
+
+    def get_deploy_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        """Ironic's fake deploy offers deploy.deploy; Ferrum adds ``fake_step``
+        (priority 0: runs only when a user asks for it, API 1.69), which waits
+        ``args.delay`` seconds (at most 10) so its run can be watched."""
+        return [*super().get_deploy_steps(task),
+                {"interface": "deploy", "step": "fake_step", "priority": 0,
+                 "argsinfo": {"delay": {"description": "seconds to wait (0-10)", "required": False}}}]
+
+    async def execute_deploy_step(self, task: base.Task, step: Any) -> None:
+        delay = (step.get("args") or {}).get("delay", 0)
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10:
+            raise errors.InvalidParameterValue(f"fake_step: delay must be a number of seconds from 0 to 10, not {delay!r}")
+        await asyncio.sleep(delay)
 
     async def tear_down(self, task: base.Task) -> str:
         await self._sleep()

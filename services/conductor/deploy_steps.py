@@ -1,0 +1,74 @@
+"""Deploy steps (API 1.69): planning the steps of one deploy and recording them.
+
+The node's interfaces offer steps (``DeployInterface.get_deploy_steps``:
+interface, step, priority, argsinfo). A user's ``deploy_steps`` may only name
+offered steps; each overrides that step's priority and args, priority 0
+disables it. The plan is the enabled steps by descending priority, kept in
+``driver_internal_info.deploy_steps``. ``deploy.deploy`` is the core step:
+the conductor runs it through ``DeployInterface.deploy``; the steps before it
+run first, the ones after it run once a synchronous deploy returns (for the
+agent-driven ``direct`` deploy the agent's heartbeats do that part). Every
+step is shown in the node's ``deploy_step`` while it runs and recorded in
+the node history, in order.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from services.common import errors
+from services.conductor.drivers.base import Task
+
+if TYPE_CHECKING:
+    from services.conductor.manager import ConductorManager
+
+CORE_STEP = {"interface": "deploy", "step": "deploy", "priority": 100, "args": {}}
+
+
+def offered(task: Task) -> list[dict[str, Any]]:
+    """Every deploy step the node's interfaces offer (only the deploy interface has any today)."""
+    return list(task.driver.deploy.get_deploy_steps(task))
+
+
+def plan(task: Task, user_steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ordered steps of a deploy; InvalidParameterValue for a step nobody offers."""
+    available = {(s["interface"], s["step"]): s for s in offered(task)}
+    chosen = {key: {"interface": key[0], "step": key[1], "priority": s["priority"], "args": {}}
+              for key, s in available.items()}
+    unknown = [f"{s.get('interface')}.{s.get('step')}" for s in user_steps
+               if (s.get("interface"), s.get("step")) not in available]
+    if unknown:
+        raise errors.InvalidParameterValue(
+            f"Unsupported deploy steps for node {task.node['uuid']}: {', '.join(unknown)}. The node's interfaces "
+            f"offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}")
+    for s in user_steps:
+        chosen[(s["interface"], s["step"])].update(priority=s["priority"], args=dict(s.get("args") or {}))
+    if chosen.get(("deploy", "deploy"), {}).get("priority", 0) == 0:
+        raise errors.InvalidParameterValue("The deploy.deploy step is required and cannot be disabled (priority 0)")
+    enabled = [s for s in chosen.values() if s["priority"] > 0]
+    return sorted(enabled, key=lambda s: (-s["priority"], s["interface"], s["step"]))
+
+
+def split_at_deploy(planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
+    """(steps before deploy.deploy, deploy.deploy itself, steps after it)."""
+    for index, step in enumerate(planned):
+        if (step["interface"], step["step"]) == ("deploy", "deploy"):
+            return planned[:index], step, planned[index + 1:]
+    return [], dict(CORE_STEP), list(planned)
+
+
+async def mark(manager: "ConductorManager", task: Task, step: dict[str, Any]) -> None:
+    """Show the step in ``deploy_step`` and record its start in the history."""
+    await task.save_fields({"deploy_step": dict(step)})
+    await manager.record_event(task.node, "deploy-step",
+                               f"deploy step {step['interface']}.{step['step']} (priority {step['priority']}) started")
+
+
+async def run_step(manager: "ConductorManager", task: Task, step: dict[str, Any]) -> None:
+    await mark(manager, task, step)
+    interface = getattr(task.driver, step["interface"])
+    await interface.execute_deploy_step(task, step)
+
+
+async def clear(task: Task) -> None:
+    await task.save_fields({"deploy_step": {}})
