@@ -253,7 +253,7 @@ class RestApi:
         filters: dict[str, Any] = {}
         for name, since in (("provision_state", (1, 9)), ("driver", (1, 16)), ("resource_class", (1, 21)),
                             ("conductor_group", (1, 46)), ("owner", (1, 50)), ("instance_uuid", (1, 1)),
-                            ("fault", (1, 42)), ("lessee", (1, 65))):
+                            ("fault", (1, 42)), ("lessee", (1, 65)), ("project", (1, 65))):
             if name in q:
                 _require_version(request, since, f"The {name} filter")
                 filters[name] = q[name]
@@ -261,8 +261,10 @@ class RestApi:
             raise errors.InvalidParameterValue(f"Invalid provision state {filters['provision_state']}")
         if "instance_uuid" in filters and not is_uuid(filters["instance_uuid"]):
             raise errors.InvalidParameterValue(f"Expected a UUID but received {filters['instance_uuid']}.")
-        for name in ("maintenance",):
+        for name in ("maintenance", "retired"):
             if name in q:
+                if name == "retired":
+                    _require_version(request, (1, 61), "The retired filter")
                 filters[name] = _bool(q[name], name)
         associated = _bool(q["associated"], "associated") if "associated" in q else None
         limit = self._limit(request)

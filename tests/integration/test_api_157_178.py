@@ -369,6 +369,11 @@ async def test_retired_from_1_61(api: Api) -> None:
     assert patched["retired"] is True and patched["retired_reason"] == "old"
     _, old = await api.call((1, 60), "GET", f"/v1/nodes/{node['uuid']}", expect=200)
     assert "retired" not in old
+    _, retired = await api.call((1, 61), "GET", "/v1/nodes?retired=true", expect=200)
+    assert [n["uuid"] for n in retired["nodes"]] == [node["uuid"]]
+    _, active = await api.call((1, 61), "GET", "/v1/nodes?retired=false&limit=1000", expect=200)
+    assert node["uuid"] not in [n["uuid"] for n in active["nodes"]]
+    assert (await api.call((1, 60), "GET", "/v1/nodes?retired=true"))[0] == 406
 
 
 async def test_agent_token_verify_ca_and_status_in_heartbeat(api: Api) -> None:
@@ -396,6 +401,10 @@ async def test_lessee_from_1_65(api: Api) -> None:
     assert (await api.call((1, 64), "GET", "/v1/nodes?lessee=project-lessee"))[0] == 406
     _, old = await api.call((1, 64), "GET", "/v1/nodes/leased", expect=200)
     assert "lessee" not in old
+    owned = await new_node(api, "owned-by-lessee-project", owner="project-lessee")
+    _, project = await api.call((1, 65), "GET", "/v1/nodes?project=project-lessee", expect=200)
+    assert sorted(n["uuid"] for n in project["nodes"]) == sorted([node["uuid"], owned["uuid"]])
+    assert (await api.call((1, 64), "GET", "/v1/nodes?project=project-lessee"))[0] == 406
 
 
 async def test_network_data_from_1_66(api: Api) -> None:

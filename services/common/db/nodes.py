@@ -52,6 +52,7 @@ _FILTERS = {
     "conductor_group": "lower(conductor_group) = lower(${})",
     "owner": "owner = ${}",
     "lessee": "lessee = ${}",
+    "project": "(owner = ${0} OR lessee = ${0})",  # REST 1.65: owned or leased by the project
     "instance_uuid": "instance_uuid = ${}::uuid",
     "fault": "fault = ${}",
     "retired": "retired = ${}",
