@@ -59,6 +59,11 @@ BOOT_DEVICES = {
     "bios": sushy.BootSource.BIOS_SETUP,
 }
 BOOT_DEVICES_REV = {v: k for k, v in BOOT_DEVICES.items()}
+BOOT_MODES = {"bios": sushy.BootSourceOverrideMode.LEGACY, "uefi": sushy.BootSourceOverrideMode.UEFI}
+BOOT_MODES_REV = {v: k for k, v in BOOT_MODES.items()}
+# Ironic's indicator states and the Redfish IndicatorLED values behind them.
+INDICATOR_LEDS = {"ON": sushy.IndicatorLED.LIT, "BLINKING": sushy.IndicatorLED.BLINKING, "OFF": sushy.IndicatorLED.OFF}
+INDICATOR_STATES = {v: k for k, v in INDICATOR_LEDS.items()}
 VIRTUAL_MEDIA_TYPES = {
     "cdrom": (sushy.VirtualMediaType.CD, sushy.VirtualMediaType.DVD),
     "floppy": (sushy.VirtualMediaType.FLOPPY, sushy.VirtualMediaType.USB_STICK),
@@ -235,6 +240,62 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
                     "persistent": enabled == sushy.BootSourceOverrideEnabled.CONTINUOUS}
 
         return await self._call(task, "read the boot device", read)
+
+    # Boot mode, secure boot (1.76) and the system's indicator LED (1.63), as
+    # Ironic's redfish management does them through sushy.
+    def get_supported_boot_modes(self, task: base.Task) -> list[str]:
+        return list(BOOT_MODES)
+
+    async def get_boot_mode(self, task: base.Task) -> str | None:
+        def read(system: Any) -> str | None:
+            mode = system.boot.mode if system.boot else None
+            return BOOT_MODES_REV.get(mode)
+
+        return await self._call(task, "read the boot mode", read)
+
+    async def set_boot_mode(self, task: base.Task, mode: str) -> None:
+        if mode not in BOOT_MODES:
+            raise errors.InvalidParameterValue(f"Invalid boot mode {mode!r}; supported: {', '.join(BOOT_MODES)}")
+        LOG.info("redfish boot mode node_uuid=%s mode=%s", task.node.get("uuid"), mode)
+        await self._call(task, f"set the boot mode to {mode}",
+                         lambda system: system.set_system_boot_options(mode=BOOT_MODES[mode]))
+
+    async def get_secure_boot_state(self, task: base.Task) -> bool | None:
+        return await self._call(task, "read the secure boot state", lambda system: bool(system.secure_boot.enabled))
+
+    async def set_secure_boot_state(self, task: base.Task, state: bool) -> None:
+        LOG.info("redfish secure boot node_uuid=%s enabled=%s", task.node.get("uuid"), state)
+        await self._call(task, f"{'enable' if state else 'disable'} secure boot",
+                         lambda system: system.secure_boot.set_enabled(state))
+
+    async def get_supported_indicators(self, task: base.Task, component: str | None = None) -> dict[str, Any]:
+        def read(system: Any) -> dict[str, Any]:
+            if system.indicator_led is None:  # the BMC reports no LED
+                return {}
+            return {"system": {"led": {"readonly": False, "states": sorted(INDICATOR_STATES.values())}}}
+
+        found = await self._call(task, "read the indicators", read)
+        return {c: v for c, v in found.items() if not component or component == c}
+
+    def _check_indicator(self, component: str, indicator: str) -> None:
+        if (component, indicator) != ("system", "led"):
+            raise errors.InvalidParameterValue(
+                f"Invalid indicator {indicator}@{component}: the redfish interface manages led@system only")
+
+    async def get_indicator_state(self, task: base.Task, component: str, indicator: str) -> str:
+        self._check_indicator(component, indicator)
+
+        def read(system: Any) -> str:
+            return {v: k for k, v in INDICATOR_LEDS.items()}.get(system.indicator_led, "UNKNOWN")
+
+        return await self._call(task, "read the indicator LED", read)
+
+    async def set_indicator_state(self, task: base.Task, component: str, indicator: str, state: str) -> None:
+        self._check_indicator(component, indicator)
+        if state not in INDICATOR_LEDS:
+            raise errors.InvalidParameterValue(f"Invalid state {state!r} for led@system; valid: {sorted(INDICATOR_LEDS)}")
+        await self._call(task, f"set the indicator LED to {state}",
+                         lambda system: system.set_indicator_led(INDICATOR_LEDS[state]))
 
     async def get_system_uuid(self, task: base.Task) -> str | None:
         """The system's UUID as the BMC reports it (inspection uses it)."""
