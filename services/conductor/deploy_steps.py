@@ -9,7 +9,9 @@ the conductor runs it through ``DeployInterface.deploy``; the steps before it
 run first, the ones after it run once a synchronous deploy returns (for the
 agent-driven ``direct`` deploy the agent's heartbeats do that part). Every
 step is shown in the node's ``deploy_step`` while it runs and recorded in
-the node history, in order.
+the node history, in order. Steps an interface marks ``fixed`` (the
+agent-run steps of ``direct``) keep their place: a user may name them only
+with their own priority and no arguments.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def plan(task: Task, user_steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
             f"Unsupported deploy steps for node {task.node['uuid']}: {', '.join(unknown)}. The node's interfaces "
             f"offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}")
     for s in user_steps:
+        offer = available[(s["interface"], s["step"])]
+        if offer.get("fixed") and (s["priority"] != offer["priority"] or s.get("args")):
+            # The agent runs these at their place after deploy.deploy (direct deploy).
+            raise errors.InvalidParameterValue(
+                f"Deploy step {s['interface']}.{s['step']} runs at its fixed place (priority {offer['priority']}) "
+                "with no arguments; it cannot be moved, disabled or given arguments")
         chosen[(s["interface"], s["step"])].update(priority=s["priority"], args=dict(s.get("args") or {}))
     if chosen.get(("deploy", "deploy"), {}).get("priority", 0) == 0:
         raise errors.InvalidParameterValue("The deploy.deploy step is required and cannot be disabled (priority 0)")

@@ -284,3 +284,22 @@ async def test_disable_ramdisk_with_manual_cleaning(session, api) -> None:
     done = await wait_for(session, api, ident, settled("manageable"))
     assert done["last_error"] is None and "cleaning_disable_ramdisk" not in done["driver_internal_info"]
     assert any("manual cleaning finished (ramdisk disabled)" in e for e in await history(session, api, ident))
+
+
+async def test_direct_deploy_steps_keep_their_place(session, api) -> None:
+    """direct's agent-run steps can be named only as they are; moving one is a 400 that changes nothing."""
+    node = await make_node(session, api, deploy_interface="direct", instance_info={
+        "image_source": "http://images.example/disk.img", "image_checksum": "0" * 64})
+    ident = node["uuid"]
+    assert (await provision(session, api, ident, {"target": "manage"}))[0] == 202
+    await wait_for(session, api, ident, settled("manageable"))
+    assert (await provision(session, api, ident, {"target": "provide"}))[0] == 202
+    await wait_for(session, api, ident, settled("available"))
+    for step, needle in (({"interface": "deploy", "step": "write_image", "args": {}, "priority": 150}, "fixed place"),
+                         ({"interface": "deploy", "step": "write_image", "args": {}, "priority": 0}, "fixed place"),
+                         ({"interface": "deploy", "step": "boot_instance", "args": {"x": 1}, "priority": 20}, "fixed place"),
+                         ({"interface": "deploy", "step": "fake_step", "args": {}, "priority": 150}, "fake_step")):
+        status, err = await provision(session, api, ident, {"target": "active", "deploy_steps": [step]}, minor=69)
+        assert status == 400 and needle in fault(err), (step, status, err)
+    after = await wait_for(session, api, ident, settled("available"))
+    assert after["last_error"] is None and after["deploy_step"] == {}

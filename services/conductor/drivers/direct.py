@@ -93,7 +93,8 @@ class DirectDeploy(base.DeployInterface):
     def get_deploy_steps(self, task: base.Task) -> list[dict[str, Any]]:
         """Ironic's agent deploy steps; ``deploy.deploy`` boots the ramdisk and
         the agent's heartbeats then run write_image and the steps after it."""
-        return [{"interface": "deploy", "step": name, "priority": priority, "argsinfo": None}
+        return [{"interface": "deploy", "step": name, "priority": priority, "argsinfo": None,
+                 **({"fixed": True} if name != "deploy" else {})}
                 for name, priority in (("deploy", 100), ("write_image", 80), ("prepare_instance_boot", 60),
                                        ("tear_down_agent", 40), ("switch_to_tenant_network", 30),
                                        ("boot_instance", 20))]
