@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api import versions, views
+from services.api.network_data import validate_network_data
 from services.api.router import ConductorRouter
 from services.api.rest_base import read_json
 from services.common import errors, states
@@ -761,6 +762,8 @@ def _validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, 
                 out[key] = {}
             else:
                 raise errors.InvalidParameterValue(f"{key} must be a JSON object")
+    if "network_data" in out:
+        validate_network_data(out["network_data"])
     if out.get("name") is not None:
         name = out["name"]
         if not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255:

@@ -415,8 +415,43 @@ async def test_network_data_from_1_66(api: Api) -> None:
     assert (await api.call((1, 65), "PATCH", "/v1/nodes/netdata", ops))[0] == 406
     _, patched = await api.call((1, 66), "PATCH", "/v1/nodes/netdata", ops, expect=200)
     assert patched["network_data"] == data
-    bad = [{"op": "add", "path": "/network_data", "value": "not an object"}]
-    assert (await api.call((1, 66), "PATCH", "/v1/nodes/netdata", bad))[0] == 400
+    full = {"links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:66:00:01", "mtu": 9000},
+                      {"id": "bond0", "type": "bond", "ethernet_mac_address": "52:54:00:66:00:02",
+                       "bond_mode": "802.1ad", "bond_links": ["eth0"]},
+                      {"id": "vlan9", "type": "vlan", "vlan_mac_address": "52:54:00:66:00:02",
+                       "vlan_link": "bond0", "vlan_id": 9}],
+            "networks": [{"id": "net0", "link": "vlan9", "network_id": "n0", "type": "ipv4",
+                          "ip_address": "192.0.2.10", "netmask": "255.255.255.0",
+                          "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "192.0.2.1"}]},
+                         {"id": "net1", "link": "eth0", "network_id": "n1", "type": "ipv6_slaac"}],
+            "services": [{"type": "dns", "address": "192.0.2.53"}, {"type": "dns", "address": "2001:db8::53"}]}
+    _, patched = await api.call((1, 66), "PATCH", "/v1/nodes/netdata",
+                                [{"op": "replace", "path": "/network_data", "value": full}], expect=200)
+    assert patched["network_data"] == full
+    broken = [
+        "not an object",
+        {"links": [], "networks": []},  # services missing
+        {**data, "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "nope"}]},
+        {**data, "links": [{"id": "eth0", "type": "teleport", "ethernet_mac_address": "52:54:00:66:00:01"}]},
+        {**data, "links": [{"id": "b", "type": "bond", "ethernet_mac_address": "52:54:00:66:00:01",
+                            "bond_mode": "802.1ad"}]},
+        {**data, "networks": [{"id": "n", "link": "eth0", "network_id": "n", "type": "ipv4",
+                               "ip_address": "2001:db8::1"}]},
+        {**data, "networks": [{"id": "n", "link": "eth0", "network_id": "n", "type": "ipv4",
+                               "netmask": "255.0.255.0"}]},
+        {**data, "services": [{"type": "ntp", "address": "192.0.2.1"}]},
+    ]
+    for value in broken:
+        status, body = await api.call((1, 66), "PATCH", "/v1/nodes/netdata",
+                                      [{"op": "replace", "path": "/network_data", "value": value}])
+        assert status == 400 and "network_data" in fault(body), (value, status, body)
+    _, kept = await api.call((1, 66), "GET", "/v1/nodes/netdata", expect=200)
+    assert kept["network_data"] == full
+    status, _ = await api.call((1, 66), "POST", "/v1/nodes", {"driver": "fake-hardware", "network_data": broken[1]})
+    assert status == 400
+    _, emptied = await api.call((1, 66), "PATCH", "/v1/nodes/netdata",
+                                [{"op": "replace", "path": "/network_data", "value": {}}], expect=200)
+    assert emptied["network_data"] == {}
 
 
 async def test_deploy_and_undeploy_verbs_from_1_73(api: Api) -> None:
