@@ -9,9 +9,13 @@ the conductor runs it through ``DeployInterface.deploy``; the steps before it
 run first, the ones after it run once a synchronous deploy returns (for the
 agent-driven ``direct`` deploy the agent's heartbeats do that part). Every
 step is shown in the node's ``deploy_step`` while it runs and recorded in
-the node history, in order. Steps an interface marks ``fixed`` (the
-agent-run steps of ``direct``) keep their place: a user may name them only
-with their own priority and no arguments.
+the node history, in order.
+
+Deploy templates (1.55) whose names are in ``instance_info.traits`` add
+their steps between the defaults and the user's, as in Ironic. Steps an
+interface marks ``fixed`` (the agent-run steps of ``direct``) keep their
+place: a template or user may name them only with their own priority and no
+arguments.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from services.common import errors
+from services.common.db.deploy_templates import DeployTemplateRepository
 from services.conductor.drivers.base import Task
 
 if TYPE_CHECKING:
@@ -32,18 +37,47 @@ def offered(task: Task) -> list[dict[str, Any]]:
     return list(task.driver.deploy.get_deploy_steps(task))
 
 
-def plan(task: Task, user_steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ordered steps of a deploy; InvalidParameterValue for a step nobody offers."""
+async def template_steps(pool: Any, task: Task) -> list[dict[str, Any]]:
+    """Steps of the deploy templates named by ``instance_info.traits`` (1.55),
+    as Ironic applies them; two templates may not name the same step."""
+    traits = task.node["instance_info"].get("traits") or []
+    if not isinstance(traits, list):
+        raise errors.InvalidParameterValue("instance_info traits must be a list of trait names")
+    repo = DeployTemplateRepository(pool)
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in sorted({t for t in traits if isinstance(t, str)}):
+        try:
+            template = await repo.get(name)
+        except errors.NotFound:
+            continue
+        for step in template["steps"]:
+            key = (step["interface"], step["step"])
+            if key in found:
+                raise errors.InvalidParameterValue(
+                    f"Deploy templates {found[key]['template']} and {name} both name deploy step "
+                    f"{key[0]}.{key[1]}; a step may come from one template only")
+            found[key] = {"interface": key[0], "step": key[1], "args": dict(step.get("args") or {}),
+                          "priority": step["priority"], "template": name}
+    return list(found.values())
+
+
+def plan(task: Task, user_steps: list[dict[str, Any]],
+         templates: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The ordered steps of a deploy: offered defaults, then deploy template
+    steps, then the user's steps (each overriding the one before); 400 for a
+    step nobody offers."""
     available = {(s["interface"], s["step"]): s for s in offered(task)}
     chosen = {key: {"interface": key[0], "step": key[1], "priority": s["priority"], "args": {}}
               for key, s in available.items()}
-    unknown = [f"{s.get('interface')}.{s.get('step')}" for s in user_steps
-               if (s.get("interface"), s.get("step")) not in available]
-    if unknown:
-        raise errors.InvalidParameterValue(
-            f"Unsupported deploy steps for node {task.node['uuid']}: {', '.join(unknown)}. The node's interfaces "
-            f"offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}")
-    for s in user_steps:
+    templates = templates or []
+    for source, requested in (("deploy template", templates), ("requested", user_steps)):
+        unknown = [f"{s.get('interface')}.{s.get('step')}" for s in requested
+                   if (s.get("interface"), s.get("step")) not in available]
+        if unknown:
+            raise errors.InvalidParameterValue(
+                f"Unsupported {source} steps for node {task.node['uuid']}: {', '.join(unknown)}. The node's "
+                f"interfaces offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}")
+    for s in [*templates, *user_steps]:
         offer = available[(s["interface"], s["step"])]
         if offer.get("fixed") and (s["priority"] != offer["priority"] or s.get("args")):
             # The agent runs these at their place after deploy.deploy (direct deploy).

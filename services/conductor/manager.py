@@ -221,7 +221,8 @@ class ConductorManager:
                     "\"deploy_steps\" is only valid when setting target provision state to active or rebuild")
             if disable_ramdisk and event != "clean":
                 raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
-            planned = steps.plan(task, deploy_steps or []) if event in ("deploy", "rebuild") else None
+            planned = (steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
+                       if event in ("deploy", "rebuild") else None)
             changes: dict[str, Any] = {}
             if event in ("deploy", "rebuild"):
                 # A new deploy starts a new agent: forget the last one's token and URL.

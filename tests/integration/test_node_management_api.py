@@ -303,3 +303,33 @@ async def test_direct_deploy_steps_keep_their_place(session, api) -> None:
         assert status == 400 and needle in fault(err), (step, status, err)
     after = await wait_for(session, api, ident, settled("available"))
     assert after["last_error"] is None and after["deploy_step"] == {}
+
+
+async def test_deploy_templates_named_by_instance_traits_add_their_steps(session, api) -> None:
+    """Deploy templates (1.55) named by instance_info.traits add their steps to a 1.56 deploy."""
+    name = f"CUSTOM_FAKE_{uuid.uuid4().hex[:8].upper()}"
+    status, body = await call(session, "POST", f"{api}/v1/deploy_templates", {
+        "name": name, "steps": [{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 120}]})
+    assert status == 201, body
+    bad = f"CUSTOM_BIOS_{uuid.uuid4().hex[:8].upper()}"
+    status, body = await call(session, "POST", f"{api}/v1/deploy_templates", {
+        "name": bad, "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 110}]})
+    assert status == 201, body
+
+    node = await available_node(session, api)
+    ident = node["uuid"]
+    status, _ = await call(session, "PATCH", f"{api}/v1/nodes/{ident}",
+                           [{"op": "add", "path": "/instance_info/traits", "value": [name, bad]}])
+    assert status == 200
+    status, err = await provision(session, api, ident, {"target": "active"}, minor=56)
+    assert status == 400 and "bios.apply_configuration" in fault(err) and "deploy template" in fault(err)
+    assert (await wait_for(session, api, ident, settled("available")))["last_error"] is None
+
+    status, _ = await call(session, "PATCH", f"{api}/v1/nodes/{ident}",
+                           [{"op": "replace", "path": "/instance_info/traits", "value": [name, "CUSTOM_NO_TEMPLATE"]}])
+    assert status == 200
+    assert (await provision(session, api, ident, {"target": "active"}, minor=56))[0] == 202
+    done = await wait_for(session, api, ident, settled("active"))
+    assert done["last_error"] is None
+    assert [e for e in await history(session, api, ident) if e.startswith("deploy step")] == [
+        "deploy step deploy.fake_step (priority 120) started", "deploy step deploy.deploy (priority 100) started"]
