@@ -343,6 +343,11 @@ class RestApi:
                 f"Node {node['uuid']} can not be updated while a state transition is in progress."
             )
         values = _validate_node_values(changes, create=False)
+        if values.get("retired") and node["provision_state"] == states.AVAILABLE:
+            # Ironic (1.61): an available node is moved to manageable before it is retired.
+            raise errors.InvalidState(
+                f"Cannot set retired=True for node {node['uuid']} in state {node['provision_state']}; "
+                "move it to manageable first")
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         if "driver" in values:

@@ -375,6 +375,19 @@ async def test_retired_from_1_61(api: Api) -> None:
     assert node["uuid"] not in [n["uuid"] for n in active["nodes"]]
     assert (await api.call((1, 60), "GET", "/v1/nodes?retired=true"))[0] == 406
 
+    await new_node(api, "retire-available")
+    await api.call((1, 61), "PUT", "/v1/nodes/retire-available/states/provision", {"target": "manage"}, expect=202)
+    await api.wait_state("retire-available", "manageable")
+    await api.call((1, 61), "PUT", "/v1/nodes/retire-available/states/provision", {"target": "provide"}, expect=202)
+    await api.wait_state("retire-available", "available")
+    status, body = await api.call((1, 61), "PATCH", "/v1/nodes/retire-available", ops)
+    assert status == 409 and "manageable" in fault(body)  # as Ironic: manage it first
+    await api.call((1, 61), "PUT", "/v1/nodes/retire-available/states/provision", {"target": "manage"}, expect=202)
+    await api.wait_state("retire-available", "manageable")
+    await api.call((1, 61), "PATCH", "/v1/nodes/retire-available", ops, expect=200)
+    status, body = await api.call((1, 61), "PUT", "/v1/nodes/retire-available/states/provision", {"target": "provide"})
+    assert status == 400 and "retired" in fault(body)
+
 
 async def test_agent_token_verify_ca_and_status_in_heartbeat(api: Api) -> None:
     """1.62 (token), 1.68 (agent_verify_ca), 1.72 (agent_status): the fields pass
