@@ -15,7 +15,8 @@ Later versions: PATCH of ``name`` and ``extra`` (1.57; 405 before, as in
 Ironic); backfill (1.58): ``node`` names an already deployed node, whose
 instance becomes the allocation (the allocation's UUID defaults to the node's
 ``instance_uuid``, ``resource_class`` to the node's); ``owner`` (1.60), shown,
-settable on create and usable as a list filter.
+settable on create and usable as a list filter; an allocation with an owner
+only takes a node that project owns or leases (1.60/1.65).
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ class AllocationsApi:
             try:
                 candidates = await self.repo.candidates(
                     resource_class=row["resource_class"], traits=row["traits"],
-                    node_uuids=row["candidate_nodes"] or None)
+                    node_uuids=row["candidate_nodes"] or None, owner=row.get("owner"))
                 for node in candidates:
                     try:
                         await self.rest.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
@@ -229,6 +230,8 @@ class AllocationsApi:
                 await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
         wanted = f"resource class {row['resource_class']}" + (f" and traits {', '.join(row['traits'])}" if row["traits"] else "")
         where = " among the candidate nodes" if row["candidate_nodes"] else ""
+        if row.get("owner") is not None:
+            where += f" owned or leased by {row['owner']}"
         return await self.repo.finish(row["id"], node_id=None, state="error",
                                       last_error=f"No available nodes match the {wanted}{where}")
 

@@ -185,6 +185,34 @@ async def test_allocation_owner_from_1_60(api: Api) -> None:
     assert (await api.call((1, 60), "POST", "/v1/allocations", {**body, "owner": "x" * 256}))[0] == 400
 
 
+async def test_allocation_owner_only_takes_owned_or_leased_nodes(api: Api) -> None:
+    """1.60/1.65: an owned allocation matches nodes with that owner or lessee only."""
+    for name, extra in (("own-none", {}), ("own-other", {"owner": "project-z"}),
+                        ("own-owner", {"owner": "project-o"}), ("own-lessee", {"lessee": "project-l"})):
+        await new_node(api, name, resource_class="owned-rc", **extra)
+        await api.call((1, 56), "PUT", f"/v1/nodes/{name}/states/provision", {"target": "manage"}, expect=202)
+        await api.wait_state(name, "manageable")
+        await api.call((1, 56), "PUT", f"/v1/nodes/{name}/states/provision", {"target": "provide"}, expect=202)
+        await api.wait_state(name, "available")
+    _, none = await api.call((1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-q"},
+                             expect=201)
+    assert none["state"] == "error" and "project-q" in none["last_error"]
+    _, by_owner = await api.call((1, 60), "POST", "/v1/allocations",
+                                 {"resource_class": "owned-rc", "owner": "project-o"}, expect=201)
+    _, owner_node = await api.call((1, 60), "GET", "/v1/nodes/own-owner", expect=200)
+    assert by_owner["state"] == "active" and by_owner["node_uuid"] == owner_node["uuid"]
+    _, by_lessee = await api.call((1, 65), "POST", "/v1/allocations",
+                                  {"resource_class": "owned-rc", "owner": "project-l"}, expect=201)
+    _, lessee_node = await api.call((1, 65), "GET", "/v1/nodes/own-lessee", expect=200)
+    assert by_lessee["state"] == "active" and by_lessee["node_uuid"] == lessee_node["uuid"]
+    _, again = await api.call((1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-o"},
+                              expect=201)
+    assert again["state"] == "error"  # its only node is taken; project-z's and the unowned one stay free
+    for name in ("own-none", "own-other"):
+        _, free = await api.call((1, 60), "GET", f"/v1/nodes/{name}", expect=200)
+        assert free["instance_uuid"] is None
+
+
 async def test_allocation_backfill_from_1_58(api: Api) -> None:
     instance = str(uuid.uuid4())
     node = await deployed_node(api, "backfill-1", instance)

@@ -129,15 +129,19 @@ class AllocationRepository:
         await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
 
     async def candidates(self, *, resource_class: str, traits: Sequence[str],
-                         node_uuids: Sequence[str] | None) -> list[dict[str, Any]]:
+                         node_uuids: Sequence[str] | None, owner: str | None = None) -> list[dict[str, Any]]:
         """Nodes that could take the allocation, in random order as Ironic tries them:
         available, not in maintenance, not retired, no instance, no allocation, unlocked,
-        of the resource class and with every requested trait."""
+        of the resource class and with every requested trait; with an ``owner``
+        (REST 1.60/1.65) only nodes that project owns or leases."""
         args: list[Any] = [resource_class, list(traits)]
         extra = ""
         if node_uuids is not None:
             args.append(list(node_uuids))
-            extra = " AND n.uuid = ANY($3::uuid[])"
+            extra = f" AND n.uuid = ANY(${len(args)}::uuid[])"
+        if owner is not None:
+            args.append(owner)
+            extra += f" AND (n.owner = ${len(args)} OR n.lessee = ${len(args)})"
         rows = await self._db.fetch(
             "SELECT n.* FROM nodes n WHERE n.provision_state = 'available' AND NOT n.maintenance AND NOT n.retired "
             "AND n.instance_uuid IS NULL AND n.reservation IS NULL AND n.resource_class = $1 "
