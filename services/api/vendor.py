@@ -1,5 +1,6 @@
 """Vendor passthru (API 1.1): ``/v1/nodes/{ident}/vendor_passthru[/methods]``
-and ``/v1/drivers/{driver}/vendor_passthru[/methods]``.
+and ``/v1/drivers/{driver}/vendor_passthru[/methods]``; the method is named
+by ``?method=`` or, as python-ironicclient sends it, as the last path part.
 
 A vendor interface declares its methods (HTTP methods, async or not,
 description, attach). The api only forwards: node calls go to the node's
@@ -41,6 +42,11 @@ class VendorPassthruApi:
         for method in HTTP_METHODS:
             r.add_route(method, "/v1/nodes/{ident}/vendor_passthru", self.node_call)
             r.add_route(method, "/v1/drivers/{driver}/vendor_passthru", self.driver_call)
+        # python-ironicclient puts the method in the path (Ironic's pecan _default
+        # accepts both); registered after /methods, which therefore wins for GET.
+        for method in HTTP_METHODS:
+            r.add_route(method, "/v1/nodes/{ident}/vendor_passthru/{method}", self.node_call)
+            r.add_route(method, "/v1/drivers/{driver}/vendor_passthru/{method}", self.driver_call)
 
     async def _driver_rpc(self, driver: str, name: str, message: Any) -> Any:
         """Call one conductor that runs ``driver`` (driver methods have no node to route by)."""
@@ -62,7 +68,7 @@ class VendorPassthruApi:
 
     @staticmethod
     def _method(request: web.Request) -> str:
-        method = request.query.get("method")
+        method = request.match_info.get("method") or request.query.get("method")
         if not method:
             raise errors.InvalidParameterValue("Method not specified")
         return method
