@@ -345,7 +345,12 @@ class ConductorManager:
             note += " (ramdisk disabled)"
         info = {k: v for k, v in node["driver_internal_info"].items()
                 if k not in ("clean_steps", "cleaning_disable_ramdisk")}
-        await self.transition(task, "manage" if manual else "done", changes={"driver_internal_info": info}, note=note)
+        # A retired node never becomes available again: its cleaning ends in
+        # manageable (API 1.61, as Ironic does).
+        if node.get("retired") and not manual:
+            note += "; the node is retired, so it stays manageable"
+        event = "manage" if manual or node.get("retired") else "done"
+        await self.transition(task, event, changes={"driver_internal_info": info}, note=note)
 
     async def _verify_flow(self, task: Task) -> None:
         async def run() -> None:

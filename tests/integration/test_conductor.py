@@ -181,3 +181,22 @@ async def test_history_for_a_deleted_node_is_not_found(pool) -> None:
     await m.nodes.delete(node["uuid"])
     with pytest.raises(errors.NodeNotFound):
         await EventRepository(pool).record(node, event="maintenance", message="late")
+
+
+async def test_retired_node_cleans_to_manageable(pool) -> None:
+    """API 1.61: a retired node is undeployed and cleaned, but never offered again."""
+    m = manager(pool, "retire")
+    retired = await new_node(m, states.ACTIVE, retired=True, retired_reason="end of life")
+    kept = await new_node(m, states.ACTIVE)
+    for node in (retired, kept):
+        await m.do_provision_action(node["uuid"], "delete")
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        a, b = await m.nodes.get(retired["uuid"]), await m.nodes.get(kept["uuid"])
+        if not a["reservation"] and not b["reservation"] and a["provision_state"] in (states.MANAGEABLE, states.AVAILABLE) \
+                and b["provision_state"] == states.AVAILABLE:
+            break
+        assert asyncio.get_running_loop().time() < deadline, (a["provision_state"], b["provision_state"])
+        await asyncio.sleep(0.05)
+    assert a["provision_state"] == states.MANAGEABLE and b["provision_state"] == states.AVAILABLE
+    await m.tasks.stop(grace=1)
