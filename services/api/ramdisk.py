@@ -125,6 +125,9 @@ class RamdiskEndpoints:
         progress = body.get("deploy_progress")
         if progress is not None and not isinstance(progress, dict):
             raise errors.InvalidParameterValue("deploy_progress must be an object")
+        verify_ca = body.get("agent_verify_ca")
+        if verify_ca is not None and (not isinstance(verify_ca, str) or "BEGIN CERTIFICATE" not in verify_ca):
+            raise errors.InvalidParameterValue("agent_verify_ca must be a PEM certificate")
         for key in ("agent_version", "agent_status_message"):
             if body.get(key) is not None and not isinstance(body[key], str):
                 raise errors.InvalidParameterValue(f"{key} must be a string")
@@ -139,6 +142,6 @@ class RamdiskEndpoints:
         await self.api.rpc(node, "Heartbeat", cpb.HeartbeatRequest(
             node_uuid=node["uuid"], callback_url=callback_url, agent_version=body.get("agent_version") or "",
             agent_token=token, agent_status=status, agent_status_message=body.get("agent_status_message") or "",
-            progress_json=json.dumps(progress) if progress else "",
+            progress_json=json.dumps(progress) if progress else "", agent_verify_ca=verify_ca or "",
         ))
         return web.Response(status=202)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from services.common import errors, states
+from services.conductor import deploy_steps as steps
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.direct import AGENT_KEYS
 
@@ -56,7 +57,7 @@ class AgentCallbacks:
 
     async def heartbeat(
         self, node_uuid: str, *, callback_url: str, agent_version: str, agent_token: str,
-        agent_status: str = "", progress: Mapping[str, Any] | None = None,
+        agent_status: str = "", progress: Mapping[str, Any] | None = None, agent_verify_ca: str = "",
     ) -> None:
         node = await self.nodes.get(node_uuid)
         info = node["driver_internal_info"]
@@ -68,6 +69,8 @@ class AgentCallbacks:
         if info.get("agent_url") and info["agent_url"] != callback_url:
             raise errors.InvalidParameterValue(
                 "Detected change in ramdisk provided \"callback_url\"")
+        if agent_verify_ca and info.get("agent_verify_ca") and info["agent_verify_ca"] != agent_verify_ca:
+            raise errors.InvalidParameterValue("Detected change in ramdisk provided \"agent_verify_ca\"")
         locked = bool(node["reservation"]) and node["reservation_expires_at"] > datetime.datetime.now(datetime.timezone.utc)
         if not info.get("agent_url") and locked and node["provision_state"] not in (states.DEPLOYING, states.DEPLOYWAIT):
             raise errors.NodeLocked(f"Node {node_uuid} is locked by host {node['reservation']}, please retry later.")
@@ -76,6 +79,8 @@ class AgentCallbacks:
         }
         if progress:
             values["deploy_progress"] = dict(progress)
+        if agent_verify_ca:
+            values["agent_verify_ca"] = agent_verify_ca
         waiting = node["provision_state"] in (states.DEPLOYWAIT, states.CLEANWAIT, states.SERVICEWAIT,
                                               states.RESCUEWAIT, states.INSPECTWAIT)
         node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
@@ -118,14 +123,26 @@ class AgentCallbacks:
         info = task.node["driver_internal_info"]
 
         async def run() -> None:
+            starting = info.get("deploy_phase") is None
+            if starting:  # this heartbeat sends write_image: show it as the running step
+                await steps.mark(manager, task, self._planned(task, "write_image"))
             event = await deploy.heartbeat(task, info.get("agent_url", ""), info.get("agent_version", ""))
             if event != "resume":
                 return
             await manager.transition(task, "resume")
-            finish = getattr(deploy, "finish_deploy", None)
-            if finish is not None:
-                await finish(task)
+            # The agent steps after write_image, each shown and recorded as it runs.
+            for name in getattr(deploy, "FINISH_STEPS", ()):
+                await steps.mark(manager, task, self._planned(task, name))
+                await getattr(deploy, name)(task)
             await task.save_internal_info({}, remove=tuple(k for k in AGENT_KEYS if k != "deploy_progress"))
-            await manager.transition(task, "done")
+            await manager.transition(task, "done", changes={"deploy_step": {}})
 
         await manager.guard(task, "Deploy", run())
+
+    @staticmethod
+    def _planned(task: Task, name: str) -> dict[str, Any]:
+        """The step as planned for this deploy (its priority), else the interface's default."""
+        for step in task.node["driver_internal_info"].get("deploy_steps") or []:
+            if step.get("interface") == "deploy" and step.get("step") == name:
+                return {k: step[k] for k in ("interface", "step", "priority", "args") if k in step}
+        return {"interface": "deploy", "step": name, "priority": 0, "args": {}}

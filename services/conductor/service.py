@@ -113,7 +113,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         await self._run(context, request.node_uuid, self.manager.agents.heartbeat(
             request.node_uuid, callback_url=request.callback_url, agent_version=request.agent_version,
             agent_token=request.agent_token, agent_status=request.agent_status,
-            progress=_json_or(request.progress_json, None),
+            progress=_json_or(request.progress_json, None), agent_verify_ca=request.agent_verify_ca,
         ))
         return pb.Empty()
 

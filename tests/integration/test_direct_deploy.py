@@ -101,7 +101,13 @@ async def test_deploy_writes_image_and_config_drive(env: dict[str, Any]) -> None
     disk = env["tmp"] / "disk-1.img"
     await boot_agent(env, "52:54:00:d0:00:01", disk)
     active = await wait_state(env, "direct-1", "active")
-    assert active["last_error"] is None
+    assert active["last_error"] is None and active["deploy_step"] == {}
+    history = [r["event"] for r in await env["stack"].pool.fetch(
+        "SELECT h.event FROM node_history h JOIN nodes n ON n.id = h.node_id WHERE n.uuid = $1::uuid ORDER BY h.id",
+        node["uuid"])]
+    ran = [e.split()[2] for e in history if e.startswith("deploy step ")]
+    assert ran == ["deploy.deploy", "deploy.write_image", "deploy.prepare_instance_boot", "deploy.tear_down_agent",
+                   "deploy.boot_instance"], history
     with open(disk, "rb") as f:
         written = f.read(len(env["image"]))
     # The partition entries change (config-2 added), so compare the payload past the tables.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,11 +25,15 @@ LOG = logging.getLogger(__name__)
 class AgentClient:
     """Talks to one node's agent at its callback URL."""
 
-    def __init__(self, callback_url: str, token: str, *, timeout: float = 60.0, attempts: int = 3) -> None:
+    def __init__(self, callback_url: str, token: str, *, timeout: float = 60.0, attempts: int = 3,
+                 verify_ca: str = "") -> None:
         self.base = callback_url.rstrip("/")
         self.token = token
         self.timeout = timeout
         self.attempts = attempts
+        # An https agent is verified against the certificate it announced in its
+        # heartbeat (API 1.68), else against the system's trust store.
+        self.ssl: ssl.SSLContext | bool = ssl.create_default_context(cadata=verify_ca) if verify_ca else True
 
     async def _request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None) -> Any:
         params = {"agent_token": self.token, **(query or {})}
@@ -37,7 +42,8 @@ class AgentClient:
             try:
                 timeout = aiohttp.ClientTimeout(total=self.timeout)
                 async with aiohttp.ClientSession(timeout=timeout) as session:
-                    async with session.request(method, self.base + path, json=body, params=params) as response:
+                    async with session.request(method, self.base + path, json=body, params=params,
+                                               ssl=self.ssl) as response:
                         data = await response.json(content_type=None)
                         if response.status == 409:
                             raise errors.AgentBusy(f"Agent at {self.base} is busy: {_fault(data)}")

@@ -25,7 +25,7 @@ LOG = logging.getLogger(__name__)
 # driver_internal_info keys owned by the agent dance; cleared on every new deploy.
 AGENT_KEYS = (
     "agent_secret_token", "agent_url", "agent_version", "agent_last_heartbeat", "deploy_phase",
-    "agent_command_id", "deploy_progress", "agent_hardware",
+    "agent_command_id", "deploy_progress", "agent_hardware", "agent_verify_ca",
 )
 HASH_ALGORITHMS = ("sha256", "sha512", "md5")
 
@@ -102,7 +102,8 @@ class DirectDeploy(base.DeployInterface):
     def _client(self, task: base.Task) -> AgentClient:
         info = task.node["driver_internal_info"]
         return AgentClient(info["agent_url"], info.get("agent_secret_token") or "",
-                           timeout=float(self.options.get("agent_command_timeout", 60.0)))
+                           timeout=float(self.options.get("agent_command_timeout", 60.0)),
+                           verify_ca=info.get("agent_verify_ca") or "")
 
     async def heartbeat(self, task: base.Task, callback_url: str, agent_version: str) -> str | None:
         """One step of the deploy per heartbeat; ``resume`` once the image is on disk."""
@@ -135,15 +136,25 @@ class DirectDeploy(base.DeployInterface):
         return None
 
     async def finish_deploy(self, task: base.Task) -> None:
-        """After write_image: partition UUIDs, instance boot device, power-cycle into it."""
-        client = self._client(task)
-        uuids = await client.run_sync("standby.get_partition_uuids", {}) or {}
+        """After write_image: the agent steps Ironic runs, in order."""
+        for step in self.FINISH_STEPS:
+            await getattr(self, step)(task)
+
+    FINISH_STEPS = ("prepare_instance_boot", "tear_down_agent", "boot_instance")
+
+    async def prepare_instance_boot(self, task: base.Task) -> None:
+        """Partition UUIDs from the agent, then the boot device for the instance."""
+        uuids = await self._client(task).run_sync("standby.get_partition_uuids", {}) or {}
         await task.save_internal_info({
             "is_whole_disk_image": True,
             "root_uuid_or_disk_id": uuids.get("root uuid"),
         })
         await task.driver.boot.prepare_instance(task)
-        await self._power_off_through_agent(task, client)
+
+    async def tear_down_agent(self, task: base.Task) -> None:
+        await self._power_off_through_agent(task, self._client(task))
+
+    async def boot_instance(self, task: base.Task) -> None:
         await task.driver.power.set_power_state(task, states.POWER_ON)
         await task.save_fields({"power_state": states.POWER_ON})
 
