@@ -57,7 +57,9 @@ async def test_lifecycle_and_watch(nodes) -> None:
     watch.cancel()
     sequences = [e.sequence for e in seen]
     assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
-    path = [e.provision_state for e in seen if e.event not in ("create",)]
+    # Deploy-step notes ride the same feed; the transitions are the state path.
+    path = [e.provision_state for e in seen if e.event not in ("create", "deploy-step")]
+    assert any(e.event == "deploy-step" and "deploy.deploy" in e.message for e in seen)
     assert path == ["verifying", "manageable", "cleaning", "available", "deploying", "active",
                     "deleting", "cleaning", "available"], path
 
