@@ -420,23 +420,25 @@ async def test_portgroup_pages(api: str) -> None:
 # -- node fields newer than the advertised maximum -------------------------------------------
 
 
-async def test_fields_above_the_maximum_are_hidden_and_refused(api: str, stack: Any) -> None:
+async def test_fields_newer_than_the_client_are_hidden_and_refused(api: str, stack: Any) -> None:
     """retired (1.61), lessee (1.65), network_data (1.66), boot_mode/secure_boot (1.75): stored,
     but a 1.56 client neither sees nor sets them (406), as Ironic answers for too-new fields."""
-    status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "future-fields"})
+    old = "1.56"
+    status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "future-fields"},
+                              version=old)
     assert status == 201
     assert not {"retired", "retired_reason", "lessee", "network_data", "boot_mode", "secure_boot"} & set(node)
     for body in ({"driver": "fake-hardware", "lessee": "p1"}, {"driver": "fake-hardware", "retired": True},
                  {"driver": "fake-hardware", "network_data": {"links": []}}):
-        status, reply = await call("POST", f"{api}/v1/nodes", body)
+        status, reply = await call("POST", f"{api}/v1/nodes", body, version=old)
         assert status == 406, (body, reply)
     for patch, expected in (([{"op": "replace", "path": "/lessee", "value": "p1"}], 406),
                             ([{"op": "replace", "path": "/boot_mode", "value": "uefi"}], 400)):  # read only
-        status, reply = await call("PATCH", f"{api}/v1/nodes/future-fields", patch)
+        status, reply = await call("PATCH", f"{api}/v1/nodes/future-fields", patch, version=old)
         assert status == expected, (patch, reply)
-    status, _ = await call("GET", f"{api}/v1/nodes/future-fields?fields=lessee")
+    status, _ = await call("GET", f"{api}/v1/nodes/future-fields?fields=lessee", version=old)
     assert status == 406
-    _, states = await call("GET", f"{api}/v1/nodes/future-fields/states")
+    _, states = await call("GET", f"{api}/v1/nodes/future-fields/states", version=old)
     assert "boot_mode" not in states
     row = await stack.pool.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", node["uuid"])
     assert row["lessee"] is None and row["retired"] is False

@@ -170,15 +170,6 @@ async def test_document_is_public_under_http_basic(stack: Any, tmp_path: Path) -
         await server.close()
 
 
-async def test_history_is_404_at_the_advertised_maximum(api: str) -> None:
-    """History (1.78) is above the advertised maximum, so it does not exist yet for clients."""
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{api}/v1/nodes/{NODE}/history", headers=V) as r:
-            assert r.status == 404
-            body = await r.json()
-            assert json.loads(body["error_message"])["faultcode"] == "Client"
-
-
 async def test_errors_carry_version_headers_and_nul_is_a_client_error(api: str) -> None:
     """What the document promises for every error response, checked directly."""
     async with aiohttp.ClientSession() as session:
