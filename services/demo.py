@@ -211,6 +211,9 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
         await asyncio.gather(*(_wait(session, f"{api}/v1/nodes/{n['uuid']}", "available", 120) for n in enrolled))
         powered = [m.name for m in simulator.machines if m.power_state != "Off"]
         await asyncio.gather(*(_call(session, "DELETE", f"{api}/v1/nodes/{n['uuid']}") for n in enrolled))
+        store = next(s for s in stack.services if s.name == "conductor").objectstore
+        for name in ("demo-disk.raw", "ferrum-agent.kernel", "ferrum-agent.initramfs"):
+            await store.delete("demo-images", name)
         console.print(f"All {nodes} nodes were undeployed to available" +
-                      (f" (still powered: {powered})" if powered else ", powered off") + ", then deleted.")
+                      (f" (still powered: {powered})" if powered else ", powered off") + ", then deleted with the images.")
     await asyncio.to_thread(shutil.rmtree, state, True)
