@@ -297,3 +297,37 @@ async def test_config_drive_published_for_virtual_media(env: dict[str, Any]) -> 
     assert iso[0x8001:0x8006] == b"CD001" and iso[0x8028:0x8030] == b"config-2"
     async with env["session"].get(url + "x") as response:
         assert response.status in (401, 403, 404)  # a tampered URL serves nothing
+
+
+async def test_a_new_conductor_finishes_a_waiting_deploy(env: dict[str, Any]) -> None:
+    """The conductor that booted the ramdisk goes away while the node waits for its
+    agent; another one owns the node now, and the agent's calls reach it: nothing
+    about the deploy lived in the first conductor."""
+    import dataclasses
+
+    from services.conductor.service import ConductorService
+
+    stack = env["stack"]
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    await enroll(env, "direct-9", "52:54:00:d0:00:09", sha256=sha)
+    await call(env, "PUT", "/v1/nodes/direct-9/states/provision",
+               {"target": "active", "configdrive": {"meta_data": {"hostname": "handover"}}}, expect=202)
+    await wait_state(env, "direct-9", "wait call-back")
+    old = conductor(env)
+    await old.stop()
+    settings = dataclasses.replace(stack.settings, conductor=dataclasses.replace(
+        stack.settings.conductor, hostname="direct-conductor-2"))
+    new = ConductorService(settings, stack.pool)
+    await new.start()
+    stack.services[stack.services.index(old)] = new
+    disk = env["tmp"] / "disk-9.img"
+    await boot_agent(env, "52:54:00:d0:00:09", disk)
+    active = await wait_state(env, "direct-9", "active")
+    assert active["conductor"] == "direct-conductor-2"
+    history = await stack.pool.fetch(
+        "SELECT h.conductor, h.event FROM node_history h JOIN nodes n ON n.id = h.node_id "
+        "WHERE n.name = 'direct-9' ORDER BY h.id")
+    assert {r["conductor"] for r in history if "write_image" in r["event"]} == {"direct-conductor-2"}
+    with open(disk, "rb") as f:
+        f.seek(2048 * 512)
+        assert f.read(18) == b"FERRUM-ROOT-MARKER"
