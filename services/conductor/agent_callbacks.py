@@ -115,6 +115,16 @@ class AgentCallbacks:
                     return
             except errors.NodeNotFound:
                 return
+            except Exception:  # the next heartbeat tries again; a retry must not crash
+                LOG.exception("continuing the deploy after a heartbeat failed node_uuid=%s", node_uuid)
+                return
+
+    async def stop(self) -> None:
+        """Drop pending heartbeat retries (the agent heartbeats again to the next owner)."""
+        pending = list(self._retries.values())
+        for retry in pending:
+            retry.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def continue_deploy(self, task: Task) -> None:
         """The next deploy step for a locked node in ``wait call-back``."""

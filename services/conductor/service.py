@@ -224,6 +224,7 @@ class ConductorService:
     async def stop(self) -> None:
         if self._periodic:
             await self._periodic.stop()
+        await self.manager.agents.stop()
         await self.manager.tasks.stop()
         for implementations in self.registry.enabled.values():
             for implementation in implementations.values():
