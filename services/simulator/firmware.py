@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
@@ -31,6 +30,7 @@ import aiohttp
 from services.simulator import disk as disk_reader
 from services.simulator import vmedia
 from services.simulator.agents import AgentLaunch, real_agent
+from services.agent.cmdline import split as split_cmdline
 
 if TYPE_CHECKING:
     from services.simulator.machine import Machine
@@ -58,18 +58,6 @@ async def url_exists(session: aiohttp.ClientSession, url: str, timeout: float) -
             return None if response.status < 300 else f"HTTP {response.status}"
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
         return str(exc) or type(exc).__name__
-
-
-def split_kernel_args(text: str) -> dict[str, str]:
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        words = text.split()
-    args: dict[str, str] = {}
-    for word in words:
-        key, _, value = word.partition("=")
-        args[key] = value
-    return args
 
 
 def _bootif_mac(value: str) -> str:
@@ -171,7 +159,7 @@ async def boot_kernel(machine: Machine, action: Any, script_url: str) -> str:
 async def start_ramdisk(machine: Machine, cmdline: str) -> str:
     """Start the deploy agent the kernel command line describes (ipa-api-url, BOOTIF, ...)."""
     sim = machine.simulator
-    args = split_kernel_args(cmdline)
+    args = split_cmdline(cmdline)
     api_url = (args.get("ipa-api-url") or "").split(",")[0].strip()
     if not api_url:
         machine.status = "ramdisk_idle"
