@@ -3,15 +3,17 @@
 ``BootDataReader.read(mac=..)`` / ``read(uuid=..)`` returns a
 :class:`~services.common.db.bootdata.BootData` or None. The PostgreSQL
 repository implements it with one prepared statement; :class:`CachingReader`
-wraps any reader with a small in-process cache for boot storms.
+wraps any reader with an in-process cache for boot storms.
 
 The cache is off by default (``FERRUM_IPXE_CACHE_TTL=0``). When on, an entry
-lives at most ``ttl`` seconds and the whole cache is dropped on every
-``ferrum_node_events`` notification (every provision state change writes one),
-so a node that moves to ``deploying`` is rendered from fresh data at once.
-Changes that write no node event (a port added or removed, a field set
-directly in SQL) show up within ``ttl``. Replicas therefore agree within
-``ttl`` at worst and exactly with the cache off.
+lives at most ``ttl`` seconds, and database triggers make it exact: every
+change to a node's boot data (node columns, ports, volume targets and
+connectors, from any writer, direct SQL included) sends ``NOTIFY
+ferrum_boot_data`` with the node's uuid, and the cache evicts that node's
+entries plus every cached "not found" (a new port may be the missing MAC).
+A read that raced a notification is not kept. What remains is the
+notification's delivery delay (milliseconds): a replica may answer from the
+previous state for that long after a commit.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import asyncpg
 
-from services.common.db.bootdata import BootData
-from services.common.db.events import NOTIFY_CHANNEL
+from services.common.db.bootdata import BOOT_DATA_CHANNEL, BootData
 
 LOG = logging.getLogger(__name__)
+Key = tuple[str, str]
 
 
 class BootDataReader(Protocol):
@@ -36,34 +39,61 @@ class BootDataReader(Protocol):
 
 
 class CachingReader:
-    """A TTL cache in front of a reader, flushed by LISTEN/NOTIFY."""
+    """A TTL cache in front of a reader, evicted per node by LISTEN/NOTIFY.
 
-    def __init__(self, inner: BootDataReader, pool: asyncpg.Pool, *, ttl: float, max_entries: int = 100_000) -> None:
+    ``add_eviction_listener(fn)`` lets a cache built on top (the renderer's
+    reply cache) follow along: ``fn(node_uuid)`` for one node, ``fn(None)``
+    for everything.
+    """
+
+    def __init__(self, inner: BootDataReader, pool: asyncpg.Pool, *, ttl: float, max_entries: int = 100_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._inner = inner
         self._pool = pool
         self._ttl = ttl
         self._max = max_entries
-        self._entries: dict[tuple[str, str], tuple[float, BootData | None]] = {}
+        self._clock = clock
+        self._entries: dict[Key, tuple[float, BootData | None]] = {}
+        self._by_node: dict[str, set[Key]] = {}
+        self._missing: set[Key] = set()
+        self._listeners: list[Callable[[str | None], None]] = []
         self._conn: asyncpg.Connection | None = None
         self._generation = 0
         self.invalidations = 0
 
+    @property
+    def generation(self) -> int:
+        """Bumped by every eviction: a read that spans one may be stale and is not kept."""
+        return self._generation
+
+    @property
+    def ttl(self) -> float:
+        """Seconds an entry lives; 0 once the LISTEN connection is lost (nothing may be kept then)."""
+        return self._ttl
+
+    @property
+    def max_entries(self) -> int:
+        return self._max
+
+    def add_eviction_listener(self, listener: Callable[[str | None], None]) -> None:
+        self._listeners.append(listener)
+
     async def start(self) -> None:
         self._conn = await self._pool.acquire()
-        await self._conn.add_listener(NOTIFY_CHANNEL, self._notified)
+        await self._conn.add_listener(BOOT_DATA_CHANNEL, self._notified)
         self._conn.add_termination_listener(self._lost)
 
     async def stop(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                await self._conn.remove_listener(NOTIFY_CHANNEL, self._notified)
+                await self._conn.remove_listener(BOOT_DATA_CHANNEL, self._notified)
             with contextlib.suppress(Exception):
                 await self._pool.release(self._conn)
             self._conn = None
-        self._entries.clear()
-
-    def _notified(self, *_: Any) -> None:
         self.invalidate()
+
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self.evict(payload.lower() or None)
 
     def _lost(self, *_: Any) -> None:
         # Without the LISTEN connection notifications could be missed: stop caching.
@@ -72,14 +102,29 @@ class CachingReader:
         self.invalidate()
 
     def invalidate(self) -> None:
-        """Forget everything (a node changed somewhere)."""
+        """Forget everything."""
+        self.evict(None)
+
+    def evict(self, node_uuid: str | None) -> None:
+        """Forget one node's entries and every "not found" (None: forget everything)."""
         self._generation += 1
         self.invalidations += 1
-        self._entries.clear()
+        if node_uuid is None:
+            self._entries.clear()
+            self._by_node.clear()
+            self._missing.clear()
+        else:
+            for key in self._by_node.pop(node_uuid, ()):
+                self._entries.pop(key, None)
+            for key in self._missing:
+                self._entries.pop(key, None)
+            self._missing.clear()
+        for listener in self._listeners:
+            listener(node_uuid)
 
     async def read(self, *, mac: str | None = None, uuid: str | None = None) -> BootData | None:
         key = ("mac", mac) if mac is not None else ("uuid", uuid or "")
-        now = time.monotonic()
+        now = self._clock()
         hit = self._entries.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
@@ -89,10 +134,13 @@ class CachingReader:
         # state than the one just read: then do not keep it.
         if self._ttl > 0 and generation == self._generation:
             if len(self._entries) >= self._max:
-                self._entries.clear()
+                self.invalidate()
             self._entries[key] = (now + self._ttl, data)
+            if data is None:
+                self._missing.add(key)
+            else:
+                self._by_node.setdefault(str(data.node["uuid"]).lower(), set()).add(key)
         return data
-
 
 
 class StaticReader:

@@ -12,17 +12,16 @@ import logging
 from typing import Any
 
 import asyncpg
-from aiohttp import web
 
 from ferrum.v1 import renderer_pb2_grpc
 from services.common.config import Settings
 from services.common.db.bootdata import BootDataRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
 from services.ipxe.address import forget_address, record_address
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
-from services.ipxe.handlers import ScriptRoutes
+from services.ipxe.handlers import ScriptReplies
+from services.ipxe.http_server import ScriptHttpServer
 from services.ipxe.reader import BootDataReader, CachingReader
 from services.ipxe.render import ScriptRenderer
 
@@ -41,11 +40,10 @@ class IpxeService:
         if settings.ipxe.cache_ttl > 0:
             self.cache = CachingReader(reader, pool, ttl=settings.ipxe.cache_ttl)
             reader = self.cache
-        scripts = self.metrics.counter("ferrum_ipxe_scripts_total", "Per-node boot scripts served, by kind", ("kind",))
-        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: scripts.labels(r.kind).inc())
-        self.routes = ScriptRoutes(self.renderer, settings.ipxe)
+        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))
+        self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)
         self.grpc_address = ""
-        self._http: web.AppRunner | None = None
+        self._http: ScriptHttpServer | None = None
         self._grpc: Any = None
         self._health: Any = None
 
@@ -53,17 +51,15 @@ class IpxeService:
         c = self.settings.ipxe
         if self.cache is not None:
             await self.cache.start()
-        app = web.Application(middlewares=[request_context_middleware(self.metrics)])
-        app.router.add_get("/metrics", self.metrics.handle)
-        self.routes.routes(app)
         servicer = RendererServicer(self.renderer)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host, port=c.grpc_port, metrics=self.metrics,
             register=lambda server: renderer_pb2_grpc.add_BootScriptRendererServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
         )
-        self._http, port = await start_http_site(app, c.host, c.port)
-        self.routes.bound_port = port
+        self._http = ScriptHttpServer(self.replies, self.metrics)
+        port = await self._http.start(c.host, c.port)
+        self.replies.bound_port = port
         self.grpc_address = f"{c.host}:{grpc_port}"
         record_address(self.settings, self.grpc_address)
         LOG.info("ipxe renderer ready http_port=%s grpc=%s cache_ttl=%s", port, self.grpc_address, c.cache_ttl)
@@ -74,7 +70,7 @@ class IpxeService:
         if self.grpc_address:
             forget_address(self.settings, self.grpc_address)
         if self._http is not None:
-            await self._http.cleanup()
+            await self._http.stop()
         if self._grpc is not None:
             await stop_grpc_server(self._grpc, self._health, grace=1.0)
         if self.cache is not None:

@@ -241,27 +241,59 @@ async def test_replicas_answer_identically(stack: Any, http: aiohttp.ClientSessi
         await replica.stop()
 
 
-async def test_cache_is_flushed_by_node_events(stack: Any, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+async def wait_for(predicate: Any, what: str) -> None:
+    for _ in range(250):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_cache_follows_every_boot_data_change(stack: Any, http: aiohttp.ClientSession, tmp_path: Path) -> None:
+    """Triggers notify ferrum_boot_data on any change, direct SQL included; only that node is evicted."""
     settings = next(s for s in stack.services if s.name == "ipxe").settings
     cached = IpxeService(own_state(settings, tmp_path, cache_ttl=300.0), stack.pool)
     endpoints = await cached.start()
+    cache = cached.cache
+    assert cache is not None
     try:
         url = endpoints["ipxe HTTP"].rsplit("/", 1)[0] + "/ipxe"
+
+        async def kind(mac: str) -> str:
+            return str((await get(http, url, params={"mac": mac}))[2]["X-Ferrum-Boot-Kind"])
+
+        async def changed(sql: str, *args: Any) -> None:
+            before = cache.invalidations
+            await stack.pool.execute(sql, *args)
+            await wait_for(lambda: cache.invalidations > before, "a ferrum_boot_data notification")
+
         node = await make_node(stack, http, macs=["52:54:00:aa:08:01"], state="deploying")
-        assert (await get(http, url, params={"mac": "52:54:00:aa:08:01"}))[2]["X-Ferrum-Boot-Kind"] == "deploy"
-        await stack.pool.execute("UPDATE nodes SET provision_state = 'active' WHERE uuid = $1::uuid", node)
-        # No event yet: the cached answer stands (this is what the cache is for).
-        assert (await get(http, url, params={"mac": "52:54:00:aa:08:01"}))[2]["X-Ferrum-Boot-Kind"] == "deploy"
-        assert cached.cache is not None
-        before = cached.cache.invalidations
-        await EventRepository(stack.pool).record({"uuid": node, "provision_state": "active"}, event="test",
-                                                 history=False)
-        for _ in range(200):
-            if cached.cache.invalidations > before:
-                break
-            await asyncio.sleep(0.02)
-        assert cached.cache.invalidations > before
-        assert (await get(http, url, params={"mac": "52:54:00:aa:08:01"}))[2]["X-Ferrum-Boot-Kind"] == "local_disk"
+        other = await make_node(stack, http, macs=["52:54:00:aa:08:02"], state="deploying")
+        assert await kind("52:54:00:aa:08:01") == "deploy" and await kind("52:54:00:aa:08:02") == "deploy"
+        assert await kind("52:54:00:aa:08:03") == "error"  # a MAC no port has yet: "not found" is cached
+        # A state change in plain SQL (no node event) evicts that node at once; the other stays cached.
+        await changed("UPDATE nodes SET provision_state = 'active' WHERE uuid = $1::uuid", node)
+        assert await kind("52:54:00:aa:08:01") == "local_disk"
+        assert ("mac", "52:54:00:aa:08:02") in cache._entries
+        # A new port makes a missing MAC bootable.
+        await changed("INSERT INTO ports (uuid, node_id, address) SELECT gen_random_uuid(), id, '52:54:00:aa:08:03' "
+                      "FROM nodes WHERE uuid = $1::uuid", other)
+        assert await kind("52:54:00:aa:08:03") == "deploy"
+        # driver_info, then deleting the port, then the node.
+        await changed("UPDATE nodes SET driver_info = '{}' WHERE uuid = $1::uuid", other)
+        assert await kind("52:54:00:aa:08:02") == "error"
+        await changed("DELETE FROM ports WHERE address = '52:54:00:aa:08:03'")
+        status, body, _ = await get(http, url, params={"mac": "52:54:00:aa:08:03"})
+        assert "no node has a port with MAC 52:54:00:aa:08:03" in body
+        await changed("DELETE FROM nodes WHERE uuid = $1::uuid", node)
+        assert await kind("52:54:00:aa:08:01") == "error"
+        # A write that changes no boot data sends nothing: notifications arrive in commit order, so a
+        # notification from the first UPDATE would show up as a second invalidation here.
+        before = cache.invalidations
+        await stack.pool.execute("UPDATE nodes SET last_error = 'x' WHERE uuid = $1::uuid", other)
+        await changed("UPDATE nodes SET name = 'renamed' WHERE uuid = $1::uuid", other)
+        await asyncio.sleep(0.2)
+        assert cache.invalidations == before + 1
     finally:
         await cached.stop()
 

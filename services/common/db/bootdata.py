@@ -14,6 +14,10 @@ from typing import Any
 
 import asyncpg
 
+# Every change to what _COLUMNS reads sends NOTIFY on this channel with the
+# node's uuid (triggers in migrations/0007_boot_data_notify.sql; keep the two in step).
+BOOT_DATA_CHANNEL = "ferrum_boot_data"
+
 _COLUMNS = """
     n.uuid::text AS uuid, n.name, n.driver, n.boot_interface, n.deploy_interface,
     n.storage_interface, n.driver_info, n.driver_internal_info, n.instance_info,
