@@ -9,6 +9,9 @@ subprocess, then with W openstacksdk worker threads (each its own
 - list detail of 200 nodes, median and p99
 - manage, provide, deploy, undeploy, power off, power on: nodes/s with the
   median and p99 of each node's request-to-settled time
+- the client floor: GET node and list detail again, against bench/replay.py,
+  which answers from memory with the bytes Ferrum sent; openstacksdk's own
+  cost on this machine, under any server's figure
 - list detail of a large fleet (default 10,000 rows, inserted straight into
   PostgreSQL so the run stays short) page by page through `next`: the first,
   median and last page, and the stack's RSS before and after, which shows the
@@ -61,6 +64,8 @@ IRONIC = {
     "list detail 200 median": ("ms", 600.0), "manage": ("nodes/s", 11.0), "provide": ("nodes/s", 6.0),
     "deploy": ("nodes/s", 6.0), "undeploy": ("nodes/s", 6.0), "power off": ("nodes/s", 12.0),
     "power on": ("nodes/s", 12.0),
+    # The same references beside the client floor: the best ratio any server could show here.
+    "GET node median, replay floor": ("ms", 17.0), "list detail 200, replay floor": ("ms", 600.0),
 }
 PROVISION_STEPS = (("manage", "manage", "manageable"), ("provide", "provide", "available"),
                    ("deploy", "active", "active"), ("undeploy", "deleted", "available"))
@@ -173,13 +178,15 @@ class ClientPool:
             self.pipes.append(mine)
             self.children.append(child)
 
-    def run(self, name: str, workers: int, items: Sequence[Any]) -> tuple[float, list[float], list[Any]]:
-        """``JOBS[name]`` on every item with ``workers`` threads in all: (items/s, seconds each, results)."""
+    def run(self, name: str, workers: int, items: Sequence[Any],
+            endpoint: str | None = None) -> tuple[float, list[float], list[Any]]:
+        """``JOBS[name]`` on every item with ``workers`` threads in all: (items/s, seconds each, results).
+        ``endpoint`` points the clients elsewhere (the replay floor) for this run."""
         items = list(items)
         share = max(1, workers // len(self.pipes))
         started = time.perf_counter()
         for index, pipe in enumerate(self.pipes):
-            pipe.send((name, share, items[index::len(self.pipes)]))
+            pipe.send((name, share, items[index::len(self.pipes)], endpoint))
         latencies: list[float] = []
         results: list[Any] = []
         for pipe in self.pipes:
@@ -203,9 +210,10 @@ class ClientPool:
 
 
 def _serve(pipe: Any, endpoint: str) -> None:
-    clients = Clients(endpoint)
+    by_endpoint = {endpoint: Clients(endpoint)}
     while (message := pipe.recv()) is not None:
-        name, workers, items = message
+        name, workers, items, other = message
+        clients = by_endpoint.setdefault(other or endpoint, Clients(other or endpoint))
         try:
             pipe.send(("ok", *_threads(workers, items, lambda item, fn=JOBS[name]: fn(clients, item))))
         except BaseException as exc:  # reported to the parent, which raises
@@ -343,9 +351,62 @@ def _workload(stack: Stack, args: argparse.Namespace, clients: Clients,
         rate, lat, _ = many("power", [(n, state) for n in nodes])
         rows.append((state, "nodes/s", rate, f"p50 {pct(lat, 50):.0f} ms, p99 {pct(lat, 99):.0f} ms per node"))
 
+    if args.floor:
+        rows.extend(client_floor(stack, args, nodes, picks, pool, notes))
     if args.big_list:
         rows.extend(big_list(stack, clients, args, notes))
     return rows, notes
+
+
+def client_floor(stack: Stack, args: argparse.Namespace, nodes: list[str], picks: list[str],
+                 pool: ClientPool | None, notes: list[str]) -> list[tuple[str, str, float, str]]:
+    """The same GET and list workloads against bench/replay.py, which answers
+    from memory with the bytes Ferrum sent: the latency openstacksdk itself
+    costs on this machine, the floor under any server's figure."""
+    ports = stack.workdir / "replay.json"
+    log = (stack.workdir / "replay.log").open("w")
+    replay = subprocess.Popen([sys.executable, str(ROOT / "bench" / "replay.py"), "--upstream",
+                               stack.endpoints["api REST (Ironic v1)"], "--ports-file", str(ports)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while not (ports.exists() and ports.read_text()):
+            if replay.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"bench/replay.py did not start: {(stack.workdir / 'replay.log').read_text()}")
+            time.sleep(0.05)
+        url = json.loads(ports.read_text())["url"]
+        clients = Clients(url)
+        W = args.workers
+        listed = min(200, len(nodes))
+
+        def many(name: str, items: Sequence[Any]) -> tuple[float, list[float], list[Any]]:
+            return pool.run(name, W, items, url) if pool else run_local(clients, name, W, items)
+
+        run_local(clients, "get_node", 4, nodes)  # warm: every node's reply recorded once
+        run_local(clients, "list_detail", 1, [listed])
+        many("get_node", nodes[: W * 4])  # and every client process's version discovery
+        rate, lat, _ = many("get_node", picks)
+        rows = [("GET node median, replay floor", "ms", pct(lat, 50), f"{W} workers, {rate:.0f} req/s; "
+                 f"p99 {pct(lat, 99):.1f} ms")]
+        _, lat, _ = run_local(clients, "get_node", 1, picks[: max(1, args.gets // 4)])
+        rows.append(("GET node, 1 worker, replay floor", "ms", pct(lat, 50), f"p99 {pct(lat, 99):.1f} ms"))
+        _, lat, _ = many("list_detail", [listed] * (args.lists * 2))
+        rows.append((f"list detail {listed}, replay floor", "ms", pct(lat, 50),
+                     f"{W} workers; p99 {pct(lat, 99):.0f} ms"))
+        _, lat, _ = run_local(clients, "list_detail", 1, [listed] * args.lists)
+        rows.append((f"list detail {listed}, 1 worker, replay", "ms", pct(lat, 50), f"p99 {pct(lat, 99):.0f} ms"))
+        notes.append("replay floor: the same openstacksdk calls answered from memory by bench/replay.py with "
+                     "Ferrum's own bytes (no database, no routing, no encoding); what remains is the client's cost "
+                     "on these 2 cores, so no server can show a lower figure with this client here.")
+        return rows
+    finally:
+        replay.send_signal(signal.SIGTERM)
+        try:
+            replay.wait(10)
+        except subprocess.TimeoutExpired:
+            replay.kill()
+            replay.wait()
+        log.close()
 
 
 def big_list(stack: Stack, clients: Clients, args: argparse.Namespace, notes: list[str]) -> list[tuple[str, str, float, str]]:
@@ -436,6 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lists", type=int, default=20, help="list-detail requests per worker setting")
     parser.add_argument("--big-list", type=int, default=10000, help="fleet size to page through (0 = skip)")
     parser.add_argument("--page-size", type=int, default=1000, help="limit per page for the big list")
+    parser.add_argument("--no-floor", dest="floor", action="store_false",
+                        help="skip the client floor (openstacksdk against bench/replay.py)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the stack is stopped on the way out

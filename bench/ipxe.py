@@ -9,6 +9,9 @@ asks for a different MAC on every request:
 - renders/s and p50/p99 latency of ``GET /ipxe?mac=<distinct MAC>``;
 - the same URL pattern against nginx (1 worker, like the one renderer
   process) serving one rendered script as a static file; the ratio;
+- the cached renderer again while node states change at ``--churn`` per
+  second (each change evicts that node through NOTIFY ferrum_boot_data, so
+  its next request is read and rendered again);
 - a boot storm: every one of the N MACs asked once, C at a time (aiohttp
   client), p50/p99/max against the 60 s iPXE waits for the script
   (``chain --timeout``).
@@ -31,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -197,6 +201,42 @@ async def boot_storm(base: str, nodes: int, concurrency: int) -> dict[str, float
             "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000, "max": latencies[-1] * 1000, "wrong": wrong}
 
 
+class Churn:
+    """Flips random nodes between deploying and wait call-back (both render a
+    deploy script) at ``rate`` per second on its own thread, until stopped."""
+
+    def __init__(self, url: str, nodes: int, rate: float) -> None:
+        self._url, self._nodes, self._rate = url, nodes, rate
+        self._stop = threading.Event()
+        self.changes = 0
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+
+    async def _run(self) -> None:
+        import random
+        conn = await asyncpg.connect(self._url)
+        try:
+            started = time.monotonic()
+            while not self._stop.is_set():
+                await conn.execute(
+                    "UPDATE nodes SET provision_state = CASE provision_state WHEN 'deploying' THEN 'wait call-back' "
+                    "ELSE 'deploying' END WHERE id = (SELECT node_id FROM ports WHERE address = $1)",
+                    mac_of(random.randint(1, self._nodes)))
+                self.changes += 1
+                ahead = started + self.changes / self._rate - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        finally:
+            await conn.close()
+
+    def __enter__(self) -> "Churn":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=10_000)
@@ -204,6 +244,8 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--storm-concurrency", type=int, default=200)
+    parser.add_argument("--churn", type=float, default=200.0,
+                        help="node state changes per second during the extra cached run (0 = skip it)")
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
@@ -234,6 +276,11 @@ def main() -> int:
                 run_wrk(base, lua, duration=2, connections=args.connections, threads=args.threads)  # warm-up
                 results[label] = run_wrk(base, lua, duration=args.duration, connections=args.connections,
                                          threads=args.threads)
+                if ttl and args.churn:
+                    with Churn(db_url, args.nodes, args.churn) as churn:
+                        row = run_wrk(base, lua, duration=args.duration, connections=args.connections,
+                                      threads=args.threads)
+                    results[f"  same, {churn.changes / args.duration:.0f} node changes/s"] = row
                 if ttl == 0.0:
                     storm = asyncio.run(boot_storm(base, args.nodes, args.storm_concurrency))
                 stop(process)

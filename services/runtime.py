@@ -63,6 +63,9 @@ class RunningStack:
             self.pool = await create_pool(
                 self.database.url, min_size=settings.database.pool_min, max_size=settings.database.pool_max
             )
+            # Services that need a connection of their own (LISTEN) use the database actually opened.
+            settings = dataclasses.replace(settings, database=dataclasses.replace(settings.database,
+                                                                                url=self.database.url))
             settings = self.settings = pin_api_port(settings, names)
             factories = service_factories()
             for name in names:

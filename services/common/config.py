@@ -109,7 +109,8 @@ class IpxeConfig:
     arguments (empty: the api's public endpoint, else its host and port);
     ``public_url`` is the renderer's own base URL for boot.ipxe's chain lines
     (empty: taken from the request's Host header). ``cache_ttl`` > 0 keeps
-    boot data in memory for that long, dropped early on node events."""
+    boot data and rendered replies in memory for at most that long, evicted
+    per node as soon as its boot data changes (NOTIFY ferrum_boot_data)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -122,7 +123,7 @@ class IpxeConfig:
     boot_retries: int = 10
     retry_delay: int = 10
     max_nics: int = 8
-    cache_ttl: float = 0.0
+    cache_ttl: float = 30.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,23 +5,26 @@
 repository implements it with one prepared statement; :class:`CachingReader`
 wraps any reader with an in-process cache for boot storms.
 
-The cache is off by default (``FERRUM_IPXE_CACHE_TTL=0``). When on, an entry
+The cache is on by default (``FERRUM_IPXE_CACHE_TTL=30``; 0 turns it off). An entry
 lives at most ``ttl`` seconds, and database triggers make it exact: every
 change to a node's boot data (node columns, ports, volume targets and
 connectors, from any writer, direct SQL included) sends ``NOTIFY
 ferrum_boot_data`` with the node's uuid, and the cache evicts that node's
 entries plus every cached "not found" (a new port may be the missing MAC).
-A read that raced a notification is not kept. What remains is the
-notification's delivery delay (milliseconds): a replica may answer from the
-previous state for that long after a commit.
+A read that raced a notification is not kept. While the LISTEN connection
+is lost (a database restart) nothing is kept; once it is back the cache
+starts empty. What remains is the notification's delivery delay
+(milliseconds): a replica may answer from the previous state for that long
+after a commit, as a request that arrived just before the commit would.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import asyncpg
@@ -46,10 +49,10 @@ class CachingReader:
     for everything.
     """
 
-    def __init__(self, inner: BootDataReader, pool: asyncpg.Pool, *, ttl: float, max_entries: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, inner: BootDataReader, connect: Callable[[], Awaitable[asyncpg.Connection]] | None, *,
+                 ttl: float, max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
         self._inner = inner
-        self._pool = pool
+        self._connect = connect
         self._ttl = ttl
         self._max = max_entries
         self._clock = clock
@@ -58,6 +61,9 @@ class CachingReader:
         self._missing: set[Key] = set()
         self._listeners: list[Callable[[str | None], None]] = []
         self._conn: asyncpg.Connection | None = None
+        self._configured_ttl = ttl
+        self._relisten: asyncio.Task[None] | None = None
+        self._stopped = False
         self._generation = 0
         self.invalidations = 0
 
@@ -78,17 +84,38 @@ class CachingReader:
     def add_eviction_listener(self, listener: Callable[[str | None], None]) -> None:
         self._listeners.append(listener)
 
+    @property
+    def listening(self) -> bool:
+        """True while notifications can arrive (and so while entries are kept)."""
+        return self._conn is not None and self._relisten is None
+
     async def start(self) -> None:
-        self._conn = await self._pool.acquire()
-        await self._conn.add_listener(BOOT_DATA_CHANNEL, self._notified)
-        self._conn.add_termination_listener(self._lost)
+        await self._listen()
+
+    async def _listen(self) -> None:
+        # A connection of its own, not the pool's: it is held for the service's
+        # life, and a pool closing must not wait for it.
+        if self._connect is None:
+            raise RuntimeError("this CachingReader has no database to listen to")
+        conn = await self._connect()
+        try:
+            await conn.add_listener(BOOT_DATA_CHANNEL, self._notified)
+        except BaseException:
+            await conn.close()
+            raise
+        conn.add_termination_listener(self._lost)
+        self._conn = conn
 
     async def stop(self) -> None:
+        self._stopped = True
+        if self._relisten is not None:
+            self._relisten.cancel()
+            with contextlib.suppress(BaseException):
+                await self._relisten
+            self._relisten = None
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                await self._conn.remove_listener(BOOT_DATA_CHANNEL, self._notified)
-            with contextlib.suppress(Exception):
-                await self._pool.release(self._conn)
+                await self._conn.close(timeout=5)
             self._conn = None
         self.invalidate()
 
@@ -96,10 +123,33 @@ class CachingReader:
         self.evict(payload.lower() or None)
 
     def _lost(self, *_: Any) -> None:
-        # Without the LISTEN connection notifications could be missed: stop caching.
-        LOG.warning("ipxe cache listener connection lost, reason=no notifications; cache disabled")
+        # Deaf to notifications: keep nothing until listening again.
+        if self._stopped or self._relisten is not None:
+            return
+        LOG.warning("ipxe cache listener connection lost, reason=no notifications; caching paused until it is back")
         self._ttl = 0.0
         self.invalidate()
+        lost, self._conn = self._conn, None
+        self._relisten = asyncio.get_running_loop().create_task(self._listen_again(lost))
+
+    async def _listen_again(self, lost: asyncpg.Connection | None) -> None:
+        """Retry LISTEN with backoff (the database may be restarting); then drop
+        whatever could have changed unheard and cache again."""
+        if lost is not None:
+            lost.terminate()
+        delay = 0.2
+        while True:
+            try:
+                await self._listen()
+                break
+            except Exception as exc:  # database still down: try again
+                LOG.debug("ipxe cache listener not back yet error=%s", type(exc).__name__)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self.invalidate()
+        self._ttl = self._configured_ttl
+        self._relisten = None
+        LOG.info("ipxe cache listener back; caching resumed")
 
     def invalidate(self) -> None:
         """Forget everything."""

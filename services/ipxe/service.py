@@ -37,8 +37,11 @@ class IpxeService:
         self.metrics = ServiceMetrics("ipxe")
         self.cache: CachingReader | None = None
         reader: BootDataReader = BootDataRepository(pool)
-        if settings.ipxe.cache_ttl > 0:
-            self.cache = CachingReader(reader, pool, ttl=settings.ipxe.cache_ttl)
+        if settings.ipxe.cache_ttl > 0 and not settings.database.url:
+            LOG.warning("ipxe cache off, reason=no database URL to LISTEN on (settings.database.url is empty)")
+        elif settings.ipxe.cache_ttl > 0:
+            self.cache = CachingReader(reader, lambda: asyncpg.connect(settings.database.url),
+                                       ttl=settings.ipxe.cache_ttl)
             reader = self.cache
         self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)

@@ -298,6 +298,34 @@ async def test_cache_follows_every_boot_data_change(stack: Any, http: aiohttp.Cl
         await cached.stop()
 
 
+async def test_cache_listens_again_after_losing_its_connection(stack: Any, http: aiohttp.ClientSession,
+                                                              tmp_path: Path) -> None:
+    """The listener's backend is killed (as by a database restart): caching pauses, LISTEN comes back,
+    the cache starts empty and follows changes again."""
+    settings = next(s for s in stack.services if s.name == "ipxe").settings
+    cached = IpxeService(own_state(settings, tmp_path, cache_ttl=300.0), stack.pool)
+    endpoints = await cached.start()
+    cache = cached.cache
+    assert cache is not None and cache.listening
+    try:
+        url = endpoints["ipxe HTTP"].rsplit("/", 1)[0] + "/ipxe"
+        node = await make_node(stack, http, macs=["52:54:00:aa:0b:01"], state="deploying")
+        assert (await get(http, url, params={"mac": "52:54:00:aa:0b:01"}))[2]["X-Ferrum-Boot-Kind"] == "deploy"
+        assert cache._conn is not None
+        old_pid = cache._conn.get_server_pid()
+        await stack.pool.execute("SELECT pg_terminate_backend($1)", old_pid)
+        await wait_for(lambda: cache.listening and cache.ttl == 300.0 and cache._conn is not None
+                       and cache._conn.get_server_pid() != old_pid, "the listener to come back")
+        assert not cache._entries  # whatever changed while deaf is forgotten
+        before = cache.invalidations
+        await stack.pool.execute("UPDATE nodes SET provision_state = 'active' WHERE uuid = $1::uuid", node)
+        await wait_for(lambda: cache.invalidations > before, "a notification on the new connection")
+        assert (await get(http, url, params={"mac": "52:54:00:aa:0b:01"}))[2]["X-Ferrum-Boot-Kind"] == "local_disk"
+        assert ("mac", "52:54:00:aa:0b:01") in cache._entries
+    finally:
+        await cached.stop()
+
+
 async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any, http: aiohttp.ClientSession,
                                                                      tmp_path: Path) -> None:
     """Without FERRUM_IPXE_API_URL, a renderer uses the URL the api (port 0) recorded at start."""

@@ -63,7 +63,7 @@ async def start(*, cache_ttl: float = 0.0, slow: dict[str, float] | None = None,
                 idle_timeout: float = 75.0) -> Server:
     reader = CountingReader([node("deploying")], slow)
     clock = Clock()
-    cache = CachingReader(reader, pool=None, ttl=cache_ttl, clock=clock) if cache_ttl else None  # type: ignore[arg-type]
+    cache = CachingReader(reader, None, ttl=cache_ttl, clock=clock) if cache_ttl else None
     metrics = ServiceMetrics("ipxe")
     config = settings()
     holder: dict[str, ScriptReplies] = {}
