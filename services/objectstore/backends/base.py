@@ -75,8 +75,11 @@ class HashingPipeline:
 
     DEPTH = 4
 
-    def __init__(self, sink: Callable[[list[bytes]], None] | None) -> None:
+    def __init__(self, sink: Callable[[list[bytes]], None] | None, *, hash_bytes: bool = True) -> None:
+        """``hash_bytes=False``: the sink hashes some other way (see filesystem.ReadBackHasher);
+        :meth:`finish` then returns the digest of nothing."""
         self._sink = sink
+        self._hash_bytes = hash_bytes
         self._hash = hashlib.sha256()
         self._buffer: list[bytes] = []
         self._buffered = 0
@@ -104,7 +107,7 @@ class HashingPipeline:
         batch = self._buffer if len(self._buffer) <= MAX_BATCH_PIECES else [b"".join(self._buffer)]
         self._buffer, self._buffered = [], 0
         loop = asyncio.get_running_loop()
-        jobs = [loop.run_in_executor(self._hash_thread, self._hash_batch, batch)]
+        jobs = [loop.run_in_executor(self._hash_thread, self._hash_batch, batch)] if self._hash_bytes else []
         if self._sink is not None and self._sink_thread is not None:
             jobs.append(loop.run_in_executor(self._sink_thread, self._sink, batch))
         self._inflight.append(asyncio.gather(*jobs))

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import io
 import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,12 +39,93 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class ReadBackHasher:
+    """sha256 of a file being written, read back from the page cache on a thread of its own.
+
+    Why not hash the received bytes as they are written: sha256 is the slowest
+    stage, and hashing in step gates the whole receive on it. Reading back lets
+    the receive run at write speed and the final fsync (disk-bound) overlap the
+    hash catching up; the page cache is the buffer, so the process's memory
+    stays flat. The digest is of the bytes in the file, which is what is served.
+    """
+
+    READ_SIZE = 4 * 1024 * 1024
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._hash = hashlib.sha256()
+        self._written = 0
+        self._closed = False
+        self._cancelled = False
+        self._error: BaseException | None = None
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def advance(self, count: int) -> None:
+        """``count`` more bytes are in the file (called by the writer, which created it)."""
+        with self._ready:
+            self._written += count
+            self._ready.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="objectstore-hash", daemon=True)
+            self._thread.start()
+
+    def _stop(self, *, cancel: bool) -> None:
+        with self._ready:
+            self._closed = True
+            self._cancelled = self._cancelled or cancel
+            self._ready.notify()
+
+    def _run(self) -> None:
+        offset = 0
+        try:
+            fd = os.open(self._path, os.O_RDONLY)
+        except OSError as exc:
+            self._error = exc
+            return
+        buffer = bytearray(self.READ_SIZE)  # one buffer reused: no allocation per read
+        view = memoryview(buffer)
+        try:
+            while True:
+                with self._ready:
+                    while offset >= self._written and not self._closed:
+                        self._ready.wait()
+                    if self._cancelled or (offset >= self._written and self._closed):
+                        return
+                    end = self._written
+                while offset < end:
+                    count = os.preadv(fd, [view[:min(self.READ_SIZE, end - offset)]], offset)
+                    if not count:
+                        raise OSError(f"{self._path} is shorter than the {end} bytes written")
+                    self._hash.update(view[:count])
+                    offset += count
+        except BaseException as exc:  # reported by digest()
+            self._error = exc
+        finally:
+            os.close(fd)
+
+    async def digest(self) -> str:
+        """After the last write: wait for the hash to catch up."""
+        self._stop(cancel=False)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        if self._error is not None:
+            raise self._error
+        return self._hash.hexdigest()
+
+    async def cancel(self) -> None:
+        self._stop(cancel=True)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+
 class FileUpload:
     def __init__(self, tmp: Path, final: Path) -> None:
         self._tmp = tmp
         self._final = final
         self._file: io.BufferedWriter | None = None
-        self._pipeline = HashingPipeline(self._sink)
+        self._hasher = ReadBackHasher(tmp)
+        self._pipeline = HashingPipeline(self._sink, hash_bytes=False)
         self._done = False
 
     def _sink(self, batch: list[bytes]) -> None:
@@ -55,6 +138,7 @@ class FileUpload:
             rest = memoryview(b"".join(batch))[written:]
             while rest:
                 rest = rest[os.write(fd, rest):]
+        self._hasher.advance(total)
 
     async def write(self, chunk: bytes) -> None:
         await self._pipeline.write(chunk)
@@ -70,8 +154,9 @@ class FileUpload:
         _fsync_dir(self._final.parent)
 
     async def commit(self) -> tuple[int, str]:
-        digest = await self._pipeline.finish()
-        await asyncio.to_thread(self._commit_sync)
+        await self._pipeline.finish()
+        # fsync (disk) and the hash catching up (CPU) overlap.
+        _, digest = await asyncio.gather(asyncio.to_thread(self._commit_sync), self._hasher.digest())
         self._done = True
         return self._pipeline.size, digest
 
@@ -85,6 +170,7 @@ class FileUpload:
         if self._done:
             return
         await self._pipeline.drain()
+        await self._hasher.cancel()
         await asyncio.to_thread(self._abort_sync)
         self._done = True
 
