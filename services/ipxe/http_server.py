@@ -104,6 +104,7 @@ class HttpConnection(asyncio.Protocol):
         self._write_paused = False
         self._read_paused = False
         self._closing = False
+        self._close_after_queue = False
         self.last_active = time.monotonic()
 
     # asyncio.Protocol
@@ -125,7 +126,11 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse(self._replies.bad_request)
+            # No upgrades here: the request itself was answered; hang up once its reply is out.
+            if self._queue:
+                self._close_after_queue = True
+            else:
+                self.close()
         except httptools.HttpParserError:
             self._refuse(self._refused or self._replies.bad_request)
 
@@ -188,6 +193,8 @@ class HttpConnection(asyncio.Protocol):
                 self._queue.popleft()
                 self._send(method, reply, keep_alive)
                 self._update_reading()
+            if self._close_after_queue:
+                self.close()
         except Exception:  # render() never raises by design; a bug must not leave the client hanging
             LOG.exception("ipxe http reply failed")
             self._refuse(Reply(500, b"internal error\n"))

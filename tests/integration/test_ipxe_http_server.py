@@ -141,6 +141,11 @@ async def test_head_http10_close_and_methods(server: Server) -> None:
     assert closing[0] == 200 and rest == b""
     (post,), _ = await exchange(server.port, get("/ipxe?mac=x", "Content-Length: 0", method="POST"))
     assert post[0] == 405 and post[1]["allow"] == "GET, HEAD"
+    # An Upgrade is not spoken: the request gets its one reply, then the connection closes.
+    (upgraded,), rest = await exchange(server.port, get("/boot.ipxe", "Connection: Upgrade", "Upgrade: websocket"))
+    assert upgraded[0] == 200 and rest == b""
+    (slow,), rest = await exchange(server.port, get(f"/ipxe?mac={MAC}", "Connection: Upgrade", "Upgrade: h2c"))
+    assert slow[0] == 200 and slow[1]["x-ferrum-boot-kind"] == "deploy" and rest == b""
 
 
 @pytest.mark.parametrize(("raw", "status"), [
