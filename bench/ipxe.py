@@ -176,6 +176,29 @@ def run_wrk(base: str, lua: Path, *, duration: int, connections: int, threads: i
     return {"rate": rate, "p50": p50, "p99": p99, "non2xx": float(errors.group(1)) if errors else 0.0}
 
 
+def renders_and_requests(base: str) -> tuple[float, float]:
+    """From the renderer's /metrics: per-node scripts read and rendered (the latency
+    histogram times only those) and per-node requests answered, so far."""
+    import urllib.request
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    def value(pattern: str) -> float:
+        found = re.search(pattern + r"\S*\s+([\d.e+]+)", text)
+        return float(found.group(1)) if found else 0.0
+    return (value(r'ferrum_request_seconds_count\{[^}]*method="GET /ipxe"'),
+            value(r'ferrum_requests_total\{code="200",method="GET /ipxe"'))
+
+
+def timed_run(base: str, lua: Path, args: argparse.Namespace) -> dict[str, float]:
+    """One wrk run plus how many of its requests needed a database read and a render."""
+    renders0, requests0 = renders_and_requests(base)
+    row = run_wrk(base, lua, duration=args.duration, connections=args.connections, threads=args.threads)
+    renders1, requests1 = renders_and_requests(base)
+    row["renders"] = renders1 - renders0
+    row["requests"] = requests1 - requests0
+    return row
+
+
 async def boot_storm(base: str, nodes: int, concurrency: int) -> dict[str, float]:
     """Every MAC once, ``concurrency`` in flight; all must be deploy scripts."""
     latencies: list[float] = []
@@ -274,12 +297,10 @@ def main() -> int:
                 with urllib.request.urlopen(f"{base}/ipxe?mac={mac_of(1)}", timeout=10) as r:
                     script = r.read().decode()
                 run_wrk(base, lua, duration=2, connections=args.connections, threads=args.threads)  # warm-up
-                results[label] = run_wrk(base, lua, duration=args.duration, connections=args.connections,
-                                         threads=args.threads)
+                results[label] = timed_run(base, lua, args)
                 if ttl and args.churn:
                     with Churn(db_url, args.nodes, args.churn) as churn:
-                        row = run_wrk(base, lua, duration=args.duration, connections=args.connections,
-                                      threads=args.threads)
+                        row = timed_run(base, lua, args)
                     results[f"  same, {churn.changes / args.duration:.0f} node changes/s"] = row
                 if ttl == 0.0:
                     storm = asyncio.run(boot_storm(base, args.nodes, args.storm_concurrency))
@@ -297,10 +318,13 @@ def main() -> int:
     static = results["nginx static file (1 worker)"]["rate"]
     print(f"\nwrk: {args.duration} s, {args.connections} connections, {args.threads} thread(s), "
           f"a different MAC on every request ({args.nodes} nodes); one renderer process, nginx 1 worker")
-    print(f"{'server':<32} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} {'vs nginx':>9}")
+    print(f"{'server':<32} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} {'vs nginx':>9}  "
+          f"read+rendered")
     for label, row in results.items():
+        rendered = (f"{row['renders']:.0f} of {row['requests']:.0f} ({row['renders'] / row['requests']:.1%})"
+                    if row.get("requests") else "")
         print(f"{label:<32} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} {row['non2xx']:>8.0f} "
-              f"{row['rate'] / static:>8.0%}")
+              f"{row['rate'] / static:>8.0%}  {rendered}")
     print(f"\nboot storm: {args.nodes} distinct MACs once each, {args.storm_concurrency} concurrent (aiohttp client, "
           f"no cache): {storm['seconds']:.1f} s, {storm['rate']:.0f} scripts/s, p50 {storm['p50']:.1f} ms, "
           f"p99 {storm['p99']:.1f} ms, max {storm['max']:.1f} ms, wrong answers {storm['wrong']:.0f}; "
