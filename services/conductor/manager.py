@@ -100,13 +100,16 @@ class ConductorManager:
     async def update_node(
         self, node_uuid: str, changes: Mapping[str, Any], *, reset_interfaces: bool = False
     ) -> dict[str, Any]:
-        """Apply a validated patch; re-resolve interfaces when driver/interfaces change."""
-        node = await self.nodes.get(node_uuid)
-        if node["reservation"] and node["reservation_expires_at"] and node["reservation_expires_at"] > _now():
-            raise errors.NodeLocked(
-                f"Node {node_uuid} is locked by host {node['reservation']}, please retry after the "
-                "current operation is completed."
-            )
+        """Apply a validated patch under the node's lock (a node busy elsewhere is
+        NodeLocked at once, and no operation can start half-way through the
+        write); re-resolve interfaces when driver/interfaces change."""
+        async with self.tasks.reserved(node_uuid) as node:
+            saved = await self.nodes.update(node_uuid, self._resolved_changes(node, changes, reset_interfaces),
+                                            expect_reservation=self.hostname)
+        return {**saved, "reservation": None, "reservation_expires_at": None}  # released on the way out
+
+    def _resolved_changes(self, node: Mapping[str, Any], changes: Mapping[str, Any],
+                          reset_interfaces: bool) -> dict[str, Any]:
         changed = dict(changes)
         touches_driver = "driver" in changed or any(f in changed for f in COMPOSED_INTERFACE_FIELDS)
         if touches_driver:
@@ -122,7 +125,7 @@ class ConductorManager:
                     if field not in changes and merged.get(field) not in self.registry.supported(merged["driver"], kind):
                         merged[field] = None
             changed.update(self.registry.resolve_interfaces(merged["driver"], merged))
-        return await self.nodes.update(node_uuid, changed)
+        return changed
 
     async def destroy_node(self, node_uuid: str) -> None:
         task = await self.tasks.acquire(node_uuid)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -93,6 +93,25 @@ class TaskManager:
         except BaseException:
             await self.release(node_uuid)
             raise
+
+    @contextlib.asynccontextmanager
+    async def reserved(self, node_uuid: str) -> AsyncIterator[dict[str, Any]]:
+        """The node locked for a plain field update: no task, so no driver is
+        composed (a PATCH may be what repairs a node whose driver cannot load)."""
+        if node_uuid in self._held:
+            raise errors.NodeLocked(
+                f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
+                "operation is completed.")
+        self._held.add(node_uuid)
+        try:
+            node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
+        except BaseException:
+            self._held.discard(node_uuid)
+            raise
+        try:
+            yield node
+        finally:
+            await self.release(node_uuid)
 
     async def build_task(self, node: dict[str, Any]) -> Task:
         ports = await self.ports.list_for_node_ids([node["id"]])

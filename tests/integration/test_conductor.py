@@ -200,3 +200,34 @@ async def test_retired_node_cleans_to_manageable(pool) -> None:
         await asyncio.sleep(0.05)
     assert a["provision_state"] == states.MANAGEABLE and b["provision_state"] == states.AVAILABLE
     await m.tasks.stop(grace=1)
+
+
+async def test_update_node_holds_the_lock_while_it_writes(pool) -> None:
+    """A PATCH is refused while another conductor holds the node, and while it writes no
+    operation can start on the node; afterwards the node is free again."""
+    a, b = manager(pool, "patch-a"), manager(pool, "patch-b")
+    node = await new_node(a)
+    task = await b.tasks.acquire(node["uuid"])
+    with pytest.raises(errors.NodeLocked):
+        await a.update_node(node["uuid"], {"extra": {"x": 1}})
+    assert (await a.nodes.get(node["uuid"]))["extra"] == {}  # the refused patch changed nothing
+    await b.tasks.release(task.node["uuid"])
+
+    writing, finish = asyncio.Event(), asyncio.Event()
+    real_update = a.nodes.update
+
+    async def slow_update(*args, **kwargs):  # a write that takes a while (the only fake here)
+        writing.set()
+        await finish.wait()
+        return await real_update(*args, **kwargs)
+
+    a.nodes.update = slow_update  # type: ignore[method-assign]
+    patching = asyncio.create_task(a.update_node(node["uuid"], {"extra": {"x": 2}}))
+    await asyncio.wait_for(writing.wait(), 10)
+    with pytest.raises(errors.NodeLocked):
+        await b.tasks.acquire(node["uuid"])  # e.g. a deploy cannot start mid-patch
+    finish.set()
+    saved = await asyncio.wait_for(patching, 10)
+    assert saved["extra"] == {"x": 2} and saved["reservation"] is None
+    stored = await b.nodes.get(node["uuid"])
+    assert stored["extra"] == {"x": 2} and stored["reservation"] is None
