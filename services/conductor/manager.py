@@ -31,6 +31,7 @@ from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.node_extras import NodeExtras
 from services.conductor import deploy_steps as steps
+from services.conductor.vifs import free_port_like
 from services.conductor.taskmanager import TaskManager
 
 LOG = logging.getLogger(__name__)
@@ -472,8 +473,8 @@ class ConductorManager:
         return results
 
     async def vif_attach(self, node_uuid: str, vif_id: str, *, port_uuid: str = "", portgroup_uuid: str = "") -> None:
-        """Record a VIF on a free port (PXE-enabled first), as Ironic's flat networks do,
-        or on the port or port group the caller names (REST 1.67)."""
+        """Record a VIF on the port or port group Ironic's flat networks would pick
+        (services/conductor/vifs.py), or on the one the caller names (REST 1.67)."""
         task = await self.tasks.acquire(node_uuid)
         try:
             other = await self.pool.fetchval(
@@ -496,14 +497,21 @@ class ConductorManager:
                             f"Unable to attach VIF {vif_id}: port {port_uuid} already has VIF "
                             f"{port['internal_info']['tenant_vif_port_id']} attached.")
                 else:
-                    free = sorted((p for p in task.ports if not p["internal_info"].get("tenant_vif_port_id")),
-                                  key=lambda p: (not p["pxe_enabled"], p["id"]))
+                    groups = await self.pool.fetch(
+                        "SELECT id, uuid, internal_info FROM portgroups WHERE node_id = $1 ORDER BY id",
+                        task.node["id"])
+                    free = free_port_like(task.ports, [dict(g) for g in groups])
                     if not free:
                         raise errors.InvalidParameterValue(
                             f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}.")
-                    port = free[0]
-                await PortRepository(self.pool).update(
-                    port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}})
+                    if free[0].kind == "portgroup":
+                        await self._vif_to_portgroup(task, vif_id, str(free[0].row["uuid"]))
+                        port = None
+                    else:
+                        port = free[0].row
+                if port is not None:
+                    await PortRepository(self.pool).update(
+                        port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}})
             await EventRepository(self.pool).record(task.node, event="vif-attach", message=f"VIF {vif_id} attached",
                                                     conductor=self.hostname, event_type="network")
         finally:

@@ -540,3 +540,26 @@ async def test_history_follows_the_advertised_maximum(api: Api) -> None:
     _, history = await api.call((1, 78), "GET", f"/v1/nodes/{node['uuid']}/history", expect=200)
     assert history["history"] and {"uuid", "created_at", "severity", "event"} <= set(history["history"][0])
     assert (await api.call((1, 77), "GET", f"/v1/nodes/{node['uuid']}/history"))[0] == 404
+
+
+async def test_vif_attach_without_a_port_picks_like_ironic(api: Api) -> None:
+    """Nova names no port: a port group first, then a PXE-enabled port; a group with a VIF is used up."""
+    node = await new_node(api, "vif-pick")
+    _, group = await api.call((1, 56), "POST", "/v1/portgroups", {"node_uuid": node["uuid"], "name": "pick-bond",
+                                                                  "address": "52:54:00:68:00:10"}, expect=201)
+    for mac in ("52:54:00:68:00:01", "52:54:00:68:00:02"):
+        await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac,
+                                                      "portgroup_uuid": group["uuid"]}, expect=201)
+    _, lone = await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:68:00:03"},
+                             expect=201)
+    vifs = f"/v1/nodes/{node['uuid']}/vifs"
+    await api.call((1, 56), "POST", vifs, {"id": "vif-1"}, expect=204)
+    _, bond = await api.call((1, 56), "GET", f"/v1/portgroups/{group['uuid']}", expect=200)
+    assert bond["internal_info"]["tenant_vif_port_id"] == "vif-1"
+    await api.call((1, 56), "POST", vifs, {"id": "vif-2"}, expect=204)
+    _, single = await api.call((1, 56), "GET", f"/v1/ports/{lone['uuid']}", expect=200)
+    assert single["internal_info"]["tenant_vif_port_id"] == "vif-2"
+    status, reply = await api.call((1, 56), "POST", vifs, {"id": "vif-3"})
+    assert status == 400 and "not enough free physical ports" in json.dumps(reply), reply
+    _, listed = await api.call((1, 56), "GET", vifs, expect=200)
+    assert sorted(v["id"] for v in listed["vifs"]) == ["vif-1", "vif-2"]
