@@ -35,6 +35,7 @@ MAX_TARGET = 8 * 1024
 MAX_HEADERS = 32 * 1024
 MAX_QUEUED = 32
 IDLE_TIMEOUT = 75.0  # nginx's keepalive_timeout default
+BACKLOG = 1024  # a boot storm opens many connections at once (asyncio defaults to 100)
 _CLOSE = b"Connection: close\r\n"
 
 
@@ -55,7 +56,8 @@ class ScriptHttpServer:
         loop = asyncio.get_running_loop()
         self._tick()
         try:
-            self._server = await loop.create_server(lambda: HttpConnection(self), host, port, reuse_address=True)
+            self._server = await loop.create_server(lambda: HttpConnection(self), host, port, reuse_address=True,
+                                                  backlog=BACKLOG)
         except OSError as exc:
             self._stop_ticker()
             raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
