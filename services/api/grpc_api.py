@@ -22,8 +22,10 @@ from ferrum.v1 import conductor_pb2 as conductor_pb
 from services.api import views
 from services.api.events import EventHub
 from services.api.rest import (
-    NODE_CREATE_KEYS, _validate_node_values, _validate_port_values, apply_patch, check_configdrive,
+    NODE_CREATE_KEYS, NODE_READONLY, _validate_node_values, _validate_port_values, apply_patch, check_configdrive,
+    check_deploy_steps, check_disable_ramdisk, checked_node_changes,
 )
+from services.api.versions import MAX_VERSION
 from services.api.router import ConductorRouter
 from services.common import errors, states
 from services.common.db.events import EventRepository
@@ -31,7 +33,8 @@ from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
 
-LATEST = (1, 56)
+# The native API has no microversions: it speaks the newest REST semantics.
+LATEST = MAX_VERSION
 _TS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at",
        "inspection_finished_at", "reservation_expires_at")
 
@@ -41,6 +44,17 @@ def _struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
     if value:
         message.update(json.loads(dumps(value)))
     return message
+
+
+def _whole_numbers(value: Any) -> Any:
+    """google.protobuf.Value has only doubles: give integral ones back as ints (step priorities)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_whole_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_numbers(v) for k, v in value.items()}
+    return value
 
 
 def _ts(value: Any) -> timestamp_pb2.Timestamp | None:
@@ -66,6 +80,9 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
         instance_uuid=row["instance_uuid"] or "", owner=row["owner"] or "", lessee=row["lessee"] or "",
         automated_clean_set=row["automated_clean"] is not None, automated_clean=bool(row["automated_clean"]),
         description=row["description"] or "", protected=row["protected"], protected_reason=row["protected_reason"] or "",
+        retired=bool(row.get("retired")), retired_reason=row.get("retired_reason") or "",
+        network_data=_struct(row.get("network_data")), boot_mode=row.get("boot_mode") or "",
+        secure_boot_set=row.get("secure_boot") is not None, secure_boot=bool(row.get("secure_boot")),
     )
     for name in ("created_at", "updated_at", "provision_updated_at"):
         stamp = _ts(row.get(name))
@@ -152,17 +169,14 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
 
     async def PatchNode(self, request: pb.PatchNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
         async def run() -> cpb.Node:
-            from services.api.rest import NODE_READONLY
-
             node = await self.nodes.get_by_ident(request.ident)
             try:
                 patch = json.loads(request.patch_json)
             except ValueError as exc:
                 raise errors.PatchError(f"patch_json is not valid JSON: {exc}") from None
             current = json.loads(dumps({k: node.get(k) for k in views.NODE_FIELD_VERSIONS if k in node}))
-            changes = _validate_node_values(apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST), create=False)
-            if node["target_provision_state"] and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET:
-                raise errors.InvalidState(f"Node {node['uuid']} can not be updated while a state transition is in progress.")
+            changes = checked_node_changes(
+                node, apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST))
             if not changes:
                 return node_message(node)
             reply = await self._rpc(node, "UpdateNode", conductor_pb.ConductorUpdateNodeRequest(
@@ -192,10 +206,16 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 raise errors.InvalidStateRequested(
                     f"The requested action \"{request.target}\" can not be performed on node \"{node['uuid']}\" "
                     f"while it is in state \"{node['provision_state']}\".")
-            steps = json_format.MessageToList(request.clean_steps) if request.HasField("clean_steps") else None
+            steps = (_whole_numbers(json_format.MessageToDict(request.clean_steps))
+                     if request.HasField("clean_steps") else None)
+            deploy_steps = check_deploy_steps(
+                _whole_numbers(json_format.MessageToDict(request.deploy_steps))
+                if request.HasField("deploy_steps") else None, request.target, LATEST)
+            disable_ramdisk = check_disable_ramdisk(request.disable_ramdisk or None, request.target, LATEST)
             await self._rpc(node, "DoProvisionAction", conductor_pb.ProvisionActionRequest(
                 node_uuid=node["uuid"], event=event, configdrive_json=json.dumps(configdrive) if configdrive else "",
-                clean_steps_json=json.dumps(steps) if steps is not None else "", rescue_password=request.rescue_password))
+                clean_steps_json=json.dumps(steps) if steps is not None else "", rescue_password=request.rescue_password,
+                deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "", disable_ramdisk=disable_ramdisk))
             return await self._get(node["uuid"])
         return await self._guard(context, run())
 

@@ -337,17 +337,7 @@ class RestApi:
             _require_version(request, (1, 45), "reset_interfaces")
             if "driver" not in changes:
                 raise errors.InvalidParameterValue("The reset_interfaces parameter can be provided only when changing the node's driver.")
-        if (node["target_provision_state"] and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET
-                and not (node["maintenance"] and set(changes) == {"instance_uuid"})):
-            raise errors.InvalidState(
-                f"Node {node['uuid']} can not be updated while a state transition is in progress."
-            )
-        values = _validate_node_values(changes, create=False)
-        if values.get("retired") and node["provision_state"] == states.AVAILABLE:
-            # Ironic (1.61): an available node is moved to manageable before it is retired.
-            raise errors.InvalidState(
-                f"Cannot set retired=True for node {node['uuid']} in state {node['provision_state']}; "
-                "move it to manageable first")
+        values = checked_node_changes(node, changes)
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         if "driver" in values:
@@ -755,6 +745,22 @@ def _bool(value: str, name: str) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise errors.InvalidParameterValue(f"Invalid value for {name}: {value}")
+
+
+def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """A node patch's changes, checked against the node's state (REST PATCH and gRPC PatchNode alike)."""
+    if (node["target_provision_state"] and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET
+            and not (node["maintenance"] and set(changes) == {"instance_uuid"})):
+        raise errors.InvalidState(
+            f"Node {node['uuid']} can not be updated while a state transition is in progress."
+        )
+    values = _validate_node_values(changes, create=False)
+    if values.get("retired") and node["provision_state"] == states.AVAILABLE:
+        # Ironic (1.61): an available node is moved to manageable before it is retired.
+        raise errors.InvalidState(
+            f"Cannot set retired=True for node {node['uuid']} in state {node['provision_state']}; "
+            "move it to manageable first")
+    return values
 
 
 def _validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, Any]:

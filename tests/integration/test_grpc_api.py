@@ -9,7 +9,7 @@ import json
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 
 from ferrum.v1 import api_pb2 as pb
 from ferrum.v1 import api_pb2_grpc as pb_grpc
@@ -95,3 +95,52 @@ async def test_bad_input_status_codes(nodes) -> None:
         assert caught.value.code() == code, (caught.value.details(), code)
     node = await nodes.GetNode(pb.GetNodeRequest(ident="grpc-err"))
     assert node.provision_state == "enroll"
+
+
+async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
+    """The native API speaks the newest REST semantics: retired (1.61), lessee (1.65),
+    network_data (1.66), boot mode fields (1.75), deploy_steps (1.69), disable_ramdisk (1.70)."""
+    await nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", name="grpc-new"))
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target=verb))
+        await wait_state(nodes, "grpc-new", state)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:  # an available node is moved to manageable first
+        await nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-new", patch_json=json.dumps(
+            [{"op": "replace", "path": "/retired", "value": True}])))
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+    steps = struct_pb2.ListValue()
+    steps.extend([{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 150}])
+    await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="active", deploy_steps=steps))
+    node = await wait_state(nodes, "grpc-new", "active")
+    ran = [s["step"] for s in json_format.MessageToDict(node.driver_internal_info)["deploy_steps"]]
+    assert ran == ["fake_step", "deploy"]
+
+    network = {"links": [], "networks": [], "services": [{"type": "dns", "address": "192.0.2.53"}]}
+    patched = await nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-new", patch_json=json.dumps([
+        {"op": "replace", "path": "/lessee", "value": "project-b"},
+        {"op": "replace", "path": "/network_data", "value": network}])))
+    assert patched.lessee == "project-b" and patched.network_data["services"][0]["address"] == "192.0.2.53"
+    assert not patched.retired and patched.boot_mode == "" and not patched.secure_boot_set
+
+    for bad in (
+        pb.SetProvisionStateRequest(ident="grpc-new", target="deleted", deploy_steps=steps),  # active/rebuild only
+        pb.SetProvisionStateRequest(ident="grpc-new", target="deleted", disable_ramdisk=True),  # manual clean only
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await nodes.SetProvisionState(bad)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="deleted"))
+    await wait_state(nodes, "grpc-new", "available")
+    await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="manage"))
+    await wait_state(nodes, "grpc-new", "manageable")
+    clean_steps = struct_pb2.ListValue()
+    clean_steps.extend([{"interface": "deploy", "step": "erase_devices_metadata"}])
+    await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=clean_steps,
+                                                              disable_ramdisk=True))
+    cleaned = await wait_state(nodes, "grpc-new", "manageable")
+    assert cleaned.last_error == ""
+    retired = await nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-new", patch_json=json.dumps([
+        {"op": "replace", "path": "/retired", "value": True},
+        {"op": "replace", "path": "/retired_reason", "value": "end of lease"}])))
+    assert retired.retired and retired.retired_reason == "end of lease"
