@@ -76,18 +76,7 @@ class TaskManager:
 
     async def acquire(self, node_uuid: str) -> Task:
         """Lock the node (NodeLocked at once if taken) and build its task."""
-        if node_uuid in self._held:
-            # The row lock is per conductor hostname, so a second operation in
-            # this process would get it too: refuse it here.
-            raise errors.NodeLocked(
-                f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
-                "operation is completed.")
-        self._held.add(node_uuid)
-        try:
-            node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
-        except BaseException:
-            self._held.discard(node_uuid)
-            raise
+        node = await self._reserve(node_uuid)
         try:
             return await self.build_task(node)
         except BaseException:
@@ -98,20 +87,25 @@ class TaskManager:
     async def reserved(self, node_uuid: str) -> AsyncIterator[dict[str, Any]]:
         """The node locked for a plain field update: no task, so no driver is
         composed (a PATCH may be what repairs a node whose driver cannot load)."""
+        node = await self._reserve(node_uuid)
+        try:
+            yield node
+        finally:
+            await self.release(node_uuid)
+
+    async def _reserve(self, node_uuid: str) -> dict[str, Any]:
         if node_uuid in self._held:
+            # The row lock is per conductor hostname, so a second operation in
+            # this process would get it too: refuse it here.
             raise errors.NodeLocked(
                 f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
                 "operation is completed.")
         self._held.add(node_uuid)
         try:
-            node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
+            return await self.nodes.reserve(node_uuid, self.hostname, self.lease)
         except BaseException:
             self._held.discard(node_uuid)
             raise
-        try:
-            yield node
-        finally:
-            await self.release(node_uuid)
 
     async def build_task(self, node: dict[str, Any]) -> Task:
         ports = await self.ports.list_for_node_ids([node["id"]])

@@ -38,20 +38,15 @@ CREATE TRIGGER nodes_boot_data_update AFTER UPDATE ON nodes
 -- node's own DELETE has notified already.
 CREATE FUNCTION notify_boot_data_child() RETURNS trigger AS $$
 DECLARE
-    owner uuid;
+    owners bigint[] := '{}';
 BEGIN
-    IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        SELECT n.uuid INTO owner FROM nodes n WHERE n.id = OLD.node_id;
-        IF owner IS NOT NULL THEN
-            PERFORM pg_notify('ferrum_boot_data', owner::text);
-        END IF;
+    IF TG_OP <> 'INSERT' THEN
+        owners := owners || OLD.node_id;
     END IF;
-    IF TG_OP IN ('UPDATE', 'INSERT') THEN
-        SELECT n.uuid INTO owner FROM nodes n WHERE n.id = NEW.node_id;
-        IF owner IS NOT NULL THEN
-            PERFORM pg_notify('ferrum_boot_data', owner::text);
-        END IF;
+    IF TG_OP <> 'DELETE' THEN
+        owners := owners || NEW.node_id;
     END IF;
+    PERFORM pg_notify('ferrum_boot_data', n.uuid::text) FROM nodes n WHERE n.id = ANY(owners);
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
