@@ -386,8 +386,8 @@ def client_floor(stack: Stack, args: argparse.Namespace, nodes: list[str], picks
         run_local(clients, "list_detail", 1, [listed])
         many("get_node", nodes[: W * 4])  # and every client process's version discovery
         rate, lat, _ = many("get_node", picks)
-        rows = [("GET node median, replay floor", "ms", pct(lat, 50), f"{W} workers, {rate:.0f} req/s; "
-                 f"p99 {pct(lat, 99):.1f} ms")]
+        rows = [("GET node median, replay floor", "ms", pct(lat, 50),
+                 f"{W} workers, {rate:.0f} req/s; p99 {pct(lat, 99):.1f} ms")]
         _, lat, _ = run_local(clients, "get_node", 1, picks[: max(1, args.gets // 4)])
         rows.append(("GET node, 1 worker, replay floor", "ms", pct(lat, 50), f"p99 {pct(lat, 99):.1f} ms"))
         _, lat, _ = many("list_detail", [listed] * (args.lists * 2))

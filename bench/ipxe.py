@@ -251,7 +251,7 @@ class Churn:
         finally:
             await conn.close()
 
-    def __enter__(self) -> "Churn":
+    def __enter__(self) -> Churn:
         self._thread.start()
         return self
 

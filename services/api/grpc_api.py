@@ -22,11 +22,18 @@ from ferrum.v1 import conductor_pb2 as conductor_pb
 from services.api import views
 from services.api.events import EventHub
 from services.api.rest import (
-    NODE_CREATE_KEYS, NODE_READONLY, _validate_node_values, _validate_port_values, apply_patch, check_configdrive,
-    check_deploy_steps, check_disable_ramdisk, checked_node_changes,
+    NODE_CREATE_KEYS,
+    NODE_READONLY,
+    _validate_node_values,
+    _validate_port_values,
+    apply_patch,
+    check_configdrive,
+    check_deploy_steps,
+    check_disable_ramdisk,
+    checked_node_changes,
 )
-from services.api.versions import MAX_VERSION
 from services.api.router import ConductorRouter
+from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.db.events import EventRepository
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository

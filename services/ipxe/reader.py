@@ -142,7 +142,7 @@ class CachingReader:
             try:
                 await self._listen()
                 break
-            except Exception as exc:  # database still down: try again
+            except Exception as exc:  # noqa: BLE001 - database still down: try again
                 LOG.debug("ipxe cache listener not back yet error=%s", type(exc).__name__)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)

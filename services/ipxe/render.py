@@ -14,11 +14,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import textwrap
-import weakref
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
 import jinja2
 
 from services.common.config import Settings
@@ -71,10 +70,6 @@ class ScriptRenderer:
         self._config = config
         self._settings = settings
         self._on_render = on_render
-        # Scripts already rendered from one BootData snapshot (a caching reader
-        # returns the same object until it is invalidated): skip plan + jinja.
-        self._memo: weakref.WeakKeyDictionary[Any, dict[tuple[str | None, str], RenderedScript]] = (
-            weakref.WeakKeyDictionary())
         self._env = template_environment()
         self._options = PlanOptions(
             api_url=api_url_for(settings), kernel_append_params=config.kernel_append_params,
@@ -125,9 +120,6 @@ class ScriptRenderer:
         node_uuid = str(data.node["uuid"])
         node_uuid_var.set(node_uuid)
         options = self._plan_options()
-        memo = self._memo.get(data)
-        if memo is not None and (mac, options.api_url) in memo:
-            return memo[(mac, options.api_url)]
         try:
             plan = plan_boot(data, mac=mac, options=options)
             script = self._env.get_template(plan.template).render(**plan.values)
@@ -141,6 +133,5 @@ class ScriptRenderer:
             return self.error_script("the boot script could not be rendered (internal error)", node_uuid=node_uuid)
         LOG.debug("ipxe rendered %s node_uuid=%s kind=%s", selector, node_uuid, plan.kind)
         rendered = RenderedScript(script=script, kind=plan.kind, node_uuid=node_uuid)
-        self._memo.setdefault(data, {})[(mac, options.api_url)] = rendered
         return rendered
 

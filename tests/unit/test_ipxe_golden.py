@@ -390,14 +390,3 @@ async def test_settings_shape_the_scripts(tmp_path: Path) -> None:
     assert no_api.kind == "error" and "FERRUM_IPXE_API_URL" in no_api.reason
     record_api_url(ephemeral, "http://0.0.0.0:41234")  # what a local api on port 0 writes when it starts
     assert "ipa-api-url=http://127.0.0.1:41234 " in (await renderer.render(mac=MAC)).script
-
-
-async def test_a_snapshot_is_rendered_once() -> None:
-    """A caching reader returns the same BootData until invalidated: its script is reused."""
-    data = node("deploying")
-    renderer = ScriptRenderer(StaticReader([data]), settings())
-    first = await renderer.render(mac=MAC)
-    assert await renderer.render(mac=MAC) is first
-    assert (await renderer.render(uuid=UUID)).script != first.script  # another selector, another script
-    fresh = ScriptRenderer(StaticReader([node("active")]), settings())
-    assert (await fresh.render(mac=MAC)).kind == "local_disk"

@@ -12,8 +12,8 @@ import asyncio
 import collections
 import contextlib
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from aiohttp import web

@@ -99,7 +99,7 @@ class ReadBackHasher:
                         raise OSError(f"{self._path} is shorter than the {end} bytes written")
                     self._hash.update(view[:count])
                     offset += count
-        except BaseException as exc:  # reported by digest()
+        except BaseException as exc:  # noqa: BLE001 - reported by digest()
             self._error = exc
         finally:
             os.close(fd)
