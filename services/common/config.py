@@ -110,7 +110,8 @@ class IpxeConfig:
     ``public_url`` is the renderer's own base URL for boot.ipxe's chain lines
     (empty: taken from the request's Host header). ``cache_ttl`` > 0 keeps
     boot data and rendered replies in memory for at most that long, evicted
-    per node as soon as its boot data changes (NOTIFY ferrum_boot_data)."""
+    per node as soon as its boot data changes (NOTIFY ferrum_boot_data);
+    ``cache_max_entries`` bounds each layer (about 2.6 KB per cached node)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -124,6 +125,7 @@ class IpxeConfig:
     retry_delay: int = 10
     max_nics: int = 8
     cache_ttl: float = 30.0
+    cache_max_entries: int = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,6 +367,8 @@ def _validate_ipxe(c: IpxeConfig) -> None:
         raise ConfigError("ipxe needs boot_timeout > 0, boot_retries >= 1, retry_delay >= 1, 1 <= max_nics <= 32")
     if c.cache_ttl < 0:
         raise ConfigError("FERRUM_IPXE_CACHE_TTL must be >= 0 (0 disables the cache)")
+    if c.cache_max_entries < 1:
+        raise ConfigError("FERRUM_IPXE_CACHE_MAX_ENTRIES must be >= 1 (about 2.6 KB per cached node)")
 
 
 def load_settings(

@@ -183,8 +183,10 @@ class CachingReader:
         # A notification that arrived during the read may describe a newer
         # state than the one just read: then do not keep it.
         if self._ttl > 0 and generation == self._generation:
-            if len(self._entries) >= self._max:
-                self.invalidate()
+            if len(self._entries) >= self._max:  # full: start over (nothing is stale, so no eviction event)
+                self._entries.clear()
+                self._by_node.clear()
+                self._missing.clear()
             self._entries[key] = (now + self._ttl, data)
             if data is None:
                 self._missing.add(key)

@@ -41,7 +41,7 @@ class IpxeService:
             LOG.warning("ipxe cache off, reason=no database URL to LISTEN on (settings.database.url is empty)")
         elif settings.ipxe.cache_ttl > 0:
             self.cache = CachingReader(reader, lambda: asyncpg.connect(settings.database.url),
-                                       ttl=settings.ipxe.cache_ttl)
+                                       ttl=settings.ipxe.cache_ttl, max_entries=settings.ipxe.cache_max_entries)
             reader = self.cache
         self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)

@@ -229,3 +229,15 @@ async def test_stop_closes_open_connections(server: Server) -> None:
     data: Any = await asyncio.wait_for(reader.read(), 5)
     assert data == b"" and not server.http.connections
     writer.close()
+
+
+async def test_a_full_reply_cache_starts_over() -> None:
+    running = await start(cache_ttl=30.0)
+    assert running.cache is not None
+    running.cache._max = 1  # FERRUM_IPXE_CACHE_MAX_ENTRIES=1
+    try:
+        await exchange(running.port, get(f"/ipxe?mac={MAC}"))
+        await exchange(running.port, get(f"/ipxe?mac={MAC2}"))
+        assert list(running.replies._kept) == [f"/ipxe?mac={MAC2}".encode()]
+    finally:
+        await running.http.stop()

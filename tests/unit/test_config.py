@@ -22,6 +22,8 @@ def test_env_and_toml_layers(tmp_path):
     ({"FERRUM_DATABASE_URL": "mysql://h/db"}, "is not a PostgreSQL URL"),
     ({"FERRUM_DATABASE_URL": "postgresql://h:notaport/db"}, "invalid port"),
     ({"FERRUM_API_AUTH_STRATEGY": "keystone"}, "noauth or http_basic"),
+    ({"FERRUM_IPXE_CACHE_TTL": "-1"}, "CACHE_TTL must be >= 0"),
+    ({"FERRUM_IPXE_CACHE_MAX_ENTRIES": "0"}, "CACHE_MAX_ENTRIES must be >= 1"),
 ])
 def test_bad_values_are_rejected(env, message):
     with pytest.raises(ConfigError, match=message):
