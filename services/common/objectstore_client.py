@@ -4,7 +4,8 @@ Failures arrive as the FerrumError the server raised (``ObjectNotFound``,
 ``InvalidParameterValue``, ``PayloadTooLarge``, ``InvalidState`` for a lost
 compare-and-set ...), or ``ServiceUnavailable`` when the store cannot be
 reached. Uploads stream in 1 MiB messages, so no caller needs a whole object
-in memory.
+in memory; ``put_file`` sends the file as one HTTP PUT to a signed upload URL
+instead (sendfile, no copy through Python), which is about twice as fast.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import json
+import logging
 import types
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
@@ -21,10 +24,13 @@ import grpc
 
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
-from services.common import errors
+from services.common import errors, http_put
 from services.common.grpcserver import client_channel
 
+LOG = logging.getLogger(__name__)
 CHUNK_SIZE = 1024 * 1024
+UPLOAD_URL_LIFETIME = 300  # only needs to outlive the start of the request
+MAX_METADATA_HEADER = 8000  # larger metadata goes over gRPC (HTTP servers bound header sizes)
 _CODE_ERRORS: dict[grpc.StatusCode, type[errors.FerrumError]] = {
     grpc.StatusCode.NOT_FOUND: errors.ObjectNotFound,
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidParameterValue,
@@ -56,6 +62,18 @@ class ObjectInfo:
             usage_count=message.usage_count, metadata=types.MappingProxyType(dict(message.metadata)),
         )
 
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> ObjectInfo:
+        """The body of an HTTP upload's 201 answer."""
+        delete_at = value.get("delete_at")
+        return cls(
+            container=value["container"], name=value["name"], size=int(value["size"]), sha256=value["sha256"],
+            content_type=value["content_type"], created_at=datetime.datetime.fromisoformat(value["created_at"]),
+            delete_at=datetime.datetime.fromisoformat(delete_at) if delete_at else None,
+            usage_count=int(value["usage_count"]),
+            metadata=types.MappingProxyType(dict(value.get("metadata") or {})),
+        )
+
 
 def _error(exc: grpc.aio.AioRpcError) -> errors.FerrumError:
     """The server's FerrumError (named in trailing metadata), else one by status code."""
@@ -85,6 +103,20 @@ async def _byte_chunks(data: bytes) -> AsyncIterator[bytes]:
         yield bytes(view[start:start + CHUNK_SIZE])
 
 
+def _upload_result(reply: http_put.HttpReply) -> ObjectInfo:
+    """The ObjectInfo of a 201, else the FerrumError the server named."""
+    try:
+        body = json.loads(reply.body or b"{}")
+    except ValueError:
+        body = {}
+    if reply.status == 201:
+        return ObjectInfo.from_json(body)
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        raise errors.error_class(str(error.get("name")))(str(error.get("message")))
+    raise errors.FerrumError(f"object store upload answered HTTP {reply.status}")
+
+
 class ObjectStoreClient:
     """One channel to one object store; cheap to keep, close it when done."""
 
@@ -108,9 +140,10 @@ class ObjectStoreClient:
     async def put_stream(
         self, container: str, name: str, chunks: AsyncIterator[bytes] | Iterable[bytes], *,
         delete_after: int = 0, content_type: str = "application/octet-stream",
-        metadata: Mapping[str, str] | None = None, usage_count: int = 0,
+        metadata: Mapping[str, str] | None = None, usage_count: int = 0, sha256: str = "",
     ) -> ObjectInfo:
-        """Upload from an async (or plain) iterator of byte chunks of any size."""
+        """Upload from an async (or plain) iterator of byte chunks of any size.
+        ``sha256``, when given, must match what the server computes, else nothing is stored."""
         header = pb.PutHeader(container=container, name=name, content_type=content_type,
                               delete_after=delete_after, metadata=dict(metadata or {}), usage_count=usage_count)
 
@@ -128,7 +161,7 @@ class ObjectStoreClient:
                     for start in range(0, len(chunk), CHUNK_SIZE):
                         yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
             # The end marker: the server publishes only a stream that reached it.
-            yield pb.PutRequest(end=pb.PutEnd(size=sent))
+            yield pb.PutRequest(end=pb.PutEnd(size=sent, sha256=sha256))
 
         try:
             reply = await self._api().Put(requests())
@@ -147,11 +180,37 @@ class ObjectStoreClient:
     async def put_file(
         self, container: str, name: str, path: str | Path, *, delete_after: int = 0,
         content_type: str = "application/octet-stream", metadata: Mapping[str, str] | None = None,
-        usage_count: int = 0,
+        usage_count: int = 0, sha256: str = "", via: str = "http",
     ) -> ObjectInfo:
-        """Upload a file, read in 1 MiB pieces off the event loop."""
+        """Upload a file.
+
+        ``via="http"`` (the default) asks for a signed upload URL and sends the
+        file as one HTTP PUT with sendfile(2); ``via="grpc"`` streams it over
+        the gRPC ``Put`` in 1 MiB messages. HTTP falls back to gRPC when the
+        metadata is too large for a header or the HTTP port cannot be reached
+        (a ``public_url`` this host cannot resolve, say). ``sha256``, when
+        given, must match what the server computes, else nothing is stored.
+        """
+        encoded = json.dumps(dict(metadata or {}), separators=(",", ":"))
+        if via not in ("http", "grpc"):
+            raise errors.InvalidParameterValue(f"via must be 'http' or 'grpc', not {via!r}")
+        if via == "http" and len(encoded) <= MAX_METADATA_HEADER:
+            url = await self.temp_url(container, name, lifetime=UPLOAD_URL_LIFETIME, method="PUT")
+            headers = {"Content-Type": content_type, "X-Delete-After": str(delete_after),
+                       "X-Object-Usage-Count": str(usage_count), "X-Object-Metadata": encoded}
+            if sha256:
+                headers["X-Object-Sha256"] = sha256
+            try:
+                reply = await http_put.put_file(url, Path(path), headers)
+            except http_put.UploadConnectError as exc:
+                LOG.warning("object store HTTP upload port unreachable (%s); uploading over gRPC instead", exc)
+            except OSError as exc:
+                raise errors.ServiceUnavailable(f"object store upload of {container}/{name} failed: {exc}") from exc
+            else:
+                return _upload_result(reply)
         return await self.put_stream(container, name, _file_chunks(Path(path)), delete_after=delete_after,
-                                     content_type=content_type, metadata=metadata, usage_count=usage_count)
+                                     content_type=content_type, metadata=metadata, usage_count=usage_count,
+                                     sha256=sha256)
 
     async def get_stream(self, container: str, name: str, *, offset: int = 0,
                          length: int = 0) -> AsyncIterator[bytes]:

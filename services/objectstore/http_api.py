@@ -1,6 +1,8 @@
-"""Temp-URL downloads over HTTP for BMCs and iPXE: GET and HEAD on
-``/t/<id>.<expires>.<sig>/<name>``. Refusals carry a fixed short body and
-never say whether the object exists."""
+"""The object store's aiohttp routes: temp-URL downloads (GET and HEAD on
+``/t/<id>.<expires>.<sig>/<name>``) and the PUT upload route for the requests
+the fast front door (``upload_server``) hands over, such as chunked bodies.
+Download refusals carry a fixed short body and never say whether the object
+exists."""
 
 from __future__ import annotations
 
@@ -8,13 +10,19 @@ import logging
 
 from aiohttp import web
 
+from services.objectstore.http_upload import HttpUploads, Reply
 from services.objectstore.store import ObjectStore
 
 LOG = logging.getLogger(__name__)
 _REFUSALS = {401: "temp URL expired\n", 403: "temp URL signature invalid\n", 404: "not found\n"}
+UPLOAD_READ = 1024 * 1024
 
 
-def add_routes(app: web.Application, store: ObjectStore) -> None:
+def _response(reply: Reply) -> web.Response:
+    return web.Response(status=reply.status, body=reply.body, headers=dict(reply.headers))
+
+
+def add_routes(app: web.Application, store: ObjectStore, uploads: HttpUploads) -> None:
     async def download(request: web.Request) -> web.StreamResponse:
         token, name = request.match_info["token"], request.match_info["name"]
         check = await store.check_temp_url(request.method, token, name)
@@ -24,4 +32,17 @@ def add_routes(app: web.Application, store: ObjectStore) -> None:
                                 headers={"Cache-Control": "no-store"})
         return await store.serve(request, check)
 
+    async def upload(request: web.Request) -> web.StreamResponse:
+        chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+        if request.content_length is None and not chunked:
+            return web.Response(status=411, text="a PUT needs Content-Length or chunked encoding\n")
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:
+            plan = uploads.plan(request.path, headers, request.content_length)
+            row = await uploads.receive(plan, request.content.iter_chunked(UPLOAD_READ))
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an answer
+            return _response(HttpUploads.failed(exc))
+        return _response(HttpUploads.created(row))
+
     app.router.add_get("/t/{token}/{name:.+}", download)
+    app.router.add_put("/u/{token}/{container}/{name:.+}", upload)

@@ -9,6 +9,7 @@ temp URLs; ``FERRUM_OBJECTSTORE_PUBLIC_URL`` when set)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from typing import Any
@@ -21,13 +22,15 @@ from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common.config import Settings
 from services.common.db.objects import ObjectRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import request_context_middleware, start_http_site
+from services.common.httpserver import request_context_middleware
 from services.common.metrics import ServiceMetrics
 from services.objectstore import http_api
 from services.objectstore.backends import Backend, make_backend
 from services.objectstore.grpc_api import ObjectStoreServicer
+from services.objectstore.http_upload import HttpUploads
 from services.objectstore.store import ObjectStore
 from services.objectstore.sweeper import Sweeper
+from services.objectstore.upload_server import UploadFrontDoor
 
 LOG = logging.getLogger(__name__)
 SECRET_NAME = "temp_url"
@@ -48,6 +51,8 @@ class ObjectStoreService:
         self._backend: Backend | None = None
         self._sweeper: Sweeper | None = None
         self._http: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
+        self._front_doors: set[UploadFrontDoor] = set()
         self._grpc: Any = None
         self._health: Any = None
 
@@ -72,10 +77,12 @@ class ObjectStoreService:
         # The public URL needs the bound port; the store gets it right after the bind,
         # before any gRPC call can ask for a temp URL.
         self.store = ObjectStore(c, repo, self._backend, secret=secret, public_url="")
+        servicer = ObjectStoreServicer(self.store, self.metrics)
+        uploads = HttpUploads(self.store)
         app = web.Application(middlewares=[request_context_middleware(self.metrics)])
         app.router.add_get("/metrics", self.metrics.handle)
-        http_api.add_routes(app, self.store)
-        self._http, port = await start_http_site(app, c.host, c.http_port)
+        http_api.add_routes(app, self.store, uploads)
+        port = await self._start_http(app, uploads, servicer)
         self.http_url = f"http://{_url_host(c.host)}:{port}"
         self.public_url = (c.public_url or self.http_url).rstrip("/")
         self.store.public_url = self.public_url
@@ -83,7 +90,6 @@ class ObjectStoreService:
             LOG.warning("objectstore listens on %s without FERRUM_OBJECTSTORE_PUBLIC_URL: temp URLs will name %s, "
                         "which BMCs cannot reach", c.host, self.public_url)
 
-        servicer = ObjectStoreServicer(self.store, self.metrics)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host, port=c.grpc_port, metrics=self.metrics,
             register=lambda server: pb_grpc.add_ObjectStoreServicer_to_server(servicer, server),
@@ -98,10 +104,38 @@ class ObjectStoreService:
                 "objectstore temp URLs": f"{self.public_url}/t/...",
                 "objectstore metrics": f"{self.http_url}/metrics"}
 
+    async def _start_http(self, app: web.Application, uploads: HttpUploads, servicer: ObjectStoreServicer) -> int:
+        """The HTTP port: UploadFrontDoor takes fast PUT uploads and hands every
+        other connection to the aiohttp app. Returns the bound port."""
+        c = self.settings.objectstore
+        self._http = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        await self._http.setup()
+        aiohttp_server = self._http.server
+        assert aiohttp_server is not None
+        loop = asyncio.get_running_loop()
+        try:
+            self._listener = await loop.create_server(
+                lambda: UploadFrontDoor(uploads, aiohttp_server, self.metrics, servicer.bytes, self._front_doors),
+                c.host, c.http_port, reuse_address=True, backlog=1024)
+        except OSError as exc:
+            await self._http.cleanup()
+            self._http = None
+            raise OSError(f"cannot listen on {c.host}:{c.http_port}: {exc.strerror or exc}") from None
+        return int(self._listener.sockets[0].getsockname()[1])
+
     async def stop(self) -> None:
         if self._sweeper is not None:
             await self._sweeper.stop()
             self._sweeper = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        doors = list(self._front_doors)
+        for door in doors:
+            door.abort()  # an upload in progress stores nothing
+        tasks = [door.task for door in doors if door.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         if self._http is not None:
             await self._http.cleanup()
             self._http = None

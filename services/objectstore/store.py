@@ -221,10 +221,27 @@ class ObjectStore:
         if lifetime < 0 or lifetime > self.config.temp_url_max_lifetime:
             raise errors.InvalidParameterValue(
                 f"lifetime must be between 1 and {self.config.temp_url_max_lifetime} seconds (0 = default)")
-        row = await self.stat(container, name)
         expires = int(time.time()) + (lifetime or self.config.temp_url_default_lifetime)
+        if method == "PUT":  # an upload URL: the object need not exist yet
+            path = tempurl.build_upload_path(self._secret, names.check_container(container),
+                                             names.check_name(name), expires)
+            return f"{self.public_url}{path}", expires
+        row = await self.stat(container, name)
         path = tempurl.build_path(self._secret, method, int(row["id"]), row["name"], expires)
         return f"{self.public_url}{path}", expires
+
+    def check_upload_url(self, path: str) -> tuple[int, tempurl.UploadTarget | None]:
+        """(200, target) for a valid PUT temp URL path (percent-decoded);
+        404 when it is not shaped like one, 403 for a bad signature, 401 when expired.
+        Only the signature is checked here: names and limits are put()'s."""
+        target = tempurl.parse_upload_path(path)
+        if target is None:
+            return 404, None
+        if not tempurl.verify_upload(self._secret, target):
+            return 403, None
+        if target.expires <= time.time():
+            return 401, None
+        return 200, target
 
     async def check_temp_url(self, http_method: str, token: str, name: str) -> TempUrlCheck:
         """403 for a bad signature, 401 when expired, 404 for anything unknown.

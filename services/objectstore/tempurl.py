@@ -75,3 +75,59 @@ def verify(secret: bytes, methods: tuple[str, ...], token: ParsedToken, name: st
     for method in methods:
         ok |= hmac.compare_digest(signature(secret, method, token.object_id, name, token.expires), token.signature)
     return ok
+
+
+# -- upload URLs ----------------------------------------------------------------------------
+#
+# A PUT temp URL names an object that may not exist yet, so it carries the
+# container and name instead of a row id:
+# ``<public_url>/u/<expires>.<sig>/<container>/<object name>``, signed over
+# ``PUT\n/u/<container>/<name>\n<expires>``. The distinct prefix keeps a
+# download URL from ever being replayed as an upload, and the other way round.
+
+UPLOAD_PREFIX = "/u/"
+
+
+@dataclasses.dataclass(frozen=True)
+class UploadTarget:
+    expires: int
+    signature: str
+    container: str
+    name: str
+
+
+def upload_signature(secret: bytes, container: str, name: str, expires: int) -> str:
+    message = f"PUT\n{UPLOAD_PREFIX}{container}/{name}\n{expires}".encode()
+    digest = hmac.new(secret, message, hashlib.sha256).digest()[:SIG_BYTES]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def build_upload_path(secret: bytes, container: str, name: str, expires: int) -> str:
+    """The URL path (percent-encoded) of a PUT temp URL."""
+    sig = upload_signature(secret, container, name, expires)
+    return f"{UPLOAD_PREFIX}{to_base36(expires)}.{sig}/{quote(container, safe='')}/{quote(name, safe='/')}"
+
+
+def parse_upload_path(path: str) -> UploadTarget | None:
+    """Split a decoded ``/u/<expires>.<sig>/<container>/<name>`` path; None when it is not shaped like one."""
+    if not path.startswith(UPLOAD_PREFIX):
+        return None
+    parts = path[len(UPLOAD_PREFIX):].split("/", 2)
+    if len(parts) != 3 or not parts[1] or not parts[2]:
+        return None
+    token, container, name = parts
+    expires_text, _, sig = token.partition(".")
+    if not expires_text or len(sig) != 22:
+        return None
+    try:
+        expires = int(expires_text, 36)
+    except ValueError:
+        return None
+    if expires >= 2**40:
+        return None
+    return UploadTarget(expires, sig, container, name)
+
+
+def verify_upload(secret: bytes, target: UploadTarget) -> bool:
+    expected = upload_signature(secret, target.container, target.name, target.expires)
+    return hmac.compare_digest(expected, target.signature)

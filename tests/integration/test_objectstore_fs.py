@@ -212,7 +212,7 @@ async def test_temp_url_refusals_reveal_nothing(client: ObjectStoreClient, http)
     async with http.head(short) as resp:
         assert resp.status == 401
     with pytest.raises(errors.InvalidParameterValue):
-        await client.temp_url("tu2", "short.img", lifetime=60, method="PUT")
+        await client.temp_url("tu2", "short.img", lifetime=60, method="POST")
     with pytest.raises(errors.ObjectNotFound):
         await client.temp_url("tu2", "nothing.img", lifetime=60)
 
