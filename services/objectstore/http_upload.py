@@ -60,7 +60,8 @@ class Refused(Exception):
 
 
 def _int_header(headers: Mapping[str, str], name: str) -> int:
-    value = headers.get(name, "").strip()
+    """A whole-number header; ``name`` as written in errors, looked up in lower case."""
+    value = headers.get(name.lower(), "").strip()
     if not value:
         return 0
     if not value.isdigit():
@@ -108,8 +109,8 @@ class HttpUploads:
         request = PutRequest(
             container=target.container, name=target.name,
             content_type=headers.get("content-type", "").strip() or "application/octet-stream",
-            delete_after=_int_header(headers, "x-delete-after"), metadata=_metadata(headers),
-            usage_count=_int_header(headers, "x-object-usage-count"))
+            delete_after=_int_header(headers, "X-Delete-After"), metadata=_metadata(headers),
+            usage_count=_int_header(headers, "X-Object-Usage-Count"))
         limit = self.store.config.max_object_size
         if content_length is not None and content_length > limit:
             raise errors.PayloadTooLarge(f"object is larger than the limit of {limit} bytes")

@@ -291,8 +291,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
 
     def _answer_and_close(self, reply: Reply) -> None:
         if self._transport is not None:
-            self._transport.write(_reply_bytes(reply, close=True))
-        self._close()
+            self._linger(reply)
 
     def _linger(self, reply: Reply) -> None:
         """Answer, stop sending, and drop what the client still sends until it closes

@@ -1,6 +1,6 @@
 """The object store on the S3 backend: round trips (single put and multipart),
-proxied temp-URL downloads with ranges, cancelled multipart uploads and
-limits against a real ``moto_server``; presigned temp-URL redirects, their
+proxied temp-URL downloads with ranges, cancelled multipart uploads (over
+gRPC and HTTP PUT) and limits against a real ``moto_server``; presigned temp-URL redirects, their
 expiry and tampering against ``s3rver``, which checks signatures."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aioboto3
 import aiohttp
@@ -128,6 +129,30 @@ async def test_failed_and_cancelled_multipart_uploads_leave_nothing(
         await task
     await wait_until(lambda: _empty(moto_endpoint), timeout=30)
     assert await client.stat("s3lim", "stalled.img") is None
+
+
+async def test_http_put_upload_multipart_and_cut_short(client: ObjectStoreClient, moto_endpoint: str,
+                                                      tmp_path: Path) -> None:
+    """put_file's HTTP PUT path on S3: a multipart upload, and a client that goes
+    away mid-body leaves no object and no open multipart upload."""
+    data = os.urandom(11 * MiB + 7)  # three parts at 5 MiB
+    source = tmp_path / "disk.img"
+    source.write_bytes(data)
+    info = await client.put_file("s3http", "disk.img", source, metadata={"via": "http"})
+    assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert await client.get_bytes("s3http", "disk.img") == data
+    await client.delete("s3http", "disk.img")
+    assert await _empty(moto_endpoint)
+
+    url = urlsplit(await client.temp_url("s3http", "cut.img", lifetime=60, method="PUT"))
+    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    writer.write(f"PUT {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Length: {30 * MiB}\r\n\r\n".encode())
+    writer.write(os.urandom(12 * MiB))  # two parts go up before the client vanishes
+    await writer.drain()
+    await wait_until(lambda: _has_upload(moto_endpoint), timeout=30)
+    writer.close()
+    await wait_until(lambda: _empty(moto_endpoint), timeout=30)
+    assert await client.stat("s3http", "cut.img") is None
 
 
 async def _has_upload(endpoint: str) -> bool:
