@@ -136,7 +136,7 @@ async def test_wrong_sha256_or_bad_headers_store_nothing(client: ObjectStoreClie
                              ("X-Object-Sha256: abc", b"X-Object-Sha256"),
                              ("Content-Type: nonsense", b"MIME type"),
                              ("X-Object-Usage-Count: -1", b"X-Object-Usage-Count")):
-        [(status, headers, body)] = read_replies(await exchange(url, put_head(url, 5, header) + b"hello"))
+        [(status, _headers, body)] = read_replies(await exchange(url, put_head(url, 5, header) + b"hello"))
         assert status == 400 and fragment in body, (header, body)
         assert json.loads(body)["error"]["name"] == "InvalidParameterValue"
     assert await client.stat("bad", "x.bin") is None
@@ -310,5 +310,35 @@ async def test_put_file_falls_back_to_grpc_when_the_http_port_is_unreachable(
             info = await store.put_file("fb", "f.bin", source)
             assert info.size == MiB + 1
             assert await store.get_bytes("fb", "f.bin") == source.read_bytes()
+        finally:
+            await store.close()
+
+
+async def test_stopping_the_service_mid_upload_leaves_nothing(
+        database_url: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    root = tmp_path_factory.mktemp("stopping")
+    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={"root": str(root)})
+    async with running_objectstore(settings) as svc:
+        store = ObjectStoreClient(svc.grpc_address)
+        try:
+            url = await store.temp_url("stop", "mid.iso", lifetime=60, method="PUT")
+        finally:
+            await store.close()
+        split = urlsplit(url)
+        reader, writer = await asyncio.open_connection(split.hostname, split.port)
+        writer.write(put_head(url, 20 * MiB) + os.urandom(6 * MiB))
+        await writer.drain()
+        await wait_until(lambda: len(files_under(root / "tmp")) == 1, timeout=5)
+    # The service has stopped with the upload half done.
+    assert files_under(root) == []
+    try:
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+    except ConnectionResetError:
+        pass
+    writer.close()
+    async with running_objectstore(settings) as svc:
+        store = ObjectStoreClient(svc.grpc_address)
+        try:
+            assert await store.stat("stop", "mid.iso") is None
         finally:
             await store.close()
