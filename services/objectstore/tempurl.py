@@ -43,10 +43,13 @@ def to_base36(value: int) -> str:
     return "".join(reversed(out))
 
 
-def signature(secret: bytes, method: str, object_id: int, name: str, expires: int) -> str:
-    message = f"{method}\n{PREFIX}{to_base36(object_id)}/{name}\n{expires}".encode()
-    digest = hmac.new(secret, message, hashlib.sha256).digest()[:SIG_BYTES]
+def _sign(secret: bytes, message: str) -> str:
+    digest = hmac.new(secret, message.encode(), hashlib.sha256).digest()[:SIG_BYTES]
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def signature(secret: bytes, method: str, object_id: int, name: str, expires: int) -> str:
+    return _sign(secret, f"{method}\n{PREFIX}{to_base36(object_id)}/{name}\n{expires}")
 
 
 def build_path(secret: bytes, method: str, object_id: int, name: str, expires: int) -> str:
@@ -97,9 +100,7 @@ class UploadTarget:
 
 
 def upload_signature(secret: bytes, container: str, name: str, expires: int) -> str:
-    message = f"PUT\n{UPLOAD_PREFIX}{container}/{name}\n{expires}".encode()
-    digest = hmac.new(secret, message, hashlib.sha256).digest()[:SIG_BYTES]
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return _sign(secret, f"PUT\n{UPLOAD_PREFIX}{container}/{name}\n{expires}")
 
 
 def build_upload_path(secret: bytes, container: str, name: str, expires: int) -> str:
