@@ -103,18 +103,22 @@ async def _byte_chunks(data: bytes) -> AsyncIterator[bytes]:
         yield bytes(view[start:start + CHUNK_SIZE])
 
 
+class _ForeignAnswer(Exception):
+    """An HTTP answer that did not come from the object store (a proxy's 405, say)."""
+
+
 def _upload_result(reply: http_put.HttpReply) -> ObjectInfo:
     """The ObjectInfo of a 201, else the FerrumError the server named."""
     try:
         body = json.loads(reply.body or b"{}")
     except ValueError:
         body = {}
-    if reply.status == 201:
+    if reply.status == 201 and isinstance(body, dict) and "sha256" in body:
         return ObjectInfo.from_json(body)
     error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        raise errors.error_class(str(error.get("name")))(str(error.get("message")))
-    raise errors.FerrumError(f"object store upload answered HTTP {reply.status}")
+    if isinstance(error, dict) and "name" in error:
+        raise errors.error_class(str(error["name"]))(str(error.get("message")))
+    raise _ForeignAnswer(f"HTTP {reply.status} without an object store answer")
 
 
 class ObjectStoreClient:
@@ -187,8 +191,9 @@ class ObjectStoreClient:
         ``via="http"`` (the default) asks for a signed upload URL and sends the
         file as one HTTP PUT with sendfile(2); ``via="grpc"`` streams it over
         the gRPC ``Put`` in 1 MiB messages. HTTP falls back to gRPC when the
-        metadata is too large for a header or the HTTP port cannot be reached
-        (a ``public_url`` this host cannot resolve, say). ``sha256``, when
+        metadata is too large for a header, the HTTP port cannot be reached
+        (a ``public_url`` this host cannot resolve, say), or something other
+        than the object store answers there (a proxy that refuses PUT). ``sha256``, when
         given, must match what the server computes, else nothing is stored.
         """
         encoded = json.dumps(dict(metadata or {}), separators=(",", ":"))
@@ -201,13 +206,14 @@ class ObjectStoreClient:
             if sha256:
                 headers["X-Object-Sha256"] = sha256
             try:
-                reply = await http_put.put_file(url, Path(path), headers)
+                return _upload_result(await http_put.put_file(url, Path(path), headers))
             except http_put.UploadConnectError as exc:
                 LOG.warning("object store HTTP upload port unreachable (%s); uploading over gRPC instead", exc)
+            except _ForeignAnswer as exc:
+                LOG.warning("object store upload URL %s answered %s (a proxy in the way?); uploading over gRPC "
+                            "instead", url.split("/u/")[0], exc)
             except OSError as exc:
                 raise errors.ServiceUnavailable(f"object store upload of {container}/{name} failed: {exc}") from exc
-            else:
-                return _upload_result(reply)
         return await self.put_stream(container, name, _file_chunks(Path(path)), delete_after=delete_after,
                                      content_type=content_type, metadata=metadata, usage_count=usage_count,
                                      sha256=sha256)

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import aiohttp
+import aiohttp.web
 import pytest
 
 from services.common import errors
@@ -298,20 +299,35 @@ async def test_bad_request_heads(client: ObjectStoreClient, service) -> None:
     assert await client.stat("heads", "h.img") is None
 
 
-async def test_put_file_falls_back_to_grpc_when_the_http_port_is_unreachable(
-        database_url: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("public", ["closed port", "proxy refusing PUT"])
+async def test_put_file_falls_back_to_grpc_when_http_uploads_cannot_work(
+        database_url: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, public: str) -> None:
+    async def refuse(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        await request.read()
+        return aiohttp.web.Response(status=405, text="<html>405 Not Allowed</html>")
+
+    proxy = aiohttp.web.Application()
+    proxy.router.add_route("*", "/{tail:.*}", refuse)
+    runner = aiohttp.web.AppRunner(proxy)
+    await runner.setup()
+    port = free_port()
+    if public == "proxy refusing PUT":
+        await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
     settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={
-        "root": str(tmp_path_factory.mktemp("fallback")), "public_url": f"http://127.0.0.1:{free_port()}"})
+        "root": str(tmp_path_factory.mktemp("fallback")), "public_url": f"http://127.0.0.1:{port}"})
     source = tmp_path / "f.bin"
     source.write_bytes(os.urandom(MiB + 1))
-    async with running_objectstore(settings) as svc:
-        store = ObjectStoreClient(svc.grpc_address)
-        try:
-            info = await store.put_file("fb", "f.bin", source)
-            assert info.size == MiB + 1
-            assert await store.get_bytes("fb", "f.bin") == source.read_bytes()
-        finally:
-            await store.close()
+    try:
+        async with running_objectstore(settings) as svc:
+            store = ObjectStoreClient(svc.grpc_address)
+            try:
+                info = await store.put_file("fb", "f.bin", source)
+                assert info.size == MiB + 1
+                assert await store.get_bytes("fb", "f.bin") == source.read_bytes()
+            finally:
+                await store.close()
+    finally:
+        await runner.cleanup()
 
 
 async def test_stopping_the_service_mid_upload_leaves_nothing(
