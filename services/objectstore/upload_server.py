@@ -37,6 +37,7 @@ from services.objectstore.http_upload import HttpUploads, Reply
 
 LOG = logging.getLogger(__name__)
 HEAD_LIMIT = 64 * 1024
+HEAD_START = 4 * 1024  # grown up to HEAD_LIMIT: an idle connection holds 4 KiB
 BODY_BUFFER = 4 * 1024 * 1024
 QUEUE_HIGH = 2
 IDLE_TIMEOUT = 75.0
@@ -94,9 +95,9 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._state = _State.HEAD
-        self._head = bytearray(HEAD_LIMIT)
+        self._head = bytearray(HEAD_START)
         self._head_fill = 0
-        self._scratch = bytearray(64 * 1024)
+        self._scratch: bytearray | None = None
         self._chunk: bytearray | None = None
         self._fill = 0
         self._remaining = 0
@@ -121,7 +122,11 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
                 self._fill = 0
             return memoryview(self._chunk)[self._fill:]
         if self._state is _State.HEAD and self._head_fill < HEAD_LIMIT:
+            if self._head_fill == len(self._head):
+                self._head += bytes(min(4 * len(self._head), HEAD_LIMIT) - len(self._head))
             return memoryview(self._head)[self._head_fill:]
+        if self._scratch is None:
+            self._scratch = bytearray(64 * 1024)
         return memoryview(self._scratch)  # LINGER (discarded), or bytes after a close was decided
 
     def buffer_updated(self, nbytes: int) -> None:
