@@ -145,7 +145,7 @@ async def test_http_put_upload_multipart_and_cut_short(client: ObjectStoreClient
     assert await _empty(moto_endpoint)
 
     url = urlsplit(await client.temp_url("s3http", "cut.img", lifetime=60, method="PUT"))
-    reader, writer = await asyncio.open_connection(url.hostname, url.port)
+    _reader, writer = await asyncio.open_connection(url.hostname, url.port)
     writer.write(f"PUT {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Length: {30 * MiB}\r\n\r\n".encode())
     writer.write(os.urandom(12 * MiB))  # two parts go up before the client vanishes
     await writer.drain()
