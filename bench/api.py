@@ -60,15 +60,26 @@ SETTLE_TIMEOUT = 120.0
 # Ironic 39 all-in-one, fake hardware, PostgreSQL, openstacksdk, 8-16 workers, this
 # 2-core machine class (issue 3 "Performance").
 IRONIC = {
-    "create node+port": ("nodes/s", 11.0), "GET node median": ("ms", 17.0), "GET node p99": ("ms", 31.0),
-    "list detail 200 median": ("ms", 600.0), "manage": ("nodes/s", 11.0), "provide": ("nodes/s", 6.0),
-    "deploy": ("nodes/s", 6.0), "undeploy": ("nodes/s", 6.0), "power off": ("nodes/s", 12.0),
+    "create node+port": ("nodes/s", 11.0),
+    "GET node median": ("ms", 17.0),
+    "GET node p99": ("ms", 31.0),
+    "list detail 200 median": ("ms", 600.0),
+    "manage": ("nodes/s", 11.0),
+    "provide": ("nodes/s", 6.0),
+    "deploy": ("nodes/s", 6.0),
+    "undeploy": ("nodes/s", 6.0),
+    "power off": ("nodes/s", 12.0),
     "power on": ("nodes/s", 12.0),
     # The same references beside the client floor: the best ratio any server could show here.
-    "GET node median, replay floor": ("ms", 17.0), "list detail 200, replay floor": ("ms", 600.0),
+    "GET node median, replay floor": ("ms", 17.0),
+    "list detail 200, replay floor": ("ms", 600.0),
 }
-PROVISION_STEPS = (("manage", "manage", "manageable"), ("provide", "provide", "available"),
-                   ("deploy", "active", "active"), ("undeploy", "deleted", "available"))
+PROVISION_STEPS = (
+    ("manage", "manage", "manageable"),
+    ("provide", "provide", "available"),
+    ("deploy", "active", "active"),
+    ("undeploy", "deleted", "available"),
+)
 
 
 # -- the stack ------------------------------------------------------------------------------
@@ -88,9 +99,22 @@ class Stack:
         env = {**os.environ, "FERRUM_LOG_LEVEL": os.environ.get("FERRUM_LOG_LEVEL", "WARNING")}
         with self.log.open("w") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "stack", "--ephemeral", "--state-dir",
-                 str(self.workdir / "state"), "--ports-file", str(self.ports_file)],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=out)
+                [
+                    sys.executable,
+                    "-m",
+                    "services.cli",
+                    "stack",
+                    "--ephemeral",
+                    "--state-dir",
+                    str(self.workdir / "state"),
+                    "--ports-file",
+                    str(self.ports_file),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+            )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.ports_file.exists() and self.ports_file.read_text():
@@ -138,7 +162,8 @@ class Clients:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = openstack.connection.Connection(
-                auth_type="none", baremetal_endpoint_override=self.endpoint)
+                auth_type="none", baremetal_endpoint_override=self.endpoint
+            )
         return conn.baremetal
 
 
@@ -178,15 +203,16 @@ class ClientPool:
             self.pipes.append(mine)
             self.children.append(child)
 
-    def run(self, name: str, workers: int, items: Sequence[Any],
-            endpoint: str | None = None) -> tuple[float, list[float], list[Any]]:
+    def run(
+        self, name: str, workers: int, items: Sequence[Any], endpoint: str | None = None
+    ) -> tuple[float, list[float], list[Any]]:
         """``JOBS[name]`` on every item with ``workers`` threads in all: (items/s, seconds each, results).
         ``endpoint`` points the clients elsewhere (the replay floor) for this run."""
         items = list(items)
         share = max(1, workers // len(self.pipes))
         started = time.perf_counter()
         for index, pipe in enumerate(self.pipes):
-            pipe.send((name, share, items[index::len(self.pipes)], endpoint))
+            pipe.send((name, share, items[index :: len(self.pipes)], endpoint))
         latencies: list[float] = []
         results: list[Any] = []
         for pipe in self.pipes:
@@ -316,8 +342,9 @@ def workload(stack: Stack, args: argparse.Namespace) -> tuple[list[tuple[str, st
             pool.close()
 
 
-def _workload(stack: Stack, args: argparse.Namespace, clients: Clients,
-              pool: ClientPool | None) -> tuple[list[tuple[str, str, float, str]], list[str]]:
+def _workload(
+    stack: Stack, args: argparse.Namespace, clients: Clients, pool: ClientPool | None
+) -> tuple[list[tuple[str, str, float, str]], list[str]]:
     rows: list[tuple[str, str, float, str]] = []  # (metric, unit, value, note)
     notes: list[str] = []
     W = args.workers
@@ -341,8 +368,14 @@ def _workload(stack: Stack, args: argparse.Namespace, clients: Clients,
     _, lat, _ = run_local(clients, "list_detail", 1, [listed] * args.lists)
     rows.append((f"list detail {listed}, 1 worker", "ms", pct(lat, 50), f"p99 {pct(lat, 99):.0f} ms"))
     _, lat, _ = run_local(clients, "list_detail_raw", 1, [listed] * args.lists)
-    rows.append((f"list detail {listed}, raw JSON", "ms", pct(lat, 50),
-                 f"1 worker; p99 {pct(lat, 99):.0f} ms; the rest is the sdk building objects"))
+    rows.append(
+        (
+            f"list detail {listed}, raw JSON",
+            "ms",
+            pct(lat, 50),
+            f"1 worker; p99 {pct(lat, 99):.0f} ms; the rest is the sdk building objects",
+        )
+    )
 
     for name, target, state in PROVISION_STEPS:
         rate, lat, _ = many("provision", [(n, target, state) for n in nodes])
@@ -358,16 +391,32 @@ def _workload(stack: Stack, args: argparse.Namespace, clients: Clients,
     return rows, notes
 
 
-def client_floor(stack: Stack, args: argparse.Namespace, nodes: list[str], picks: list[str],
-                 pool: ClientPool | None, notes: list[str]) -> list[tuple[str, str, float, str]]:
+def client_floor(
+    stack: Stack,
+    args: argparse.Namespace,
+    nodes: list[str],
+    picks: list[str],
+    pool: ClientPool | None,
+    notes: list[str],
+) -> list[tuple[str, str, float, str]]:
     """The same GET and list workloads against bench/replay.py, which answers
     from memory with the bytes Ferrum sent: the latency openstacksdk itself
     costs on this machine, the floor under any server's figure."""
     ports = stack.workdir / "replay.json"
     log = (stack.workdir / "replay.log").open("w")
-    replay = subprocess.Popen([sys.executable, str(ROOT / "bench" / "replay.py"), "--upstream",
-                               stack.endpoints["api REST (Ironic v1)"], "--ports-file", str(ports)],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    replay = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "replay.py"),
+            "--upstream",
+            stack.endpoints["api REST (Ironic v1)"],
+            "--ports-file",
+            str(ports),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
     try:
         deadline = time.monotonic() + 30
         while not (ports.exists() and ports.read_text()):
@@ -386,18 +435,27 @@ def client_floor(stack: Stack, args: argparse.Namespace, nodes: list[str], picks
         run_local(clients, "list_detail", 1, [listed])
         many("get_node", nodes[: W * 4])  # and every client process's version discovery
         rate, lat, _ = many("get_node", picks)
-        rows = [("GET node median, replay floor", "ms", pct(lat, 50),
-                 f"{W} workers, {rate:.0f} req/s; p99 {pct(lat, 99):.1f} ms")]
+        rows = [
+            (
+                "GET node median, replay floor",
+                "ms",
+                pct(lat, 50),
+                f"{W} workers, {rate:.0f} req/s; p99 {pct(lat, 99):.1f} ms",
+            )
+        ]
         _, lat, _ = run_local(clients, "get_node", 1, picks[: max(1, args.gets // 4)])
         rows.append(("GET node, 1 worker, replay floor", "ms", pct(lat, 50), f"p99 {pct(lat, 99):.1f} ms"))
         _, lat, _ = many("list_detail", [listed] * (args.lists * 2))
-        rows.append((f"list detail {listed}, replay floor", "ms", pct(lat, 50),
-                     f"{W} workers; p99 {pct(lat, 99):.0f} ms"))
+        rows.append(
+            (f"list detail {listed}, replay floor", "ms", pct(lat, 50), f"{W} workers; p99 {pct(lat, 99):.0f} ms")
+        )
         _, lat, _ = run_local(clients, "list_detail", 1, [listed] * args.lists)
         rows.append((f"list detail {listed}, 1 worker, replay", "ms", pct(lat, 50), f"p99 {pct(lat, 99):.0f} ms"))
-        notes.append("replay floor: the same openstacksdk calls answered from memory by bench/replay.py with "
-                     "Ferrum's own bytes (no database, no routing, no encoding); what remains is the client's cost "
-                     "on these 2 cores, so no server can show a lower figure with this client here.")
+        notes.append(
+            "replay floor: the same openstacksdk calls answered from memory by bench/replay.py with "
+            "Ferrum's own bytes (no database, no routing, no encoding); what remains is the client's cost "
+            "on these 2 cores, so no server can show a lower figure with this client here."
+        )
         return rows
     finally:
         replay.send_signal(signal.SIGTERM)
@@ -409,7 +467,9 @@ def client_floor(stack: Stack, args: argparse.Namespace, nodes: list[str], picks
         log.close()
 
 
-def big_list(stack: Stack, clients: Clients, args: argparse.Namespace, notes: list[str]) -> list[tuple[str, str, float, str]]:
+def big_list(
+    stack: Stack, clients: Clients, args: argparse.Namespace, notes: list[str]
+) -> list[tuple[str, str, float, str]]:
     """Page through a large fleet following `next`; under keyset pagination
     the last page costs what the first does and the api's memory stays flat."""
     total = args.big_list
@@ -422,8 +482,16 @@ def big_list(stack: Stack, clients: Clients, args: argparse.Namespace, notes: li
             await conn.executemany(
                 "INSERT INTO nodes (uuid, name, driver, provision_state, power_state, properties, extra) "
                 "VALUES ($1, $2, 'fake-hardware', 'enroll', 'power off', $3::jsonb, $4::jsonb)",
-                [(uuid.uuid4(), f"fleet-{i}", json.dumps({"cpus": 8, "memory_mb": 16384, "local_gb": 100}),
-                  json.dumps({"rack": f"r{i % 40}", "slot": i})) for i in range(missing)])
+                [
+                    (
+                        uuid.uuid4(),
+                        f"fleet-{i}",
+                        json.dumps({"cpus": 8, "memory_mb": 16384, "local_gb": 100}),
+                        json.dumps({"rack": f"r{i % 40}", "slot": i}),
+                    )
+                    for i in range(missing)
+                ],
+            )
             return int(await conn.fetchval("SELECT count(*) FROM nodes"))
         finally:
             await conn.close()
@@ -451,8 +519,10 @@ def big_list(stack: Stack, clients: Clients, args: argparse.Namespace, notes: li
     sdk_seen = sum(1 for _ in bm.nodes(details=True, limit=args.page_size))
     sdk_elapsed = time.perf_counter() - started
     assert sdk_seen == count, (sdk_seen, count)
-    notes.append(f"list detail of {count} nodes in {len(pages)} pages of {args.page_size} through `next`: "
-                 f"stack RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after the raw pass")
+    notes.append(
+        f"list detail of {count} nodes in {len(pages)} pages of {args.page_size} through `next`: "
+        f"stack RSS {rss_before:.0f} MiB before, {rss_after:.0f} MiB after the raw pass"
+    )
     return [
         (f"list detail {count}, raw pages", "s", raw_elapsed, f"{count / raw_elapsed:.0f} nodes/s"),
         ("  first page", "ms", pages[0] * 1000, f"{args.page_size} nodes"),
@@ -467,9 +537,11 @@ def big_list(stack: Stack, clients: Clients, args: argparse.Namespace, notes: li
 
 def report(rows: list[tuple[str, str, float, str]], notes: list[str], args: argparse.Namespace, cpu: float) -> None:
     print()
-    print(f"Ferrum api benchmark: openstacksdk, {args.workers} workers in {args.client_procs} client processes, "
-          f"{args.nodes} fake nodes, "
-          f"one `ferrum stack --ephemeral` process (its Python process used {cpu:.0f} s of CPU; PostgreSQL not counted)")
+    print(
+        f"Ferrum api benchmark: openstacksdk, {args.workers} workers in {args.client_procs} client processes, "
+        f"{args.nodes} fake nodes, "
+        f"one `ferrum stack --ephemeral` process (its Python process used {cpu:.0f} s of CPU; PostgreSQL not counted)"
+    )
     header = f"{'metric':<34} {'unit':<8} {'Ironic 39':>10} {'Ferrum':>10} {'ratio':>8}  notes"
     print(header)
     print("-" * len(header))
@@ -491,14 +563,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=200, help="nodes to create and cycle (default 200)")
     parser.add_argument("--workers", type=int, default=16, help="openstacksdk workers in all (8-16 in the issue)")
-    parser.add_argument("--client-procs", type=int, default=4,
-                        help="client processes the workers are spread over (1 = threads of this process only)")
+    parser.add_argument(
+        "--client-procs",
+        type=int,
+        default=4,
+        help="client processes the workers are spread over (1 = threads of this process only)",
+    )
     parser.add_argument("--gets", type=int, default=1000, help="GET node requests (default 1000)")
     parser.add_argument("--lists", type=int, default=20, help="list-detail requests per worker setting")
     parser.add_argument("--big-list", type=int, default=10000, help="fleet size to page through (0 = skip)")
     parser.add_argument("--page-size", type=int, default=1000, help="limit per page for the big list")
-    parser.add_argument("--no-floor", dest="floor", action="store_false",
-                        help="skip the client floor (openstacksdk against bench/replay.py)")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the client floor (openstacksdk against bench/replay.py)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the stack is stopped on the way out

@@ -46,7 +46,12 @@ def tree_cpu(pid: int) -> float:
         for proc in [root, *root.children(recursive=True)]:
             try:
                 times = proc.cpu_times()
-                total += times.user + times.system + getattr(times, "children_user", 0) + getattr(times, "children_system", 0)
+                total += (
+                    times.user
+                    + times.system
+                    + getattr(times, "children_user", 0)
+                    + getattr(times, "children_system", 0)
+                )
             except psutil.NoSuchProcess:
                 pass
     except psutil.NoSuchProcess:
@@ -70,13 +75,18 @@ async def wait_all(session: aiohttp.ClientSession, api: str, uuids: list[str], s
     pending = set(uuids)
     deadline = time.monotonic() + timeout
     while pending:
-        page = await request(session, "GET", f"{api}/v1/nodes?fields=uuid,provision_state,reservation,last_error&limit=1000")
+        page = await request(
+            session, "GET", f"{api}/v1/nodes?fields=uuid,provision_state,reservation,last_error&limit=1000"
+        )
         marker = None
         rows = page["nodes"]
         while page.get("next"):
             marker = rows[-1]["uuid"]
-            page = await request(session, "GET", f"{api}/v1/nodes?fields=uuid,provision_state,reservation,last_error"
-                                 f"&limit=1000&marker={marker}")
+            page = await request(
+                session,
+                "GET",
+                f"{api}/v1/nodes?fields=uuid,provision_state,reservation,last_error&limit=1000&marker={marker}",
+            )
             rows += page["nodes"]
         for row in rows:
             if row["uuid"] in pending:
@@ -91,11 +101,30 @@ async def wait_all(session: aiohttp.ClientSession, api: str, uuids: list[str], s
 
 async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
     ports_file = tmp / "ports.json"
-    env = {**os.environ, "FERRUM_LOG_LEVEL": "WARNING", "FERRUM_CONDUCTOR_WORKERS": "4000",
-           "FERRUM_DATABASE_EMBEDDED_FSYNC": "false", "FERRUM_DATABASE_POOL_MAX": "40"}
-    stack = subprocess.Popen([sys.executable, "-m", "services.cli", "stack", "--ephemeral", "--state-dir",
-                              str(tmp / "state"), "--ports-file", str(ports_file)], cwd=REPO, env=env,
-                             stdout=subprocess.DEVNULL, stderr=open(tmp / "stack.log", "w"))
+    env = {
+        **os.environ,
+        "FERRUM_LOG_LEVEL": "WARNING",
+        "FERRUM_CONDUCTOR_WORKERS": "4000",
+        "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
+        "FERRUM_DATABASE_POOL_MAX": "40",
+    }
+    stack = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "stack",
+            "--ephemeral",
+            "--state-dir",
+            str(tmp / "state"),
+            "--ports-file",
+            str(ports_file),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "stack.log", "w"),
+    )
     simulator = None
     try:
         deadline = time.monotonic() + 120
@@ -112,8 +141,14 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
         await store.put_bytes("bench", "kernel", b"k")
         kernel = await store.temp_url("bench", "kernel", lifetime=7200)
         await store.close()
-        simulator = Simulator(SimulatorOptions(machines=machines, state_dir=str(tmp / "machines"), boot_url=boot_url,
-                                               disk_size=(image_mib + 72) * 1024 * 1024).validate())
+        simulator = Simulator(
+            SimulatorOptions(
+                machines=machines,
+                state_dir=str(tmp / "machines"),
+                boot_url=boot_url,
+                disk_size=(image_mib + 72) * 1024 * 1024,
+            ).validate()
+        )
         await simulator.start()
         connector = aiohttp.TCPConnector(limit=64)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -121,21 +156,40 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
 
             async def enroll(machine: Any) -> str:
                 async with semaphore:
-                    node = await request(session, "POST", f"{api}/v1/nodes", {
-                        "name": machine.name, "driver": "redfish", "boot_interface": "ipxe",
-                        "deploy_interface": "direct",
-                        "driver_info": {"redfish_address": simulator.redfish_url, "redfish_system_id": machine.system_path,
-                                        "deploy_kernel": kernel, "deploy_ramdisk": kernel},
-                        "instance_info": {"image_source": image_url, "image_os_hash_algo": "sha256",
-                                          "image_os_hash_value": image.sha256}})
-                    await request(session, "POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]})
+                    node = await request(
+                        session,
+                        "POST",
+                        f"{api}/v1/nodes",
+                        {
+                            "name": machine.name,
+                            "driver": "redfish",
+                            "boot_interface": "ipxe",
+                            "deploy_interface": "direct",
+                            "driver_info": {
+                                "redfish_address": simulator.redfish_url,
+                                "redfish_system_id": machine.system_path,
+                                "deploy_kernel": kernel,
+                                "deploy_ramdisk": kernel,
+                            },
+                            "instance_info": {
+                                "image_source": image_url,
+                                "image_os_hash_algo": "sha256",
+                                "image_os_hash_value": image.sha256,
+                            },
+                        },
+                    )
+                    await request(
+                        session, "POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]}
+                    )
                     return node["uuid"]
 
             uuids = await asyncio.gather(*(enroll(m) for m in simulator.machines))
 
             async def verb(uuid: str, target: str, body: dict[str, Any] | None = None) -> None:
                 async with semaphore:
-                    await request(session, "PUT", f"{api}/v1/nodes/{uuid}/states/provision", {"target": target, **(body or {})})
+                    await request(
+                        session, "PUT", f"{api}/v1/nodes/{uuid}/states/provision", {"target": target, **(body or {})}
+                    )
 
             for target, state in (("manage", "manageable"), ("provide", "available")):
                 await asyncio.gather(*(verb(u, target) for u in uuids))
@@ -147,13 +201,20 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
 
             cpu_stack0, cpu_self0 = control_plane_cpu(), tree_cpu(os.getpid())
             started = time.monotonic()
-            await asyncio.gather(*(verb(u, "active", {"configdrive": {"meta_data": {"hostname": "bench"}}}) for u in uuids))
+            await asyncio.gather(
+                *(verb(u, "active", {"configdrive": {"meta_data": {"hostname": "bench"}}}) for u in uuids)
+            )
             await wait_all(session, api, uuids, "active", timeout=3600)
             elapsed = time.monotonic() - started
             cpu_stack, cpu_self = control_plane_cpu() - cpu_stack0, tree_cpu(os.getpid()) - cpu_self0
-        return {"machines": machines, "seconds": elapsed, "per_minute": machines / elapsed * 60,
-                "stack_cpu": cpu_stack, "stack_cpu_per_machine": cpu_stack / machines,
-                "sim_cpu_per_machine": cpu_self / machines}
+        return {
+            "machines": machines,
+            "seconds": elapsed,
+            "per_minute": machines / elapsed * 60,
+            "stack_cpu": cpu_stack,
+            "stack_cpu_per_machine": cpu_stack / machines,
+            "sim_cpu_per_machine": cpu_self / machines,
+        }
     finally:
         if simulator is not None:
             await simulator.stop()
@@ -171,16 +232,24 @@ async def main(sizes: list[int], image_mib: int) -> None:
         with tempfile.TemporaryDirectory(prefix="ferrum-fleet-") as tmp:
             Path(tmp).chmod(0o755)
             rows.append(await run(machines, image_mib, Path(tmp)))
-    print(f"Fleet deploy: N simulated Redfish machines, {image_mib} MiB raw image + config drive each, "
-          "all deploys requested at once (iPXE + direct agent); 2-core machine; control plane = the stack "
-          "process (api, conductor, ipxe, objectstore) + its PostgreSQL")
-    print(f"{'machines':>8} {'wall s':>8} {'machines/min':>13} {'control plane CPU s':>20} "
-          f"{'CPU s/machine':>14} {'sim+agents CPU s/machine':>25}")
+    print(
+        f"Fleet deploy: N simulated Redfish machines, {image_mib} MiB raw image + config drive each, "
+        "all deploys requested at once (iPXE + direct agent); 2-core machine; control plane = the stack "
+        "process (api, conductor, ipxe, objectstore) + its PostgreSQL"
+    )
+    print(
+        f"{'machines':>8} {'wall s':>8} {'machines/min':>13} {'control plane CPU s':>20} "
+        f"{'CPU s/machine':>14} {'sim+agents CPU s/machine':>25}"
+    )
     for r in rows:
-        print(f"{r['machines']:>8} {r['seconds']:>8.1f} {r['per_minute']:>13.1f} {r['stack_cpu']:>20.1f} "
-              f"{r['stack_cpu_per_machine']:>14.3f} {r['sim_cpu_per_machine']:>25.3f}")
-    print("Reference: Metal3 deploys 20 machines at a time by default; the goal is that all N complete and the "
-          "control plane is not the bottleneck (its CPU per machine stays flat as N grows).")
+        print(
+            f"{r['machines']:>8} {r['seconds']:>8.1f} {r['per_minute']:>13.1f} {r['stack_cpu']:>20.1f} "
+            f"{r['stack_cpu_per_machine']:>14.3f} {r['sim_cpu_per_machine']:>25.3f}"
+        )
+    print(
+        "Reference: Metal3 deploys 20 machines at a time by default; the goal is that all N complete and the "
+        "control plane is not the bottleneck (its CPU per machine stays flat as N grows)."
+    )
 
 
 if __name__ == "__main__":

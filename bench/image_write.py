@@ -60,7 +60,7 @@ def make_images(workdir: Path, size: int) -> tuple[Path, Path]:
             if n % 2 == 0:
                 start = (n * 1_048_583) % (len(pool) - stripe)
                 fh.seek(offset)
-                fh.write(pool[start:start + min(stripe, size - offset)])
+                fh.write(pool[start : start + min(stripe, size - offset)])
     subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(qcow)], check=True)
     return raw, qcow
 
@@ -92,8 +92,13 @@ def fsync_path(path: Path) -> None:
 
 
 async def start_servers(workdir: Path) -> tuple[list[web.AppRunner], str, str]:
-    node = {"uuid": "6b1f0c1e-0000-4000-8000-00000000be01", "properties": {}, "instance_info": {},
-            "driver_internal_info": {}, "links": []}
+    node = {
+        "uuid": "6b1f0c1e-0000-4000-8000-00000000be01",
+        "properties": {},
+        "instance_info": {},
+        "driver_internal_info": {},
+        "links": [],
+    }
 
     async def lookup(request: web.Request) -> web.Response:
         if MAC in request.query.get("addresses", ""):
@@ -114,17 +119,41 @@ async def start_servers(workdir: Path) -> tuple[list[web.AppRunner], str, str]:
     return [api_runner, files_runner], f"http://127.0.0.1:{api_port}", f"http://127.0.0.1:{files_port}"
 
 
-async def run_agent(api: str, image_url: str, digest: str, disk: Path, workdir: Path,
-                    extra: tuple[str, ...] = ()) -> tuple[float, int, int]:
+async def run_agent(
+    api: str, image_url: str, digest: str, disk: Path, workdir: Path, extra: tuple[str, ...] = ()
+) -> tuple[float, int, int]:
     """Seconds from POST to SUCCEEDED, the agent's VmHWM and its children's peak RSS (bytes)."""
     ports = workdir / "agent-ports.json"
     if ports.exists():
         ports.unlink()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli", "agent", "--api-url", api, "--mac", MAC, "--disk", str(disk),
-        "--listen-port", "0", "--ports-file", str(ports), "--heartbeat-interval", "2", "--lookup-interval", "0.1",
-        "--tmp-dir", str(workdir), "--exit-on-power-off", "--log-level", os.environ.get("BENCH_AGENT_LOG", "WARNING"), *extra, cwd=str(REPO),
-        stdout=asyncio.subprocess.DEVNULL)
+        sys.executable,
+        "-m",
+        "services.cli",
+        "agent",
+        "--api-url",
+        api,
+        "--mac",
+        MAC,
+        "--disk",
+        str(disk),
+        "--listen-port",
+        "0",
+        "--ports-file",
+        str(ports),
+        "--heartbeat-interval",
+        "2",
+        "--lookup-interval",
+        "0.1",
+        "--tmp-dir",
+        str(workdir),
+        "--exit-on-power-off",
+        "--log-level",
+        os.environ.get("BENCH_AGENT_LOG", "WARNING"),
+        *extra,
+        cwd=str(REPO),
+        stdout=asyncio.subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while not ports.exists():
@@ -157,8 +186,11 @@ async def run_agent(api: str, image_url: str, digest: str, disk: Path, workdir: 
                 await asyncio.sleep(0.05)
             watcher = asyncio.create_task(watch_children())
             started = time.perf_counter()
-            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "true"},
-                                    json={"name": "standby.prepare_image", "params": {"image_info": info}}) as r:
+            async with session.post(
+                f"{url}/v1/commands/",
+                params={"agent_token": TOKEN, "wait": "true"},
+                json={"name": "standby.prepare_image", "params": {"image_info": info}},
+            ) as r:
                 cmd = await r.json()
             elapsed = time.perf_counter() - started
             done.set()
@@ -169,8 +201,11 @@ async def run_agent(api: str, image_url: str, digest: str, disk: Path, workdir: 
             for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
                     hwm = int(line.split()[1]) * 1024
-            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "true"},
-                                    json={"name": "standby.power_off", "params": {}}) as r:
+            async with session.post(
+                f"{url}/v1/commands/",
+                params={"agent_token": TOKEN, "wait": "true"},
+                json={"name": "standby.power_off", "params": {}},
+            ) as r:
                 await r.read()
         await asyncio.wait_for(proc.wait(), 30)
         return elapsed, hwm, child_peak
@@ -201,8 +236,10 @@ async def bench(args: argparse.Namespace) -> None:
         raw, qcow = make_images(workdir, size)
         digests = {"raw": sha256_file(raw), "qcow2": sha256_file(qcow)}
         os.sync()  # the images' own writeback must not land on the first runs
-        print(f"images: raw {size // MiB} MiB, qcow2 {qcow.stat().st_size / MiB:.0f} MiB "
-              f"(built in {time.perf_counter() - t0:.1f}s), {args.repeat} runs each, median shown")
+        print(
+            f"images: raw {size // MiB} MiB, qcow2 {qcow.stat().st_size / MiB:.0f} MiB "
+            f"(built in {time.perf_counter() - t0:.1f}s), {args.repeat} runs each, median shown"
+        )
         runners, api, files = await start_servers(workdir)
         disk = workdir / "disk.img"
         disk_size = size + 64 * MiB
@@ -214,26 +251,34 @@ async def bench(args: argparse.Namespace) -> None:
             "raw": [
                 ("agent raw", None),
                 ("dd (local file)", f"dd if={raw} of={disk} bs=8M conv=notrunc,fsync status=none"),
-                ("curl | dd", f"curl -sf {files}/image.raw | dd of={disk} bs=8M iflag=fullblock conv=notrunc,fsync status=none"),
+                (
+                    "curl | dd",
+                    f"curl -sf {files}/image.raw | dd of={disk} bs=8M iflag=fullblock conv=notrunc,fsync status=none",
+                ),
             ],
             "qcow2": [
                 ("agent qcow2 (streamed)", None),
                 ("agent qcow2 (qemu-img)", ("--qcow2-via-qemu-img",)),
                 ("qemu-img convert (local)", f"qemu-img convert -n -f qcow2 -O raw {qcow} {disk} && sync {disk}"),
-                ("curl -o + qemu-img convert", f"curl -sf -o {workdir}/dl.qcow2 {files}/image.qcow2 && "
-                 f"qemu-img convert -n -f qcow2 -O raw {workdir}/dl.qcow2 {disk} && sync {disk} && rm -f {workdir}/dl.qcow2"),
+                (
+                    "curl -o + qemu-img convert",
+                    f"curl -sf -o {workdir}/dl.qcow2 {files}/image.qcow2 && "
+                    f"qemu-img convert -n -f qcow2 -O raw {workdir}/dl.qcow2 {disk} && sync {disk} && rm -f {workdir}/dl.qcow2",
+                ),
             ],
         }
         # Round-robin over the methods so each sees the same background (page cache, writeback).
-        order = [(fmt, label, how) for fmt, plan in plans.items() if fmt in args.formats.split(",")
-                 for label, how in plan]
+        order = [
+            (fmt, label, how) for fmt, plan in plans.items() if fmt in args.formats.split(",") for label, how in plan
+        ]
         for _ in range(args.repeat):
             for fmt, label, how in order:
                 fresh_disk(disk, disk_size)
                 os.sync()  # start every run with no dirty pages from the previous one
                 if how is None or isinstance(how, tuple):
-                    elapsed, hwm, child = await run_agent(api, f"{files}/image.{fmt}", digests[fmt], disk, workdir,
-                                                          how or ())
+                    elapsed, hwm, child = await run_agent(
+                        api, f"{files}/image.{fmt}", digests[fmt], disk, workdir, how or ()
+                    )
                     peaks.append(hwm)
                     child_peaks.append(child)
                 else:
@@ -244,19 +289,26 @@ async def bench(args: argparse.Namespace) -> None:
         results.update({label: median(times) for label, times in runs.items()})
         print(f"\n{'method':32} {'seconds':>8} {'MiB/s':>8}   runs (s)")
         for label, seconds in results.items():
-            print(f"{label:32} {seconds:8.2f} {size / MiB / seconds:8.0f}   {' '.join(f'{t:.2f}' for t in runs[label])}")
+            print(
+                f"{label:32} {seconds:8.2f} {size / MiB / seconds:8.0f}   {' '.join(f'{t:.2f}' for t in runs[label])}"
+            )
         print("\nagent throughput as a share of the baseline (goal >= 90%):")
         qcow_bases = ("qemu-img convert (local)", "curl -o + qemu-img convert")
-        for agent_label, bases in (("agent raw", ("dd (local file)", "curl | dd")),
-                                   ("agent qcow2 (streamed)", qcow_bases), ("agent qcow2 (qemu-img)", qcow_bases)):
+        for agent_label, bases in (
+            ("agent raw", ("dd (local file)", "curl | dd")),
+            ("agent qcow2 (streamed)", qcow_bases),
+            ("agent qcow2 (qemu-img)", qcow_bases),
+        ):
             for base in bases:
                 if agent_label not in results or base not in results:
                     continue
                 print(f"  {agent_label:22} vs {base:28} {results[base] / results[agent_label] * 100:6.0f}%")
         if not peaks:
             return
-        print(f"\nagent peak RSS (VmHWM): {max(peaks) / MiB:.1f} MiB (goal < 100 MiB); "
-              f"its qemu-img child peaked at {max(child_peaks) / MiB:.1f} MiB")
+        print(
+            f"\nagent peak RSS (VmHWM): {max(peaks) / MiB:.1f} MiB (goal < 100 MiB); "
+            f"its qemu-img child peaked at {max(child_peaks) / MiB:.1f} MiB"
+        )
     finally:
         for runner in runners:
             await runner.cleanup()
@@ -266,10 +318,14 @@ async def bench(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=512, help="raw image size (default 512; the goal is stated for 2048)")
+    parser.add_argument(
+        "--size-mib", type=int, default=512, help="raw image size (default 512; the goal is stated for 2048)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per method; the median is printed (default 3)")
     parser.add_argument("--dir", default=None, help="work directory parent (default system temp)")
-    parser.add_argument("--no-verify", dest="verify", action="store_false", help="skip the byte-for-byte check of each run")
+    parser.add_argument(
+        "--no-verify", dest="verify", action="store_false", help="skip the byte-for-byte check of each run"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--formats", default="raw,qcow2", help="which image formats to run (default raw,qcow2)")
     asyncio.run(bench(parser.parse_args()))

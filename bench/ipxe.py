@@ -68,13 +68,16 @@ async def seed(url: str, nodes: int) -> None:
     """N deploying nodes with one port each, in two INSERT ... SELECT statements."""
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute("""
+        await conn.execute(
+            """
             INSERT INTO nodes (uuid, name, driver, boot_interface, driver_info, provision_state)
             SELECT gen_random_uuid(), 'bench-' || g, 'fake-hardware', 'ipxe',
                    jsonb_build_object('deploy_kernel', 'http://192.0.2.9/ipa.kernel',
                                       'deploy_ramdisk', 'http://192.0.2.9/ipa.initramfs'),
                    'deploying'
-            FROM generate_series(1, $1) AS g""", nodes)
+            FROM generate_series(1, $1) AS g""",
+            nodes,
+        )
         await conn.execute("""
             INSERT INTO ports (uuid, node_id, address)
             SELECT gen_random_uuid(), id,
@@ -88,14 +91,33 @@ async def seed(url: str, nodes: int) -> None:
 
 def start_renderer(db_url: str, workdir: Path, *, cache_ttl: float) -> tuple[subprocess.Popen[bytes], str]:
     ports_file = workdir / f"ports-{cache_ttl}.json"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")},
-           "FERRUM_DATABASE_URL": db_url, "FERRUM_STATE_DIR": str(workdir / "state"),
-           "FERRUM_IPXE_API_URL": "http://192.0.2.1:6385", "FERRUM_IPXE_CACHE_TTL": str(cache_ttl),
-           "FERRUM_LOG_LEVEL": "WARNING", "FERRUM_DATABASE_POOL_MAX": "10"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")},
+        "FERRUM_DATABASE_URL": db_url,
+        "FERRUM_STATE_DIR": str(workdir / "state"),
+        "FERRUM_IPXE_API_URL": "http://192.0.2.1:6385",
+        "FERRUM_IPXE_CACHE_TTL": str(cache_ttl),
+        "FERRUM_LOG_LEVEL": "WARNING",
+        "FERRUM_DATABASE_POOL_MAX": "10",
+    }
     process = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from services.cli import main; sys.exit(main())", "ipxe",
-         "--port", "0", "--grpc-port", "0", "--ports-file", str(ports_file)],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(workdir / "renderer.log", "ab"))
+        [
+            sys.executable,
+            "-c",
+            "import sys; from services.cli import main; sys.exit(main())",
+            "ipxe",
+            "--port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--ports-file",
+            str(ports_file),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "renderer.log", "ab"),
+    )
     deadline = time.monotonic() + 60
     while not ports_file.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -123,6 +145,7 @@ def start_nginx(workdir: Path, script: str) -> tuple[subprocess.Popen[bytes], st
     os.chmod(root / "www", 0o755)
     os.chmod(root / "www" / "script.ipxe", 0o644)
     import socket
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -144,11 +167,15 @@ http {{
   }}
 }}
 """)
-    process = subprocess.Popen(["nginx", "-p", str(root), "-c", str(root / "nginx.conf"), "-e", str(root / "error.log"),
-                                "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        ["nginx", "-p", str(root), "-c", str(root / "nginx.conf"), "-e", str(root / "error.log"), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     import urllib.request
+
     while True:
         try:
             with urllib.request.urlopen(f"{base}/ipxe?mac=52:54:00:00:00:01", timeout=2) as r:
@@ -167,8 +194,13 @@ def to_ms(text: str) -> float:
 
 
 def run_wrk(base: str, lua: Path, *, duration: int, connections: int, threads: int) -> dict[str, float]:
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(lua),
-                          f"{base}/ipxe"], capture_output=True, text=True, timeout=duration + 60, check=True).stdout
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(lua), f"{base}/ipxe"],
+        capture_output=True,
+        text=True,
+        timeout=duration + 60,
+        check=True,
+    ).stdout
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     p50 = to_ms(re.search(r"\s50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
     p99 = to_ms(re.search(r"\s99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
@@ -180,13 +212,18 @@ def renders_and_requests(base: str) -> tuple[float, float]:
     """From the renderer's /metrics: per-node scripts read and rendered (the latency
     histogram times only those) and per-node requests answered, so far."""
     import urllib.request
+
     with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
         text = r.read().decode()
+
     def value(pattern: str) -> float:
         found = re.search(pattern + r"\S*\s+([\d.e+]+)", text)
         return float(found.group(1)) if found else 0.0
-    return (value(r'ferrum_request_seconds_count\{[^}]*method="GET /ipxe"'),
-            value(r'ferrum_requests_total\{code="200",method="GET /ipxe"'))
+
+    return (
+        value(r'ferrum_request_seconds_count\{[^}]*method="GET /ipxe"'),
+        value(r'ferrum_requests_total\{code="200",method="GET /ipxe"'),
+    )
 
 
 def timed_run(base: str, lua: Path, args: argparse.Namespace) -> dict[str, float]:
@@ -206,6 +243,7 @@ async def boot_storm(base: str, nodes: int, concurrency: int) -> dict[str, float
     queue = iter(range(1, nodes + 1))
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=IPXE_WAIT_S)) as http:
+
         async def worker() -> None:
             nonlocal wrong
             for n in queue:
@@ -220,8 +258,14 @@ async def boot_storm(base: str, nodes: int, concurrency: int) -> dict[str, float
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
     latencies.sort()
-    return {"seconds": elapsed, "rate": nodes / elapsed, "p50": statistics.median(latencies) * 1000,
-            "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000, "max": latencies[-1] * 1000, "wrong": wrong}
+    return {
+        "seconds": elapsed,
+        "rate": nodes / elapsed,
+        "p50": statistics.median(latencies) * 1000,
+        "p99": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "max": latencies[-1] * 1000,
+        "wrong": wrong,
+    }
 
 
 class Churn:
@@ -236,6 +280,7 @@ class Churn:
 
     async def _run(self) -> None:
         import random
+
         conn = await asyncpg.connect(self._url)
         try:
             started = time.monotonic()
@@ -243,7 +288,8 @@ class Churn:
                 await conn.execute(
                     "UPDATE nodes SET provision_state = CASE provision_state WHEN 'deploying' THEN 'wait call-back' "
                     "ELSE 'deploying' END WHERE id = (SELECT node_id FROM ports WHERE address = $1)",
-                    mac_of(random.randint(1, self._nodes)))
+                    mac_of(random.randint(1, self._nodes)),
+                )
                 self.changes += 1
                 ahead = started + self.changes / self._rate - time.monotonic()
                 if ahead > 0:
@@ -267,8 +313,12 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--storm-concurrency", type=int, default=200)
-    parser.add_argument("--churn", type=float, default=200.0,
-                        help="node state changes per second during the extra cached run (0 = skip it)")
+    parser.add_argument(
+        "--churn",
+        type=float,
+        default=200.0,
+        help="node state changes per second during the extra cached run (0 = skip it)",
+    )
     args = parser.parse_args()
     for tool in ("wrk", "nginx"):
         if shutil.which(tool) is None:
@@ -294,6 +344,7 @@ def main() -> int:
                 process, base = start_renderer(db_url, workdir, cache_ttl=ttl)
                 processes.append(process)
                 import urllib.request
+
                 with urllib.request.urlopen(f"{base}/ipxe?mac={mac_of(1)}", timeout=10) as r:
                     script = r.read().decode()
                 run_wrk(base, lua, duration=2, connections=args.connections, threads=args.threads)  # warm-up
@@ -308,27 +359,36 @@ def main() -> int:
             nginx, nbase = start_nginx(workdir, script)
             processes.append(nginx)
             run_wrk(nbase, lua, duration=2, connections=args.connections, threads=args.threads)
-            results["nginx static file (1 worker)"] = run_wrk(nbase, lua, duration=args.duration,
-                                                              connections=args.connections, threads=args.threads)
+            results["nginx static file (1 worker)"] = run_wrk(
+                nbase, lua, duration=args.duration, connections=args.connections, threads=args.threads
+            )
             stop(nginx)
         finally:
             for process in processes:
                 stop(process)
             pg.stop()
     static = results["nginx static file (1 worker)"]["rate"]
-    print(f"\nwrk: {args.duration} s, {args.connections} connections, {args.threads} thread(s), "
-          f"a different MAC on every request ({args.nodes} nodes); one renderer process, nginx 1 worker")
-    print(f"{'server':<32} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} {'vs nginx':>9}  "
-          f"read+rendered")
+    print(
+        f"\nwrk: {args.duration} s, {args.connections} connections, {args.threads} thread(s), "
+        f"a different MAC on every request ({args.nodes} nodes); one renderer process, nginx 1 worker"
+    )
+    print(f"{'server':<32} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8} {'vs nginx':>9}  read+rendered")
     for label, row in results.items():
-        rendered = (f"{row['renders']:.0f} of {row['requests']:.0f} ({row['renders'] / row['requests']:.1%})"
-                    if row.get("requests") else "")
-        print(f"{label:<32} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} {row['non2xx']:>8.0f} "
-              f"{row['rate'] / static:>8.0%}  {rendered}")
-    print(f"\nboot storm: {args.nodes} distinct MACs once each, {args.storm_concurrency} concurrent (aiohttp client, "
-          f"no cache): {storm['seconds']:.1f} s, {storm['rate']:.0f} scripts/s, p50 {storm['p50']:.1f} ms, "
-          f"p99 {storm['p99']:.1f} ms, max {storm['max']:.1f} ms, wrong answers {storm['wrong']:.0f}; "
-          f"iPXE waits {IPXE_WAIT_S:.0f} s -> p99 is {storm['p99'] / (IPXE_WAIT_S * 1000):.2%} of it")
+        rendered = (
+            f"{row['renders']:.0f} of {row['requests']:.0f} ({row['renders'] / row['requests']:.1%})"
+            if row.get("requests")
+            else ""
+        )
+        print(
+            f"{label:<32} {row['rate']:>9.0f} {row['p50']:>8.2f} {row['p99']:>8.2f} {row['non2xx']:>8.0f} "
+            f"{row['rate'] / static:>8.0%}  {rendered}"
+        )
+    print(
+        f"\nboot storm: {args.nodes} distinct MACs once each, {args.storm_concurrency} concurrent (aiohttp client, "
+        f"no cache): {storm['seconds']:.1f} s, {storm['rate']:.0f} scripts/s, p50 {storm['p50']:.1f} ms, "
+        f"p99 {storm['p99']:.1f} ms, max {storm['max']:.1f} ms, wrong answers {storm['wrong']:.0f}; "
+        f"iPXE waits {IPXE_WAIT_S:.0f} s -> p99 is {storm['p99'] / (IPXE_WAIT_S * 1000):.2%} of it"
+    )
     return 0
 
 

@@ -49,8 +49,12 @@ RETRY_FOR = 120.0  # seconds a request may keep getting 409/503, or a node may t
 IRONIC_RATE = {"enroll (node+port)": 11.0, "manage": 12.0, "provide": 7.0, "deploy": 6.0, "undeploy": 6.0}
 IRONIC_GET_MS = (17.0, 31.0)
 IRONIC_DETAIL_200_MS = 600.0
-STEPS = (("manage", "manage", "manageable"), ("provide", "provide", "available"),
-         ("deploy", "active", "active"), ("undeploy", "deleted", "available"))
+STEPS = (
+    ("manage", "manage", "manageable"),
+    ("provide", "provide", "available"),
+    ("deploy", "active", "active"),
+    ("undeploy", "deleted", "available"),
+)
 
 
 @dataclass
@@ -82,8 +86,13 @@ def status_mib(pid: int, key: str) -> float:
 def start(args: list[str], ports: Path, log: Path, env: dict[str, str]) -> subprocess.Popen:
     """One ferrum service as its own process; its log goes to a file (a pipe could fill up)."""
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "services.cli", *args, "--ports-file", str(ports)],
-                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=out)
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.cli", *args, "--ports-file", str(ports)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
 
 
 async def ports_of(path: Path, process: subprocess.Popen, log: Path) -> dict[str, str]:
@@ -141,8 +150,9 @@ async def wait_stable(session: aiohttp.ClientSession, url: str, state: str) -> N
 Step = Callable[[aiohttp.ClientSession, str, Any], Awaitable[None]]
 
 
-async def run_step(session: aiohttp.ClientSession, api: str, items: Iterable[Any], concurrency: int,
-                   step: Step) -> tuple[float, list[float]]:
+async def run_step(
+    session: aiohttp.ClientSession, api: str, items: Iterable[Any], concurrency: int, step: Step
+) -> tuple[float, list[float]]:
     """Run ``step`` for every item with ``concurrency`` workers: (items/s, latencies in s)."""
     latencies: list[float] = []
     queue = list(items)
@@ -165,6 +175,7 @@ def verb(target: str, state: str) -> Step:
         url = f"{api}/v1/nodes/{uuid}"
         await request(session, "PUT", f"{url}/states/provision", {"target": target})
         await wait_stable(session, url, state)
+
     return step
 
 
@@ -179,8 +190,14 @@ async def delete(session: aiohttp.ClientSession, api: str, uuid: str) -> None:
     await request(session, "DELETE", f"{api}/v1/nodes/{uuid}")
 
 
-async def lifecycle(session: aiohttp.ClientSession, api: str, indexes: range, concurrency: int,
-                    rows: list[tuple[str, float, list[float]]], after_enroll: Callable[[], None]) -> list[str]:
+async def lifecycle(
+    session: aiohttp.ClientSession,
+    api: str,
+    indexes: range,
+    concurrency: int,
+    rows: list[tuple[str, float, list[float]]],
+    after_enroll: Callable[[], None],
+) -> list[str]:
     """Enroll one node (+ port) per index, then every step of STEPS; figures go to ``rows``."""
     created: list[str] = []
 
@@ -204,8 +221,7 @@ def pct(values: list[float], q: int) -> float:
 # -- one run ----------------------------------------------------------------------
 
 
-async def run_once(pg: EmbeddedPostgres, tmp: Path, nodes: int, conductors: int, concurrency: int,
-                   warmup: int) -> Run:
+async def run_once(pg: EmbeddedPostgres, tmp: Path, nodes: int, conductors: int, concurrency: int, warmup: int) -> Run:
     """Fresh database, C conductor processes and one api process; the whole lifecycle."""
     run = Run(nodes, conductors)
     database = f"bench_{conductors}c_{nodes}"
@@ -216,18 +232,29 @@ async def run_once(pg: EmbeddedPostgres, tmp: Path, nodes: int, conductors: int,
     workdir = tmp / database
     workdir.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")}
-    env.update(FERRUM_DATABASE_URL=url, FERRUM_DATABASE_POOL_MAX="20", FERRUM_STATE_DIR=str(workdir),
-               FERRUM_LOG_LEVEL="WARNING", FERRUM_CONDUCTOR_WORKERS="2000",
-               FERRUM_CONDUCTOR_HEARTBEAT_INTERVAL="1", FERRUM_API_RING_REFRESH_INTERVAL="0.5")
+    env.update(
+        FERRUM_DATABASE_URL=url,
+        FERRUM_DATABASE_POOL_MAX="20",
+        FERRUM_STATE_DIR=str(workdir),
+        FERRUM_LOG_LEVEL="WARNING",
+        FERRUM_CONDUCTOR_WORKERS="2000",
+        FERRUM_CONDUCTOR_HEARTBEAT_INTERVAL="1",
+        FERRUM_API_RING_REFRESH_INTERVAL="0.5",
+    )
     processes: dict[str, subprocess.Popen] = {}
     pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
     try:
         for i in range(1, conductors + 1):
             name = f"bench-c{i}"
-            processes[name] = start(["conductor", "--hostname", name, "--grpc-port", "0", "--metrics-port", "0"],
-                                    workdir / f"{name}.json", workdir / f"{name}.log", env)
-        processes["api"] = start(["api", "--port", "0", "--grpc-port", "0"],
-                                 workdir / "api.json", workdir / "api.log", env)
+            processes[name] = start(
+                ["conductor", "--hostname", name, "--grpc-port", "0", "--metrics-port", "0"],
+                workdir / f"{name}.json",
+                workdir / f"{name}.log",
+                env,
+            )
+        processes["api"] = start(
+            ["api", "--port", "0", "--grpc-port", "0"], workdir / "api.json", workdir / "api.log", env
+        )
         for name, p in processes.items():
             endpoints = await ports_of(workdir / f"{name}.json", p, workdir / f"{name}.log")
             if name == "api":
@@ -244,6 +271,7 @@ async def run_once(pg: EmbeddedPostgres, tmp: Path, nodes: int, conductors: int,
 
         connector = aiohttp.TCPConnector(limit=concurrency * 2)
         async with aiohttp.ClientSession(connector=connector) as session:
+
             def after_enroll() -> None:
                 for name, p in mine.items():
                     run.rss[name].setdefault("enrolled", status_mib(p.pid, "VmRSS"))
@@ -269,9 +297,13 @@ async def run_once(pg: EmbeddedPostgres, tmp: Path, nodes: int, conductors: int,
         for name, p in mine.items():
             run.rss[name].update(end=status_mib(p.pid, "VmRSS"), hwm=status_mib(p.pid, "VmHWM"))
         run.api_rss = status_mib(processes["api"].pid, "VmRSS")
-        run.owned = {r["conductor"]: r["count"] for r in await pool.fetch(
-            "SELECT conductor, count(DISTINCT node_uuid) AS count FROM node_events WHERE event = 'deploy' "
-            "AND node_uuid IN (SELECT uuid FROM nodes) GROUP BY 1")}
+        run.owned = {
+            r["conductor"]: r["count"]
+            for r in await pool.fetch(
+                "SELECT conductor, count(DISTINCT node_uuid) AS count FROM node_events WHERE event = 'deploy' "
+                "AND node_uuid IN (SELECT uuid FROM nodes) GROUP BY 1"
+            )
+        }
     finally:
         await pool.close()
         stop_all(processes.values())
@@ -283,39 +315,55 @@ async def run_once(pg: EmbeddedPostgres, tmp: Path, nodes: int, conductors: int,
 
 
 def report(run: Run, concurrency: int) -> None:
-    print(f"\n== {run.nodes} fake nodes, {run.conductors} conductor process(es) + 1 api process, "
-          f"{concurrency} concurrent aiohttp clients (not openstacksdk) ==")
+    print(
+        f"\n== {run.nodes} fake nodes, {run.conductors} conductor process(es) + 1 api process, "
+        f"{concurrency} concurrent aiohttp clients (not openstacksdk) =="
+    )
     print(f"{'step':<20} {'nodes/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'Ironic/s':>9} {'x Ironic':>9}")
     for name, rate, lat in run.rows:
         ironic = IRONIC_RATE[name]
         print(f"{name:<20} {rate:>9.1f} {pct(lat, 50):>8.1f} {pct(lat, 99):>8.1f} {ironic:>9.0f} {rate / ironic:>9.1f}")
     g50, g99 = pct(run.gets, 50), pct(run.gets, 99)
-    print(f"GET node (serial, {len(run.gets)}): p50 {g50:.2f} ms, p99 {g99:.2f} ms "
-          f"(Ironic p50 {IRONIC_GET_MS[0]:.0f} / p99 {IRONIC_GET_MS[1]:.0f} ms: x{IRONIC_GET_MS[0] / g50:.1f} at p50)")
+    print(
+        f"GET node (serial, {len(run.gets)}): p50 {g50:.2f} ms, p99 {g99:.2f} ms "
+        f"(Ironic p50 {IRONIC_GET_MS[0]:.0f} / p99 {IRONIC_GET_MS[1]:.0f} ms: x{IRONIC_GET_MS[0] / g50:.1f} at p50)"
+    )
     d50 = pct(run.details, 50)
-    print(f"list detail of 200 nodes (x{len(run.details)}): p50 {d50:.1f} ms, p99 {pct(run.details, 99):.1f} ms "
-          f"(Ironic ~{IRONIC_DETAIL_200_MS:.0f} ms: x{IRONIC_DETAIL_200_MS / d50:.1f})")
+    print(
+        f"list detail of 200 nodes (x{len(run.details)}): p50 {d50:.1f} ms, p99 {pct(run.details, 99):.1f} ms "
+        f"(Ironic ~{IRONIC_DETAIL_200_MS:.0f} ms: x{IRONIC_DETAIL_200_MS / d50:.1f})"
+    )
     print(f"whole lifecycle: {run.seconds:.1f} s")
     for name, rss in run.rss.items():
         owned = run.owned.get(name, 0)
-        per_k = {base: (rss["end"] - rss[base]) / owned * 1000 if owned and base in rss else float("nan")
-                 for base in ("idle", "warm")}
+        per_k = {
+            base: (rss["end"] - rss[base]) / owned * 1000 if owned and base in rss else float("nan")
+            for base in ("idle", "warm")
+        }
         warm = f", warm {rss['warm']:.1f}" if "warm" in rss else ""
-        print(f"{name} RSS MiB: idle {rss['idle']:.1f}{warm}, after enroll {rss['enrolled']:.1f}, "
-              f"end {rss['end']:.1f} (peak {rss['hwm']:.1f}); {owned} nodes owned -> "
-              f"{per_k['idle']:.2f} MiB per 1,000 nodes over idle, {per_k['warm']:.2f} over warm")
+        print(
+            f"{name} RSS MiB: idle {rss['idle']:.1f}{warm}, after enroll {rss['enrolled']:.1f}, "
+            f"end {rss['end']:.1f} (peak {rss['hwm']:.1f}); {owned} nodes owned -> "
+            f"{per_k['idle']:.2f} MiB per 1,000 nodes over idle, {per_k['warm']:.2f} over warm"
+        )
     growth = sum(r["end"] - r["idle"] for r in run.rss.values())
-    print(f"all conductors: +{growth:.1f} MiB over idle = {growth / run.nodes * 1000:.2f} MiB per 1,000 nodes; "
-          f"api process RSS {run.api_rss:.1f} MiB")
+    print(
+        f"all conductors: +{growth:.1f} MiB over idle = {growth / run.nodes * 1000:.2f} MiB per 1,000 nodes; "
+        f"api process RSS {run.api_rss:.1f} MiB"
+    )
 
 
 async def main(nodes: int, conductor_counts: list[int], concurrency: int, warmup: int) -> None:
     load = os.getloadavg()
-    print(f"Ferrum lifecycle bench: {nodes} nodes, conductors {conductor_counts}, {os.cpu_count()} CPUs, "
-          f"load average {load[0]:.1f} at start")
-    print("Ironic reference (issues 3/4: Ironic 39, same machine class, openstacksdk client): "
-          + ", ".join(f"{k} ~{v:.0f}/s" for k, v in IRONIC_RATE.items())
-          + f", GET p50 ~{IRONIC_GET_MS[0]:.0f} ms, detail 200 ~{IRONIC_DETAIL_200_MS:.0f} ms; goal >= 10x")
+    print(
+        f"Ferrum lifecycle bench: {nodes} nodes, conductors {conductor_counts}, {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.1f} at start"
+    )
+    print(
+        "Ironic reference (issues 3/4: Ironic 39, same machine class, openstacksdk client): "
+        + ", ".join(f"{k} ~{v:.0f}/s" for k, v in IRONIC_RATE.items())
+        + f", GET p50 ~{IRONIC_GET_MS[0]:.0f} ms, detail 200 ~{IRONIC_DETAIL_200_MS:.0f} ms; goal >= 10x"
+    )
     with tempfile.TemporaryDirectory(prefix="ferrum-bench-") as name:
         tmp = Path(name)
         tmp.chmod(0o755)
@@ -326,18 +374,30 @@ async def main(nodes: int, conductor_counts: list[int], concurrency: int, warmup
                 report(await run_once(pg, tmp, nodes, count, concurrency, warmup), concurrency)
         finally:
             pg.stop()
-    print(f"\nload average {os.getloadavg()[0]:.1f} at the end (the machine may be shared: figures are under that load)")
+    print(
+        f"\nload average {os.getloadavg()[0]:.1f} at the end (the machine may be shared: figures are under that load)"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=1000, help="fake nodes per run (default 1000; the issue also wants 10000)")
-    parser.add_argument("--conductors", choices=("1", "2", "both"), default="both",
-                        help="conductor processes per run (default both: a run with 1, then one with 2)")
+    parser.add_argument(
+        "--nodes", type=int, default=1000, help="fake nodes per run (default 1000; the issue also wants 10000)"
+    )
+    parser.add_argument(
+        "--conductors",
+        choices=("1", "2", "both"),
+        default="both",
+        help="conductor processes per run (default both: a run with 1, then one with 2)",
+    )
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent REST clients (default 16)")
-    parser.add_argument("--warmup", type=int, default=50,
-                        help="nodes taken through the lifecycle and deleted before the measured run, for the "
-                             "'warm' RSS baseline (default 50; 0: none)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=50,
+        help="nodes taken through the lifecycle and deleted before the measured run, for the "
+        "'warm' RSS baseline (default 50; 0: none)",
+    )
     options = parser.parse_args()
     if options.nodes < 1 or options.concurrency < 1 or options.warmup < 0:
         parser.error("--nodes and --concurrency must be positive, --warmup not negative")

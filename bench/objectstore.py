@@ -84,15 +84,20 @@ def copy_with_fsync(src: Path, dst: Path) -> float:
 
 
 def curl_seconds(url: str) -> float:
-    out = subprocess.run(["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", url],
-                         check=True, capture_output=True, text=True, timeout=600).stdout.split()
+    out = subprocess.run(
+        ["curl", "-sf", "-o", "/dev/null", "-w", "%{time_total} %{size_download}", url],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    ).stdout.split()
     return float(out[0])
 
 
 class _CountingStore(pb_grpc.ObjectStoreServicer):
     """Receives a Put and drops the bytes: the ceiling of Python gRPC streaming here."""
 
-    async def Put(self, request_iterator, context):  # noqa: N802 - gRPC method name
+    async def Put(self, request_iterator, context):
         size = 0
         async for message in request_iterator:
             size += len(message.chunk)
@@ -135,13 +140,30 @@ async def grpc_ceiling(size: int, repeat: int) -> float:
 
 def start_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     ports = tmp / "ports.json"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")},
-           "FERRUM_LOG_LEVEL": "WARNING", "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
-           "FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": str(64 * 1024 * MiB)}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")},
+        "FERRUM_LOG_LEVEL": "WARNING",
+        "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
+        "FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": str(64 * 1024 * MiB),
+    }
     proc = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "ferrum"), "objectstore", "--state-dir", str(tmp / "state"),
-         "--grpc-port", "0", "--http-port", "0", "--ports-file", str(ports)],
-        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(tmp / "service.log", "wb"))  # noqa: SIM115
+        [
+            str(REPO / ".venv" / "bin" / "ferrum"),
+            "objectstore",
+            "--state-dir",
+            str(tmp / "state"),
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+            "--ports-file",
+            str(ports),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "service.log", "wb"),
+    )
     deadline = time.monotonic() + 180
     while not ports.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -173,11 +195,13 @@ http {{
     server {{ listen 127.0.0.1:{port}; root {root}; }}
 }}
 """)
-    proc = subprocess.Popen(["nginx", "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["nginx", "-p", str(prefix), "-c", str(conf), "-g", "daemon off; master_process off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
-    while subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/"],
-                         check=False).returncode != 0:
+    while subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{port}/"], check=False).returncode != 0:
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_process(proc)
             raise RuntimeError(f"nginx did not start; see {prefix / 'error.log'}")
@@ -249,20 +273,32 @@ async def run(size: int, repeat: int) -> None:
         down, ng = rate(min(ours_s)), rate(min(nginx_s))
         for via, label in (("http", "put_file, HTTP PUT (sendfile):"), ("grpc", "put_file via gRPC Put stream: ")):
             up, base = rate(min(upload_s[via])), rate(min(pair_copies[via]))
-            print(f"upload   {label} {up:8.1f} MiB/s   plain copy+fsync: {base:8.1f} MiB/s   ratio {up / base:.2f} "
-                  f"(best of {repeat} each)")
-            print(f"         {via}: each upload vs the copy just before it: median "
-                  f"{statistics.median(pair_ratios[via]):.2f} ({', '.join(f'{r:.2f}' for r in pair_ratios[via])})")
-        print(f"         (ceiling: Python gRPC streaming to a server that drops the bytes: "
-              f"{rate(ceiling_s):.1f} MiB/s, ratio to copy {rate(ceiling_s) / cp:.2f})")
-        print(f"download temp URL (sendfile):          {down:8.1f} MiB/s   nginx sendfile:   {ng:8.1f} MiB/s   "
-              f"ratio {down / ng:.2f}")
-        print(f"service RSS: idle {rss_idle / 1024:.0f} MiB, after upload {rss_after_upload / 1024:.0f} MiB, "
-              f"after download {rss_after_download / 1024:.0f} MiB, peak {rss_peak / 1024:.0f} MiB "
-              f"(object {size / MiB:.0f} MiB)")
-        print(f"runs: {repeat}; a copy before each upload; upload times "
-              f"HTTP {', '.join(f'{s:.2f}s' for s in upload_s['http'])}, "
-              f"gRPC {', '.join(f'{s:.2f}s' for s in upload_s['grpc'])}")
+            print(
+                f"upload   {label} {up:8.1f} MiB/s   plain copy+fsync: {base:8.1f} MiB/s   ratio {up / base:.2f} "
+                f"(best of {repeat} each)"
+            )
+            print(
+                f"         {via}: each upload vs the copy just before it: median "
+                f"{statistics.median(pair_ratios[via]):.2f} ({', '.join(f'{r:.2f}' for r in pair_ratios[via])})"
+            )
+        print(
+            f"         (ceiling: Python gRPC streaming to a server that drops the bytes: "
+            f"{rate(ceiling_s):.1f} MiB/s, ratio to copy {rate(ceiling_s) / cp:.2f})"
+        )
+        print(
+            f"download temp URL (sendfile):          {down:8.1f} MiB/s   nginx sendfile:   {ng:8.1f} MiB/s   "
+            f"ratio {down / ng:.2f}"
+        )
+        print(
+            f"service RSS: idle {rss_idle / 1024:.0f} MiB, after upload {rss_after_upload / 1024:.0f} MiB, "
+            f"after download {rss_after_download / 1024:.0f} MiB, peak {rss_peak / 1024:.0f} MiB "
+            f"(object {size / MiB:.0f} MiB)"
+        )
+        print(
+            f"runs: {repeat}; a copy before each upload; upload times "
+            f"HTTP {', '.join(f'{s:.2f}s' for s in upload_s['http'])}, "
+            f"gRPC {', '.join(f'{s:.2f}s' for s in upload_s['grpc'])}"
+        )
 
 
 def main() -> None:

@@ -82,8 +82,11 @@ class Connection(asyncio.Protocol):
         if reply is not None and self.transport is not None:
             self.transport.write(reply)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.headers.items()
-                   if k not in (b"host", b"connection", b"content-length")}
+        headers = {
+            k.decode("latin-1"): v.decode("latin-1")
+            for k, v in self.headers.items()
+            if k not in (b"host", b"connection", b"content-length")
+        }
         asyncio.get_running_loop().create_task(self._miss(key, method.decode(), self.url.decode("latin-1"), headers))
 
     async def _miss(self, key: tuple[bytes, ...], method: str, target: str, headers: dict[str, str]) -> None:

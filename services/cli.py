@@ -23,13 +23,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ferrum", description="Ferrum: bare-metal provisioning with an Ironic-compatible API.", epilog=EPILOG,
+        prog="ferrum",
+        description="Ferrum: bare-metal provisioning with an Ironic-compatible API.",
+        epilog=EPILOG,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    stack = sub.add_parser("stack", help="run api, conductor, ipxe and objectstore (and embedded PostgreSQL) in one process",
-                           description="Run the whole control plane in one process until Ctrl-C/SIGTERM. "
-                           "REST API on 127.0.0.1:6385, iPXE on 127.0.0.1:8080 (see docs/ports-and-endpoints.md).", epilog=EPILOG)
+    stack = sub.add_parser(
+        "stack",
+        help="run api, conductor, ipxe and objectstore (and embedded PostgreSQL) in one process",
+        description="Run the whole control plane in one process until Ctrl-C/SIGTERM. "
+        "REST API on 127.0.0.1:6385, iPXE on 127.0.0.1:8080 (see docs/ports-and-endpoints.md).",
+        epilog=EPILOG,
+    )
     _common(stack)
     stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
 
@@ -39,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, help="REST port (default 6385)")
     api.add_argument("--grpc-port", type=int, help="gRPC port (default 6386)")
 
-    conductor = sub.add_parser("conductor", help="run a conductor (state machine, drivers, periodic work)", epilog=EPILOG)
+    conductor = sub.add_parser(
+        "conductor", help="run a conductor (state machine, drivers, periodic work)", epilog=EPILOG
+    )
     _common(conductor)
     conductor.add_argument("--host", help="listen address, also the address registered for the api (default 127.0.0.1)")
     conductor.add_argument("--grpc-port", type=int, help="gRPC port (default 6387)")
@@ -62,22 +70,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     from services.agent.cli import add_agent_arguments
 
-    add_agent_arguments(sub.add_parser(
-        "agent", help="IPA-compatible deploy agent (the ramdisk side): lookup, heartbeat, command API, image writing",
-        description="Run one deploy agent: look the node up on the api, heartbeat, serve the command API "
-                    "(default port 9999) and write images to the given disks. See docs/agent.md."))
+    add_agent_arguments(
+        sub.add_parser(
+            "agent",
+            help="IPA-compatible deploy agent (the ramdisk side): lookup, heartbeat, command API, image writing",
+            description="Run one deploy agent: look the node up on the api, heartbeat, serve the command API "
+            "(default port 9999) and write images to the given disks. See docs/agent.md.",
+        )
+    )
     from services.simulator.cli import add_simulator_arguments
 
-    add_simulator_arguments(sub.add_parser(
-        "simulator", help="a rack of simulated machines behind one Redfish service (network boot, agents, disks)",
-        description="Run N simulated machines behind one Redfish BMC service: sparse disk files, iPXE-like "
-                    "network boot from --boot-url, embedded deploy agents. See docs/simulator.md."))
+    add_simulator_arguments(
+        sub.add_parser(
+            "simulator",
+            help="a rack of simulated machines behind one Redfish service (network boot, agents, disks)",
+            description="Run N simulated machines behind one Redfish BMC service: sparse disk files, iPXE-like "
+            "network boot from --boot-url, embedded deploy agents. See docs/simulator.md.",
+        )
+    )
 
-    demo = sub.add_parser("demo", help="provision a rack of simulated Redfish machines end to end over the REST API",
-                          description="Start the embedded stack and a simulator of N Redfish machines, build a small "
-                          "GPT + ext4 disk image, enroll the machines over the Ironic REST API, deploy the image with a "
-                          "config drive (iPXE + agent), verify every disk byte for byte, undeploy, and stop.",
-                          epilog=EPILOG)
+    demo = sub.add_parser(
+        "demo",
+        help="provision a rack of simulated Redfish machines end to end over the REST API",
+        description="Start the embedded stack and a simulator of N Redfish machines, build a small "
+        "GPT + ext4 disk image, enroll the machines over the Ironic REST API, deploy the image with a "
+        "config drive (iPXE + agent), verify every disk byte for byte, undeploy, and stop.",
+        epilog=EPILOG,
+    )
     _common(demo)
     demo.add_argument("--nodes", type=int, default=8, help="how many simulated machines to provision (default 8)")
 
@@ -104,8 +123,12 @@ def settings_from(args: argparse.Namespace, env: dict[str, str]) -> Settings:
             if value is not None:
                 overrides.setdefault(section, {})[flag] = value
     if getattr(args, "ephemeral", False) or args.command == "demo":
-        for sec, keys in (("api", ("port", "grpc_port")), ("conductor", ("grpc_port", "metrics_port")),
-                          ("ipxe", ("port", "grpc_port")), ("objectstore", ("grpc_port", "http_port"))):
+        for sec, keys in (
+            ("api", ("port", "grpc_port")),
+            ("conductor", ("grpc_port", "metrics_port")),
+            ("ipxe", ("port", "grpc_port")),
+            ("objectstore", ("grpc_port", "http_port")),
+        ):
             for key in keys:
                 overrides.setdefault(sec, {})[key] = 0
     return load_settings(env, config_file=getattr(args, "config", None), overrides=overrides)
@@ -142,7 +165,9 @@ def main(argv: list[str] | None = None) -> int:
         from services.common import errors
         from services.common.db.embedded import EmbeddedPostgresError
 
-        if isinstance(exc, (ConfigError, OSError, EmbeddedPostgresError, errors.FerrumError)) or type(exc).__module__.startswith("asyncpg"):
+        if isinstance(exc, (ConfigError, OSError, EmbeddedPostgresError, errors.FerrumError)) or type(
+            exc
+        ).__module__.startswith("asyncpg"):
             print(f"ferrum: error: {exc}".splitlines()[0], file=sys.stderr)
             return 1
         raise
@@ -161,16 +186,19 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         if not settings.database.url:
             raise ConfigError("ferrum db upgrade needs --database-url or FERRUM_DATABASE_URL")
         applied = await migrate.upgrade(settings.database.url)
-        print(f"schema at version {await migrate.current_version(settings.database.url)}"
-              + (f" (applied {applied})" if applied else " (nothing to do)"))
+        print(
+            f"schema at version {await migrate.current_version(settings.database.url)}"
+            + (f" (applied {applied})" if applied else " (nothing to do)")
+        )
         return 0
     if args.command == "demo":
         from services.demo import run_demo
 
         simulators: list[Any] = []
         try:
-            return await runtime.serve(settings, ALL_SERVICES,
-                                       until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators))
+            return await runtime.serve(
+                settings, ALL_SERVICES, until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators)
+            )
         finally:
             for simulator in simulators:
                 await simulator.stop()

@@ -50,7 +50,9 @@ async def _wait(session: aiohttp.ClientSession, url: str, state: str, timeout: f
         if node["provision_state"] in ("deploy failed", "clean failed", "error") and state != node["provision_state"]:
             raise DemoError(f"node {node['name']} failed in {node['provision_state']}: {node['last_error']}")
         if time.monotonic() > deadline:
-            raise DemoError(f"node {node['name']} stuck in {node['provision_state']} (wanted {state}): {node['last_error']}")
+            raise DemoError(
+                f"node {node['name']} stuck in {node['provision_state']} (wanted {state}): {node['last_error']}"
+            )
         await asyncio.sleep(0.2)
 
 
@@ -71,18 +73,42 @@ async def _publish(stack: Any, image: DemoImage) -> tuple[str, str, str]:
     return urls[0], urls[1], urls[2]
 
 
-async def _enroll(session: aiohttp.ClientSession, api: str, machine: Any, redfish_url: str,
-                  kernel: str, ramdisk: str, image_url: str, image: DemoImage) -> dict[str, Any]:
-    node = await _call(session, "POST", f"{api}/v1/nodes", {
-        "name": machine.name, "driver": "redfish", "boot_interface": "ipxe", "deploy_interface": "direct",
-        "resource_class": "baremetal",
-        "driver_info": {"redfish_address": redfish_url, "redfish_system_id": machine.system_path,
-                        "redfish_username": REDFISH_USER, "redfish_password": REDFISH_PASSWORD,
-                        "deploy_kernel": kernel, "deploy_ramdisk": ramdisk},
-        "properties": {"root_device": {"serial": machine.disk_serial}},
-        "instance_info": {"image_source": image_url, "image_os_hash_algo": "sha256",
-                          "image_os_hash_value": image.sha256},
-    })
+async def _enroll(
+    session: aiohttp.ClientSession,
+    api: str,
+    machine: Any,
+    redfish_url: str,
+    kernel: str,
+    ramdisk: str,
+    image_url: str,
+    image: DemoImage,
+) -> dict[str, Any]:
+    node = await _call(
+        session,
+        "POST",
+        f"{api}/v1/nodes",
+        {
+            "name": machine.name,
+            "driver": "redfish",
+            "boot_interface": "ipxe",
+            "deploy_interface": "direct",
+            "resource_class": "baremetal",
+            "driver_info": {
+                "redfish_address": redfish_url,
+                "redfish_system_id": machine.system_path,
+                "redfish_username": REDFISH_USER,
+                "redfish_password": REDFISH_PASSWORD,
+                "deploy_kernel": kernel,
+                "deploy_ramdisk": ramdisk,
+            },
+            "properties": {"root_device": {"serial": machine.disk_serial}},
+            "instance_info": {
+                "image_source": image_url,
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": image.sha256,
+            },
+        },
+    )
     await _call(session, "POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]})
     return node
 
@@ -95,18 +121,38 @@ async def _provision(session: aiohttp.ClientSession, api: str, node: dict[str, A
         await _wait(session, url, state, timeout=120)
         timings[verb] = time.monotonic() - started
     started = time.monotonic()
-    await _call(session, "PUT", f"{url}/states/provision", {"target": "active", "configdrive": {
-        "meta_data": {"hostname": f"{node['name']}.demo", "public_keys": {"operator": SSH_KEY}},
-        "user_data": "#cloud-config\nfinal_message: provisioned by Ferrum\n",
-    }})
+    await _call(
+        session,
+        "PUT",
+        f"{url}/states/provision",
+        {
+            "target": "active",
+            "configdrive": {
+                "meta_data": {"hostname": f"{node['name']}.demo", "public_keys": {"operator": SSH_KEY}},
+                "user_data": "#cloud-config\nfinal_message: provisioned by Ferrum\n",
+            },
+        },
+    )
     timings["deploy_started"] = started
 
 
-async def _watch(session: aiohttp.ClientSession, api: str, nodes: list[dict[str, Any]], image: DemoImage,
-                 timings: dict[str, dict[str, float]], console: Console) -> None:
+async def _watch(
+    session: aiohttp.ClientSession,
+    api: str,
+    nodes: list[dict[str, Any]],
+    image: DemoImage,
+    timings: dict[str, dict[str, float]],
+    console: Console,
+) -> None:
     """rich progress bars fed by each node's deploy_progress until all are active."""
-    columns = (TextColumn("{task.fields[name]:<10}"), TextColumn("{task.fields[state]:<15}"), BarColumn(),
-               DownloadColumn(), TransferSpeedColumn(), TimeElapsedColumn())
+    columns = (
+        TextColumn("{task.fields[name]:<10}"),
+        TextColumn("{task.fields[state]:<15}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=False) as progress:
         bars = {n["uuid"]: progress.add_task("", total=image.size, name=n["name"], state="deploying") for n in nodes}
         pending = {n["uuid"] for n in nodes}
@@ -162,23 +208,38 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
     started = time.monotonic()
     image = await asyncio.to_thread(build_demo_image, state / "images", marker=f"ferrum demo {time.ctime()}")
     # A run number in names and MACs: the embedded database outlives a demo run.
-    simulator = Simulator(SimulatorOptions(machines=nodes, state_dir=str(state / "machines"), boot_url=boot_url,
-                                           username=REDFISH_USER, password=REDFISH_PASSWORD,
-                                           name_prefix=f"demo{run}-", first_index=run * 1000,
-                                           disk_size=256 * 1024 * 1024).validate())
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=nodes,
+            state_dir=str(state / "machines"),
+            boot_url=boot_url,
+            username=REDFISH_USER,
+            password=REDFISH_PASSWORD,
+            name_prefix=f"demo{run}-",
+            first_index=run * 1000,
+            disk_size=256 * 1024 * 1024,
+        ).validate()
+    )
     simulators.append(simulator)
     await simulator.start()
     async with aiohttp.ClientSession() as session:
         root = await _call(session, "GET", f"{api}/")
-        console.print(f"\n[bold]Ferrum[/] at {api} (Ironic API {root['default_version']['min_version']}"
-                      f"..{root['default_version']['version']}), simulator with {nodes} Redfish machines at "
-                      f"{simulator.redfish_url}, boot script at {boot_url}")
+        console.print(
+            f"\n[bold]Ferrum[/] at {api} (Ironic API {root['default_version']['min_version']}"
+            f"..{root['default_version']['version']}), simulator with {nodes} Redfish machines at "
+            f"{simulator.redfish_url}, boot script at {boot_url}"
+        )
         image_url, kernel, ramdisk = await _publish(stack, image)
-        console.print(f"Image: {image.path.name}, {image.size // (1024 * 1024)} MiB GPT + ext4, sha256 "
-                      f"{image.sha256[:16]}..., served by the object store\n")
-        enrolled = await asyncio.gather(*(
-            _enroll(session, api, m, simulator.redfish_url, kernel, ramdisk, image_url, image)
-            for m in simulator.machines))
+        console.print(
+            f"Image: {image.path.name}, {image.size // (1024 * 1024)} MiB GPT + ext4, sha256 "
+            f"{image.sha256[:16]}..., served by the object store\n"
+        )
+        enrolled = await asyncio.gather(
+            *(
+                _enroll(session, api, m, simulator.redfish_url, kernel, ramdisk, image_url, image)
+                for m in simulator.machines
+            )
+        )
         console.print(f"Enrolled {len(enrolled)} nodes (redfish + ipxe + direct); manage, provide, deploy...")
         timings: dict[str, dict[str, float]] = {n["uuid"]: {} for n in enrolled}
         await asyncio.gather(*(_provision(session, api, n, timings[n["uuid"]]) for n in enrolled))
@@ -198,22 +259,37 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
             if not ok:
                 bad.append(node["name"])
             t = timings[node["uuid"]]
-            table.add_row(node["name"], node["uuid"][:8], shown["provision_state"], shown["power_state"],
-                          f"{t['manage']:.1f}s", f"{t['provide']:.1f}s", f"{t['deploy']:.1f}s",
-                          "[green]identical[/]" if ok else "[red]DIFFERS[/]", _config_drive_seen(machine))
+            table.add_row(
+                node["name"],
+                node["uuid"][:8],
+                shown["provision_state"],
+                shown["power_state"],
+                f"{t['manage']:.1f}s",
+                f"{t['provide']:.1f}s",
+                f"{t['deploy']:.1f}s",
+                "[green]identical[/]" if ok else "[red]DIFFERS[/]",
+                _config_drive_seen(machine),
+            )
         console.print(table)
         if bad:
             raise DemoError(f"disks differ from the image on {bad}")
         console.print("Every disk holds the image byte for byte; each machine's OS found its config-2 drive.")
         console.print("Tearing down: undeploy every node...")
-        await asyncio.gather(*(_call(session, "PUT", f"{api}/v1/nodes/{n['uuid']}/states/provision",
-                                     {"target": "deleted"}) for n in enrolled))
+        await asyncio.gather(
+            *(
+                _call(session, "PUT", f"{api}/v1/nodes/{n['uuid']}/states/provision", {"target": "deleted"})
+                for n in enrolled
+            )
+        )
         await asyncio.gather(*(_wait(session, f"{api}/v1/nodes/{n['uuid']}", "available", 120) for n in enrolled))
         powered = [m.name for m in simulator.machines if m.power_state != "Off"]
         await asyncio.gather(*(_call(session, "DELETE", f"{api}/v1/nodes/{n['uuid']}") for n in enrolled))
         store = next(s for s in stack.services if s.name == "conductor").objectstore
         for name in ("demo-disk.raw", "ferrum-agent.kernel", "ferrum-agent.initramfs"):
             await store.delete("demo-images", name)
-        console.print(f"All {nodes} nodes were undeployed to available" +
-                      (f" (still powered: {powered})" if powered else ", powered off") + ", then deleted with the images.")
+        console.print(
+            f"All {nodes} nodes were undeployed to available"
+            + (f" (still powered: {powered})" if powered else ", powered off")
+            + ", then deleted with the images."
+        )
     await asyncio.to_thread(shutil.rmtree, state, True)

@@ -24,7 +24,7 @@ class DemoImage:
     path: Path
     size: int
     sha256: str
-    payload_start: int   # where the partition's bytes begin (the tables around it change on deploy)
+    payload_start: int  # where the partition's bytes begin (the tables around it change on deploy)
     payload_end: int
 
 
@@ -46,12 +46,31 @@ def build_demo_image(directory: Path, *, size_mib: int = 48, marker: str = "ferr
         (root / "etc" / "ferrum-demo").write_text(marker + "\n")
         (root / "etc" / "hostname").write_text("localhost\n")
         fs = Path(tmp) / "fs.img"
-        _run("mke2fs", "-q", "-F", "-t", "ext4", "-L", "ferrum-root", "-d", str(root), str(fs),
-             f"{(part_end - PARTITION_START) // 1024}k")
+        _run(
+            "mke2fs",
+            "-q",
+            "-F",
+            "-t",
+            "ext4",
+            "-L",
+            "ferrum-root",
+            "-d",
+            str(root),
+            str(fs),
+            f"{(part_end - PARTITION_START) // 1024}k",
+        )
         with open(image, "wb") as out:
             out.truncate(size)
-        _run("sgdisk", "-n", f"1:{PARTITION_START // 512}:{part_end // 512 - 1}", "-t", "1:8300",
-             "-c", "1:root", str(image))
+        _run(
+            "sgdisk",
+            "-n",
+            f"1:{PARTITION_START // 512}:{part_end // 512 - 1}",
+            "-t",
+            "1:8300",
+            "-c",
+            "1:root",
+            str(image),
+        )
         with open(fs, "rb") as src, open(image, "r+b") as out:
             out.seek(PARTITION_START)
             while chunk := src.read(4 * MiB):
@@ -60,8 +79,9 @@ def build_demo_image(directory: Path, *, size_mib: int = 48, marker: str = "ferr
     with open(image, "rb") as f:
         while chunk := f.read(4 * MiB):
             digest.update(chunk)
-    return DemoImage(path=image, size=size, sha256=digest.hexdigest(), payload_start=PARTITION_START,
-                     payload_end=part_end)
+    return DemoImage(
+        path=image, size=size, sha256=digest.hexdigest(), payload_start=PARTITION_START, payload_end=part_end
+    )
 
 
 def payload_digest(path: Path, image: DemoImage) -> str:

@@ -64,8 +64,9 @@ class RunningStack:
                 self.database.url, min_size=settings.database.pool_min, max_size=settings.database.pool_max
             )
             # Services that need a connection of their own (LISTEN) use the database actually opened.
-            settings = dataclasses.replace(settings, database=dataclasses.replace(settings.database,
-                                                                                url=self.database.url))
+            settings = dataclasses.replace(
+                settings, database=dataclasses.replace(settings.database, url=self.database.url)
+            )
             settings = self.settings = pin_api_port(settings, names)
             factories = service_factories()
             for name in names:
@@ -122,7 +123,8 @@ def wire_started(settings: Settings, name: str, service: Any) -> Settings:
         address = getattr(service, "grpc_address", "")
         if address:
             settings = dataclasses.replace(
-                settings, conductor=dataclasses.replace(settings.conductor, objectstore_address=address))
+                settings, conductor=dataclasses.replace(settings.conductor, objectstore_address=address)
+            )
     return settings
 
 
@@ -135,7 +137,10 @@ async def wait_for_signal() -> None:
 
 
 async def serve(
-    settings: Settings, names: list[str], *, ports_file: str | None = None,
+    settings: Settings,
+    names: list[str],
+    *,
+    ports_file: str | None = None,
     until: Callable[[RunningStack], Awaitable[None]] | None = None,
 ) -> int:
     """Start ``names``, print the endpoints, run until a signal (or ``until``)."""

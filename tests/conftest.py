@@ -61,14 +61,17 @@ def empty_database_url(postgres: EmbeddedPostgres) -> Iterator[str]:
 
 def test_settings(database_url: str, state_dir: Path, **sections: dict[str, Any]) -> Settings:
     """Settings for an in-process stack on ephemeral ports."""
-    base = load_settings({}, overrides={
-        None: {"state_dir": str(state_dir)},
-        "database": {"url": database_url, "pool_max": 20},
-        "api": {"port": 0, "grpc_port": 0, "ring_refresh_interval": 0.5},
-        "conductor": {"grpc_port": 0, "metrics_port": 0, "heartbeat_interval": 0.5, "heartbeat_timeout": 5.0},
-        "ipxe": {"port": 0, "grpc_port": 0},
-        "objectstore": {"grpc_port": 0, "http_port": 0},
-    })
+    base = load_settings(
+        {},
+        overrides={
+            None: {"state_dir": str(state_dir)},
+            "database": {"url": database_url, "pool_max": 20},
+            "api": {"port": 0, "grpc_port": 0, "ring_refresh_interval": 0.5},
+            "conductor": {"grpc_port": 0, "metrics_port": 0, "heartbeat_interval": 0.5, "heartbeat_timeout": 5.0},
+            "ipxe": {"port": 0, "grpc_port": 0},
+            "objectstore": {"grpc_port": 0, "http_port": 0},
+        },
+    )
     for name, values in sections.items():
         base = dataclasses.replace(base, **{name: dataclasses.replace(getattr(base, name), **values)})
     return base
@@ -79,8 +82,11 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     """api + conductor + ipxe + objectstore in this process on ephemeral ports."""
     from services.runtime import ALL_SERVICES_ORDER, RunningStack
 
-    settings = test_settings(database_url, tmp_path_factory.mktemp("state"),
-                             conductor={"hostname": "test-conductor", "fake_deploy_delay": "0"})
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("state"),
+        conductor={"hostname": "test-conductor", "fake_deploy_delay": "0"},
+    )
     running = RunningStack()
     await running.start(settings, list(ALL_SERVICES_ORDER))
     try:

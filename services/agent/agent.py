@@ -37,8 +37,8 @@ KEEP_COMMANDS = 50  # finished command results kept for GET /v1/commands
 
 @dataclass(frozen=True)
 class Disk:
-    path: str                 # file or block device to write
-    name: str = "/dev/sda"    # what the agent reports as the device name
+    path: str  # file or block device to write
+    name: str = "/dev/sda"  # what the agent reports as the device name
     serial: str = ""
     wwn: str = ""
     model: str = ""
@@ -47,29 +47,29 @@ class Disk:
 
 @dataclass(frozen=True)
 class AgentOptions:
-    api_url: str                         # Ironic-compatible api base, e.g. http://127.0.0.1:6385
+    api_url: str  # Ironic-compatible api base, e.g. http://127.0.0.1:6385
     macs: tuple[str, ...]
     disks: tuple[Disk, ...]
-    node_uuid: str = ""                  # optional hint for lookup
+    node_uuid: str = ""  # optional hint for lookup
     listen_host: str = "127.0.0.1"
-    listen_port: int = 0                 # 0 = ephemeral
-    advertise_host: str = ""             # host put in callback_url; default listen_host
+    listen_port: int = 0  # 0 = ephemeral
+    advertise_host: str = ""  # host put in callback_url; default listen_host
     lookup_timeout: float = 300.0
     lookup_interval: float = 1.0
-    heartbeat_interval: float | None = None   # None = heartbeat_timeout x random(0.3, 0.6), min 5 s, as IPA
+    heartbeat_interval: float | None = None  # None = heartbeat_timeout x random(0.3, 0.6), min 5 s, as IPA
     allow_md5: bool = False
-    power_off: Callable[[], Awaitable[None]] | None = None   # hook: standby.power_off
-    reboot: Callable[[], Awaitable[None]] | None = None      # hook: standby.run_image / reboot
-    agent_token: str = ""                # pre-generated token (ipa-agent-token), else the lookup's
-    global_request_id: str = ""          # ipa-global-request-id, sent on lookup/heartbeat
-    tmp_dir: str = ""                    # qcow2 spool / staging directory (default: system temp)
+    power_off: Callable[[], Awaitable[None]] | None = None  # hook: standby.power_off
+    reboot: Callable[[], Awaitable[None]] | None = None  # hook: standby.run_image / reboot
+    agent_token: str = ""  # pre-generated token (ipa-agent-token), else the lookup's
+    global_request_id: str = ""  # ipa-global-request-id, sent on lookup/heartbeat
+    tmp_dir: str = ""  # qcow2 spool / staging directory (default: system temp)
     write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
-    hostname: str = ""                   # reported in the inventory
-    qcow2_stream: bool = True            # convert qcow2 while it downloads; False = stage it and run qemu-img
+    hostname: str = ""  # reported in the inventory
+    qcow2_stream: bool = True  # convert qcow2 while it downloads; False = stage it and run qemu-img
     conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
-    write_slots: asyncio.Semaphore | None = None       # shared by embedded agents: bounds concurrent image writes
-    ca_file: str = ""                    # extra CA bundle for https api/image/config drive URLs (ipa-cafile)
-    insecure: bool = False               # skip TLS verification of those URLs (ipa-insecure)
+    write_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent image writes
+    ca_file: str = ""  # extra CA bundle for https api/image/config drive URLs (ipa-cafile)
+    insecure: bool = False  # skip TLS verification of those URLs (ipa-insecure)
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
 
 
@@ -83,8 +83,10 @@ def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOpt
         values["macs"] = tuple(cmdline.normalize_mac(m) for m in values["macs"])
     missing = [name for name in ("api_url", "macs", "disks") if not values.get(name)]
     if missing:
-        raise errors.MissingParameter(f"agent options missing: {', '.join(missing)} "
-                                      "(ipa-api-url and BOOTIF on the kernel command line, disks from the caller)")
+        raise errors.MissingParameter(
+            f"agent options missing: {', '.join(missing)} "
+            "(ipa-api-url and BOOTIF on the kernel command line, disks from the caller)"
+        )
     values["disks"] = tuple(values["disks"])
     return AgentOptions(**values)
 
@@ -100,8 +102,9 @@ def route_address(api_url: str) -> str:
             probe.connect(address)
             return str(probe.getsockname()[0])
     except OSError as exc:
-        raise errors.InvalidParameterValue(f"cannot find a local address that reaches {api_url}: {exc}; "
-                                           "set advertise_host") from None
+        raise errors.InvalidParameterValue(
+            f"cannot find a local address that reaches {api_url}: {exc}; set advertise_host"
+        ) from None
 
 
 def _tls_setting(options: AgentOptions) -> ssl.SSLContext | bool:
@@ -156,16 +159,21 @@ class Agent:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
-            self._runner, self._port = await start_http_site(server.build_app(self), self.options.listen_host,
-                                                             self.options.listen_port)
+            self._runner, self._port = await start_http_site(
+                server.build_app(self), self.options.listen_host, self.options.listen_port
+            )
         except OSError:
             if self._own_session:  # nothing may be left open when start fails
                 await self._session.close()
                 self._session = None
             raise
         self._started_at = time.time()
-        LOG.info("agent listening callback_url=%s macs=%s disks=%s", self.callback_url,
-                 ",".join(self.options.macs), ",".join(d.name for d in self.options.disks))
+        LOG.info(
+            "agent listening callback_url=%s macs=%s disks=%s",
+            self.callback_url,
+            ",".join(self.options.macs),
+            ",".join(d.name for d in self.options.disks),
+        )
         self._callback_task = asyncio.create_task(self._callback_loop(), name=f"agent-callbacks-{self._port}")
 
     async def stop(self) -> None:
@@ -264,8 +272,12 @@ class Agent:
             if not isinstance(exc, errors.FerrumError):
                 LOG.exception("command crashed id=%s name=%s", result.id, result.name)
             result.fail(exc)
-            LOG.warning("command failed id=%s name=%s error=%s", result.id, result.name, result.error["message"]
-                        if result.error else "")
+            LOG.warning(
+                "command failed id=%s name=%s error=%s",
+                result.id,
+                result.name,
+                result.error["message"] if result.error else "",
+            )
         else:
             result.succeed(outcome)
             LOG.info("command succeeded id=%s name=%s", result.id, result.name)
@@ -277,7 +289,9 @@ class Agent:
     def _remember(self, result: CommandResult) -> None:
         self._commands[result.id] = result
         if len(self._commands) > KEEP_COMMANDS:
-            for old_id in [k for k, v in self._commands.items() if v.status != "RUNNING"][:len(self._commands) - KEEP_COMMANDS]:
+            for old_id in [k for k, v in self._commands.items() if v.status != "RUNNING"][
+                : len(self._commands) - KEEP_COMMANDS
+            ]:
                 del self._commands[old_id]
 
     def heartbeat_soon(self) -> None:
@@ -320,8 +334,9 @@ class Agent:
         delay = self.options.lookup_interval
         while True:
             try:
-                found = await callbacks.lookup(self.session, api, self.options.macs, self.options.node_uuid,
-                                               self._api_headers, tls=self.tls)
+                found = await callbacks.lookup(
+                    self.session, api, self.options.macs, self.options.node_uuid, self._api_headers, tls=self.tls
+                )
                 delay = self.options.lookup_interval
                 reason = "node not found or not in a deploy state (404)"
             except (callbacks.CallbackError, aiohttp.ClientError, TimeoutError) as exc:
@@ -343,8 +358,10 @@ class Agent:
         if token and token != "******":
             self.agent_token = str(token)
         elif not self.agent_token:
-            self.last_error = ("lookup returned no usable agent token (masked or missing) and none was "
-                               "pre-generated: refusing to serve commands")
+            self.last_error = (
+                "lookup returned no usable agent token (masked or missing) and none was "
+                "pre-generated: refusing to serve commands"
+            )
             LOG.error("agent locked down node_uuid=%s reason=no token", found["node"]["uuid"])
             return False
         self.node = dict(found["node"])
@@ -362,8 +379,11 @@ class Agent:
         return max(MIN_HEARTBEAT_INTERVAL, timeout * random.uniform(0.3, 0.6))
 
     def heartbeat_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"callback_url": self.callback_url, "agent_version": AGENT_VERSION,
-                                "agent_token": self.agent_token}
+        body: dict[str, Any] = {
+            "callback_url": self.callback_url,
+            "agent_version": AGENT_VERSION,
+            "agent_token": self.agent_token,
+        }
         if self.progress is not None:
             body["deploy_progress"] = self.progress.as_dict()
         return body
@@ -374,8 +394,9 @@ class Agent:
         while self.powered_down is None:
             self._heartbeat_now.clear()
             try:
-                await callbacks.heartbeat(self.session, api, self.node_uuid, self.heartbeat_body(), self._api_headers,
-                                          tls=self.tls)
+                await callbacks.heartbeat(
+                    self.session, api, self.node_uuid, self.heartbeat_body(), self._api_headers, tls=self.tls
+                )
                 self.heartbeats_sent += 1
                 error_delay = 0.0
                 if self.last_error and self.last_error.startswith("heartbeat"):
@@ -388,8 +409,12 @@ class Agent:
                 error_delay = min(interval, max(error_delay * 2, min(1.0, interval)))
                 delay = error_delay
                 self.last_error = f"heartbeat failed: {exc or type(exc).__name__}"
-                LOG.warning("heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s", self.node_uuid, delay,
-                            exc or type(exc).__name__)
+                LOG.warning(
+                    "heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s",
+                    self.node_uuid,
+                    delay,
+                    exc or type(exc).__name__,
+                )
             try:  # asyncio.timeout, not wait_for: wait_for can swallow a cancel that races the event
                 async with asyncio.timeout(delay):
                     await self._heartbeat_now.wait()

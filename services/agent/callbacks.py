@@ -51,8 +51,15 @@ async def negotiate_version(session: aiohttp.ClientSession, api_url: str, *, tls
     return f"{wanted[0]}.{wanted[1]}"
 
 
-async def lookup(session: aiohttp.ClientSession, api_url: str, macs: tuple[str, ...], node_uuid: str,
-                 headers: dict[str, str], *, tls: ssl.SSLContext | bool = True) -> dict[str, Any] | None:
+async def lookup(
+    session: aiohttp.ClientSession,
+    api_url: str,
+    macs: tuple[str, ...],
+    node_uuid: str,
+    headers: dict[str, str],
+    *,
+    tls: ssl.SSLContext | bool = True,
+) -> dict[str, Any] | None:
     """The lookup document, or None while the api does not know us yet (404)."""
     params = {"addresses": ",".join(macs)}
     if node_uuid:
@@ -72,9 +79,17 @@ async def lookup(session: aiohttp.ClientSession, api_url: str, macs: tuple[str, 
         return body
 
 
-async def heartbeat(session: aiohttp.ClientSession, api_url: str, node_uuid: str, body: dict[str, Any],
-                    headers: dict[str, str], *, tls: ssl.SSLContext | bool = True) -> None:
-    async with session.post(f"{api_url}/v1/heartbeat/{node_uuid}", json=body, headers=headers,
-                            timeout=TIMEOUT, ssl=tls) as resp:
+async def heartbeat(
+    session: aiohttp.ClientSession,
+    api_url: str,
+    node_uuid: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    tls: ssl.SSLContext | bool = True,
+) -> None:
+    async with session.post(
+        f"{api_url}/v1/heartbeat/{node_uuid}", json=body, headers=headers, timeout=TIMEOUT, ssl=tls
+    ) as resp:
         if resp.status not in (200, 202, 204):
             raise CallbackError(f"heartbeat answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)

@@ -63,21 +63,25 @@ def validate_image_info(image_info: Any, *, allow_md5: bool) -> None:
     if algo and value:
         algo = str(algo).lower()
         if algo not in SUPPORTED_ALGOS:
-            raise errors.InvalidParameterValue(f"Image hash algorithm {algo!r} is not supported "
-                                               f"(use one of {', '.join(sorted(SUPPORTED_ALGOS))}).")
+            raise errors.InvalidParameterValue(
+                f"Image hash algorithm {algo!r} is not supported (use one of {', '.join(sorted(SUPPORTED_ALGOS))})."
+            )
         if algo == "md5" and not allow_md5:
             raise errors.InvalidParameterValue("MD5 image checksums are disabled on this agent.")
         return
     checksum = image_info.get("checksum")
     if not checksum or not isinstance(checksum, str):
         raise errors.InvalidParameterValue(
-            "Image checksum is missing: give os_hash_algo and os_hash_value, or checksum.")
+            "Image checksum is missing: give os_hash_algo and os_hash_value, or checksum."
+        )
     if is_url(checksum):
         return
     if len(checksum) == 32 and not allow_md5:
         raise errors.InvalidParameterValue("MD5 image checksums are disabled on this agent.")
     if len(checksum) not in ALGO_BY_LENGTH or not _HEX.match(checksum):
-        raise errors.InvalidParameterValue(f"Image checksum {checksum!r} is not a hex md5/sha256/sha384/sha512 value or a URL.")
+        raise errors.InvalidParameterValue(
+            f"Image checksum {checksum!r} is not a hex md5/sha256/sha384/sha512 value or a URL."
+        )
 
 
 def parse_checksum_file(text: str, file_name: str) -> str:
@@ -102,7 +106,9 @@ def parse_checksum_file(text: str, file_name: str) -> str:
     raise errors.ImageError(f"No checksum for image file {file_name!r} was found in the checksum file")
 
 
-async def resolve_expected(image_info: Mapping[str, Any], *, allow_md5: bool, fetch_text: FetchText) -> ExpectedChecksum:
+async def resolve_expected(
+    image_info: Mapping[str, Any], *, allow_md5: bool, fetch_text: FetchText
+) -> ExpectedChecksum:
     """The algorithm and value the downloaded bytes must hash to."""
     validate_image_info(image_info, allow_md5=allow_md5)
     image_name = image_file_name(image_info["urls"][0])

@@ -24,13 +24,21 @@ LOG = logging.getLogger(__name__)
 
 
 def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--kernel-cmdline", metavar="FILE",
-                        help="read ipa-api-url, BOOTIF, ipa-node-uuid, ipa-agent-token ... from this file "
-                             "(e.g. /proc/cmdline); flags below win")
+    parser.add_argument(
+        "--kernel-cmdline",
+        metavar="FILE",
+        help="read ipa-api-url, BOOTIF, ipa-node-uuid, ipa-agent-token ... from this file "
+        "(e.g. /proc/cmdline); flags below win",
+    )
     parser.add_argument("--api-url", help="Ironic-compatible api base URL, e.g. http://127.0.0.1:6385")
     parser.add_argument("--mac", action="append", default=[], help="a NIC MAC used for lookup (repeatable)")
-    parser.add_argument("--disk", action="append", default=[], metavar="PATH[,name=..,serial=..,wwn=..,model=..,rotational=0|1]",
-                        help="a disk (file or block device) the agent may write (repeatable; required)")
+    parser.add_argument(
+        "--disk",
+        action="append",
+        default=[],
+        metavar="PATH[,name=..,serial=..,wwn=..,model=..,rotational=0|1]",
+        help="a disk (file or block device) the agent may write (repeatable; required)",
+    )
     parser.add_argument("--node-uuid", help="node UUID hint for lookup")
     parser.add_argument("--agent-token", help="pre-generated agent token (else the lookup's)")
     parser.add_argument("--listen-host", help="command API listen address (default 127.0.0.1)")
@@ -38,18 +46,29 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--advertise-host", help="host put in the callback_url (default the listen address)")
     parser.add_argument("--lookup-timeout", type=float, help="give up the lookup after this many seconds (default 300)")
     parser.add_argument("--lookup-interval", type=float, help="seconds between lookups (default 1)")
-    parser.add_argument("--heartbeat-interval", type=float,
-                        help="fixed heartbeat interval (default: heartbeat_timeout x random 0.3-0.6, as IPA)")
+    parser.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        help="fixed heartbeat interval (default: heartbeat_timeout x random 0.3-0.6, as IPA)",
+    )
     parser.add_argument("--allow-md5", action="store_true", help="accept md5 image checksums")
     parser.add_argument("--ca-file", help="extra CA bundle for https api, image and config drive URLs")
     parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (test labs only)")
-    parser.add_argument("--tmp-dir", help="where out-of-order qcow2 clusters are spooled, or qcow2 images staged "
-                                          "for qemu-img (default system temp)")
-    parser.add_argument("--qcow2-via-qemu-img", action="store_true",
-                        help="stage qcow2 images in --tmp-dir and convert them with qemu-img instead of streaming them")
-    parser.add_argument("--exit-on-power-off", action="store_true",
-                        help="exit the process after standby.power_off / standby.run_image (a stand-in for the machine going down)")
-    parser.add_argument("--ports-file", help="write {\"agent\": callback_url} as JSON here once serving")
+    parser.add_argument(
+        "--tmp-dir",
+        help="where out-of-order qcow2 clusters are spooled, or qcow2 images staged for qemu-img (default system temp)",
+    )
+    parser.add_argument(
+        "--qcow2-via-qemu-img",
+        action="store_true",
+        help="stage qcow2 images in --tmp-dir and convert them with qemu-img instead of streaming them",
+    )
+    parser.add_argument(
+        "--exit-on-power-off",
+        action="store_true",
+        help="exit the process after standby.power_off / standby.run_image (a stand-in for the machine going down)",
+    )
+    parser.add_argument("--ports-file", help='write {"agent": callback_url} as JSON here once serving')
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
 
 
@@ -71,8 +90,19 @@ def options_from_args(args: argparse.Namespace) -> Any:
     overrides: dict[str, Any] = {"disks": tuple(parse_disk(d) for d in args.disk)}
     if args.mac:
         overrides["macs"] = tuple(args.mac)
-    for flag in ("api_url", "node_uuid", "agent_token", "listen_host", "listen_port", "advertise_host",
-                 "lookup_timeout", "lookup_interval", "heartbeat_interval", "tmp_dir", "ca_file"):
+    for flag in (
+        "api_url",
+        "node_uuid",
+        "agent_token",
+        "listen_host",
+        "listen_port",
+        "advertise_host",
+        "lookup_timeout",
+        "lookup_interval",
+        "heartbeat_interval",
+        "tmp_dir",
+        "ca_file",
+    ):
         value = getattr(args, flag)
         if value is not None:
             overrides[flag] = value

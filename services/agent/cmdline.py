@@ -56,18 +56,22 @@ def option_values(cmdline: str) -> dict[str, Any]:
         values["api_url"] = url.split(",")[0].strip().rstrip("/")
     if (bootif := get("BOOTIF", "ipa-bootif")) is not None:
         values["macs"] = (normalize_mac(bootif),)
-    for field, names in (("node_uuid", ("ipa-node-uuid", "ipa_node_uuid")),
-                         ("agent_token", ("ipa-agent-token", "ipa_agent_token")),
-                         ("global_request_id", ("ipa-global-request-id", "ipa_global_request_id")),
-                         ("listen_host", ("ipa-listen-host",)),
-                         ("ca_file", ("ipa-cafile", "ipa-ca-file")),
-                         ("advertise_host", ("ipa-advertise-host",))):
+    for field, names in (
+        ("node_uuid", ("ipa-node-uuid", "ipa_node_uuid")),
+        ("agent_token", ("ipa-agent-token", "ipa_agent_token")),
+        ("global_request_id", ("ipa-global-request-id", "ipa_global_request_id")),
+        ("listen_host", ("ipa-listen-host",)),
+        ("ca_file", ("ipa-cafile", "ipa-ca-file")),
+        ("advertise_host", ("ipa-advertise-host",)),
+    ):
         if (value := get(*names)) is not None:
             values[field] = value
-    for field, names, kind in (("listen_port", ("ipa-listen-port",), int),
-                               ("lookup_timeout", ("ipa-lookup-timeout",), float),
-                               ("lookup_interval", ("ipa-lookup-interval",), float),
-                               ("heartbeat_interval", ("ipa-heartbeat-interval",), float)):
+    for field, names, kind in (
+        ("listen_port", ("ipa-listen-port",), int),
+        ("lookup_timeout", ("ipa-lookup-timeout",), float),
+        ("lookup_interval", ("ipa-lookup-interval",), float),
+        ("heartbeat_interval", ("ipa-heartbeat-interval",), float),
+    ):
         if (value := get(*names)) is not None:
             try:
                 values[field] = kind(value)

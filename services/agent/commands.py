@@ -57,13 +57,22 @@ class CommandResult:
     def fail(self, exc: BaseException) -> None:
         self.status = "FAILED"
         message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-        self.error = {"type": type(exc).__name__, "code": getattr(exc, "http_status", 500),
-                      "message": message, "details": message}
+        self.error = {
+            "type": type(exc).__name__,
+            "code": getattr(exc, "http_status", 500),
+            "message": message,
+            "details": message,
+        }
         self.done.set()
 
     def as_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"id": self.id, "command_name": self.name, "command_status": self.status,
-                                "command_result": self.result, "command_error": self.error}
+        body: dict[str, Any] = {
+            "id": self.id,
+            "command_name": self.name,
+            "command_status": self.status,
+            "command_result": self.result,
+            "command_error": self.error,
+        }
         if self.progress is not None:
             body["deploy_progress"] = self.progress.as_dict()
         return body
@@ -82,6 +91,7 @@ class Command:
 
 # ---- params checks (run before a command starts) -------------------------------------------
 
+
 def _validate_prepare_image(agent: Agent, params: dict[str, Any]) -> None:
     checksum.validate_image_info(params.get("image_info"), allow_md5=agent.allow_md5())
     drive = params.get("configdrive")
@@ -97,24 +107,31 @@ def _validate_deploy_step(agent: Agent, params: dict[str, Any]) -> None:
         raise errors.InvalidParameterValue(f"unknown deploy step {step.get('interface', 'deploy')}.{step['step']}")
     if step["step"] == "write_image":
         args = step.get("args") or {}
-        _validate_prepare_image(agent, {"image_info": args.get("image_info"),
-                                        "configdrive": args.get("configdrive")})
+        _validate_prepare_image(agent, {"image_info": args.get("image_info"), "configdrive": args.get("configdrive")})
 
 
 # ---- deploy -------------------------------------------------------------------------------
 
 DEPLOY_STEPS: dict[str, dict[str, Any]] = {
-    "write_image": {"step": "write_image", "priority": 0, "interface": "deploy", "reboot_requested": False,
-                    "argsinfo": {"image_info": {"description": "image to write", "required": True},
-                                 "configdrive": {"description": "config drive (URL or gzip+base64)",
-                                                 "required": False}}},
+    "write_image": {
+        "step": "write_image",
+        "priority": 0,
+        "interface": "deploy",
+        "reboot_requested": False,
+        "argsinfo": {
+            "image_info": {"description": "image to write", "required": True},
+            "configdrive": {"description": "config drive (URL or gzip+base64)", "required": False},
+        },
+    },
 }
 
 
 async def get_deploy_steps(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     agent.remember_node(params.get("node"))
-    return {"deploy_steps": {HARDWARE_MANAGER: list(DEPLOY_STEPS.values())},
-            "hardware_manager_version": {HARDWARE_MANAGER: HARDWARE_MANAGER_VERSION}}
+    return {
+        "deploy_steps": {HARDWARE_MANAGER: list(DEPLOY_STEPS.values())},
+        "hardware_manager_version": {HARDWARE_MANAGER: HARDWARE_MANAGER_VERSION},
+    }
 
 
 async def execute_deploy_step(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
@@ -127,12 +144,12 @@ async def execute_deploy_step(agent: Agent, params: dict[str, Any], cmd: Command
 
 # ---- standby ------------------------------------------------------------------------------
 
+
 async def prepare_image(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     return await _prepare_image(agent, params["image_info"], params.get("configdrive"), cmd)
 
 
-async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: str | None,
-                         cmd: CommandResult) -> str:
+async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: str | None, cmd: CommandResult) -> str:
     disk = await agent.root_disk()
     progress = imagewrite.Progress(image_id=str(image_info.get("id")))
     cmd.progress = agent.progress = progress
@@ -144,12 +161,26 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
         async with slots if slots is not None else contextlib.nullcontext():
             progress.started = time.monotonic()
             written = await imagewrite.write_image(
-                agent.session, image_info, disk, progress=progress, allow_md5=agent.allow_md5(),
-                tmp_dir=agent.options.tmp_dir, block_size=agent.options.write_block_size,
-                conversion_slots=agent.options.conversion_slots, qcow2_stream=agent.options.qcow2_stream,
-                tls=agent.tls)
-        LOG.info("image written image=%s device=%s format=%s method=%s bytes=%d rate=%.0f",
-                 written.image_id, disk.name, written.format, written.method, written.bytes_written, progress.rate())
+                agent.session,
+                image_info,
+                disk,
+                progress=progress,
+                allow_md5=agent.allow_md5(),
+                tmp_dir=agent.options.tmp_dir,
+                block_size=agent.options.write_block_size,
+                conversion_slots=agent.options.conversion_slots,
+                qcow2_stream=agent.options.qcow2_stream,
+                tls=agent.tls,
+            )
+        LOG.info(
+            "image written image=%s device=%s format=%s method=%s bytes=%d rate=%.0f",
+            written.image_id,
+            disk.name,
+            written.format,
+            written.method,
+            written.bytes_written,
+            progress.rate(),
+        )
         configdrive = configdrive or image_info.get("configdrive")
         if configdrive:
             progress.stage = "configdrive"
@@ -184,6 +215,7 @@ async def _sync_disks(agent: Agent) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
     await asyncio.to_thread(sync_all)
 
 
@@ -207,11 +239,21 @@ async def run_image(agent: Agent, params: dict[str, Any], cmd: CommandResult) ->
 # ---- clean --------------------------------------------------------------------------------
 
 CLEAN_STEPS: dict[str, dict[str, Any]] = {
-    "erase_devices_metadata": {"step": "erase_devices_metadata", "priority": 99, "interface": "deploy",
-                               "reboot_requested": False, "abortable": True},
+    "erase_devices_metadata": {
+        "step": "erase_devices_metadata",
+        "priority": 99,
+        "interface": "deploy",
+        "reboot_requested": False,
+        "abortable": True,
+    },
     # Whole-disk erase is opt-in (priority 0), as most Ironic deployments configure it.
-    "erase_devices": {"step": "erase_devices", "priority": 0, "interface": "deploy",
-                      "reboot_requested": False, "abortable": True},
+    "erase_devices": {
+        "step": "erase_devices",
+        "priority": 0,
+        "interface": "deploy",
+        "reboot_requested": False,
+        "abortable": True,
+    },
 }
 
 
@@ -224,8 +266,10 @@ def _validate_clean_step(agent: Agent, params: dict[str, Any]) -> None:
 
 async def get_clean_steps(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     agent.remember_node(params.get("node"))
-    return {"clean_steps": {HARDWARE_MANAGER: list(CLEAN_STEPS.values())},
-            "hardware_manager_version": {HARDWARE_MANAGER: HARDWARE_MANAGER_VERSION}}
+    return {
+        "clean_steps": {HARDWARE_MANAGER: list(CLEAN_STEPS.values())},
+        "hardware_manager_version": {HARDWARE_MANAGER: HARDWARE_MANAGER_VERSION},
+    }
 
 
 async def execute_clean_step(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
@@ -240,6 +284,7 @@ async def execute_clean_step(agent: Agent, params: dict[str, Any], cmd: CommandR
 
 # ---- image / poll -------------------------------------------------------------------------
 
+
 async def install_bootloader(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     # A whole-disk image carries its own boot loader (seed 001: the image is just blocks).
     return None
@@ -247,8 +292,9 @@ async def install_bootloader(agent: Agent, params: dict[str, Any], cmd: CommandR
 
 async def get_hardware_info(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     disks = await asyncio.to_thread(hardware.describe_disks, agent.options.disks)
-    return hardware.inventory(disks, agent.options.macs, hostname=agent.options.hostname,
-                              ipv4_address=agent.advertise_host)
+    return hardware.inventory(
+        disks, agent.options.macs, hostname=agent.options.hostname, ipv4_address=agent.advertise_host
+    )
 
 
 async def collect_system_logs(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
@@ -258,8 +304,11 @@ async def collect_system_logs(agent: Agent, params: dict[str, Any], cmd: Command
     disks = await asyncio.to_thread(hardware.describe_disks, agent.options.disks)
     files = {
         "status.json": agent.status(),
-        "node.json": {"node_uuid": agent.node_uuid, "last_error": agent.last_error,
-                      "deploy_progress": agent.progress.as_dict() if agent.progress else None},
+        "node.json": {
+            "node_uuid": agent.node_uuid,
+            "last_error": agent.last_error,
+            "deploy_progress": agent.progress.as_dict() if agent.progress else None,
+        },
         "inventory.json": hardware.inventory(disks, agent.options.macs, hostname=agent.options.hostname),
         "commands.json": [c.as_dict() for c in agent.command_results() if c is not cmd],
     }

@@ -30,12 +30,17 @@ def _decode(text: str) -> bytes:
     return decode_configdrive(text)
 
 
-async def config_drive_iso(session: aiohttp.ClientSession, value: str, *,
-                           policy: download.RetryPolicy = download.DEFAULT_POLICY, tls: download.TLS = True) -> bytes:
+async def config_drive_iso(
+    session: aiohttp.ClientSession,
+    value: str,
+    *,
+    policy: download.RetryPolicy = download.DEFAULT_POLICY,
+    tls: download.TLS = True,
+) -> bytes:
     """The ISO bytes for a config drive value (URL or gzip+base64 string)."""
     if is_url(value):
         body = await download.fetch_bytes(session, value, limit=MAX_DOWNLOAD, policy=policy, tls=tls)
-        if body[ISO_MAGIC_OFFSET:ISO_MAGIC_OFFSET + 5] == b"CD001":
+        if body[ISO_MAGIC_OFFSET : ISO_MAGIC_OFFSET + 5] == b"CD001":
             return body
         try:
             text = body.decode("ascii")
@@ -45,8 +50,14 @@ async def config_drive_iso(session: aiohttp.ClientSession, value: str, *,
     return await asyncio.to_thread(_decode, value)
 
 
-async def write_config_drive(session: aiohttp.ClientSession, disk_path: str, value: str, *,
-                             policy: download.RetryPolicy = download.DEFAULT_POLICY, tls: download.TLS = True) -> Any:
+async def write_config_drive(
+    session: aiohttp.ClientSession,
+    disk_path: str,
+    value: str,
+    *,
+    policy: download.RetryPolicy = download.DEFAULT_POLICY,
+    tls: download.TLS = True,
+) -> Any:
     """Decode or download the config drive and write its partition; returns the placement."""
     if not isinstance(value, str) or not value:
         raise errors.InvalidParameterValue("configdrive must be a URL or a gzip+base64 string")

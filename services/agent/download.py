@@ -40,12 +40,12 @@ _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    attempts: int = 6          # consecutive failures without progress before giving up
-    backoff: float = 0.5       # first delay; doubles per consecutive failure
+    attempts: int = 6  # consecutive failures without progress before giving up
+    backoff: float = 0.5  # first delay; doubles per consecutive failure
     max_backoff: float = 10.0
     connect_timeout: float = 30.0
     read_timeout: float = 60.0  # no byte for this long = a dead connection
-    direct: bool = True         # plain http: receive into the sink's buffer over a raw socket
+    direct: bool = True  # plain http: receive into the sink's buffer over a raw socket
 
 
 DEFAULT_POLICY = RetryPolicy()
@@ -75,8 +75,9 @@ class _State:
     total: int | None = None
 
 
-def _accept_status(state: _State, status: int, reason: str, header: Callable[[str], str | None],
-                   content_length: int | None) -> int | None:
+def _accept_status(
+    state: _State, status: int, reason: str, header: Callable[[str], str | None], content_length: int | None
+) -> int | None:
     """How many leading body bytes to skip, or None when the download is already complete."""
     if state.delivered and status == 206:
         match = _CONTENT_RANGE.match(header("Content-Range") or "")
@@ -100,8 +101,9 @@ def _check_end(state: _State) -> None:
     if state.total is not None and state.delivered < state.total:
         raise _Retryable(f"connection closed after {state.delivered} of {state.total} bytes")
     if state.total is not None and state.delivered > state.total:
-        raise errors.ImageError(f"Download of {state.url} returned more bytes ({state.delivered}) "
-                                f"than announced ({state.total})")
+        raise errors.ImageError(
+            f"Download of {state.url} returned more bytes ({state.delivered}) than announced ({state.total})"
+        )
 
 
 async def _deliver(state: _State, sink: Sink, data: bytes, skip: int) -> int:
@@ -114,8 +116,15 @@ async def _deliver(state: _State, sink: Sink, data: bytes, skip: int) -> int:
     return 0
 
 
-async def _attempt_aiohttp(session: aiohttp.ClientSession, state: _State, sink: Sink, headers: dict[str, str],
-                           policy: RetryPolicy, on_size: SizeCallback | None, tls: TLS) -> None:
+async def _attempt_aiohttp(
+    session: aiohttp.ClientSession,
+    state: _State,
+    sink: Sink,
+    headers: dict[str, str],
+    policy: RetryPolicy,
+    on_size: SizeCallback | None,
+    tls: TLS,
+) -> None:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout, sock_read=policy.read_timeout)
     async with session.get(state.url, headers=headers, timeout=timeout, auto_decompress=False, ssl=tls) as resp:
         skip = _accept_status(state, resp.status, resp.reason or "", resp.headers.get, resp.content_length)
@@ -128,8 +137,9 @@ async def _attempt_aiohttp(session: aiohttp.ClientSession, state: _State, sink: 
         _check_end(state)
 
 
-async def _attempt_socket(state: _State, sink: DirectSink, headers: dict[str, str], policy: RetryPolicy,
-                          on_size: SizeCallback | None) -> None:
+async def _attempt_socket(
+    state: _State, sink: DirectSink, headers: dict[str, str], policy: RetryPolicy, on_size: SizeCallback | None
+) -> None:
     """Plain HTTP/1.1 over a raw socket for the common case (Content-Length, no
     encoding): the body lands in the sink's own buffer. Anything unusual
     (redirect, chunked, errors) raises _Unsupported before a body byte is used."""
@@ -144,8 +154,13 @@ async def _attempt_socket(state: _State, sink: DirectSink, headers: dict[str, st
         async with asyncio.timeout(policy.connect_timeout):
             await loop.sock_connect(sock, address)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        lines = [f"GET {target} HTTP/1.1", f"Host: {parts.netloc}", "Accept-Encoding: identity",
-                 "Connection: close", "User-Agent: ferrum-agent"]
+        lines = [
+            f"GET {target} HTTP/1.1",
+            f"Host: {parts.netloc}",
+            "Accept-Encoding: identity",
+            "Connection: close",
+            "User-Agent: ferrum-agent",
+        ]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         await loop.sock_sendall(sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         head = bytearray()
@@ -167,11 +182,17 @@ async def _attempt_socket(state: _State, sink: DirectSink, headers: dict[str, st
         for line in header_lines:
             name, _, value = line.partition(":")
             found[name.strip().lower()] = value.strip()
-        if (status not in (200, 206) or "transfer-encoding" in found or "content-length" not in found
-                or found.get("content-encoding", "identity").lower() != "identity"):
+        if (
+            status not in (200, 206)
+            or "transfer-encoding" in found
+            or "content-length" not in found
+            or found.get("content-encoding", "identity").lower() != "identity"
+        ):
             raise _Unsupported(f"HTTP {status} {found.get('transfer-encoding', '')}")
         length = int(found["content-length"])
-        skip = _accept_status(state, status, "", lambda name: found.get(name.lower()), length if status == 200 else None)
+        skip = _accept_status(
+            state, status, "", lambda name: found.get(name.lower()), length if status == 200 else None
+        )
         if skip is None:
             return
         if on_size is not None:
@@ -204,8 +225,16 @@ async def _attempt_socket(state: _State, sink: DirectSink, headers: dict[str, st
         sock.close()
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, sink: Sink, *, policy: RetryPolicy = DEFAULT_POLICY,
-                on_size: SizeCallback | None = None, headers: dict[str, str] | None = None, tls: TLS = True) -> int:
+async def fetch(
+    session: aiohttp.ClientSession,
+    url: str,
+    sink: Sink,
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    on_size: SizeCallback | None = None,
+    headers: dict[str, str] | None = None,
+    tls: TLS = True,
+) -> int:
     """Stream ``url`` into ``sink``; returns the number of bytes delivered. ``tls`` is
     aiohttp's ``ssl`` argument: True (system CAs), False (no verification) or a context."""
     state = _State(url)
@@ -228,19 +257,28 @@ async def fetch(session: aiohttp.ClientSession, url: str, sink: Sink, *, policy:
             return state.delivered
         except aiohttp.ClientConnectorCertificateError as exc:  # retrying will not change the certificate
             raise errors.ImageError(f"Download of {url} failed: TLS certificate not trusted: {exc}") from None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, _Retryable) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError, _Retryable) as exc:
             failures = 1 if state.delivered > before else failures + 1
             if failures > policy.attempts:
-                raise errors.ImageError(f"Download of {url} failed after {failures} attempts at byte "
-                                        f"{state.delivered}: {exc or type(exc).__name__}") from None
+                raise errors.ImageError(
+                    f"Download of {url} failed after {failures} attempts at byte "
+                    f"{state.delivered}: {exc or type(exc).__name__}"
+                ) from None
             delay = min(policy.max_backoff, policy.backoff * 2 ** (failures - 1))
-            LOG.warning("download interrupted url=%s offset=%d attempt=%d retry_in=%.1fs reason=%s",
-                        url, state.delivered, failures, delay, exc or type(exc).__name__)
+            LOG.warning(
+                "download interrupted url=%s offset=%d attempt=%d retry_in=%.1fs reason=%s",
+                url,
+                state.delivered,
+                failures,
+                delay,
+                exc or type(exc).__name__,
+            )
             await asyncio.sleep(delay)
 
 
-async def fetch_bytes(session: aiohttp.ClientSession, url: str, *, limit: int,
-                      policy: RetryPolicy = DEFAULT_POLICY, tls: TLS = True) -> bytes:
+async def fetch_bytes(
+    session: aiohttp.ClientSession, url: str, *, limit: int, policy: RetryPolicy = DEFAULT_POLICY, tls: TLS = True
+) -> bytes:
     """A small document (checksum file, config drive) in memory, at most ``limit`` bytes."""
     parts: list[bytes] = []
     size = 0

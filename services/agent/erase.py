@@ -38,7 +38,7 @@ def _write_zeros(fd: int, offset: int, length: int) -> None:
     zeros = bytes(min(length, 8 * MiB))
     end = offset + length
     while offset < end:
-        chunk = memoryview(zeros)[:min(len(zeros), end - offset)]
+        chunk = memoryview(zeros)[: min(len(zeros), end - offset)]
         offset += os.pwrite(fd, chunk, offset)
 
 

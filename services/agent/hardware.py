@@ -21,15 +21,18 @@ from typing import Any, Protocol
 
 from services.common import errors
 
-GiB = 1024 ** 3
+GiB = 1024**3
 # IPA skips disks smaller than this when it picks a root disk without hints.
 MIN_ROOT_DISK_BYTES = 4 * GiB
 _NUMERIC_OPS: dict[str, Callable[[float, float], bool]] = {
-    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
-    ">": operator.gt, "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
 }
-_STRING_HINTS = ("serial", "wwn", "model", "vendor", "wwn_with_extension", "wwn_vendor_extension",
-                 "by_path", "hctl")
+_STRING_HINTS = ("serial", "wwn", "model", "vendor", "wwn_with_extension", "wwn_vendor_extension", "by_path", "hctl")
 KNOWN_HINTS = frozenset(("size", "name", "rotational", *_STRING_HINTS))
 
 
@@ -55,9 +58,17 @@ class DiskInfo:
     rotational: bool
 
     def as_inventory(self) -> dict[str, Any]:
-        return {"name": self.name, "size": self.size, "serial": self.serial or None,
-                "wwn": self.wwn or None, "model": self.model or None, "vendor": None,
-                "rotational": self.rotational, "hctl": None, "by_path": None}
+        return {
+            "name": self.name,
+            "size": self.size,
+            "serial": self.serial or None,
+            "wwn": self.wwn or None,
+            "model": self.model or None,
+            "vendor": None,
+            "rotational": self.rotational,
+            "hctl": None,
+            "by_path": None,
+        }
 
 
 def device_size(path: str) -> int:
@@ -76,23 +87,42 @@ def describe_disks(disks: Iterable[DiskLike]) -> list[DiskInfo]:
         try:
             size = device_size(disk.path)
         except OSError as exc:
-            raise errors.HardwareError(f"disk {disk.name} ({disk.path}) is not readable: {exc.strerror or exc}") from None
+            raise errors.HardwareError(
+                f"disk {disk.name} ({disk.path}) is not readable: {exc.strerror or exc}"
+            ) from None
         found.append(DiskInfo(disk.path, disk.name, size, disk.serial, disk.wwn, disk.model, disk.rotational))
     return found
 
 
-def inventory(disks: Sequence[DiskInfo], macs: Sequence[str], *, hostname: str = "",
-              ipv4_address: str = "") -> dict[str, Any]:
+def inventory(
+    disks: Sequence[DiskInfo], macs: Sequence[str], *, hostname: str = "", ipv4_address: str = ""
+) -> dict[str, Any]:
     """IPA's ``inventory`` dict for these disks and NICs."""
-    interfaces = [{"name": f"eth{i}", "mac_address": mac.lower(), "ipv4_address": ipv4_address or None,
-                   "ipv6_address": None, "has_carrier": True, "vendor": None, "product": None,
-                   "client_id": None, "biosdevname": None, "speed_mbps": None}
-                  for i, mac in enumerate(macs)]
+    interfaces = [
+        {
+            "name": f"eth{i}",
+            "mac_address": mac.lower(),
+            "ipv4_address": ipv4_address or None,
+            "ipv6_address": None,
+            "has_carrier": True,
+            "vendor": None,
+            "product": None,
+            "client_id": None,
+            "biosdevname": None,
+            "speed_mbps": None,
+        }
+        for i, mac in enumerate(macs)
+    ]
     return {
         "interfaces": interfaces,
         "disks": [d.as_inventory() for d in disks],
-        "cpu": {"model_name": "ferrum-agent", "frequency": None, "count": os.cpu_count() or 1,
-                "architecture": os.uname().machine, "flags": []},
+        "cpu": {
+            "model_name": "ferrum-agent",
+            "frequency": None,
+            "count": os.cpu_count() or 1,
+            "architecture": os.uname().machine,
+            "flags": [],
+        },
         "memory": {"total": None, "physical_mb": None},
         "bmc_address": None,
         "bmc_v6address": None,
@@ -106,7 +136,7 @@ def _split_op(value: str) -> tuple[str, str]:
     value = value.strip()
     for op in ("s==", "s!=", "<in>", "<or>", "==", "!=", ">=", "<=", ">", "<"):
         if value.startswith(op):
-            return op, value[len(op):].strip()
+            return op, value[len(op) :].strip()
     return "", value
 
 
@@ -119,7 +149,9 @@ def _match_size(hint: Any, size_gib: int) -> bool:
     if op == "<in>":
         return any(_match_size(part, size_gib) for part in rest.split())
     if op == "<or>" or " <or> " in str(hint):
-        return any(_match_size(part.strip(), size_gib) for part in str(hint).replace("<or>", "\0").split("\0") if part.strip())
+        return any(
+            _match_size(part.strip(), size_gib) for part in str(hint).replace("<or>", "\0").split("\0") if part.strip()
+        )
     try:
         number = float(rest)
     except ValueError:

@@ -58,9 +58,9 @@ class Progress:
     stage: str = "idle"  # downloading | writing | queued | converting | configdrive | done | failed
     bytes_written: int = 0
     bytes_downloaded: int = 0
-    total: int | None = None            # bytes the disk will receive (a qcow2's virtual size)
-    download_total: int | None = None   # bytes of the file being downloaded, when announced
-    method: str = ""                    # raw | qcow2-stream | qcow2-qemu-img
+    total: int | None = None  # bytes the disk will receive (a qcow2's virtual size)
+    download_total: int | None = None  # bytes of the file being downloaded, when announced
+    method: str = ""  # raw | qcow2-stream | qcow2-qemu-img
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
 
@@ -69,11 +69,17 @@ class Progress:
         return self.bytes_written / elapsed if elapsed > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"image_id": self.image_id, "stage": self.stage, "bytes_written": self.bytes_written,
-                "bytes_downloaded": self.bytes_downloaded, "total": self.total,
-                "download_total": self.download_total, "method": self.method,
-                "rate": round(self.rate(), 1),
-                "elapsed": round((self.finished or time.monotonic()) - self.started, 3)}
+        return {
+            "image_id": self.image_id,
+            "stage": self.stage,
+            "bytes_written": self.bytes_written,
+            "bytes_downloaded": self.bytes_downloaded,
+            "total": self.total,
+            "download_total": self.download_total,
+            "method": self.method,
+            "rate": round(self.rate(), 1),
+            "elapsed": round((self.finished or time.monotonic()) - self.started, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -106,9 +112,19 @@ class BlockWriter:
     side and the event loop keeps filling the next buffer, up to ``depth``
     buffers in all, so a slow write does not stall the download at once."""
 
-    def __init__(self, consume: Consume, hasher: Any, *, block_size: int, limit: int | None, limit_error: str,
-                 on_written: Any = None, fsync_fd: int | None = None, depth: int = DEFAULT_DEPTH,
-                 expected_total: int | None = None) -> None:
+    def __init__(
+        self,
+        consume: Consume,
+        hasher: Any,
+        *,
+        block_size: int,
+        limit: int | None,
+        limit_error: str,
+        on_written: Any = None,
+        fsync_fd: int | None = None,
+        depth: int = DEFAULT_DEPTH,
+        expected_total: int | None = None,
+    ) -> None:
         self.consume, self.hasher, self.block_size = consume, hasher, block_size
         self.fsync_fd, self.depth, self.expected_total = fsync_fd, max(2, depth), expected_total
         self.limit, self.limit_error = limit, limit_error
@@ -131,7 +147,7 @@ class BlockWriter:
                 await self._next_buffer()
             assert self._current is not None
             take = min(len(view), self.block_size - self._fill)
-            self._current[self._fill:self._fill + take] = view[:take]
+            self._current[self._fill : self._fill + take] = view[:take]
             self._fill += take
             view = view[take:]
             if self._fill == self.block_size:
@@ -140,7 +156,7 @@ class BlockWriter:
     def free_view(self) -> memoryview | None:
         """The unfilled rest of the current buffer, for receiving straight into it
         (None between blocks when no more bytes were announced: use ``write``)."""
-        return None if self._current is None else memoryview(self._current)[self._fill:]
+        return None if self._current is None else memoryview(self._current)[self._fill :]
 
     async def commit(self, count: int) -> None:
         """``count`` bytes were received into ``free_view()``."""
@@ -165,7 +181,7 @@ class BlockWriter:
     async def _flush_current(self) -> None:
         if not self._fill or self._current is None:
             return
-        buf, block, offset = self._current, memoryview(self._current)[:self._fill], self.offset
+        buf, block, offset = self._current, memoryview(self._current)[: self._fill], self.offset
         self.offset += self._fill
         self._fill = 0
         self._current = None
@@ -242,8 +258,18 @@ def _start_writeback(fd: int, offset: int, size: int) -> None:
 class _ImageSink:
     """Receives the downloaded bytes; picks the writing method from the first ones."""
 
-    def __init__(self, image_info: dict[str, Any], disk: DiskInfo, expected: checksums.ExpectedChecksum,
-                 progress: Progress, *, tmp_dir: str, block_size: int, depth: int, qcow2_stream: bool) -> None:
+    def __init__(
+        self,
+        image_info: dict[str, Any],
+        disk: DiskInfo,
+        expected: checksums.ExpectedChecksum,
+        progress: Progress,
+        *,
+        tmp_dir: str,
+        block_size: int,
+        depth: int,
+        qcow2_stream: bool,
+    ) -> None:
         self.image_info, self.disk, self.expected, self.progress = image_info, disk, expected, progress
         self.tmp_dir, self.block_size, self.depth, self.qcow2_stream = tmp_dir, block_size, depth, qcow2_stream
         self.format: str | None = None
@@ -284,13 +310,17 @@ class _ImageSink:
         detected = "qcow2" if head[:4] == QCOW2_MAGIC else "raw"
         declared = (self.image_info.get("disk_format") or "").lower()
         if declared and declared not in ("raw", "qcow2"):
-            raise errors.ImageError(f"Image {image_id} has disk_format {declared!r}; "
-                                    "this agent writes raw and qcow2 images only")
+            raise errors.ImageError(
+                f"Image {image_id} has disk_format {declared!r}; this agent writes raw and qcow2 images only"
+            )
         if declared and declared != detected:
-            raise errors.ImageError(f"Image format mismatch for image {image_id}: "
-                                    f"declared {declared}, the content is {detected}")
+            raise errors.ImageError(
+                f"Image format mismatch for image {image_id}: declared {declared}, the content is {detected}"
+            )
         self.format = detected
-        self.progress.method = "raw" if detected == "raw" else ("qcow2-stream" if self.qcow2_stream else "qcow2-qemu-img")
+        self.progress.method = (
+            "raw" if detected == "raw" else ("qcow2-stream" if self.qcow2_stream else "qcow2-qemu-img")
+        )
         buffer = buffer_size(self.block_size, self.progress.download_total)
         header = None
         if detected == "qcow2" and self.qcow2_stream:
@@ -307,19 +337,26 @@ class _ImageSink:
             def written(n: int) -> None:
                 self.progress.bytes_written += n
 
-            self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, True), self.hasher,
-                                       block_size=buffer, limit=self.disk.size, fsync_fd=fd, on_written=written,
-                                       depth=self.depth, expected_total=self.progress.download_total,
-                                       limit_error=f"Image {image_id} is larger than the disk {self.disk.name} "
-                                                   f"({self.disk.size} bytes)")
+            self._writer = BlockWriter(
+                lambda block, offset: pwrite_all(fd, block, offset, True),
+                self.hasher,
+                block_size=buffer,
+                limit=self.disk.size,
+                fsync_fd=fd,
+                on_written=written,
+                depth=self.depth,
+                expected_total=self.progress.download_total,
+                limit_error=f"Image {image_id} is larger than the disk {self.disk.name} ({self.disk.size} bytes)",
+            )
         elif header is not None:
             if header.backing_file_offset:
                 raise errors.ImageError(f"Image {image_id} is a qcow2 with a backing file; refused")
             self.method, self.progress.stage = "qcow2-stream", "writing"
             fd = self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             try:
-                converter = self._converter = qcow2stream.StreamingConverter(header, fd, self.disk.size,
-                                                                             spool_dir=self.tmp_dir)
+                converter = self._converter = qcow2stream.StreamingConverter(
+                    header, fd, self.disk.size, spool_dir=self.tmp_dir
+                )
             except errors.ImageError as exc:
                 raise errors.ImageError(f"Image {image_id}: {exc.message}") from None
             self.progress.total = header.virtual_size
@@ -328,15 +365,29 @@ class _ImageSink:
                 converter.feed(block, offset)
                 self.progress.bytes_written = converter.bytes_written
 
-            self._writer = BlockWriter(convert, self.hasher, block_size=buffer, limit=None, limit_error="",
-                                       fsync_fd=None, depth=self.depth, expected_total=self.progress.download_total)
+            self._writer = BlockWriter(
+                convert,
+                self.hasher,
+                block_size=buffer,
+                limit=None,
+                limit_error="",
+                fsync_fd=None,
+                depth=self.depth,
+                expected_total=self.progress.download_total,
+            )
         else:
             self.method, self.progress.stage = "qcow2-qemu-img", "downloading"
             fd, self.tmp_path = tempfile.mkstemp(prefix="ferrum-agent-", suffix=".qcow2", dir=self.tmp_dir)
             self._fd = fd
-            self._writer = BlockWriter(lambda block, offset: pwrite_all(fd, block, offset, False), self.hasher,
-                                       block_size=buffer, limit=None, limit_error="", depth=self.depth,
-                                       expected_total=self.progress.download_total)
+            self._writer = BlockWriter(
+                lambda block, offset: pwrite_all(fd, block, offset, False),
+                self.hasher,
+                block_size=buffer,
+                limit=None,
+                limit_error="",
+                depth=self.depth,
+                expected_total=self.progress.download_total,
+            )
 
     async def finish(self) -> int:
         """All bytes are in: flush, and for a streamed qcow2 zero the unallocated rest; returns bytes written."""
@@ -377,12 +428,21 @@ class _ImageSink:
             self.tmp_path = None
 
 
-async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any], disk: DiskInfo, *,
-                      progress: Progress, allow_md5: bool = False, tmp_dir: str = "",
-                      block_size: int = DEFAULT_BLOCK_SIZE, depth: int | None = None,
-                      policy: download.RetryPolicy = download.DEFAULT_POLICY,
-                      conversion_slots: asyncio.Semaphore | None = None, qcow2_stream: bool = True,
-                      tls: download.TLS = True) -> WriteResult:
+async def write_image(
+    session: aiohttp.ClientSession,
+    image_info: dict[str, Any],
+    disk: DiskInfo,
+    *,
+    progress: Progress,
+    allow_md5: bool = False,
+    tmp_dir: str = "",
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    depth: int | None = None,
+    policy: download.RetryPolicy = download.DEFAULT_POLICY,
+    conversion_slots: asyncio.Semaphore | None = None,
+    qcow2_stream: bool = True,
+    tls: download.TLS = True,
+) -> WriteResult:
     """Download, verify and write ``image_info`` onto ``disk``; raise ImageError on any failure."""
 
     async def fetch_text(url: str) -> str:
@@ -395,8 +455,16 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
     expected = await checksums.resolve_expected(image_info, allow_md5=allow_md5, fetch_text=fetch_text)
     last_error: Exception | None = None
     for url in image_info["urls"]:
-        sink = _ImageSink(image_info, disk, expected, progress, tmp_dir=tmp_dir or tempfile.gettempdir(),
-                          block_size=block_size, depth=depth or DEFAULT_DEPTH, qcow2_stream=qcow2_stream)
+        sink = _ImageSink(
+            image_info,
+            disk,
+            expected,
+            progress,
+            tmp_dir=tmp_dir or tempfile.gettempdir(),
+            block_size=block_size,
+            depth=depth or DEFAULT_DEPTH,
+            qcow2_stream=qcow2_stream,
+        )
         progress.bytes_written = progress.bytes_downloaded = 0
         progress.total = progress.download_total = None
 
@@ -415,7 +483,8 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
             actual = sink.hasher.hexdigest()
             if actual != expected.value:
                 raise errors.ChecksumMismatch(
-                    f"Checksum mismatch for image {image_id}: expected {expected.algo} {expected.value} got {actual}")
+                    f"Checksum mismatch for image {image_id}: expected {expected.algo} {expected.value} got {actual}"
+                )
             written = count
             if sink.method == "qcow2-qemu-img":
                 assert sink.tmp_path is not None
@@ -428,8 +497,9 @@ async def write_image(session: aiohttp.ClientSession, image_info: dict[str, Any]
         finally:
             sink.remove_tmp()
         progress.stage = "written"
-        return WriteResult(image_id, sink.format or "raw", written, downloaded, actual, expected.algo,
-                           sink.method or "raw")
+        return WriteResult(
+            image_id, sink.format or "raw", written, downloaded, actual, expected.algo, sink.method or "raw"
+        )
     assert last_error is not None
     raise last_error
 
@@ -454,12 +524,26 @@ async def convert_qcow2(src: str, disk: DiskInfo, progress: Progress) -> int:
         raise errors.ImageError(f"Image {progress.image_id} is a qcow2 with a backing file; refused")
     virtual = int(info["virtual-size"])
     if virtual > disk.size:
-        raise errors.ImageError(f"Image {progress.image_id} ({virtual} bytes virtual) is larger than the disk "
-                                f"{disk.name} ({disk.size} bytes)")
+        raise errors.ImageError(
+            f"Image {progress.image_id} ({virtual} bytes virtual) is larger than the disk "
+            f"{disk.name} ({disk.size} bytes)"
+        )
     progress.stage, progress.total, progress.bytes_written = "converting", virtual, 0
     proc = await asyncio.create_subprocess_exec(
-        "qemu-img", "convert", "-p", "-n", "-f", "qcow2", "-O", "raw", "-W", src, disk.path,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        "qemu-img",
+        "convert",
+        "-p",
+        "-n",
+        "-f",
+        "qcow2",
+        "-O",
+        "raw",
+        "-W",
+        src,
+        disk.path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     stderr_task = asyncio.ensure_future(proc.stderr.read())
     try:
@@ -478,8 +562,9 @@ async def convert_qcow2(src: str, disk: DiskInfo, progress: Progress) -> int:
         raise
     err = await stderr_task
     if code:
-        raise errors.ImageError(f"qemu-img convert of image {progress.image_id} failed: "
-                                f"{err.decode(errors='replace').strip()}")
+        raise errors.ImageError(
+            f"qemu-img convert of image {progress.image_id} failed: {err.decode(errors='replace').strip()}"
+        )
     fd = os.open(disk.path, os.O_WRONLY)
     try:
         await asyncio.to_thread(os.fsync, fd)

@@ -22,8 +22,9 @@ PREP_TYPES = frozenset(("9E1A2D38-C612-4316-AA26-8B49521E5A8B", "41"))
 
 async def read_partition_table(path: str) -> dict[str, Any] | None:
     """``sfdisk --json`` of the disk, or None when it has no partition table."""
-    proc = await asyncio.create_subprocess_exec("sfdisk", "--json", path, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(
+        "sfdisk", "--json", path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, _ = await proc.communicate()
     if proc.returncode:
         return None
@@ -35,8 +36,13 @@ async def read_partition_table(path: str) -> dict[str, Any] | None:
 
 def describe(table: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
     """IPA's result dict from a parsed table (pure: unit-testable)."""
-    result: dict[str, Any] = {"root uuid": None, "efi system partition uuid": None,
-                              "PReP Boot partition uuid": None, "partitions": {}, "label": None}
+    result: dict[str, Any] = {
+        "root uuid": None,
+        "efi system partition uuid": None,
+        "PReP Boot partition uuid": None,
+        "partitions": {},
+        "label": None,
+    }
     if not table:
         return result
     label = table.get("label")
@@ -52,8 +58,13 @@ def describe(table: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
         else:
             uuid = str(part.get("uuid", "")).lower() or None
         name = partition_device_name(device_name, number)
-        result["partitions"][name] = {"uuid": uuid, "type": ptype.lower(), "start": part.get("start"),
-                                      "size": part.get("size"), "name": part.get("name")}
+        result["partitions"][name] = {
+            "uuid": uuid,
+            "type": ptype.lower(),
+            "start": part.get("start"),
+            "size": part.get("size"),
+            "name": part.get("name"),
+        }
         if ptype in ESP_TYPES and result["efi system partition uuid"] is None:
             result["efi system partition uuid"] = uuid
         if ptype in PREP_TYPES and result["PReP Boot partition uuid"] is None:

@@ -63,7 +63,8 @@ def parse_header(head: bytes) -> Header:
     if len(head) < 72 or head[:4] != MAGIC:
         raise errors.ImageError("not a qcow2 image")
     (version, backing_off, _backing_size, cluster_bits, size, crypt, l1_size, l1_off) = struct.unpack(
-        ">IQIIQIIQ", head[4:48])
+        ">IQIIQIIQ", head[4:48]
+    )
     if version not in (2, 3):
         raise Unsupported(f"qcow2 version {version}")
     if not 9 <= cluster_bits <= 21:
@@ -97,7 +98,7 @@ class _Pending:
         if hi > lo:
             if self.buf is None:
                 self.buf = bytearray(self.end - self.start)
-            self.buf[lo - self.start:hi - self.start] = block[lo - block_start:hi - block_start]
+            self.buf[lo - self.start : hi - self.start] = block[lo - block_start : hi - block_start]
             self.got += hi - lo
         return self.got == self.end - self.start
 
@@ -112,7 +113,9 @@ class StreamingConverter:
         if header.backing_file_offset:
             raise errors.ImageError("qcow2 image has a backing file; refused")
         if header.virtual_size > disk_size:
-            raise errors.ImageError(f"qcow2 virtual size {header.virtual_size} is larger than the disk ({disk_size} bytes)")
+            raise errors.ImageError(
+                f"qcow2 virtual size {header.virtual_size} is larger than the disk ({disk_size} bytes)"
+            )
         self.h, self.fd, self.spool_dir = header, fd, spool_dir
         self.cs = header.cluster_size
         self.entries_per_l2 = self.cs // 8
@@ -169,6 +172,7 @@ class StreamingConverter:
                     continue  # reads as zeros: zero-filled at the end
                 else:
                     self._map_data((entry & OFFSET_MASK) >> self.h.cluster_bits, guest)
+
         return on_l2
 
     def _map_data(self, host_cluster: int, guest: int) -> None:
@@ -200,7 +204,7 @@ class StreamingConverter:
         end = min(guest + len(data), self.h.virtual_size)
         if end <= guest:
             return
-        view = memoryview(data)[:end - guest]
+        view = memoryview(data)[: end - guest]
         offset = guest
         while view:
             done = os.pwrite(self.fd, view, offset)
@@ -221,8 +225,9 @@ class StreamingConverter:
             cluster, within = divmod(start + len(out), self.cs)
             slot = self._spool_index.get(cluster)
             if slot is None or self._spool_fd is None:
-                raise errors.ImageError(f"qcow2 data at offset {start + len(out)} was needed before its table "
-                                        "and was not kept")
+                raise errors.ImageError(
+                    f"qcow2 data at offset {start + len(out)} was needed before its table and was not kept"
+                )
             want = min(self.cs - within, length - len(out))
             out += os.pread(self._spool_fd, want, slot + within)
         return bytes(out)
@@ -239,7 +244,7 @@ class StreamingConverter:
         cluster_start = offset - offset % self.cs
         while cluster_start < end:
             lo, hi = max(cluster_start, offset), min(cluster_start + self.cs, end)
-            piece = block[lo - offset:hi - offset]
+            piece = block[lo - offset : hi - offset]
             while self._heap and self._heap[0][0] < hi:
                 self._active.append(heapq.heappop(self._heap)[2])
             if self._active:
@@ -266,21 +271,21 @@ class StreamingConverter:
                     run_end = hi
                 else:
                     if run_guest >= 0:
-                        self._write_guest(block[run_start - offset:run_end - offset], run_guest)
+                        self._write_guest(block[run_start - offset : run_end - offset], run_guest)
                     run_guest, run_start, run_end = guest, lo, hi
             elif not self._mapping_complete():
                 self._spool(cluster, piece, lo - cluster_start)  # unknown yet: keep it until the tables say
             self.pos = hi
             cluster_start += self.cs
         if run_guest >= 0:
-            self._write_guest(block[run_start - offset:run_end - offset], run_guest)
+            self._write_guest(block[run_start - offset : run_end - offset], run_guest)
 
     def finish(self) -> int:
         """Check nothing is missing, zero what the image leaves unallocated; returns the virtual size."""
         for pending in self._active + [p for _, _, p in self._heap]:
             if pending.got and pending.start + pending.got == self.pos and pending.buf is not None:
                 # A compressed run may be declared longer than what is left of the file.
-                pending.on_complete(bytes(pending.buf[:pending.got]))
+                pending.on_complete(bytes(pending.buf[: pending.got]))
             else:
                 raise errors.ImageError(f"qcow2 image is truncated: bytes {pending.start}-{pending.end} are missing")
         self._active, self._heap = [], []

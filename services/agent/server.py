@@ -51,16 +51,25 @@ def _check_token(request: web.Request) -> None:
 
 async def root(request: web.Request) -> web.Response:
     base = f"{request.scheme}://{request.host}"
-    return web.json_response({"name": "OpenStack Ironic Python Agent API",
-                              "description": "Ferrum deploy agent (IPA-compatible)",
-                              "versions": [{"id": "v1", "links": [{"href": f"{base}/v1/", "rel": "self"}]}],
-                              "default_version": {"id": "v1", "links": [{"href": f"{base}/v1/", "rel": "self"}]}})
+    return web.json_response(
+        {
+            "name": "OpenStack Ironic Python Agent API",
+            "description": "Ferrum deploy agent (IPA-compatible)",
+            "versions": [{"id": "v1", "links": [{"href": f"{base}/v1/", "rel": "self"}]}],
+            "default_version": {"id": "v1", "links": [{"href": f"{base}/v1/", "rel": "self"}]},
+        }
+    )
 
 
 async def v1(request: web.Request) -> web.Response:
     base = f"{request.scheme}://{request.host}/v1"
-    return web.json_response({"id": "v1", "status": [{"href": f"{base}/status", "rel": "self"}],
-                              "commands": [{"href": f"{base}/commands", "rel": "self"}]})
+    return web.json_response(
+        {
+            "id": "v1",
+            "status": [{"href": f"{base}/status", "rel": "self"}],
+            "commands": [{"href": f"{base}/commands", "rel": "self"}],
+        }
+    )
 
 
 async def status(request: web.Request) -> web.Response:

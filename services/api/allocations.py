@@ -40,22 +40,59 @@ SINCE = (1, 52)
 PATCH_SINCE = (1, 57)
 BACKFILL_SINCE = (1, 58)
 OWNER_SINCE = (1, 60)
-FIELDS: dict[str, tuple[int, int]] = {**{k: SINCE for k in (
-    "uuid", "name", "node_uuid", "state", "last_error", "resource_class", "traits", "candidate_nodes", "extra",
-    "created_at", "updated_at", "links")}, "owner": OWNER_SINCE}
+FIELDS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(
+        (
+            "uuid",
+            "name",
+            "node_uuid",
+            "state",
+            "last_error",
+            "resource_class",
+            "traits",
+            "candidate_nodes",
+            "extra",
+            "created_at",
+            "updated_at",
+            "links",
+        ),
+        SINCE,
+    ),
+    "owner": OWNER_SINCE,
+}
 CREATE_KEYS = {"uuid", "name", "resource_class", "traits", "candidate_nodes", "extra", "node", "owner"}
-PATCH_READONLY = {"uuid", "node_uuid", "state", "last_error", "resource_class", "traits", "candidate_nodes",
-                  "created_at", "updated_at", "links", "owner"}
+PATCH_READONLY = {
+    "uuid",
+    "node_uuid",
+    "state",
+    "last_error",
+    "resource_class",
+    "traits",
+    "candidate_nodes",
+    "created_at",
+    "updated_at",
+    "links",
+    "owner",
+}
 RETRY_ON = (errors.NodeLocked, errors.Conflict, errors.ServiceUnavailable, errors.NotFound)
 
 
-def allocation_document(row: dict[str, Any], *, base: str, fields: Any = None,
-                        version: tuple[int, int] = SINCE) -> dict[str, Any]:
+def allocation_document(
+    row: dict[str, Any], *, base: str, fields: Any = None, version: tuple[int, int] = SINCE
+) -> dict[str, Any]:
     doc = {
-        "uuid": row["uuid"], "name": row["name"], "node_uuid": row["node_uuid"], "state": row["state"],
-        "last_error": row["last_error"], "resource_class": row["resource_class"], "traits": row["traits"],
-        "candidate_nodes": row["candidate_nodes"], "extra": row["extra"], "created_at": iso(row["created_at"]),
-        "updated_at": iso(row["updated_at"]), "links": views.links(base, "allocations", row["uuid"]),
+        "uuid": row["uuid"],
+        "name": row["name"],
+        "node_uuid": row["node_uuid"],
+        "state": row["state"],
+        "last_error": row["last_error"],
+        "resource_class": row["resource_class"],
+        "traits": row["traits"],
+        "candidate_nodes": row["candidate_nodes"],
+        "extra": row["extra"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+        "links": views.links(base, "allocations", row["uuid"]),
     }
     if version >= OWNER_SINCE:
         doc["owner"] = row.get("owner")
@@ -85,6 +122,7 @@ class AllocationsApi:
             if request["version"] < SINCE:
                 raise web.HTTPNotFound()
             return await method(request)
+
         return handler
 
     async def _validate(self, body: dict[str, Any], *, backfill: bool = False) -> dict[str, Any]:
@@ -94,12 +132,15 @@ class AllocationsApi:
             values.pop("resource_class", None)  # the node's, filled in by create
         elif not isinstance(rc, str) or not rc or len(rc) > 80:
             raise errors.InvalidParameterValue(
-                "The resource_class field is mandatory when not backfilling: a string of at most 80 characters")
+                "The resource_class field is mandatory when not backfilling: a string of at most 80 characters"
+            )
         owner = values.get("owner")
         if owner is not None and (not isinstance(owner, str) or len(owner) > 255):
             raise errors.InvalidParameterValue("owner must be a string of at most 255 characters")
         name = values.get("name")
-        if name is not None and (not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255):
+        if name is not None and (
+            not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255
+        ):
             raise errors.InvalidParameterValue(f"Cannot use name {name!r}: RFC 3986 unreserved characters, not a UUID")
         if values.get("uuid") is not None and (not isinstance(values["uuid"], str) or not is_uuid(values["uuid"])):
             raise errors.InvalidParameterValue(f"Expected a UUID but received {values['uuid']}.")
@@ -161,8 +202,10 @@ class AllocationsApi:
         if node["provision_state"] != states.ACTIVE:
             problems.append(f'Node must be in the "active" state, but the current state is "{node["provision_state"]}"')
         if values["resource_class"] != node["resource_class"]:
-            problems.append(f"The node's resource class {node['resource_class']} does not match "
-                            f"the requested resource class {values['resource_class']}")
+            problems.append(
+                f"The node's resource class {node['resource_class']} does not match "
+                f"the requested resource class {values['resource_class']}"
+            )
         missing = set(values.get("traits") or ()) - set(node.get("traits") or ())
         if missing:
             problems.append(f"The node is missing the requested traits {', '.join(sorted(missing))}")
@@ -170,18 +213,25 @@ class AllocationsApi:
             problems.append("The node is not among the candidate nodes")
         if problems:
             raise errors.InvalidParameterValue(
-                f"Cannot backfill an allocation for node {node['uuid']}: {'; '.join(problems)}")
+                f"Cannot backfill an allocation for node {node['uuid']}: {'; '.join(problems)}"
+            )
         if node["instance_uuid"] and values.get("uuid") and node["instance_uuid"] != values["uuid"]:
             raise errors.Conflict(
                 f"Node {node['uuid']} is associated with instance {node['instance_uuid']}, "
-                f"not with allocation {values['uuid']}.")
+                f"not with allocation {values['uuid']}."
+            )
 
     async def _backfill(self, row: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
         """Tie the allocation to its already deployed node; on any failure the record goes again."""
         try:
             if node["instance_uuid"] != row["uuid"]:
-                await self.rest.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
-                    node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})))
+                await self.rest.rpc(
+                    node,
+                    "UpdateNode",
+                    cpb.ConductorUpdateNodeRequest(
+                        node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})
+                    ),
+                )
             return await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
         except BaseException:
             await self.repo.delete(row["id"])
@@ -193,13 +243,17 @@ class AllocationsApi:
             raise web.HTTPMethodNotAllowed("PATCH", ["GET", "DELETE"])
         row = await self.repo.get(request.match_info["ident"])
         patch = await self.rest.body(request)
-        current = json.loads(dumps({k: v for k, v in allocation_document(
-            row, base="", version=request["version"]).items() if k != "links"}))
+        current = json.loads(
+            dumps(
+                {k: v for k, v in allocation_document(row, base="", version=request["version"]).items() if k != "links"}
+            )
+        )
         changes = apply_patch(current, patch, PATCH_READONLY, FIELDS, request["version"])
         if "name" in changes:
             name = changes["name"]
-            if name is not None and (not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name)
-                                     or len(name) > 255):
+            if name is not None and (
+                not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255
+            ):
                 raise errors.InvalidParameterValue(f"Cannot update allocation with invalid name {name!r}")
         if "extra" in changes:
             if changes["extra"] is None:
@@ -208,8 +262,9 @@ class AllocationsApi:
                 raise errors.InvalidParameterValue("extra must be a JSON object")
         if changes:
             row = await self.repo.update(row["id"], changes)
-        return web.json_response(allocation_document(row, base=self.rest.base(request), version=request["version"]),
-                                 dumps=dumps)
+        return web.json_response(
+            allocation_document(row, base=self.rest.base(request), version=request["version"]), dumps=dumps
+        )
 
     async def _allocate(self, row: dict[str, Any]) -> dict[str, Any]:
         """Claim the first candidate the owning conductor lets us update."""
@@ -217,23 +272,34 @@ class AllocationsApi:
             await conn.execute("SELECT pg_advisory_lock($1)", PICK_LOCK_ID)
             try:
                 candidates = await self.repo.candidates(
-                    resource_class=row["resource_class"], traits=row["traits"],
-                    node_uuids=row["candidate_nodes"] or None, owner=row.get("owner"))
+                    resource_class=row["resource_class"],
+                    traits=row["traits"],
+                    node_uuids=row["candidate_nodes"] or None,
+                    owner=row.get("owner"),
+                )
                 for node in candidates:
                     try:
-                        await self.rest.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
-                            node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})))
+                        await self.rest.rpc(
+                            node,
+                            "UpdateNode",
+                            cpb.ConductorUpdateNodeRequest(
+                                node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})
+                            ),
+                        )
                     except RETRY_ON:
                         continue
                     return await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
-        wanted = f"resource class {row['resource_class']}" + (f" and traits {', '.join(row['traits'])}" if row["traits"] else "")
+        wanted = f"resource class {row['resource_class']}" + (
+            f" and traits {', '.join(row['traits'])}" if row["traits"] else ""
+        )
         where = " among the candidate nodes" if row["candidate_nodes"] else ""
         if row.get("owner") is not None:
             where += f" owned or leased by {row['owner']}"
-        return await self.repo.finish(row["id"], node_id=None, state="error",
-                                      last_error=f"No available nodes match the {wanted}{where}")
+        return await self.repo.finish(
+            row["id"], node_id=None, state="error", last_error=f"No available nodes match the {wanted}{where}"
+        )
 
     async def list(self, request: web.Request) -> web.Response:
         q = request.query
@@ -252,11 +318,17 @@ class AllocationsApi:
                 raise errors.NotAcceptable("The owner filter requires API version 1.60 or newer")
             filters["owner"] = q["owner"]
         limit = self.rest._limit(request)
-        rows = await self.repo.list(filters=filters, limit=limit, marker=q.get("marker"),
-                                    sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc"))
+        rows = await self.repo.list(
+            filters=filters,
+            limit=limit,
+            marker=q.get("marker"),
+            sort_key=q.get("sort_key", "id"),
+            sort_dir=q.get("sort_dir", "asc"),
+        )
         base = self.rest.base(request)
-        body: dict[str, Any] = {"allocations": [
-            allocation_document(r, base=base, fields=fields, version=request["version"]) for r in rows]}
+        body: dict[str, Any] = {
+            "allocations": [allocation_document(r, base=base, fields=fields, version=request["version"]) for r in rows]
+        }
         if len(rows) == limit and rows:
             carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
             carried.update(limit=str(limit), marker=rows[-1]["uuid"])
@@ -266,15 +338,19 @@ class AllocationsApi:
     async def get(self, request: web.Request) -> web.Response:
         fields = self.rest._fields(request, FIELDS)
         row = await self.repo.get(request.match_info["ident"])
-        return web.json_response(allocation_document(row, base=self.rest.base(request), fields=fields,
-                                                     version=request["version"]), dumps=dumps)
+        return web.json_response(
+            allocation_document(row, base=self.rest.base(request), fields=fields, version=request["version"]),
+            dumps=dumps,
+        )
 
     async def get_for_node(self, request: web.Request) -> web.Response:
         fields = self.rest._fields(request, FIELDS)
         node = await self.rest.nodes.get_by_ident(request.match_info["node"])
         row = await self.repo.for_node(node["id"])
-        return web.json_response(allocation_document(row, base=self.rest.base(request), fields=fields,
-                                                     version=request["version"]), dumps=dumps)
+        return web.json_response(
+            allocation_document(row, base=self.rest.base(request), fields=fields, version=request["version"]),
+            dumps=dumps,
+        )
 
     async def delete(self, request: web.Request) -> web.Response:
         await self._release(await self.repo.get(request.match_info["ident"]))
@@ -292,8 +368,12 @@ class AllocationsApi:
             if node["provision_state"] == states.ACTIVE and not node["maintenance"]:
                 raise errors.InvalidState(
                     f"Cannot remove allocation {row['uuid']}: node {node['uuid']} is deployed; "
-                    "undeploy it or put it in maintenance first")
+                    "undeploy it or put it in maintenance first"
+                )
             if node["instance_uuid"] == row["uuid"]:
-                await self.rest.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
-                    node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": None})))
+                await self.rest.rpc(
+                    node,
+                    "UpdateNode",
+                    cpb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": None})),
+                )
         await self.repo.delete(row["id"])

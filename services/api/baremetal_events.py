@@ -32,7 +32,9 @@ def validate_event(event: Any) -> dict[str, Any]:
         raise errors.InvalidParameterValue(f"Event is missing {', '.join(missing)}")
     unknown = set(event) - set(REQUIRED) - set(OPTIONAL)
     if unknown:
-        raise errors.InvalidParameterValue(f"Additional properties are not allowed ({', '.join(sorted(unknown))} unexpected)")
+        raise errors.InvalidParameterValue(
+            f"Additional properties are not allowed ({', '.join(sorted(unknown))} unexpected)"
+        )
     if event["event"] not in NETWORK_EVENTS:
         raise errors.InvalidParameterValue(f"Unknown event {event['event']!r}: one of {', '.join(NETWORK_EVENTS)}")
     if not isinstance(event["port_id"], str) or not is_uuid(event["port_id"]):
@@ -64,6 +66,11 @@ class EventsApi:
             raise errors.InvalidParameterValue('The body must be {"events": [...]}')
         events = [validate_event(e) for e in body["events"]]
         for event in events:
-            LOG.info("external event event=%s port_id=%s mac=%s status=%s", event["event"], event["port_id"],
-                     event["mac_address"].lower(), event["status"])
+            LOG.info(
+                "external event event=%s port_id=%s mac=%s status=%s",
+                event["event"],
+                event["port_id"],
+                event["mac_address"].lower(),
+                event["status"],
+            )
         return web.Response(status=204)

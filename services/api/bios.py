@@ -24,15 +24,27 @@ from services.common.jsonutil import dumps
 
 SINCE = (1, 40)
 DETAIL_SINCE = (1, 74)
-REGISTRY_FIELDS = ("attribute_type", "allowable_values", "lower_bound", "max_length", "min_length", "read_only",
-                   "reset_required", "unique", "upper_bound")
+REGISTRY_FIELDS = (
+    "attribute_type",
+    "allowable_values",
+    "lower_bound",
+    "max_length",
+    "min_length",
+    "read_only",
+    "reset_required",
+    "unique",
+    "upper_bound",
+)
 FIELDS = ("name", "value", "created_at", "updated_at", *REGISTRY_FIELDS)
 
 
-def setting_document(row: dict[str, Any], *, base: str, node_uuid: str, registry: bool = False,
-                     fields: list[str] | None = None) -> dict[str, Any]:
+def setting_document(
+    row: dict[str, Any], *, base: str, node_uuid: str, registry: bool = False, fields: list[str] | None = None
+) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "name": row["name"], "value": row["value"], "created_at": iso(row["created_at"]),
+        "name": row["name"],
+        "value": row["value"],
+        "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }
     if registry or fields is not None:
@@ -57,7 +69,7 @@ def list_options(request: web.Request) -> tuple[bool, list[str] | None]:
         raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
     for name in fields or ():
         if name not in FIELDS:
-            raise errors.InvalidParameterValue(f"Field(s) \"{name}\" are not valid")
+            raise errors.InvalidParameterValue(f'Field(s) "{name}" are not valid')
     return bool(detail), fields or None
 
 
@@ -77,14 +89,21 @@ class BiosApi:
         node = await self.rest.node_by_ident(request)
         base = self.rest.base(request)
         rows = await self.repo.list(node["id"])
-        return web.json_response({"bios": [setting_document(r, base=base, node_uuid=node["uuid"], registry=detail,
-                                                            fields=fields) for r in rows]}, dumps=dumps)
+        return web.json_response(
+            {
+                "bios": [
+                    setting_document(r, base=base, node_uuid=node["uuid"], registry=detail, fields=fields) for r in rows
+                ]
+            },
+            dumps=dumps,
+        )
 
     async def get(self, request: web.Request) -> web.Response:
         if request["version"] < SINCE:
             raise web.HTTPNotFound()
         node = await self.rest.node_by_ident(request)
         row = await self.repo.get(node["id"], request.match_info["setting"])
-        doc = setting_document(row, base=self.rest.base(request), node_uuid=node["uuid"],
-                               registry=request["version"] >= DETAIL_SINCE)
+        doc = setting_document(
+            row, base=self.rest.base(request), node_uuid=node["uuid"], registry=request["version"] >= DETAIL_SINCE
+        )
         return web.json_response({row["name"]: doc}, dumps=dumps)

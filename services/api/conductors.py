@@ -21,18 +21,28 @@ from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
 SINCE = (1, 49)
-FIELDS: dict[str, tuple[int, int]] = {k: SINCE for k in (
-    "hostname", "conductor_group", "alive", "drivers", "created_at", "updated_at", "links")}
+FIELDS: dict[str, tuple[int, int]] = dict.fromkeys(
+    ("hostname", "conductor_group", "alive", "drivers", "created_at", "updated_at", "links"), SINCE
+)
 LIST_FIELDS = ("hostname", "conductor_group", "alive")
-SORT_KEYS = {"id": "id", "hostname": "hostname", "conductor_group": "conductor_group",
-             "created_at": "created_at", "updated_at": "heartbeat_at"}
+SORT_KEYS = {
+    "id": "id",
+    "hostname": "hostname",
+    "conductor_group": "conductor_group",
+    "created_at": "created_at",
+    "updated_at": "heartbeat_at",
+}
 
 
 def conductor_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
     doc = {
-        "hostname": row["hostname"], "conductor_group": row["conductor_group"], "alive": bool(row["alive"]),
-        "drivers": sorted(row["hardware_types"]), "created_at": iso(row["created_at"]),
-        "updated_at": iso(row["heartbeat_at"]), "links": views.links(base, "conductors", row["hostname"]),
+        "hostname": row["hostname"],
+        "conductor_group": row["conductor_group"],
+        "alive": bool(row["alive"]),
+        "drivers": sorted(row["hardware_types"]),
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["heartbeat_at"]),
+        "links": views.links(base, "conductors", row["hostname"]),
     }
     if fields is not None:
         doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
@@ -60,9 +70,13 @@ class ConductorsApi:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         limit = self.rest._limit(request)
-        rows = await self.repo.list(heartbeat_timeout=self.rest.router.heartbeat_timeout, limit=limit,
-                                    marker=q.get("marker"), sort_key=SORT_KEYS[sort_key],
-                                    sort_dir=q.get("sort_dir", "asc"))
+        rows = await self.repo.list(
+            heartbeat_timeout=self.rest.router.heartbeat_timeout,
+            limit=limit,
+            marker=q.get("marker"),
+            sort_key=SORT_KEYS[sort_key],
+            sort_dir=q.get("sort_dir", "asc"),
+        )
         base = self.rest.base(request)
         shown = None if detail else (fields or LIST_FIELDS)
         body: dict[str, Any] = {"conductors": [conductor_document(r, base=base, fields=shown) for r in rows]}

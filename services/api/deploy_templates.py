@@ -24,8 +24,9 @@ from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
 SINCE = (1, 55)
-FIELDS: dict[str, tuple[int, int]] = {k: SINCE for k in (
-    "uuid", "name", "steps", "extra", "created_at", "updated_at", "links")}
+FIELDS: dict[str, tuple[int, int]] = dict.fromkeys(
+    ("uuid", "name", "steps", "extra", "created_at", "updated_at", "links"), SINCE
+)
 LIST_FIELDS = ("uuid", "name")
 CREATE_KEYS = {"uuid", "name", "steps", "extra"}
 STEP_INTERFACES = ("bios", "deploy", "firmware", "management", "raid")
@@ -40,10 +41,12 @@ def validate_steps(steps: Any) -> list[dict[str, Any]]:
     for step in steps:
         if not isinstance(step, dict) or set(step) != STEP_KEYS:
             raise errors.InvalidParameterValue(
-                f"Invalid deploy step {step!r}: it needs exactly interface, step, args and priority")
+                f"Invalid deploy step {step!r}: it needs exactly interface, step, args and priority"
+            )
         if step["interface"] not in STEP_INTERFACES:
             raise errors.InvalidParameterValue(
-                f"Invalid deploy step interface {step['interface']!r}: one of {', '.join(STEP_INTERFACES)}")
+                f"Invalid deploy step interface {step['interface']!r}: one of {', '.join(STEP_INTERFACES)}"
+            )
         if not isinstance(step["step"], str) or not step["step"] or len(step["step"]) > 255:
             raise errors.InvalidParameterValue("A deploy step's step must be a non-empty string")
         if not isinstance(step["args"], dict):
@@ -72,8 +75,12 @@ def validate_template(values: dict[str, Any]) -> dict[str, Any]:
 
 def template_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
     doc = {
-        "uuid": row["uuid"], "name": row["name"], "steps": row["steps"], "extra": row["extra"],
-        "created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"]),
+        "uuid": row["uuid"],
+        "name": row["name"],
+        "steps": row["steps"],
+        "extra": row["extra"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
         "links": views.links(base, "deploy_templates", row["uuid"]),
     }
     if fields is not None:
@@ -100,6 +107,7 @@ class DeployTemplatesApi:
             if request["version"] < SINCE:
                 raise web.HTTPNotFound()
             return await method(request)
+
         return handler
 
     async def list(self, request: web.Request) -> web.Response:
@@ -109,8 +117,9 @@ class DeployTemplatesApi:
         if detail and fields:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
         limit = self.rest._limit(request)
-        rows = await self.repo.list(limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"),
-                                    sort_dir=q.get("sort_dir", "asc"))
+        rows = await self.repo.list(
+            limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")
+        )
         base = self.rest.base(request)
         shown = None if detail else (fields or LIST_FIELDS)
         body: dict[str, Any] = {"deploy_templates": [template_document(r, base=base, fields=shown) for r in rows]}

@@ -42,8 +42,14 @@ from services.common.jsonutil import dumps, parse_datetimes
 
 # The native API has no microversions: it speaks the newest REST semantics.
 LATEST = MAX_VERSION
-_TS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at",
-       "inspection_finished_at", "reservation_expires_at")
+_TS = (
+    "created_at",
+    "updated_at",
+    "provision_updated_at",
+    "inspection_started_at",
+    "inspection_finished_at",
+    "reservation_expires_at",
+)
 
 
 def _struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
@@ -75,21 +81,39 @@ def _ts(value: Any) -> timestamp_pb2.Timestamp | None:
 def node_message(row: dict[str, Any]) -> cpb.Node:
     masked = views.node_document(row, base="", version=LATEST, full=False)
     message = cpb.Node(
-        uuid=row["uuid"], name=row["name"] or "", driver=row["driver"],
+        uuid=row["uuid"],
+        name=row["name"] or "",
+        driver=row["driver"],
         interfaces={f.removesuffix("_interface"): row[f] for f in INTERFACE_FIELDS if row.get(f)},
-        driver_info=_struct(masked["driver_info"]), driver_internal_info=_struct(masked["driver_internal_info"]),
-        instance_info=_struct(masked["instance_info"]), properties=_struct(row["properties"]), extra=_struct(row["extra"]),
-        provision_state=row["provision_state"], target_provision_state=row["target_provision_state"] or "",
-        power_state=row["power_state"] or "", target_power_state=row["target_power_state"] or "",
-        maintenance=row["maintenance"], maintenance_reason=row["maintenance_reason"] or "",
-        last_error=row["last_error"] or "", reservation=row["reservation"] or "",
-        conductor_group=row["conductor_group"], resource_class=row["resource_class"] or "",
-        instance_uuid=row["instance_uuid"] or "", owner=row["owner"] or "", lessee=row["lessee"] or "",
-        automated_clean_set=row["automated_clean"] is not None, automated_clean=bool(row["automated_clean"]),
-        description=row["description"] or "", protected=row["protected"], protected_reason=row["protected_reason"] or "",
-        retired=bool(row.get("retired")), retired_reason=row.get("retired_reason") or "",
-        network_data=_struct(row.get("network_data")), boot_mode=row.get("boot_mode") or "",
-        secure_boot_set=row.get("secure_boot") is not None, secure_boot=bool(row.get("secure_boot")),
+        driver_info=_struct(masked["driver_info"]),
+        driver_internal_info=_struct(masked["driver_internal_info"]),
+        instance_info=_struct(masked["instance_info"]),
+        properties=_struct(row["properties"]),
+        extra=_struct(row["extra"]),
+        provision_state=row["provision_state"],
+        target_provision_state=row["target_provision_state"] or "",
+        power_state=row["power_state"] or "",
+        target_power_state=row["target_power_state"] or "",
+        maintenance=row["maintenance"],
+        maintenance_reason=row["maintenance_reason"] or "",
+        last_error=row["last_error"] or "",
+        reservation=row["reservation"] or "",
+        conductor_group=row["conductor_group"],
+        resource_class=row["resource_class"] or "",
+        instance_uuid=row["instance_uuid"] or "",
+        owner=row["owner"] or "",
+        lessee=row["lessee"] or "",
+        automated_clean_set=row["automated_clean"] is not None,
+        automated_clean=bool(row["automated_clean"]),
+        description=row["description"] or "",
+        protected=row["protected"],
+        protected_reason=row["protected_reason"] or "",
+        retired=bool(row.get("retired")),
+        retired_reason=row.get("retired_reason") or "",
+        network_data=_struct(row.get("network_data")),
+        boot_mode=row.get("boot_mode") or "",
+        secure_boot_set=row.get("secure_boot") is not None,
+        secure_boot=bool(row.get("secure_boot")),
     )
     for name in ("created_at", "updated_at", "provision_updated_at"):
         stamp = _ts(row.get(name))
@@ -99,10 +123,16 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
 
 
 def port_message(row: dict[str, Any]) -> cpb.Port:
-    message = cpb.Port(uuid=row["uuid"], node_uuid=row["node_uuid"], address=row["address"],
-                       pxe_enabled=row["pxe_enabled"], extra=_struct(row["extra"]),
-                       local_link_connection=_struct(row["local_link_connection"]),
-                       physical_network=row["physical_network"] or "", name=row["name"] or "")
+    message = cpb.Port(
+        uuid=row["uuid"],
+        node_uuid=row["node_uuid"],
+        address=row["address"],
+        pxe_enabled=row["pxe_enabled"],
+        extra=_struct(row["extra"]),
+        local_link_connection=_struct(row["local_link_connection"]),
+        physical_network=row["physical_network"] or "",
+        name=row["name"] or "",
+    )
     for name in ("created_at", "updated_at"):
         stamp = _ts(row.get(name))
         if stamp is not None:
@@ -112,9 +142,14 @@ def port_message(row: dict[str, Any]) -> cpb.Port:
 
 def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
     message = cpb.NodeEvent(
-        sequence=row["sequence"], node_uuid=row["node_uuid"], event=row["event"],
-        provision_state=row["provision_state"] or "", target_provision_state=row["target_provision_state"] or "",
-        power_state=row["power_state"] or "", severity=row["severity"], message=row["message"],
+        sequence=row["sequence"],
+        node_uuid=row["node_uuid"],
+        event=row["event"],
+        provision_state=row["provision_state"] or "",
+        target_provision_state=row["target_provision_state"] or "",
+        power_state=row["power_state"] or "",
+        severity=row["severity"],
+        message=row["message"],
         conductor=row["conductor"] or "",
     )
     message.created_at.CopyFrom(_ts(row["created_at"]))
@@ -151,9 +186,15 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 values[field] = name
             values = _validate_node_values(values, create=True)
             values.setdefault("uuid", str(uuidlib.uuid4()))
-            reply = await self.router.call(values["uuid"], values["driver"], values.get("conductor_group", ""),
-                                           "CreateNode", conductor_pb.ConductorCreateNodeRequest(node_json=dumps(values)))
+            reply = await self.router.call(
+                values["uuid"],
+                values["driver"],
+                values.get("conductor_group", ""),
+                "CreateNode",
+                conductor_pb.ConductorCreateNodeRequest(node_json=dumps(values)),
+            )
             return node_message(parse_datetimes(json.loads(reply.node_json), _TS))
+
         return await self._guard(context, run())
 
     async def GetNode(self, request: pb.GetNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
@@ -164,14 +205,25 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
 
     async def ListNodes(self, request: pb.ListNodesRequest, context: grpc.aio.ServicerContext) -> pb.ListNodesResponse:
         async def run() -> pb.ListNodesResponse:
-            filters = {k: getattr(request, k) for k in ("provision_state", "driver", "conductor_group", "owner") if getattr(request, k)}
+            filters = {
+                k: getattr(request, k)
+                for k in ("provision_state", "driver", "conductor_group", "owner")
+                if getattr(request, k)
+            }
             limit = request.limit or 1000
             if limit < 0 or limit > 1000:
                 raise errors.InvalidParameterValue("limit must be between 1 and 1000")
-            rows = await self.nodes.list(filters=filters, limit=limit, marker=request.marker or None,
-                                         sort_key=request.sort_key or "id", sort_dir=request.sort_dir or "asc")
-            return pb.ListNodesResponse(nodes=[node_message(r) for r in rows],
-                                        next_marker=rows[-1]["uuid"] if len(rows) == limit else "")
+            rows = await self.nodes.list(
+                filters=filters,
+                limit=limit,
+                marker=request.marker or None,
+                sort_key=request.sort_key or "id",
+                sort_dir=request.sort_dir or "asc",
+            )
+            return pb.ListNodesResponse(
+                nodes=[node_message(r) for r in rows], next_marker=rows[-1]["uuid"] if len(rows) == limit else ""
+            )
+
         return await self._guard(context, run())
 
     async def PatchNode(self, request: pb.PatchNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
@@ -183,47 +235,82 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 raise errors.PatchError(f"patch_json is not valid JSON: {exc}") from None
             current = json.loads(dumps({k: node.get(k) for k in views.NODE_FIELD_VERSIONS if k in node}))
             changes = checked_node_changes(
-                node, apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST))
+                node, apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST)
+            )
             if not changes:
                 return node_message(node)
-            reply = await self._rpc(node, "UpdateNode", conductor_pb.ConductorUpdateNodeRequest(
-                node_uuid=node["uuid"], changes_json=dumps(changes)))
+            reply = await self._rpc(
+                node,
+                "UpdateNode",
+                conductor_pb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps(changes)),
+            )
             return node_message(parse_datetimes(json.loads(reply.node_json), _TS))
+
         return await self._guard(context, run())
 
-    async def DeleteNode(self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext) -> pb.DeleteNodeResponse:
+    async def DeleteNode(
+        self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteNodeResponse:
         async def run() -> pb.DeleteNodeResponse:
             node = await self.nodes.get_by_ident(request.ident)
             await self._rpc(node, "DestroyNode", conductor_pb.NodeRef(node_uuid=node["uuid"]))
             return pb.DeleteNodeResponse()
+
         return await self._guard(context, run())
 
-    async def SetProvisionState(self, request: pb.SetProvisionStateRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
+    async def SetProvisionState(
+        self, request: pb.SetProvisionStateRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.Node:
         async def run() -> cpb.Node:
             node = await self.nodes.get_by_ident(request.ident)
             try:
                 event = states.verb_to_event(request.target)
             except states.UnknownVerb:
-                raise errors.InvalidParameterValue(f"The requested action \"{request.target}\" could not be understood.") from None
+                raise errors.InvalidParameterValue(
+                    f'The requested action "{request.target}" could not be understood.'
+                ) from None
             which = request.WhichOneof("configdrive")
-            configdrive = (request.configdrive_string if which == "configdrive_string"
-                           else json_format.MessageToDict(request.configdrive_dict) if which else None)
+            configdrive = (
+                request.configdrive_string
+                if which == "configdrive_string"
+                else json_format.MessageToDict(request.configdrive_dict)
+                if which
+                else None
+            )
             check_configdrive(configdrive, request.target, LATEST)
             if event not in states.allowed_events(node["provision_state"]):
                 raise errors.InvalidStateRequested(
-                    f"The requested action \"{request.target}\" can not be performed on node \"{node['uuid']}\" "
-                    f"while it is in state \"{node['provision_state']}\".")
-            steps = (_whole_numbers(json_format.MessageToDict(request.clean_steps))
-                     if request.HasField("clean_steps") else None)
+                    f'The requested action "{request.target}" can not be performed on node "{node["uuid"]}" '
+                    f'while it is in state "{node["provision_state"]}".'
+                )
+            steps = (
+                _whole_numbers(json_format.MessageToDict(request.clean_steps))
+                if request.HasField("clean_steps")
+                else None
+            )
             deploy_steps = check_deploy_steps(
                 _whole_numbers(json_format.MessageToDict(request.deploy_steps))
-                if request.HasField("deploy_steps") else None, request.target, LATEST)
+                if request.HasField("deploy_steps")
+                else None,
+                request.target,
+                LATEST,
+            )
             disable_ramdisk = check_disable_ramdisk(request.disable_ramdisk or None, request.target, LATEST)
-            await self._rpc(node, "DoProvisionAction", conductor_pb.ProvisionActionRequest(
-                node_uuid=node["uuid"], event=event, configdrive_json=json.dumps(configdrive) if configdrive else "",
-                clean_steps_json=json.dumps(steps) if steps is not None else "", rescue_password=request.rescue_password,
-                deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "", disable_ramdisk=disable_ramdisk))
+            await self._rpc(
+                node,
+                "DoProvisionAction",
+                conductor_pb.ProvisionActionRequest(
+                    node_uuid=node["uuid"],
+                    event=event,
+                    configdrive_json=json.dumps(configdrive) if configdrive else "",
+                    clean_steps_json=json.dumps(steps) if steps is not None else "",
+                    rescue_password=request.rescue_password,
+                    deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
+                    disable_ramdisk=disable_ramdisk,
+                ),
+            )
             return await self._get(node["uuid"])
+
         return await self._guard(context, run())
 
     async def SetPowerState(self, request: pb.SetPowerStateRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
@@ -231,17 +318,27 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             node = await self.nodes.get_by_ident(request.ident)
             if request.target not in states.POWER_TARGETS:
                 raise errors.InvalidParameterValue(f"Invalid power target {request.target!r}")
-            await self._rpc(node, "ChangePowerState", conductor_pb.PowerStateRequest(
-                node_uuid=node["uuid"], target=request.target, timeout=request.timeout))
+            await self._rpc(
+                node,
+                "ChangePowerState",
+                conductor_pb.PowerStateRequest(node_uuid=node["uuid"], target=request.target, timeout=request.timeout),
+            )
             return await self._get(node["uuid"])
+
         return await self._guard(context, run())
 
     async def SetMaintenance(self, request: pb.SetMaintenanceRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
         async def run() -> cpb.Node:
             node = await self.nodes.get_by_ident(request.ident)
-            await self._rpc(node, "SetMaintenance", conductor_pb.MaintenanceRequest(
-                node_uuid=node["uuid"], maintenance=request.maintenance, reason=request.reason))
+            await self._rpc(
+                node,
+                "SetMaintenance",
+                conductor_pb.MaintenanceRequest(
+                    node_uuid=node["uuid"], maintenance=request.maintenance, reason=request.reason
+                ),
+            )
             return await self._get(node["uuid"])
+
         return await self._guard(context, run())
 
     async def CreatePort(self, request: pb.CreatePortRequest, context: grpc.aio.ServicerContext) -> cpb.Port:
@@ -257,6 +354,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 values["name"] = request.name
             values.update(node_id=node["id"], uuid=str(uuidlib.uuid4()))
             return port_message(await self.ports.create(values))
+
         return await self._guard(context, run())
 
     async def GetPort(self, request: pb.GetPortRequest, context: grpc.aio.ServicerContext) -> cpb.Port:
@@ -271,18 +369,25 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             address = _validate_port_values({"address": request.address})["address"] if request.address else None
             limit = request.limit or 1000
             rows = await self.ports.list(node_id=node_id, address=address, limit=limit, marker=request.marker or None)
-            return pb.ListPortsResponse(ports=[port_message(r) for r in rows],
-                                        next_marker=rows[-1]["uuid"] if len(rows) == limit else "")
+            return pb.ListPortsResponse(
+                ports=[port_message(r) for r in rows], next_marker=rows[-1]["uuid"] if len(rows) == limit else ""
+            )
+
         return await self._guard(context, run())
 
-    async def DeletePort(self, request: pb.DeletePortRequest, context: grpc.aio.ServicerContext) -> pb.DeletePortResponse:
+    async def DeletePort(
+        self, request: pb.DeletePortRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeletePortResponse:
         async def run() -> pb.DeletePortResponse:
             port = await self.ports.get(request.ident)
             await self.ports.delete(port["uuid"])
             return pb.DeletePortResponse()
+
         return await self._guard(context, run())
 
-    async def WatchNodes(self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[cpb.NodeEvent]:
+    async def WatchNodes(
+        self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[cpb.NodeEvent]:
         """Replay from ``after_sequence`` then follow live changes, in order."""
         if request.node_uuid:
             try:

@@ -27,8 +27,12 @@ DETAIL_FIELDS = ("uuid", "created_at", "severity", "event_type", "event", "condu
 def history_document(row: dict[str, Any], *, base: str, node_uuid: str, detail: bool) -> dict[str, Any]:
     """One history entry as Ironic renders it."""
     values = {
-        "uuid": row["uuid"], "created_at": iso(row["created_at"]), "severity": row["severity"],
-        "event_type": row["event_type"], "event": row["event"], "conductor": row["conductor"],
+        "uuid": row["uuid"],
+        "created_at": iso(row["created_at"]),
+        "severity": row["severity"],
+        "event_type": row["event_type"],
+        "event": row["event"],
+        "conductor": row["conductor"],
         "user": row["user_id"],
     }
     doc = {k: values[k] for k in (DETAIL_FIELDS if detail else STANDARD_FIELDS)}

@@ -41,8 +41,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def error_script(reason: str, status: int) -> web.Response:
     text = sanitize_text(reason, limit=400)
     body = f"#!ipxe\necho Ferrum: cannot network-boot this machine: {text}\nexit 1\n"
-    return web.Response(text=body, status=status, content_type="text/plain",
-                        headers={**HEADERS, "X-Ferrum-Boot-Kind": "error"})
+    return web.Response(
+        text=body, status=status, content_type="text/plain", headers={**HEADERS, "X-Ferrum-Boot-Kind": "error"}
+    )
 
 
 class IpxePassthru:
@@ -69,22 +70,27 @@ class IpxePassthru:
             return error_script("the driver name in the URL is not valid", 400)
         if (node_uuid is None) == (port_address is None):
             return error_script("ipxe_config needs exactly one of node_uuid= or port_address=", 400)
-        message = (renderer_pb2.RenderBootScriptRequest(node_uuid=node_uuid) if node_uuid is not None
-                   else renderer_pb2.RenderBootScriptRequest(mac=port_address or ""))
+        message = (
+            renderer_pb2.RenderBootScriptRequest(node_uuid=node_uuid)
+            if node_uuid is not None
+            else renderer_pb2.RenderBootScriptRequest(mac=port_address or "")
+        )
         address = renderer_address(self._settings)
         if not address:
             LOG.warning("ipxe_config passthru reason=no renderer address configured")
             return error_script("no boot script renderer is configured, try again later", 503)
         try:
             reply = await self._stub(address).RenderBootScript(
-                message, timeout=self._timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))
+                message, timeout=self._timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),)
+            )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 return error_script(f"bad ipxe_config request: {exc.details()}", 400)
             LOG.warning("ipxe_config passthru renderer=%s reason=%s", address, exc.code().name)
             return error_script("the boot script renderer is unavailable, try again later", 503)
-        return web.Response(text=reply.script, content_type="text/plain",
-                            headers={**HEADERS, "X-Ferrum-Boot-Kind": reply.kind})
+        return web.Response(
+            text=reply.script, content_type="text/plain", headers={**HEADERS, "X-Ferrum-Boot-Kind": reply.kind}
+        )
 
 
 def public_route_middleware(handler_of_route: Handler) -> Callable[..., Awaitable[web.StreamResponse]]:

@@ -55,17 +55,26 @@ class ManagementApi:
         for component, names in json.loads(reply.json).items():
             for name, fields in names.items():
                 unique = f"{name}@{component}"
-                docs.append({"name": unique, "component": component, "readonly": bool(fields.get("readonly")),
-                             "states": list(fields.get("states") or []),
-                             "links": views.links(base, f"nodes/{node['uuid']}/management/indicators", unique)})
+                docs.append(
+                    {
+                        "name": unique,
+                        "component": component,
+                        "readonly": bool(fields.get("readonly")),
+                        "states": list(fields.get("states") or []),
+                        "links": views.links(base, f"nodes/{node['uuid']}/management/indicators", unique),
+                    }
+                )
         return web.json_response({"indicators": docs})
 
     async def get_indicator(self, request: web.Request) -> web.Response:
         _endpoint_gone(request, INDICATORS_SINCE)
         node = await self.rest.node_by_ident(request)
         component, indicator = split_indicator(request.match_info["indicator"])
-        reply = await self.rest.rpc(node, "GetIndicatorState", cpb.IndicatorRequest(
-            node_uuid=node["uuid"], component=component, indicator=indicator))
+        reply = await self.rest.rpc(
+            node,
+            "GetIndicatorState",
+            cpb.IndicatorRequest(node_uuid=node["uuid"], component=component, indicator=indicator),
+        )
         return web.json_response({"state": json.loads(reply.json)})
 
     async def set_indicator(self, request: web.Request) -> web.Response:
@@ -80,8 +89,11 @@ class ManagementApi:
             state = body.get("state", state)
         if not isinstance(state, str) or not state:
             raise errors.InvalidParameterValue("An indicator 'state' string is required")
-        await self.rest.rpc(node, "SetIndicatorState", cpb.IndicatorRequest(
-            node_uuid=node["uuid"], component=component, indicator=indicator, state=state))
+        await self.rest.rpc(
+            node,
+            "SetIndicatorState",
+            cpb.IndicatorRequest(node_uuid=node["uuid"], component=component, indicator=indicator, state=state),
+        )
         return web.Response(status=204)
 
     async def _target(self, request: web.Request) -> Any:
@@ -91,7 +103,9 @@ class ManagementApi:
         return body["target"]
 
     def _accepted(self, request: web.Request, node: dict[str, Any]) -> web.Response:
-        return web.Response(status=202, headers={"Location": f"{self.rest.base(request)}/v1/nodes/{node['uuid']}/states"})
+        return web.Response(
+            status=202, headers={"Location": f"{self.rest.base(request)}/v1/nodes/{node['uuid']}/states"}
+        )
 
     async def set_boot_mode(self, request: web.Request) -> web.Response:
         _endpoint_gone(request, BOOT_MODE_SINCE)

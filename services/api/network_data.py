@@ -18,8 +18,9 @@ from services.common import errors
 
 _MAC = re.compile(r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$")
 PHYSICAL_TYPES = frozenset(("bridge", "dvs", "hw_veb", "hyperv", "ovs", "tap", "vhostuser", "vif", "phy"))
-BOND_MODES = frozenset(("802.1ad", "balance-rr", "active-backup", "balance-xor", "broadcast", "balance-tlb",
-                        "balance-alb"))
+BOND_MODES = frozenset(
+    ("802.1ad", "balance-rr", "active-backup", "balance-xor", "broadcast", "balance-tlb", "balance-alb")
+)
 IPV4_TYPES = frozenset(("ipv4", "ipv4_dhcp"))
 IPV6_TYPES = frozenset(("ipv6", "ipv6_dhcp", "ipv6_slaac"))
 
@@ -99,7 +100,7 @@ def _services(value: Any, version: int | None, where: str) -> None:
     for i, service in enumerate(value):
         here = f"{where}.services[{i}]"
         if not isinstance(service, dict) or service.get("type") != "dns" or "address" not in service:
-            raise _fail(here, "a service is {\"type\": \"dns\", \"address\": IP address}")
+            raise _fail(here, 'a service is {"type": "dns", "address": IP address}')
         _address(service["address"], version, here, "address")
 
 

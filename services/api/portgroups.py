@@ -26,9 +26,18 @@ from services.common.jsonutil import dumps
 SINCE = (1, 23)
 SUBRESOURCES = (1, 24)
 FIELDS: dict[str, tuple[int, int]] = {
-    "uuid": SINCE, "name": SINCE, "address": SINCE, "node_uuid": SINCE, "standalone_ports_supported": SINCE,
-    "internal_info": SINCE, "extra": SINCE, "mode": (1, 26), "properties": (1, 26), "created_at": SINCE,
-    "updated_at": SINCE, "links": SINCE,
+    "uuid": SINCE,
+    "name": SINCE,
+    "address": SINCE,
+    "node_uuid": SINCE,
+    "standalone_ports_supported": SINCE,
+    "internal_info": SINCE,
+    "extra": SINCE,
+    "mode": (1, 26),
+    "properties": (1, 26),
+    "created_at": SINCE,
+    "updated_at": SINCE,
+    "links": SINCE,
 }
 LIST_FIELDS = ("uuid", "address", "name")
 CREATE_KEYS = {"uuid", "name", "address", "node_uuid", "standalone_ports_supported", "extra", "mode", "properties"}
@@ -42,7 +51,8 @@ def validate_portgroup(values: dict[str, Any]) -> dict[str, Any]:
         name = out["name"]
         if not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255:
             raise errors.InvalidParameterValue(
-                f"Cannot use name {name!r}: RFC 3986 unreserved characters only, not a UUID, at most 255")
+                f"Cannot use name {name!r}: RFC 3986 unreserved characters only, not a UUID, at most 255"
+            )
     if out.get("address") is not None:
         out["address"] = normalize_mac(out["address"])
     for key in ("uuid", "node_uuid"):
@@ -64,8 +74,9 @@ def validate_portgroup(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def portgroup_document(row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Any = None,
-                       full: bool = True) -> dict[str, Any]:
+def portgroup_document(
+    row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Any = None, full: bool = True
+) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for key, since in FIELDS.items():
         if since > version:
@@ -109,7 +120,9 @@ class PortgroupsApi:
                 if request["version"] < since:
                     raise web.HTTPNotFound()
                 return await method(request)
+
             return handler
+
         return wrap
 
     async def list(self, request: web.Request) -> web.Response:
@@ -129,8 +142,9 @@ class PortgroupsApi:
         node = await self.rest.nodes.get_by_ident(request.match_info["node"])
         return await self._list(request, detail=True, node_id=node["id"])
 
-    async def _list(self, request: web.Request, *, detail: bool, node_id: int | None = None,
-                    path: str | None = None) -> web.Response:
+    async def _list(
+        self, request: web.Request, *, detail: bool, node_id: int | None = None, path: str | None = None
+    ) -> web.Response:
         q = request.query
         fields = self.rest._fields(request, FIELDS)
         if detail and fields:
@@ -139,12 +153,19 @@ class PortgroupsApi:
             node_id = (await self.rest.nodes.get_by_ident(q["node"]))["id"]
         address = normalize_mac(q["address"]) if "address" in q else None
         limit = self.rest._limit(request)
-        rows = await self.repo.list(node_id=node_id, address=address, limit=limit, marker=q.get("marker"),
-                                    sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc"))
+        rows = await self.repo.list(
+            node_id=node_id,
+            address=address,
+            limit=limit,
+            marker=q.get("marker"),
+            sort_key=q.get("sort_key", "id"),
+            sort_dir=q.get("sort_dir", "asc"),
+        )
         base, version = self.rest.base(request), request["version"]
         shown = None if detail else (fields or LIST_FIELDS)
-        body: dict[str, Any] = {"portgroups": [portgroup_document(r, base=base, version=version, fields=shown, full=detail)
-                                               for r in rows]}
+        body: dict[str, Any] = {
+            "portgroups": [portgroup_document(r, base=base, version=version, fields=shown, full=detail) for r in rows]
+        }
         if len(rows) == limit and rows:
             carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
             carried.update(limit=str(limit), marker=rows[-1]["uuid"])
@@ -154,8 +175,10 @@ class PortgroupsApi:
     async def get(self, request: web.Request) -> web.Response:
         fields = self.rest._fields(request, FIELDS)
         row = await self.repo.get(request.match_info["ident"])
-        return web.json_response(portgroup_document(row, base=self.rest.base(request), version=request["version"],
-                                                    fields=fields), dumps=dumps)
+        return web.json_response(
+            portgroup_document(row, base=self.rest.base(request), version=request["version"], fields=fields),
+            dumps=dumps,
+        )
 
     async def create(self, request: web.Request) -> web.Response:
         body = await self.rest.create_body(request, "port group", CREATE_KEYS, FIELDS)
@@ -184,8 +207,9 @@ class PortgroupsApi:
             changes["node_id"] = node["id"]
         if changes:
             row = await self.repo.update(row["uuid"], changes)
-        return web.json_response(portgroup_document(row, base=self.rest.base(request), version=request["version"]),
-                                 dumps=dumps)
+        return web.json_response(
+            portgroup_document(row, base=self.rest.base(request), version=request["version"]), dumps=dumps
+        )
 
     async def delete(self, request: web.Request) -> web.Response:
         row = await self.repo.get(request.match_info["ident"])
@@ -203,12 +227,20 @@ class PortgroupsApi:
         fields = self.rest._fields(request, views.PORT_FIELD_VERSIONS)
         group = await self.repo.get(request.match_info["ident"])
         limit = self.rest._limit(request)
-        rows = await self.rest.with_portgroups(await self.repo.ports(
-            group["id"], limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"),
-            sort_dir=q.get("sort_dir", "asc")))
+        rows = await self.rest.with_portgroups(
+            await self.repo.ports(
+                group["id"],
+                limit=limit,
+                marker=q.get("marker"),
+                sort_key=q.get("sort_key", "id"),
+                sort_dir=q.get("sort_dir", "asc"),
+            )
+        )
         base, version = self.rest.base(request), request["version"]
         shown = None if detail else (fields or views.PORT_LIST_FIELDS)
-        body: dict[str, Any] = {"ports": [views.port_document(r, base=base, version=version, fields=shown) for r in rows]}
+        body: dict[str, Any] = {
+            "ports": [views.port_document(r, base=base, version=version, fields=shown) for r in rows]
+        }
         if len(rows) == limit and rows:
             body["next"] = f"{base}{request.path}?limit={limit}&marker={rows[-1]['uuid']}"
         return web.json_response(body, dumps=dumps)

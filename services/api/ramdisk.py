@@ -25,10 +25,16 @@ from services.common.jsonutil import dumps
 if TYPE_CHECKING:
     from services.api.rest import RestApi
 
-NOT_FOUND = "Node could not be found. Lookup is only allowed while a node is being deployed, cleaned, inspected or rescued."
+NOT_FOUND = (
+    "Node could not be found. Lookup is only allowed while a node is being deployed, cleaned, inspected or rescued."
+)
 HEARTBEAT_FIELDS = {
-    "callback_url": (1, 22), "agent_version": (1, 36), "agent_token": (1, 22), "agent_verify_ca": (1, 68),
-    "agent_status": (1, 72), "agent_status_message": (1, 72),
+    "callback_url": (1, 22),
+    "agent_version": (1, 36),
+    "agent_token": (1, 22),
+    "agent_verify_ca": (1, 68),
+    "agent_status": (1, 72),
+    "agent_status_message": (1, 72),
     # Ferrum extension, documented in docs/agent.md: the image write progress.
     "deploy_progress": (1, 22),
 }
@@ -36,7 +42,7 @@ AGENT_STATUSES = ("start", "end", "error")
 
 
 class RamdiskEndpoints:
-    def __init__(self, api: "RestApi") -> None:
+    def __init__(self, api: RestApi) -> None:
         self.api = api
 
     def routes(self, app: web.Application) -> None:
@@ -58,7 +64,8 @@ class RamdiskEndpoints:
             raise errors.InvalidParameterValue(f"Expected a UUID but received {node_uuid}.")
         if not macs and not node_uuid:
             raise errors.InvalidParameterValue(
-                "IncompleteLookup: one of 'addresses' (a valid MAC) or 'node_uuid' is required")
+                "IncompleteLookup: one of 'addresses' (a valid MAC) or 'node_uuid' is required"
+            )
         node: dict[str, Any] | None
         if node_uuid:
             try:
@@ -79,8 +86,9 @@ class RamdiskEndpoints:
             "node": {
                 "uuid": fresh["uuid"],
                 "properties": fresh["properties"],
-                "instance_info": {k: (views.MASK if k in views.INSTANCE_SECRETS else v)
-                                  for k, v in fresh["instance_info"].items()},
+                "instance_info": {
+                    k: (views.MASK if k in views.INSTANCE_SECRETS else v) for k, v in fresh["instance_info"].items()
+                },
                 "driver_internal_info": views.mask_secrets(fresh["driver_internal_info"]),
                 "links": views.links(base, "nodes", fresh["uuid"]),
             },
@@ -91,8 +99,13 @@ class RamdiskEndpoints:
                 "agent_md5_checksum_enable": False,
                 "disable_deep_image_inspection": False,
                 "permitted_image_formats": ["raw", "qcow2", "iso"],
-                "metrics": {"backend": "noop", "prepend_host": False, "prepend_uuid": False,
-                            "prepend_host_reverse": True, "global_prefix": None},
+                "metrics": {
+                    "backend": "noop",
+                    "prepend_host": False,
+                    "prepend_uuid": False,
+                    "prepend_host_reverse": True,
+                    "global_prefix": None,
+                },
                 "metrics_statsd": {"statsd_host": "localhost", "statsd_port": 8125},
                 "agent_skip_bmc_detect": True,
             },
@@ -106,22 +119,25 @@ class RamdiskEndpoints:
             raise errors.InvalidParameterValue("The heartbeat body must be a JSON object")
         for key in body:
             if key not in HEARTBEAT_FIELDS:
-                raise errors.InvalidParameterValue(f"Unknown argument: \"{key}\"")
+                raise errors.InvalidParameterValue(f'Unknown argument: "{key}"')
             since = HEARTBEAT_FIELDS[key]
             if request["version"] < since:
                 raise errors.InvalidParameterValue(
-                    f"Field \"{key}\" not recognised in API version "
-                    f"{request['version'][0]}.{request['version'][1]}")
+                    f'Field "{key}" not recognised in API version {request["version"][0]}.{request["version"][1]}'
+                )
         callback_url = body.get("callback_url")
-        if not isinstance(callback_url, str) or urlsplit(callback_url).scheme not in ("http", "https") \
-                or not urlsplit(callback_url).netloc:
-            raise errors.InvalidParameterValue(f"Invalid callback_url \"{callback_url}\": an http(s) URL is required")
+        if (
+            not isinstance(callback_url, str)
+            or urlsplit(callback_url).scheme not in ("http", "https")
+            or not urlsplit(callback_url).netloc
+        ):
+            raise errors.InvalidParameterValue(f'Invalid callback_url "{callback_url}": an http(s) URL is required')
         token = body.get("agent_token")
         if not isinstance(token, str) or not token:
             raise errors.InvalidParameterValue("Agent token is required for heartbeat processing.")
         status = body.get("agent_status") or ""
         if status and status not in AGENT_STATUSES:
-            raise errors.InvalidParameterValue(f"Unknown agent_status \"{status}\"; expected one of {AGENT_STATUSES}")
+            raise errors.InvalidParameterValue(f'Unknown agent_status "{status}"; expected one of {AGENT_STATUSES}')
         progress = body.get("deploy_progress")
         if progress is not None and not isinstance(progress, dict):
             raise errors.InvalidParameterValue("deploy_progress must be an object")
@@ -138,10 +154,19 @@ class RamdiskEndpoints:
             raise errors.NotFound(f"Node {ident} could not be found.") from None
         known = node["driver_internal_info"].get("agent_url")
         if known and known != callback_url:
-            raise errors.InvalidParameterValue("Detected change in ramdisk provided \"callback_url\"")
-        await self.api.rpc(node, "Heartbeat", cpb.HeartbeatRequest(
-            node_uuid=node["uuid"], callback_url=callback_url, agent_version=body.get("agent_version") or "",
-            agent_token=token, agent_status=status, agent_status_message=body.get("agent_status_message") or "",
-            progress_json=json.dumps(progress) if progress else "", agent_verify_ca=verify_ca or "",
-        ))
+            raise errors.InvalidParameterValue('Detected change in ramdisk provided "callback_url"')
+        await self.api.rpc(
+            node,
+            "Heartbeat",
+            cpb.HeartbeatRequest(
+                node_uuid=node["uuid"],
+                callback_url=callback_url,
+                agent_version=body.get("agent_version") or "",
+                agent_token=token,
+                agent_status=status,
+                agent_status_message=body.get("agent_status_message") or "",
+                progress_json=json.dumps(progress) if progress else "",
+                agent_verify_ca=verify_ca or "",
+            ),
+        )
         return web.Response(status=202)

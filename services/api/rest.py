@@ -20,12 +20,12 @@ from aiohttp import web
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api import versions, views
 from services.api.network_data import validate_network_data
-from services.api.router import ConductorRouter
 from services.api.rest_base import read_json
+from services.api.router import ConductorRouter
 from services.common import errors, states
 from services.common.config import ApiConfig
-from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.allocations import AllocationRepository
+from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.portgroups import PortgroupRepository
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
@@ -33,24 +33,82 @@ from services.common.jsonutil import dumps, parse_datetimes
 NAME_RE = re.compile(r"^[A-Za-z0-9\-._~]+$")
 MAC_RE = re.compile(r"^([0-9a-f]{2}[:-]){5}[0-9a-f]{2}$")
 NODE_CREATE_KEYS = {
-    "uuid", "name", "driver", "driver_info", "properties", "instance_info", "extra", "chassis_uuid",
-    "resource_class", "conductor_group", "owner", "lessee", "description", "automated_clean",
-    "network_data", "protected", "protected_reason", "retired", "retired_reason", *INTERFACE_FIELDS,
+    "uuid",
+    "name",
+    "driver",
+    "driver_info",
+    "properties",
+    "instance_info",
+    "extra",
+    "chassis_uuid",
+    "resource_class",
+    "conductor_group",
+    "owner",
+    "lessee",
+    "description",
+    "automated_clean",
+    "network_data",
+    "protected",
+    "protected_reason",
+    "retired",
+    "retired_reason",
+    *INTERFACE_FIELDS,
 }
 NODE_DICT_FIELDS = ("driver_info", "properties", "instance_info", "extra", "network_data")
 NODE_READONLY = {
-    "uuid", "created_at", "updated_at", "links", "provision_state", "target_provision_state",
-    "power_state", "target_power_state", "reservation", "provision_updated_at", "last_error",
-    "driver_internal_info", "maintenance", "maintenance_reason", "console_enabled", "chassis_uuid",
-    "inspection_started_at", "inspection_finished_at", "clean_step", "deploy_step", "raid_config",
-    "target_raid_config", "traits", "fault", "conductor", "allocation_uuid", "ports", "states",
-    "portgroups", "volume", "boot_mode", "secure_boot",
+    "uuid",
+    "created_at",
+    "updated_at",
+    "links",
+    "provision_state",
+    "target_provision_state",
+    "power_state",
+    "target_power_state",
+    "reservation",
+    "provision_updated_at",
+    "last_error",
+    "driver_internal_info",
+    "maintenance",
+    "maintenance_reason",
+    "console_enabled",
+    "chassis_uuid",
+    "inspection_started_at",
+    "inspection_finished_at",
+    "clean_step",
+    "deploy_step",
+    "raid_config",
+    "target_raid_config",
+    "traits",
+    "fault",
+    "conductor",
+    "allocation_uuid",
+    "ports",
+    "states",
+    "portgroups",
+    "volume",
+    "boot_mode",
+    "secure_boot",
 }
-PORT_CREATE_KEYS = {"address", "node_uuid", "extra", "pxe_enabled", "local_link_connection", "physical_network", "uuid", "is_smartnic",
-                    "portgroup_uuid"}
+PORT_CREATE_KEYS = {
+    "address",
+    "node_uuid",
+    "extra",
+    "pxe_enabled",
+    "local_link_connection",
+    "physical_network",
+    "uuid",
+    "is_smartnic",
+    "portgroup_uuid",
+}
 POWER_TARGETS = {states.POWER_ON, states.POWER_OFF, states.REBOOT, states.SOFT_REBOOT, states.SOFT_POWER_OFF}
-_NODE_TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at",
-                    "inspection_finished_at", "reservation_expires_at")
+_NODE_TIMESTAMPS = (
+    "created_at",
+    "updated_at",
+    "provision_updated_at",
+    "inspection_started_at",
+    "inspection_finished_at",
+    "reservation_expires_at",
+)
 
 
 def normalize_mac(value: Any) -> str:
@@ -119,11 +177,22 @@ class RestApi:
         r.add_get("/v1/drivers/{name}", self.get_driver)
         r.add_get("/v1/drivers/{name}/properties", self.driver_properties)
         from services.api.ramdisk import RamdiskEndpoints
+
         RamdiskEndpoints(self).routes(app)
         # Modules with their own routes import this one, so they are pulled in here.
-        from services.api import (allocations, baremetal_events, bios, conductors, deploy_templates, history, openapi,
-                                  portgroups)
-        from services.api import management, vendor
+        from services.api import (
+            allocations,
+            baremetal_events,
+            bios,
+            conductors,
+            deploy_templates,
+            history,
+            management,
+            openapi,
+            portgroups,
+            vendor,
+        )
+
         allocations.AllocationsApi(self).routes(app)
         # Only paths ending in '/' match; no other route does but / and /v1/, registered first.
         r.add_route("*", "/{path:.+/}", self.trailing_slash)
@@ -177,11 +246,17 @@ class RestApi:
             raise errors.InvalidParameterValue("Limit must be positive")
         return min(limit, self.config.max_limit)
 
-    def node_doc(self, request: web.Request, row: dict[str, Any], fields: list[str] | None = None, full: bool = True) -> dict[str, Any]:
+    def node_doc(
+        self, request: web.Request, row: dict[str, Any], fields: list[str] | None = None, full: bool = True
+    ) -> dict[str, Any]:
         owner = self.router.rings.owner(row["uuid"], row["driver"], row["conductor_group"])
         return views.node_document(
-            row, base=self.base(request), version=request["version"], fields=fields,
-            conductor=owner["hostname"] if owner else None, full=full,
+            row,
+            base=self.base(request),
+            version=request["version"],
+            fields=fields,
+            conductor=owner["hostname"] if owner else None,
+            full=full,
         )
 
     async def rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
@@ -197,18 +272,24 @@ class RestApi:
 
     def _version_doc(self, base: str) -> dict[str, Any]:
         return {
-            "id": "v1", "links": [{"href": f"{base}/v1/", "rel": "self"}], "status": "CURRENT",
-            "min_version": versions.fmt(versions.MIN_VERSION), "version": versions.fmt(versions.MAX_VERSION),
+            "id": "v1",
+            "links": [{"href": f"{base}/v1/", "rel": "self"}],
+            "status": "CURRENT",
+            "min_version": versions.fmt(versions.MIN_VERSION),
+            "version": versions.fmt(versions.MAX_VERSION),
         }
 
     async def root(self, request: web.Request) -> web.Response:
         doc = self._version_doc(self.base(request))
-        return web.json_response({
-            "name": "OpenStack Ironic API",
-            "description": "Ironic is an OpenStack project which aims to provision baremetal machines. "
-                           "This endpoint is served by Ferrum.",
-            "default_version": doc, "versions": [doc],
-        })
+        return web.json_response(
+            {
+                "name": "OpenStack Ironic API",
+                "description": "Ironic is an OpenStack project which aims to provision baremetal machines. "
+                "This endpoint is served by Ferrum.",
+                "default_version": doc,
+                "versions": [doc],
+            }
+        )
 
     async def v1_root(self, request: web.Request) -> web.Response:
         if request.method not in ("GET", "HEAD"):
@@ -216,16 +297,28 @@ class RestApi:
         base = self.base(request)
         doc: dict[str, Any] = {
             "id": "v1",
-            "links": [{"href": f"{base}/v1/", "rel": "self"},
-                      {"href": "https://docs.openstack.org//ironic/latest/contributor//webapi.html",
-                       "rel": "describedby", "type": "text/html"}],
+            "links": [
+                {"href": f"{base}/v1/", "rel": "self"},
+                {
+                    "href": "https://docs.openstack.org//ironic/latest/contributor//webapi.html",
+                    "rel": "describedby",
+                    "type": "text/html",
+                },
+            ],
             "media_types": {"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"},
             "version": self._version_doc(base),
         }
         resources = ["chassis", "nodes", "ports", "drivers"]
-        for name, since in (("portgroups", (1, 23)), ("lookup", (1, 22)), ("heartbeat", (1, 22)), ("volume", (1, 32)),
-                            ("conductors", (1, 49)), ("allocations", (1, 52)), ("events", (1, 54)),
-                            ("deploy_templates", (1, 55))):
+        for name, since in (
+            ("portgroups", (1, 23)),
+            ("lookup", (1, 22)),
+            ("heartbeat", (1, 22)),
+            ("volume", (1, 32)),
+            ("conductors", (1, 49)),
+            ("allocations", (1, 52)),
+            ("events", (1, 54)),
+            ("deploy_templates", (1, 55)),
+        ):
             if request["version"] >= since:
                 resources.append(name)
         for name in resources:
@@ -252,9 +345,17 @@ class RestApi:
         q = request.query
         fields = self._fields(request, views.NODE_FIELD_VERSIONS)
         filters: dict[str, Any] = {}
-        for name, since in (("provision_state", (1, 9)), ("driver", (1, 16)), ("resource_class", (1, 21)),
-                            ("conductor_group", (1, 46)), ("owner", (1, 50)), ("instance_uuid", (1, 1)),
-                            ("fault", (1, 42)), ("lessee", (1, 65)), ("project", (1, 65))):
+        for name, since in (
+            ("provision_state", (1, 9)),
+            ("driver", (1, 16)),
+            ("resource_class", (1, 21)),
+            ("conductor_group", (1, 46)),
+            ("owner", (1, 50)),
+            ("instance_uuid", (1, 1)),
+            ("fault", (1, 42)),
+            ("lessee", (1, 65)),
+            ("project", (1, 65)),
+        ):
             if name in q:
                 _require_version(request, since, f"The {name} filter")
                 filters[name] = q[name]
@@ -269,10 +370,16 @@ class RestApi:
                 filters[name] = _bool(q[name], name)
         associated = _bool(q["associated"], "associated") if "associated" in q else None
         limit = self._limit(request)
-        rows = await self.with_allocations(await self.nodes.list(
-            filters=filters, associated=associated, limit=limit, marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc"),
-        ))
+        rows = await self.with_allocations(
+            await self.nodes.list(
+                filters=filters,
+                associated=associated,
+                limit=limit,
+                marker=q.get("marker"),
+                sort_key=q.get("sort_key", "id"),
+                sort_dir=q.get("sort_dir", "asc"),
+            )
+        )
         if detail:
             docs = [self.node_doc(request, r) for r in rows]
         else:
@@ -297,8 +404,9 @@ class RestApi:
             row["allocation_uuid"] = uuids.get(row.get("id"))
         return rows
 
-    async def create_body(self, request: web.Request, what: str, allowed: set[str],
-                          versions: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    async def create_body(
+        self, request: web.Request, what: str, allowed: set[str], versions: dict[str, tuple[int, int]]
+    ) -> dict[str, Any]:
         """A create request's JSON object: only known keys, none newer than the version."""
         body = await self.body(request)
         if not isinstance(body, dict):
@@ -306,7 +414,8 @@ class RestApi:
         unknown = set(body) - allowed
         if unknown:
             raise errors.InvalidParameterValue(
-                f"Additional properties are not allowed ({', '.join(sorted(map(repr, unknown)))} unexpected)")
+                f"Additional properties are not allowed ({', '.join(sorted(map(repr, unknown)))} unexpected)"
+            )
         for key in body:
             since = versions.get(key)
             if since and since > request["version"]:
@@ -321,8 +430,13 @@ class RestApi:
         if values.get("uuid") is None:  # absent or null: generate one
             values["uuid"] = str(uuidlib.uuid4())
         values.pop("chassis_uuid", None)
-        reply = await self.router.call(values["uuid"], values["driver"], values.get("conductor_group", ""),
-                                       "CreateNode", cpb.ConductorCreateNodeRequest(node_json=dumps(values)))
+        reply = await self.router.call(
+            values["uuid"],
+            values["driver"],
+            values.get("conductor_group", ""),
+            "CreateNode",
+            cpb.ConductorCreateNodeRequest(node_json=dumps(values)),
+        )
         node = parse_datetimes(json.loads(reply.node_json), _NODE_TIMESTAMPS)
         doc = self.node_doc(request, node)
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
@@ -336,14 +450,23 @@ class RestApi:
         if reset is not None:
             _require_version(request, (1, 45), "reset_interfaces")
             if "driver" not in changes:
-                raise errors.InvalidParameterValue("The reset_interfaces parameter can be provided only when changing the node's driver.")
+                raise errors.InvalidParameterValue(
+                    "The reset_interfaces parameter can be provided only when changing the node's driver."
+                )
         values = checked_node_changes(node, changes)
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         if "driver" in values:
             self.router.conductor_for(node["uuid"], values["driver"], node["conductor_group"])
-        reply = await self.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
-            node_uuid=node["uuid"], changes_json=dumps(values), reset_interfaces=_bool(reset or "false", "reset_interfaces")))
+        reply = await self.rpc(
+            node,
+            "UpdateNode",
+            cpb.ConductorUpdateNodeRequest(
+                node_uuid=node["uuid"],
+                changes_json=dumps(values),
+                reset_interfaces=_bool(reset or "false", "reset_interfaces"),
+            ),
+        )
         updated = (await self.with_allocations([parse_datetimes(json.loads(reply.node_json), _NODE_TIMESTAMPS)]))[0]
         return web.json_response(self.node_doc(request, updated), dumps=dumps)
 
@@ -377,9 +500,15 @@ class RestApi:
         timeout = body.get("timeout")
         if target in (states.SOFT_REBOOT, states.SOFT_POWER_OFF) or timeout is not None:
             _require_version(request, (1, 27), "Soft power actions and timeout")
-        if timeout is not None and (not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 2**31 - 1):
-            raise errors.InvalidParameterValue(f"Invalid timeout value {timeout}. The timeout must be a positive integer.")
-        await self.rpc(node, "ChangePowerState", cpb.PowerStateRequest(node_uuid=node["uuid"], target=target, timeout=timeout or 0))
+        if timeout is not None and (
+            not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 2**31 - 1
+        ):
+            raise errors.InvalidParameterValue(
+                f"Invalid timeout value {timeout}. The timeout must be a positive integer."
+            )
+        await self.rpc(
+            node, "ChangePowerState", cpb.PowerStateRequest(node_uuid=node["uuid"], target=target, timeout=timeout or 0)
+        )
         return web.Response(status=202, headers={"Location": f"{self.base(request)}/v1/nodes/{node['uuid']}/states"})
 
     async def set_provision(self, request: web.Request) -> web.Response:
@@ -387,7 +516,14 @@ class RestApi:
         body = await self.body(request, provision=True)
         if not isinstance(body, dict) or not isinstance(body.get("target"), str):
             raise errors.InvalidParameterValue("The provision request needs a 'target' string")
-        unknown = set(body) - {"target", "configdrive", "clean_steps", "rescue_password", "deploy_steps", "disable_ramdisk"}
+        unknown = set(body) - {
+            "target",
+            "configdrive",
+            "clean_steps",
+            "rescue_password",
+            "deploy_steps",
+            "disable_ramdisk",
+        }
         if unknown:
             raise errors.InvalidParameterValue(f"Unknown provision parameters: {', '.join(sorted(unknown))}")
         verb = body["target"]
@@ -395,43 +531,66 @@ class RestApi:
             event = states.verb_to_event(verb)
             since = states.verb_min_version(verb)
         except states.UnknownVerb:
-            raise errors.InvalidParameterValue(f"The requested action \"{verb}\" could not be understood.") from None
+            raise errors.InvalidParameterValue(f'The requested action "{verb}" could not be understood.') from None
         if verb == "abort":
             since = max(since, states.abort_min_version(node["provision_state"]))
         _require_version(request, since, f"The provision verb {verb}")
         if event in ("deploy", "rebuild") and node["maintenance"]:
-            raise errors.NodeInMaintenance(f"The {verb} action can not be performed on node {node['uuid']} while it is in maintenance mode.")
+            raise errors.NodeInMaintenance(
+                f"The {verb} action can not be performed on node {node['uuid']} while it is in maintenance mode."
+            )
         if event not in states.allowed_events(node["provision_state"]):
             if node["reservation"]:
-                raise errors.NodeLocked(f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed.")
+                raise errors.NodeLocked(
+                    f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed."
+                )
             raise errors.InvalidStateRequested(
-                f"The requested action \"{verb}\" can not be performed on node \"{node['uuid']}\" while it is in state \"{node['provision_state']}\".")
+                f'The requested action "{verb}" can not be performed on node "{node["uuid"]}" while it is in state "{node["provision_state"]}".'
+            )
         configdrive = body.get("configdrive")
         check_configdrive(configdrive, verb, request["version"])
         await check_configdrive_payload(configdrive)
         clean_steps = body.get("clean_steps")
         if clean_steps is not None and verb != "clean":
-            raise errors.InvalidParameterValue("\"clean_steps\" is only valid when setting target provision state to clean")
+            raise errors.InvalidParameterValue(
+                '"clean_steps" is only valid when setting target provision state to clean'
+            )
         if verb == "clean" and not isinstance(clean_steps, list):
-            raise errors.InvalidParameterValue("\"clean_steps\" is required when setting target provision state to clean")
+            raise errors.InvalidParameterValue('"clean_steps" is required when setting target provision state to clean')
         for step in clean_steps or ():
-            if (not isinstance(step, dict) or not isinstance(step.get("interface"), str) or not isinstance(step.get("step"), str)
-                    or not isinstance(step.get("args", {}), dict) or set(step) - {"interface", "step", "args", "order"}):
-                raise errors.InvalidParameterValue(f"Invalid clean step {step!r}: expected {{\"interface\", \"step\", \"args\"?, \"order\"?}}")
+            if (
+                not isinstance(step, dict)
+                or not isinstance(step.get("interface"), str)
+                or not isinstance(step.get("step"), str)
+                or not isinstance(step.get("args", {}), dict)
+                or set(step) - {"interface", "step", "args", "order"}
+            ):
+                raise errors.InvalidParameterValue(
+                    f'Invalid clean step {step!r}: expected {{"interface", "step", "args"?, "order"?}}'
+                )
         if body.get("rescue_password") is not None and verb != "rescue":
-            raise errors.InvalidParameterValue("\"rescue_password\" is only valid when setting target provision state to rescue")
+            raise errors.InvalidParameterValue(
+                '"rescue_password" is only valid when setting target provision state to rescue'
+            )
         if verb == "rescue" and not (isinstance(body.get("rescue_password"), str) and body["rescue_password"].strip()):
-            raise errors.InvalidParameterValue("A non-empty \"rescue_password\" is required when setting target provision state to rescue")
+            raise errors.InvalidParameterValue(
+                'A non-empty "rescue_password" is required when setting target provision state to rescue'
+            )
         deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])
         disable_ramdisk = check_disable_ramdisk(body.get("disable_ramdisk"), verb, request["version"])
-        await self.rpc(node, "DoProvisionAction", cpb.ProvisionActionRequest(
-            node_uuid=node["uuid"], event=event,
-            configdrive_json=json.dumps(configdrive) if configdrive else "",
-            clean_steps_json=json.dumps(clean_steps) if clean_steps is not None else "",
-            rescue_password=body.get("rescue_password") or "",
-            deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
-            disable_ramdisk=disable_ramdisk,
-        ))
+        await self.rpc(
+            node,
+            "DoProvisionAction",
+            cpb.ProvisionActionRequest(
+                node_uuid=node["uuid"],
+                event=event,
+                configdrive_json=json.dumps(configdrive) if configdrive else "",
+                clean_steps_json=json.dumps(clean_steps) if clean_steps is not None else "",
+                rescue_password=body.get("rescue_password") or "",
+                deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
+                disable_ramdisk=disable_ramdisk,
+            ),
+        )
         return web.Response(status=202, headers={"Location": f"{self.base(request)}/v1/nodes/{node['uuid']}/states"})
 
     async def set_maintenance(self, request: web.Request) -> web.Response:
@@ -442,7 +601,11 @@ class RestApi:
             reason = body.get("reason") if isinstance(body, dict) else None
             if reason is not None and not isinstance(reason, str):
                 raise errors.InvalidParameterValue("The maintenance reason must be a string")
-        await self.rpc(node, "SetMaintenance", cpb.MaintenanceRequest(node_uuid=node["uuid"], maintenance=True, reason=reason or ""))
+        await self.rpc(
+            node,
+            "SetMaintenance",
+            cpb.MaintenanceRequest(node_uuid=node["uuid"], maintenance=True, reason=reason or ""),
+        )
         return web.Response(status=202)
 
     async def unset_maintenance(self, request: web.Request) -> web.Response:
@@ -463,7 +626,11 @@ class RestApi:
         persistent = body.get("persistent", False)
         if not isinstance(persistent, bool):
             raise errors.InvalidParameterValue("persistent must be a boolean")
-        await self.rpc(node, "SetBootDevice", cpb.BootDeviceRequest(node_uuid=node["uuid"], boot_device=body["boot_device"], persistent=persistent))
+        await self.rpc(
+            node,
+            "SetBootDevice",
+            cpb.BootDeviceRequest(node_uuid=node["uuid"], boot_device=body["boot_device"], persistent=persistent),
+        )
         return web.Response(status=204)
 
     async def supported_boot_devices(self, request: web.Request) -> web.Response:
@@ -474,8 +641,11 @@ class RestApi:
     # -- traits (1.37) ---------------------------------------------------------------
 
     async def _save_traits(self, node: dict[str, Any], traits: list[str]) -> web.Response:
-        await self.rpc(node, "UpdateNode", cpb.ConductorUpdateNodeRequest(
-            node_uuid=node["uuid"], changes_json=dumps({"traits": traits})))
+        await self.rpc(
+            node,
+            "UpdateNode",
+            cpb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps({"traits": traits})),
+        )
         return web.Response(status=204)
 
     async def list_traits(self, request: web.Request) -> web.Response:
@@ -488,7 +658,7 @@ class RestApi:
         node = await self.node_by_ident(request)
         body = await self.body(request)
         if not isinstance(body, dict) or set(body) != {"traits"} or not isinstance(body["traits"], list):
-            raise errors.InvalidParameterValue("The body must be {\"traits\": [...]}")
+            raise errors.InvalidParameterValue('The body must be {"traits": [...]}')
         traits = sorted({validate_trait(t) for t in body["traits"]})
         if len(traits) > MAX_TRAITS:
             raise errors.InvalidParameterValue(f"Could not modify traits: a node can have at most {MAX_TRAITS} traits")
@@ -522,8 +692,11 @@ class RestApi:
         node = await self.node_by_ident(request)
         ports = await self.ports.list(node_id=node["id"], limit=self.config.max_limit)
         groups = await self.portgroups.list(node_id=node["id"], limit=self.config.max_limit)
-        vifs = [{"id": p["internal_info"]["tenant_vif_port_id"]} for p in [*ports, *groups]
-                if (p.get("internal_info") or {}).get("tenant_vif_port_id")]
+        vifs = [
+            {"id": p["internal_info"]["tenant_vif_port_id"]}
+            for p in [*ports, *groups]
+            if (p.get("internal_info") or {}).get("tenant_vif_port_id")
+        ]
         return web.json_response({"vifs": vifs})
 
     async def attach_vif(self, request: web.Request) -> web.Response:
@@ -579,18 +752,34 @@ class RestApi:
             if node_id is not None or address is not None:
                 raise errors.InvalidParameterValue("The portgroup filter cannot be combined with node or address")
             group = await self.portgroups.get(q["portgroup"])
-            rows = await self.with_portgroups(await self.portgroups.ports(
-                group["id"], limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"),
-                sort_dir=q.get("sort_dir", "asc")))
+            rows = await self.with_portgroups(
+                await self.portgroups.ports(
+                    group["id"],
+                    limit=limit,
+                    marker=q.get("marker"),
+                    sort_key=q.get("sort_key", "id"),
+                    sort_dir=q.get("sort_dir", "asc"),
+                )
+            )
         else:
-            rows = await self.with_portgroups(await self.ports.list(
-                node_id=node_id, address=address, limit=limit, marker=q.get("marker"),
-                sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")))
+            rows = await self.with_portgroups(
+                await self.ports.list(
+                    node_id=node_id,
+                    address=address,
+                    limit=limit,
+                    marker=q.get("marker"),
+                    sort_key=q.get("sort_key", "id"),
+                    sort_dir=q.get("sort_dir", "asc"),
+                )
+            )
         base, version = self.base(request), request["version"]
         if detail:
             docs = [views.port_document(r, base=base, version=version) for r in rows]
         else:
-            docs = [views.port_document(r, base=base, version=version, fields=fields or views.PORT_LIST_FIELDS) for r in rows]
+            docs = [
+                views.port_document(r, base=base, version=version, fields=fields or views.PORT_LIST_FIELDS)
+                for r in rows
+            ]
         body: dict[str, Any] = {"ports": docs}
         if len(rows) == limit and rows:
             carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
@@ -601,7 +790,9 @@ class RestApi:
     async def get_port(self, request: web.Request) -> web.Response:
         fields = self._fields(request, views.PORT_FIELD_VERSIONS)
         port = (await self.with_portgroups([await self.ports.get(request.match_info["ident"])]))[0]
-        return web.json_response(views.port_document(port, base=self.base(request), version=request["version"], fields=fields), dumps=dumps)
+        return web.json_response(
+            views.port_document(port, base=self.base(request), version=request["version"], fields=fields), dumps=dumps
+        )
 
     async def with_portgroups(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Port rows with ``portgroup_uuid`` filled in (one query for the page)."""
@@ -634,8 +825,13 @@ class RestApi:
         port = (await self.with_portgroups([await self.ports.get(request.match_info["ident"])]))[0]
         patch = await self.body(request)
         current = json.loads(dumps({k: port.get(k) for k in views.PORT_FIELD_VERSIONS if k in port}))
-        changes = apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links", "internal_info"},
-                              views.PORT_FIELD_VERSIONS, request["version"])
+        changes = apply_patch(
+            current,
+            patch,
+            {"uuid", "created_at", "updated_at", "links", "internal_info"},
+            views.PORT_FIELD_VERSIONS,
+            request["version"],
+        )
         values = _validate_port_values(changes, request["version"])
         if "node_uuid" in values:
             values["node_id"] = (await self.nodes.get(values.pop("node_uuid")))["id"]
@@ -643,14 +839,18 @@ class RestApi:
         group_changed = "portgroup_uuid" in values
         group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node_id)
         if not group_changed and port.get("portgroup_id") is not None and node_id != port["node_id"]:
-            raise errors.InvalidParameterValue("A port in a port group cannot move to another node; remove it from the group first")
+            raise errors.InvalidParameterValue(
+                "A port in a port group cannot move to another node; remove it from the group first"
+            )
         if values:
             port = await self.ports.update(port["uuid"], values)
         if group_changed:
             await self.portgroups.set_port_group(port["uuid"], group_id)
             port["portgroup_id"] = group_id
         port = (await self.with_portgroups([port]))[0]
-        return web.json_response(views.port_document(port, base=self.base(request), version=request["version"]), dumps=dumps)
+        return web.json_response(
+            views.port_document(port, base=self.base(request), version=request["version"]), dumps=dumps
+        )
 
     async def delete_port(self, request: web.Request) -> web.Response:
         port = await self.ports.get(request.match_info["ident"])
@@ -661,9 +861,13 @@ class RestApi:
 
     def _driver_doc(self, request: web.Request, name: str, hosts: list[str]) -> dict[str, Any]:
         base = self.base(request)
-        doc: dict[str, Any] = {"name": name, "hosts": sorted(hosts), "type": "dynamic",
-                               "links": views.links(base, "drivers", name),
-                               "properties": views.links(base, "drivers", name + "/properties")}
+        doc: dict[str, Any] = {
+            "name": name,
+            "hosts": sorted(hosts),
+            "type": "dynamic",
+            "links": views.links(base, "drivers", name),
+            "properties": views.links(base, "drivers", name + "/properties"),
+        }
         return doc
 
     def _driver_fields(self, request: web.Request) -> list[str] | None:
@@ -675,7 +879,7 @@ class RestApi:
         wanted = [f.strip() for f in raw.split(",") if f.strip()]
         for name in wanted:
             if name not in DRIVER_FIELDS:
-                raise errors.InvalidParameterValue(f"Field(s) \"{name}\" are not valid")
+                raise errors.InvalidParameterValue(f'Field(s) "{name}" are not valid')
         return wanted or None
 
     def _driver_interfaces(self, doc: dict[str, Any], name: str, hosts: list[str]) -> None:
@@ -720,11 +924,31 @@ class RestApi:
         return web.json_response({})
 
 
-DRIVER_INTERFACE_KINDS = ("bios", "boot", "console", "deploy", "inspect", "management", "network", "power", "raid",
-                          "rescue", "storage", "vendor")
-DRIVER_FIELDS = frozenset(("name", "hosts", "type", "links", "properties",
-                           *(f"default_{k}_interface" for k in DRIVER_INTERFACE_KINDS),
-                           *(f"enabled_{k}_interfaces" for k in DRIVER_INTERFACE_KINDS)))
+DRIVER_INTERFACE_KINDS = (
+    "bios",
+    "boot",
+    "console",
+    "deploy",
+    "inspect",
+    "management",
+    "network",
+    "power",
+    "raid",
+    "rescue",
+    "storage",
+    "vendor",
+)
+DRIVER_FIELDS = frozenset(
+    (
+        "name",
+        "hosts",
+        "type",
+        "links",
+        "properties",
+        *(f"default_{k}_interface" for k in DRIVER_INTERFACE_KINDS),
+        *(f"enabled_{k}_interfaces" for k in DRIVER_INTERFACE_KINDS),
+    )
+)
 MAX_TRAITS = 50
 TRAIT_RE = re.compile(r"^[A-Z0-9_]+$")
 
@@ -734,7 +958,8 @@ def validate_trait(value: Any) -> str:
     if not isinstance(value, str) or not TRAIT_RE.match(value) or len(value) > 255:
         raise errors.InvalidParameterValue(
             f"Invalid trait {value!r}: a trait must be upper-case letters, digits and underscores "
-            "(a standard trait or CUSTOM_...), at most 255 characters")
+            "(a standard trait or CUSTOM_...), at most 255 characters"
+        )
     return value
 
 
@@ -749,17 +974,19 @@ def _bool(value: str, name: str) -> bool:
 
 def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     """A node patch's changes, checked against the node's state (REST PATCH and gRPC PatchNode alike)."""
-    if (node["target_provision_state"] and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET
-            and not (node["maintenance"] and set(changes) == {"instance_uuid"})):
-        raise errors.InvalidState(
-            f"Node {node['uuid']} can not be updated while a state transition is in progress."
-        )
+    if (
+        node["target_provision_state"]
+        and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET
+        and not (node["maintenance"] and set(changes) == {"instance_uuid"})
+    ):
+        raise errors.InvalidState(f"Node {node['uuid']} can not be updated while a state transition is in progress.")
     values = _validate_node_values(changes, create=False)
     if values.get("retired") and node["provision_state"] == states.AVAILABLE:
         # Ironic (1.61): an available node is moved to manageable before it is retired.
         raise errors.InvalidState(
             f"Cannot set retired=True for node {node['uuid']} in state {node['provision_state']}; "
-            "move it to manageable first")
+            "move it to manageable first"
+        )
     return values
 
 
@@ -778,11 +1005,23 @@ def _validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, 
     if out.get("name") is not None:
         name = out["name"]
         if not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255:
-            raise errors.InvalidParameterValue(f"Cannot use name '{name}': names may contain only RFC 3986 unreserved characters and must not be a UUID.")
+            raise errors.InvalidParameterValue(
+                f"Cannot use name '{name}': names may contain only RFC 3986 unreserved characters and must not be a UUID."
+            )
     for key in ("uuid", "instance_uuid"):
         if out.get(key) is not None and (not isinstance(out[key], str) or not is_uuid(out[key])):
             raise errors.InvalidParameterValue(f"Expected a UUID for {key} but received {out[key]}.")
-    for key in ("driver", "resource_class", "conductor_group", "owner", "lessee", "description", "protected_reason", "retired_reason", *INTERFACE_FIELDS):
+    for key in (
+        "driver",
+        "resource_class",
+        "conductor_group",
+        "owner",
+        "lessee",
+        "description",
+        "protected_reason",
+        "retired_reason",
+        *INTERFACE_FIELDS,
+    ):
         if key in out and out[key] is not None and not isinstance(out[key], str):
             raise errors.InvalidParameterValue(f"{key} must be a string")
     if out.get("conductor_group") is not None and not re.match(r"^[A-Za-z0-9_\-.]*$", out["conductor_group"]):
@@ -814,7 +1053,8 @@ def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | 
     unknown = set(llc) - set(LOCAL_LINK_KEYS)
     if unknown:
         raise errors.InvalidParameterValue(
-            f"Invalid local_link_connection: unexpected keys {sorted(unknown)}; allowed are {', '.join(LOCAL_LINK_KEYS)}")
+            f"Invalid local_link_connection: unexpected keys {sorted(unknown)}; allowed are {', '.join(LOCAL_LINK_KEYS)}"
+        )
     for key, value in llc.items():
         if not isinstance(value, str):
             raise errors.InvalidParameterValue(f"Invalid local_link_connection: {key} must be a string")
@@ -823,12 +1063,15 @@ def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | 
             raise errors.NotAcceptable("network_type in local_link_connection requires API version 1.64 or newer")
         if llc["network_type"] not in ("managed", "unmanaged"):
             raise errors.InvalidParameterValue(
-                f"Invalid local_link_connection: network_type must be 'managed' or 'unmanaged', not {llc['network_type']!r}")
-    if llc and not (llc.get("network_type") == "unmanaged" or
-                    ("port_id" in llc and ("switch_id" in llc or "hostname" in llc))):
+                f"Invalid local_link_connection: network_type must be 'managed' or 'unmanaged', not {llc['network_type']!r}"
+            )
+    if llc and not (
+        llc.get("network_type") == "unmanaged" or ("port_id" in llc and ("switch_id" in llc or "hostname" in llc))
+    ):
         raise errors.InvalidParameterValue(
             "Invalid local_link_connection: it needs port_id and switch_id, port_id and hostname (smart NIC), "
-            "or network_type 'unmanaged'")
+            "or network_type 'unmanaged'"
+        )
 
 
 def _validate_port_values(values: dict[str, Any], version: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -853,13 +1096,18 @@ def _validate_port_values(values: dict[str, Any], version: tuple[int, int] | Non
     return out
 
 
-def apply_patch(current: dict[str, Any], patch: Any, readonly: set[str], known: dict[str, tuple[int, int]],
-                version: tuple[int, int]) -> dict[str, Any]:
+def apply_patch(
+    current: dict[str, Any], patch: Any, readonly: set[str], known: dict[str, tuple[int, int]], version: tuple[int, int]
+) -> dict[str, Any]:
     """Apply an RFC 6902 patch with Ironic's rules; returns the changed top-level fields."""
     if not isinstance(patch, list) or not patch:
         raise errors.PatchError("The patch must be a non-empty JSON list")
     for op in patch:
-        if not isinstance(op, dict) or op.get("op") not in ("add", "replace", "remove") or not isinstance(op.get("path"), str):
+        if (
+            not isinstance(op, dict)
+            or op.get("op") not in ("add", "replace", "remove")
+            or not isinstance(op.get("path"), str)
+        ):
             raise errors.PatchError(f"Invalid patch operation {op!r}: op must be add, replace or remove with a path")
         if not op["path"].startswith("/") or op["path"] == "/":
             raise errors.PatchError(f"Invalid patch path {op['path']!r}")
@@ -896,18 +1144,26 @@ def check_deploy_steps(deploy_steps: Any, verb: str, version: tuple[int, int]) -
         raise errors.NotAcceptable("Request not acceptable. The minimal required API version should be 1.69")
     if verb not in ("active", "rebuild"):
         raise errors.InvalidParameterValue(
-            "\"deploy_steps\" is only valid when setting target provision state to active or rebuild")
+            '"deploy_steps" is only valid when setting target provision state to active or rebuild'
+        )
     if not isinstance(deploy_steps, list):
         raise errors.InvalidParameterValue("deploy_steps must be a list of steps")
     for step in deploy_steps:
-        if (not isinstance(step, dict) or set(step) != {"interface", "step", "args", "priority"}
-                or step["interface"] not in DEPLOY_STEP_INTERFACES or not isinstance(step["step"], str)
-                or not step["step"] or not isinstance(step["args"], dict)
-                or isinstance(step["priority"], bool) or not isinstance(step["priority"], int)
-                or not 0 <= step["priority"] <= 2**31 - 1):
+        if (
+            not isinstance(step, dict)
+            or set(step) != {"interface", "step", "args", "priority"}
+            or step["interface"] not in DEPLOY_STEP_INTERFACES
+            or not isinstance(step["step"], str)
+            or not step["step"]
+            or not isinstance(step["args"], dict)
+            or isinstance(step["priority"], bool)
+            or not isinstance(step["priority"], int)
+            or not 0 <= step["priority"] <= 2**31 - 1
+        ):
             raise errors.InvalidParameterValue(
-                f"Invalid deploy step {step!r}: expected {{\"interface\": one of {', '.join(DEPLOY_STEP_INTERFACES)}, "
-                "\"step\": name, \"args\": object, \"priority\": integer >= 0}")
+                f'Invalid deploy step {step!r}: expected {{"interface": one of {", ".join(DEPLOY_STEP_INTERFACES)}, '
+                '"step": name, "args": object, "priority": integer >= 0}'
+            )
     keys = [(s["interface"], s["step"]) for s in deploy_steps]
     if len(set(keys)) != len(keys):
         raise errors.InvalidParameterValue("Duplicate deploy steps: each interface and step may appear once")
@@ -932,7 +1188,9 @@ def check_configdrive(configdrive: Any, verb: str, version: tuple[int, int]) -> 
     if not configdrive:
         return
     if verb not in ("active", "rebuild") or (verb == "rebuild" and version < (1, 35)):
-        raise errors.ConfigDriveInvalid("Adding a config drive is only supported when setting provision state to active, rebuild")
+        raise errors.ConfigDriveInvalid(
+            "Adding a config drive is only supported when setting provision state to active, rebuild"
+        )
     if isinstance(configdrive, dict):
         if version < (1, 56):
             raise errors.ConfigDriveInvalid("Invalid configdrive format: a dictionary needs API version 1.56")
@@ -950,7 +1208,9 @@ def check_configdrive(configdrive: Any, verb: str, version: tuple[int, int]) -> 
     if "://" in configdrive:
         return
     if not re.fullmatch(r"[A-Za-z0-9+/=\s]+", configdrive):
-        raise errors.ConfigDriveInvalid("Invalid configdrive format: it is neither a JSON, nor a URL, nor a base64 string")
+        raise errors.ConfigDriveInvalid(
+            "Invalid configdrive format: it is neither a JSON, nor a URL, nor a base64 string"
+        )
 
 
 async def check_configdrive_payload(configdrive: Any) -> None:

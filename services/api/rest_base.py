@@ -65,8 +65,11 @@ def _with_version(request: web.Request, response: web.Response) -> web.Response:
 
 def _reject_nul(request: web.Request) -> None:
     """PostgreSQL text cannot hold NUL, so a NUL in the path or query is bad input (400), not a 500."""
-    if "\x00" in request.path or "\x00" in request.query_string or any(
-            "\x00" in k or "\x00" in v for k, v in request.query.items()):
+    if (
+        "\x00" in request.path
+        or "\x00" in request.query_string
+        or any("\x00" in k or "\x00" in v for k, v in request.query.items())
+    ):
         raise errors.InvalidParameterValue("NUL characters are not allowed in the URL")
 
 

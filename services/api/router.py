@@ -27,7 +27,9 @@ LOG = logging.getLogger(__name__)
 
 
 class ConductorRouter:
-    def __init__(self, pool: asyncpg.Pool, *, refresh_interval: float, heartbeat_timeout: float, timeout: float) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, *, refresh_interval: float, heartbeat_timeout: float, timeout: float
+    ) -> None:
         self.repo = ConductorRepository(pool)
         self.refresh_interval = refresh_interval
         self.heartbeat_timeout = heartbeat_timeout
@@ -71,10 +73,10 @@ class ConductorRouter:
             if driver not in self.rings.drivers():
                 raise errors.DriverNotFound(
                     f"No valid host was found. Reason: No conductor service registered which supports "
-                    f"driver {driver} for conductor group \"{group}\"."
+                    f'driver {driver} for conductor group "{group}".'
                 )
             raise errors.NoConductorAvailable(
-                f"No conductor of conductor group \"{group}\" is available for driver {driver}."
+                f'No conductor of conductor group "{group}" is available for driver {driver}.'
             )
         return dict(owner)
 
@@ -90,9 +92,7 @@ class ConductorRouter:
             owner = self.conductor_for(node_uuid, driver, group)
             rpc = getattr(self.stub(owner["grpc_address"]), method)
             try:
-                return await rpc(
-                    request, timeout=self.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),)
-                )
+                return await rpc(request, timeout=self.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))
             except grpc.aio.AioRpcError as exc:
                 error = errors.from_rpc_error(exc)
                 if isinstance(error, errors.NoConductorAvailable) and attempt == 1:

@@ -13,16 +13,18 @@ from services.api.events import EventHub
 from services.api.grpc_api import NodeServicer
 from services.api.ipxe_passthru import record_api_url, register_ipxe_passthru
 from services.api.rest import RestApi
-from services.api.volumes import VolumeApi
 from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
 from services.api.router import ConductorRouter
+from services.api.volumes import VolumeApi
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
 
 
-def build_app(settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, metrics: ServiceMetrics) -> web.Application:
+def build_app(
+    settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, metrics: ServiceMetrics
+) -> web.Application:
     config = settings.api
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
     if config.auth_strategy == "http_basic":
@@ -44,8 +46,10 @@ class ApiService:
         self.pool = pool
         self.metrics = ServiceMetrics("api")
         self.router = ConductorRouter(
-            pool, refresh_interval=settings.api.ring_refresh_interval,
-            heartbeat_timeout=settings.conductor.heartbeat_timeout, timeout=settings.api.conductor_timeout,
+            pool,
+            refresh_interval=settings.api.ring_refresh_interval,
+            heartbeat_timeout=settings.conductor.heartbeat_timeout,
+            timeout=settings.api.conductor_timeout,
         )
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
@@ -60,14 +64,21 @@ class ApiService:
         await self.hub.start()
         servicer = NodeServicer(self.pool, self.router, self.hub)
         self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            host=c.host,
+            port=c.grpc_port,
+            metrics=self.metrics,
             register=lambda server: api_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server),
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
         )
-        self._http, port = await start_http_site(build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port)
+        self._http, port = await start_http_site(
+            build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port
+        )
         record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
-        return {"api REST (Ironic v1)": f"http://{c.host}:{port}", "api gRPC": f"{c.host}:{grpc_port}",
-                "api metrics": f"http://{c.host}:{port}/metrics"}
+        return {
+            "api REST (Ironic v1)": f"http://{c.host}:{port}",
+            "api gRPC": f"{c.host}:{grpc_port}",
+            "api metrics": f"http://{c.host}:{port}/metrics",
+        }
 
     async def stop(self) -> None:
         if self._http is not None:

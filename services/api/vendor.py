@@ -57,7 +57,8 @@ class VendorPassthruApi:
         address = router.rings.conductors[sorted(hosts)[0]]["grpc_address"]
         try:
             return await getattr(router.stub(address), name)(
-                message, timeout=router.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))
+                message, timeout=router.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),)
+            )
         except grpc.aio.AioRpcError as exc:
             raise errors.from_rpc_error(exc) from None
 
@@ -90,8 +91,13 @@ class VendorPassthruApi:
         node = await self.rest.node_by_ident(request)
         method = self._method(request)
         data = await self._data(request)
-        reply = await self.rest.rpc(node, "VendorPassthru", cpb.VendorPassthruRequest(
-            node_uuid=node["uuid"], method=method, http_method=request.method, data_json=dumps(data)))
+        reply = await self.rest.rpc(
+            node,
+            "VendorPassthru",
+            cpb.VendorPassthruRequest(
+                node_uuid=node["uuid"], method=method, http_method=request.method, data_json=dumps(data)
+            ),
+        )
         return self._answer(reply)
 
     async def driver_methods(self, request: web.Request) -> web.Response:
@@ -103,6 +109,9 @@ class VendorPassthruApi:
         driver = request.match_info["driver"]
         method = self._method(request)
         data = await self._data(request)
-        reply = await self._driver_rpc(driver, "VendorPassthru", cpb.VendorPassthruRequest(
-            driver=driver, method=method, http_method=request.method, data_json=dumps(data)))
+        reply = await self._driver_rpc(
+            driver,
+            "VendorPassthru",
+            cpb.VendorPassthruRequest(driver=driver, method=method, http_method=request.method, data_json=dumps(data)),
+        )
         return self._answer(reply)

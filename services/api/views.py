@@ -14,37 +14,90 @@ INSTANCE_SECRETS = ("configdrive", "image_url")
 
 # Field -> microversion it appeared in (CONTRACT.md 1.5), for fields Ferrum stores.
 NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
-    "uuid": (1, 1), "created_at": (1, 1), "updated_at": (1, 1), "links": (1, 1), "driver": (1, 1),
-    "driver_info": (1, 1), "properties": (1, 1), "instance_info": (1, 1), "instance_uuid": (1, 1),
-    "extra": (1, 1), "chassis_uuid": (1, 1), "power_state": (1, 1), "target_power_state": (1, 1),
-    "provision_state": (1, 1), "target_provision_state": (1, 1), "provision_updated_at": (1, 1),
-    "maintenance": (1, 1), "maintenance_reason": (1, 1), "last_error": (1, 1), "reservation": (1, 1),
-    "console_enabled": (1, 1), "driver_internal_info": (1, 3), "name": (1, 5),
-    "inspection_started_at": (1, 6), "inspection_finished_at": (1, 6), "clean_step": (1, 7),
-    "raid_config": (1, 12), "target_raid_config": (1, 12), "network_interface": (1, 20),
-    "resource_class": (1, 21), "boot_interface": (1, 31), "console_interface": (1, 31),
-    "deploy_interface": (1, 31), "inspect_interface": (1, 31), "management_interface": (1, 31),
-    "power_interface": (1, 31), "raid_interface": (1, 31), "vendor_interface": (1, 31),
-    "storage_interface": (1, 33), "traits": (1, 37), "rescue_interface": (1, 38),
-    "bios_interface": (1, 40), "fault": (1, 42), "deploy_step": (1, 44), "conductor_group": (1, 46),
-    "automated_clean": (1, 47), "protected": (1, 48), "protected_reason": (1, 48), "conductor": (1, 49),
-    "owner": (1, 50), "description": (1, 51), "allocation_uuid": (1, 52),
+    "uuid": (1, 1),
+    "created_at": (1, 1),
+    "updated_at": (1, 1),
+    "links": (1, 1),
+    "driver": (1, 1),
+    "driver_info": (1, 1),
+    "properties": (1, 1),
+    "instance_info": (1, 1),
+    "instance_uuid": (1, 1),
+    "extra": (1, 1),
+    "chassis_uuid": (1, 1),
+    "power_state": (1, 1),
+    "target_power_state": (1, 1),
+    "provision_state": (1, 1),
+    "target_provision_state": (1, 1),
+    "provision_updated_at": (1, 1),
+    "maintenance": (1, 1),
+    "maintenance_reason": (1, 1),
+    "last_error": (1, 1),
+    "reservation": (1, 1),
+    "console_enabled": (1, 1),
+    "driver_internal_info": (1, 3),
+    "name": (1, 5),
+    "inspection_started_at": (1, 6),
+    "inspection_finished_at": (1, 6),
+    "clean_step": (1, 7),
+    "raid_config": (1, 12),
+    "target_raid_config": (1, 12),
+    "network_interface": (1, 20),
+    "resource_class": (1, 21),
+    "boot_interface": (1, 31),
+    "console_interface": (1, 31),
+    "deploy_interface": (1, 31),
+    "inspect_interface": (1, 31),
+    "management_interface": (1, 31),
+    "power_interface": (1, 31),
+    "raid_interface": (1, 31),
+    "vendor_interface": (1, 31),
+    "storage_interface": (1, 33),
+    "traits": (1, 37),
+    "rescue_interface": (1, 38),
+    "bios_interface": (1, 40),
+    "fault": (1, 42),
+    "deploy_step": (1, 44),
+    "conductor_group": (1, 46),
+    "automated_clean": (1, 47),
+    "protected": (1, 48),
+    "protected_reason": (1, 48),
+    "conductor": (1, 49),
+    "owner": (1, 50),
+    "description": (1, 51),
+    "allocation_uuid": (1, 52),
     # Stored already; hidden (and 406 in fields/create/patch) until the maximum reaches them.
-    "retired": (1, 61), "retired_reason": (1, 61), "lessee": (1, 65), "network_data": (1, 66),
-    "boot_mode": (1, 75), "secure_boot": (1, 75),
+    "retired": (1, 61),
+    "retired_reason": (1, 61),
+    "lessee": (1, 65),
+    "network_data": (1, 66),
+    "boot_mode": (1, 75),
+    "secure_boot": (1, 75),
 }
 NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")
 PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
-    "uuid": (1, 1), "address": (1, 1), "node_uuid": (1, 1), "extra": (1, 1), "created_at": (1, 1),
-    "updated_at": (1, 1), "links": (1, 1), "internal_info": (1, 18), "local_link_connection": (1, 19),
-    "pxe_enabled": (1, 19), "portgroup_uuid": (1, 24), "physical_network": (1, 34), "is_smartnic": (1, 53),
+    "uuid": (1, 1),
+    "address": (1, 1),
+    "node_uuid": (1, 1),
+    "extra": (1, 1),
+    "created_at": (1, 1),
+    "updated_at": (1, 1),
+    "links": (1, 1),
+    "internal_info": (1, 18),
+    "local_link_connection": (1, 19),
+    "pxe_enabled": (1, 19),
+    "portgroup_uuid": (1, 24),
+    "physical_network": (1, 34),
+    "is_smartnic": (1, 53),
 }
 PORT_LIST_FIELDS = ("uuid", "address")
 _TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at", "inspection_finished_at")
 
 
 def mask_secrets(info: dict[str, Any]) -> dict[str, Any]:
-    return {k: (MASK if any(h in k.lower() for h in SECRET_HINTS) and v not in (None, "") else v) for k, v in info.items()}
+    return {
+        k: (MASK if any(h in k.lower() for h in SECRET_HINTS) and v not in (None, "") else v) for k, v in info.items()
+    }
 
 
 def links(base: str, resource: str, ident: str) -> list[dict[str, str]]:
@@ -59,7 +112,7 @@ def check_fields(fields: Iterable[str], known: dict[str, tuple[int, int]], versi
     result = []
     for name in fields:
         if name not in known:
-            raise errors.InvalidParameterValue(f"Field(s) \"{name}\" are not valid")
+            raise errors.InvalidParameterValue(f'Field(s) "{name}" are not valid')
         if known[name] > version:
             raise errors.NotAcceptable(f"Field {name} is not supported at API version {version[0]}.{version[1]}")
         result.append(name)
@@ -67,8 +120,13 @@ def check_fields(fields: Iterable[str], known: dict[str, tuple[int, int]], versi
 
 
 def node_document(
-    row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Iterable[str] | None = None,
-    conductor: str | None = None, full: bool = True,
+    row: dict[str, Any],
+    *,
+    base: str,
+    version: tuple[int, int],
+    fields: Iterable[str] | None = None,
+    conductor: str | None = None,
+    full: bool = True,
 ) -> dict[str, Any]:
     """One node as Ironic returns it at ``version``."""
     doc: dict[str, Any] = {}
@@ -135,7 +193,11 @@ def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[
 
 
 def port_document(
-    row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Iterable[str] | None = None,
+    row: dict[str, Any],
+    *,
+    base: str,
+    version: tuple[int, int],
+    fields: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {}
     for key, since in PORT_FIELD_VERSIONS.items():

@@ -22,14 +22,37 @@ from services.common.jsonutil import dumps
 
 SINCE = (1, 32)
 FIELDS = {
-    "connector": {"uuid": SINCE, "node_uuid": SINCE, "type": SINCE, "connector_id": SINCE, "extra": SINCE,
-                  "created_at": SINCE, "updated_at": SINCE, "links": SINCE},
-    "target": {"uuid": SINCE, "node_uuid": SINCE, "volume_type": SINCE, "boot_index": SINCE, "volume_id": SINCE,
-               "properties": SINCE, "extra": SINCE, "created_at": SINCE, "updated_at": SINCE, "links": SINCE},
+    "connector": {
+        "uuid": SINCE,
+        "node_uuid": SINCE,
+        "type": SINCE,
+        "connector_id": SINCE,
+        "extra": SINCE,
+        "created_at": SINCE,
+        "updated_at": SINCE,
+        "links": SINCE,
+    },
+    "target": {
+        "uuid": SINCE,
+        "node_uuid": SINCE,
+        "volume_type": SINCE,
+        "boot_index": SINCE,
+        "volume_id": SINCE,
+        "properties": SINCE,
+        "extra": SINCE,
+        "created_at": SINCE,
+        "updated_at": SINCE,
+        "links": SINCE,
+    },
 }
-LIST_FIELDS = {"connector": ("uuid", "node_uuid", "type", "connector_id"),
-               "target": ("uuid", "node_uuid", "volume_type", "boot_index", "volume_id")}
-REQUIRED = {"connector": ("node_uuid", "type", "connector_id"), "target": ("node_uuid", "volume_type", "boot_index", "volume_id")}
+LIST_FIELDS = {
+    "connector": ("uuid", "node_uuid", "type", "connector_id"),
+    "target": ("uuid", "node_uuid", "volume_type", "boot_index", "volume_id"),
+}
+REQUIRED = {
+    "connector": ("node_uuid", "type", "connector_id"),
+    "target": ("node_uuid", "volume_type", "boot_index", "volume_id"),
+}
 FREE_STATES = (states.MANAGEABLE, states.ENROLL, states.ADOPTFAIL)
 
 
@@ -58,12 +81,16 @@ class VolumeApi:
             if request["version"] < SINCE:
                 raise web.HTTPNotFound()
             return await method(request, kind)
+
         return handler
 
     def doc(self, request: web.Request, kind: str, row: dict[str, Any], fields: Any = None) -> dict[str, Any]:
         base = self.rest.base(request)
-        doc = {k: (iso(row.get(k)) if k in ("created_at", "updated_at") else row.get(k))
-               for k in FIELDS[kind] if k != "links"}
+        doc = {
+            k: (iso(row.get(k)) if k in ("created_at", "updated_at") else row.get(k))
+            for k in FIELDS[kind]
+            if k != "links"
+        }
         doc["links"] = views.links(base, f"volume/{kind}s", row["uuid"])
         if fields is not None:
             doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
@@ -73,11 +100,13 @@ class VolumeApi:
         if request["version"] < SINCE:
             raise web.HTTPNotFound()
         base = self.rest.base(request)
-        return web.json_response({
-            "links": views.links(base, "volume", "").copy(),
-            "connectors": views.links(base, "volume", "connectors"),
-            "targets": views.links(base, "volume", "targets"),
-        })
+        return web.json_response(
+            {
+                "links": views.links(base, "volume", "").copy(),
+                "connectors": views.links(base, "volume", "connectors"),
+                "targets": views.links(base, "volume", "targets"),
+            }
+        )
 
     async def list(self, request: web.Request, kind: str) -> web.Response:
         q = request.query
@@ -88,7 +117,9 @@ class VolumeApi:
         if detail and fields:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
         limit = self.rest._limit(request)
-        rows = await self.repos[kind].list(node_id=node_id, limit=limit, marker=q.get("marker"), sort_dir=q.get("sort_dir", "asc"))
+        rows = await self.repos[kind].list(
+            node_id=node_id, limit=limit, marker=q.get("marker"), sort_dir=q.get("sort_dir", "asc")
+        )
         docs = [self.doc(request, kind, r, None if detail else (fields or LIST_FIELDS[kind])) for r in rows]
         body: dict[str, Any] = {f"{kind}s": docs}
         if len(rows) == limit and rows:
@@ -97,10 +128,14 @@ class VolumeApi:
 
     async def get(self, request: web.Request, kind: str) -> web.Response:
         fields = self.rest._fields(request, FIELDS[kind])
-        return web.json_response(self.doc(request, kind, await self.repos[kind].get(request.match_info["ident"]), fields), dumps=dumps)
+        return web.json_response(
+            self.doc(request, kind, await self.repos[kind].get(request.match_info["ident"]), fields), dumps=dumps
+        )
 
     async def refuse_node_post(self, request: web.Request, kind: str) -> web.Response:
-        raise errors.InvalidParameterValue(f"Creating volume {kind}s through a node is not allowed; POST /v1/volume/{kind}s")
+        raise errors.InvalidParameterValue(
+            f"Creating volume {kind}s through a node is not allowed; POST /v1/volume/{kind}s"
+        )
 
     def _validate(self, kind: str, values: dict[str, Any]) -> dict[str, Any]:
         for key in ("uuid", "node_uuid"):
@@ -111,8 +146,11 @@ class VolumeApi:
             if key in values and (not isinstance(values[key], str) or not values[key]):
                 raise errors.InvalidParameterValue(f"{key} must be a non-empty string")
         if kind == "target":
-            if "boot_index" in values and (not isinstance(values["boot_index"], int) or isinstance(values["boot_index"], bool)
-                                           or not 0 <= values["boot_index"] <= 2**31 - 1):
+            if "boot_index" in values and (
+                not isinstance(values["boot_index"], int)
+                or isinstance(values["boot_index"], bool)
+                or not 0 <= values["boot_index"] <= 2**31 - 1
+            ):
                 raise errors.InvalidParameterValue("boot_index must be a non-negative 32-bit integer")
             if "properties" in values and not isinstance(values["properties"], dict):
                 raise errors.InvalidParameterValue("properties must be a JSON object")
@@ -123,10 +161,13 @@ class VolumeApi:
     async def _node_for_change(self, node_uuid: str, *, need_power_off: bool) -> dict[str, Any]:
         node = await self.rest.nodes.get(node_uuid)
         if node["reservation"]:
-            raise errors.NodeLocked(f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed.")
+            raise errors.NodeLocked(
+                f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed."
+            )
         if need_power_off and node["power_state"] != states.POWER_OFF and node["provision_state"] not in FREE_STATES:
             raise errors.InvalidStateRequested(
-                f"The requested action \"volume update\" can not be performed on node \"{node['uuid']}\" while it is in power state \"{node['power_state']}\".")
+                f'The requested action "volume update" can not be performed on node "{node["uuid"]}" while it is in power state "{node["power_state"]}".'
+            )
         return node
 
     async def create(self, request: web.Request, kind: str) -> web.Response:
@@ -135,7 +176,9 @@ class VolumeApi:
             raise errors.Invalid(f"A volume {kind} must be a JSON object")
         unknown = set(body) - set(FIELDS[kind]) - {"uuid"} | (set(body) & {"created_at", "updated_at", "links"})
         if unknown:
-            raise errors.InvalidParameterValue(f"Additional properties are not allowed ({', '.join(sorted(unknown))} unexpected)")
+            raise errors.InvalidParameterValue(
+                f"Additional properties are not allowed ({', '.join(sorted(unknown))} unexpected)"
+            )
         missing = [k for k in REQUIRED[kind] if body.get(k) is None]
         if missing:
             raise errors.InvalidParameterValue(f"Missing mandatory field(s): {', '.join(missing)}")
@@ -153,7 +196,12 @@ class VolumeApi:
         row = await self.repos[kind].get(request.match_info["ident"])
         patch = await self.rest.body(request)
         current = json.loads(dumps({k: row.get(k) for k in FIELDS[kind] if k in row}))
-        changes = self._validate(kind, apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS[kind], request["version"]))
+        changes = self._validate(
+            kind,
+            apply_patch(
+                current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS[kind], request["version"]
+            ),
+        )
         node = await self._node_for_change(row["node_uuid"], need_power_off=True)
         if "node_uuid" in changes:
             node = await self.rest.nodes.get(changes.pop("node_uuid"))

@@ -251,7 +251,11 @@ def _apply(raw: dict[str | None, dict[str, Any]], source: str) -> dict[str | Non
                 where = f"[{section}] {key}" if section else key
                 raise ConfigError(f"unknown option {where} in {source}")
             hint = hints[key] if section else top_hints[key]
-            label = env_name(section, key) if source == "environment" else f"{source}: {section + '.' if section else ''}{key}"
+            label = (
+                env_name(section, key)
+                if source == "environment"
+                else f"{source}: {section + '.' if section else ''}{key}"
+            )
             result.setdefault(section, {})[key] = _coerce(value, hint, label)
     return result
 
@@ -304,7 +308,7 @@ def validate(settings: Settings) -> Settings:
     url = settings.database.url
     if url:
         parts = urlsplit(url)
-        if parts.scheme not in ("postgresql", "postgres") or not parts.hostname and "host=" not in parts.query:
+        if parts.scheme not in ("postgresql", "postgres") or (not parts.hostname and "host=" not in parts.query):
             raise ConfigError(
                 f"FERRUM_DATABASE_URL {url!r} is not a PostgreSQL URL "
                 "(expected postgresql://user[:password]@host[:port]/dbname)"

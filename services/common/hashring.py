@@ -45,7 +45,8 @@ class ConductorRings:
         ring = self._rings.get(key)
         if ring is None:
             members = [
-                name for name, c in self.conductors.items()
+                name
+                for name, c in self.conductors.items()
                 if driver in c["hardware_types"] and (c["conductor_group"] or "").lower() == key[1]
             ]
             ring = self._rings[key] = HashRing(members)

@@ -57,8 +57,9 @@ async def _read_reply(reader: asyncio.StreamReader, status: int, headers: dict[s
     return HttpReply(status, headers, body)
 
 
-async def put_file(url: str, path: Path, headers: Mapping[str, str], *, connect_timeout: float = 30.0,
-                   reply_timeout: float = 300.0) -> HttpReply:
+async def put_file(
+    url: str, path: Path, headers: Mapping[str, str], *, connect_timeout: float = 30.0, reply_timeout: float = 300.0
+) -> HttpReply:
     """PUT the file at ``path`` to ``url`` (http or https) and return the final reply.
 
     ``reply_timeout`` bounds each wait for the server (the 100 Continue, and
@@ -73,7 +74,8 @@ async def put_file(url: str, path: Path, headers: Mapping[str, str], *, connect_
     context = ssl.create_default_context() if parts.scheme == "https" else None
     try:
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(parts.hostname, port, ssl=context, limit=HEAD_LIMIT), connect_timeout)
+            asyncio.open_connection(parts.hostname, port, ssl=context, limit=HEAD_LIMIT), connect_timeout
+        )
     except (OSError, TimeoutError) as exc:
         raise UploadConnectError(f"cannot connect to {parts.hostname}:{port}: {exc}") from exc
     try:
@@ -81,8 +83,7 @@ async def put_file(url: str, path: Path, headers: Mapping[str, str], *, connect_
         try:
             size = os.fstat(handle.fileno()).st_size
             target = parts.path + (f"?{parts.query}" if parts.query else "")
-            lines = [f"PUT {target} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {size}",
-                     "Connection: close"]
+            lines = [f"PUT {target} HTTP/1.1", f"Host: {parts.netloc}", f"Content-Length: {size}", "Connection: close"]
             if size:
                 lines.append("Expect: 100-continue")
             lines += [f"{name}: {value}" for name, value in headers.items()]

@@ -41,10 +41,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data)
 
 
-TEXT_FORMAT = (
-    "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s "
-    "node_uuid=%(node_uuid)s %(message)s"
-)
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s node_uuid=%(node_uuid)s %(message)s"
 
 
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:

@@ -19,11 +19,15 @@ class ServiceMetrics:
 
     def __post_init__(self) -> None:
         self.requests = Counter(
-            "ferrum_requests_total", "Requests served", ["service", "protocol", "method", "code"],
+            "ferrum_requests_total",
+            "Requests served",
+            ["service", "protocol", "method", "code"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "ferrum_request_seconds", "Request latency", ["service", "protocol", "method"],
+            "ferrum_request_seconds",
+            "Request latency",
+            ["service", "protocol", "method"],
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
         )

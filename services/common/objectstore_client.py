@@ -55,11 +55,15 @@ class ObjectInfo:
     @classmethod
     def from_message(cls, message: pb.ObjectInfo) -> ObjectInfo:
         return cls(
-            container=message.container, name=message.name, size=message.size, sha256=message.sha256,
+            container=message.container,
+            name=message.name,
+            size=message.size,
+            sha256=message.sha256,
             content_type=message.content_type,
             created_at=message.created_at.ToDatetime(tzinfo=datetime.UTC),
             delete_at=message.delete_at.ToDatetime(tzinfo=datetime.UTC) if message.HasField("delete_at") else None,
-            usage_count=message.usage_count, metadata=types.MappingProxyType(dict(message.metadata)),
+            usage_count=message.usage_count,
+            metadata=types.MappingProxyType(dict(message.metadata)),
         )
 
     @classmethod
@@ -67,8 +71,12 @@ class ObjectInfo:
         """The body of an HTTP upload's 201 answer."""
         delete_at = value.get("delete_at")
         return cls(
-            container=value["container"], name=value["name"], size=int(value["size"]), sha256=value["sha256"],
-            content_type=value["content_type"], created_at=datetime.datetime.fromisoformat(value["created_at"]),
+            container=value["container"],
+            name=value["name"],
+            size=int(value["size"]),
+            sha256=value["sha256"],
+            content_type=value["content_type"],
+            created_at=datetime.datetime.fromisoformat(value["created_at"]),
             delete_at=datetime.datetime.fromisoformat(delete_at) if delete_at else None,
             usage_count=int(value["usage_count"]),
             metadata=types.MappingProxyType(dict(value.get("metadata") or {})),
@@ -100,7 +108,7 @@ async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
 async def _byte_chunks(data: bytes) -> AsyncIterator[bytes]:
     view = memoryview(data)
     for start in range(0, len(view), CHUNK_SIZE):
-        yield bytes(view[start:start + CHUNK_SIZE])
+        yield bytes(view[start : start + CHUNK_SIZE])
 
 
 class _ForeignAnswer(Exception):
@@ -142,14 +150,27 @@ class ObjectStoreClient:
             raise _error(exc) from None
 
     async def put_stream(
-        self, container: str, name: str, chunks: AsyncIterator[bytes] | Iterable[bytes], *,
-        delete_after: int = 0, content_type: str = "application/octet-stream",
-        metadata: Mapping[str, str] | None = None, usage_count: int = 0, sha256: str = "",
+        self,
+        container: str,
+        name: str,
+        chunks: AsyncIterator[bytes] | Iterable[bytes],
+        *,
+        delete_after: int = 0,
+        content_type: str = "application/octet-stream",
+        metadata: Mapping[str, str] | None = None,
+        usage_count: int = 0,
+        sha256: str = "",
     ) -> ObjectInfo:
         """Upload from an async (or plain) iterator of byte chunks of any size.
         ``sha256``, when given, must match what the server computes, else nothing is stored."""
-        header = pb.PutHeader(container=container, name=name, content_type=content_type,
-                              delete_after=delete_after, metadata=dict(metadata or {}), usage_count=usage_count)
+        header = pb.PutHeader(
+            container=container,
+            name=name,
+            content_type=content_type,
+            delete_after=delete_after,
+            metadata=dict(metadata or {}),
+            usage_count=usage_count,
+        )
 
         async def requests() -> AsyncIterator[pb.PutRequest]:
             sent = 0
@@ -158,12 +179,12 @@ class ObjectStoreClient:
                 async for chunk in chunks:
                     sent += len(chunk)
                     for start in range(0, len(chunk), CHUNK_SIZE):
-                        yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
+                        yield pb.PutRequest(chunk=bytes(chunk[start : start + CHUNK_SIZE]))
             else:
                 for chunk in chunks:
                     sent += len(chunk)
                     for start in range(0, len(chunk), CHUNK_SIZE):
-                        yield pb.PutRequest(chunk=bytes(chunk[start:start + CHUNK_SIZE]))
+                        yield pb.PutRequest(chunk=bytes(chunk[start : start + CHUNK_SIZE]))
             # The end marker: the server publishes only a stream that reached it.
             yield pb.PutRequest(end=pb.PutEnd(size=sent, sha256=sha256))
 
@@ -174,17 +195,38 @@ class ObjectStoreClient:
         return ObjectInfo.from_message(reply)
 
     async def put_bytes(
-        self, container: str, name: str, data: bytes, *, delete_after: int = 0,
-        content_type: str = "application/octet-stream", metadata: Mapping[str, str] | None = None,
+        self,
+        container: str,
+        name: str,
+        data: bytes,
+        *,
+        delete_after: int = 0,
+        content_type: str = "application/octet-stream",
+        metadata: Mapping[str, str] | None = None,
         usage_count: int = 0,
     ) -> ObjectInfo:
-        return await self.put_stream(container, name, _byte_chunks(data), delete_after=delete_after,
-                                     content_type=content_type, metadata=metadata, usage_count=usage_count)
+        return await self.put_stream(
+            container,
+            name,
+            _byte_chunks(data),
+            delete_after=delete_after,
+            content_type=content_type,
+            metadata=metadata,
+            usage_count=usage_count,
+        )
 
     async def put_file(
-        self, container: str, name: str, path: str | Path, *, delete_after: int = 0,
-        content_type: str = "application/octet-stream", metadata: Mapping[str, str] | None = None,
-        usage_count: int = 0, sha256: str = "", via: str = "http",
+        self,
+        container: str,
+        name: str,
+        path: str | Path,
+        *,
+        delete_after: int = 0,
+        content_type: str = "application/octet-stream",
+        metadata: Mapping[str, str] | None = None,
+        usage_count: int = 0,
+        sha256: str = "",
+        via: str = "http",
     ) -> ObjectInfo:
         """Upload a file.
 
@@ -201,8 +243,12 @@ class ObjectStoreClient:
             raise errors.InvalidParameterValue(f"via must be 'http' or 'grpc', not {via!r}")
         if via == "http" and len(encoded) <= MAX_METADATA_HEADER:
             url = await self.temp_url(container, name, lifetime=UPLOAD_URL_LIFETIME, method="PUT")
-            headers = {"Content-Type": content_type, "X-Delete-After": str(delete_after),
-                       "X-Object-Usage-Count": str(usage_count), "X-Object-Metadata": encoded}
+            headers = {
+                "Content-Type": content_type,
+                "X-Delete-After": str(delete_after),
+                "X-Object-Usage-Count": str(usage_count),
+                "X-Object-Metadata": encoded,
+            }
             if sha256:
                 headers["X-Object-Sha256"] = sha256
             try:
@@ -210,16 +256,25 @@ class ObjectStoreClient:
             except http_put.UploadConnectError as exc:
                 LOG.warning("object store HTTP upload port unreachable (%s); uploading over gRPC instead", exc)
             except _ForeignAnswer as exc:
-                LOG.warning("object store upload URL %s answered %s (a proxy in the way?); uploading over gRPC "
-                            "instead", url.split("/u/")[0], exc)
+                LOG.warning(
+                    "object store upload URL %s answered %s (a proxy in the way?); uploading over gRPC instead",
+                    url.split("/u/")[0],
+                    exc,
+                )
             except OSError as exc:
                 raise errors.ServiceUnavailable(f"object store upload of {container}/{name} failed: {exc}") from exc
-        return await self.put_stream(container, name, _file_chunks(Path(path)), delete_after=delete_after,
-                                     content_type=content_type, metadata=metadata, usage_count=usage_count,
-                                     sha256=sha256)
+        return await self.put_stream(
+            container,
+            name,
+            _file_chunks(Path(path)),
+            delete_after=delete_after,
+            content_type=content_type,
+            metadata=metadata,
+            usage_count=usage_count,
+            sha256=sha256,
+        )
 
-    async def get_stream(self, container: str, name: str, *, offset: int = 0,
-                         length: int = 0) -> AsyncIterator[bytes]:
+    async def get_stream(self, container: str, name: str, *, offset: int = 0, length: int = 0) -> AsyncIterator[bytes]:
         """The object's bytes [offset, offset+length) (length 0 = to the end), chunk by chunk."""
         call = self._api().Get(pb.GetObjectRequest(container=container, name=name, offset=offset, length=length))
         try:
@@ -246,8 +301,9 @@ class ObjectStoreClient:
         return [ObjectInfo.from_message(m) for m in reply.objects]
 
     async def temp_url(self, container: str, name: str, *, lifetime: int, method: str = "GET") -> str:
-        reply = await self._call("TempUrl", pb.TempUrlRequest(container=container, name=name, method=method,
-                                                              lifetime=lifetime))
+        reply = await self._call(
+            "TempUrl", pb.TempUrlRequest(container=container, name=name, method=method, lifetime=lifetime)
+        )
         return str(reply.url)
 
     async def delete(self, container: str, name: str, *, missing_ok: bool = True) -> None:
@@ -258,15 +314,25 @@ class ObjectStoreClient:
                 raise
 
     async def update_metadata(
-        self, container: str, name: str, *, usage_delta: int = 0, expected_usage: int | None = None,
+        self,
+        container: str,
+        name: str,
+        *,
+        usage_delta: int = 0,
+        expected_usage: int | None = None,
         set_metadata: Mapping[str, str] | None = None,
     ) -> ObjectInfo:
         """Atomically add ``usage_delta`` (compare-and-set when ``expected_usage`` is
         given: InvalidState if it no longer matches) and merge ``set_metadata``
         (an empty value removes that key)."""
         request = pb.UpdateMetadataRequest(
-            container=container, name=name, usage_delta=usage_delta, set_metadata=dict(set_metadata or {}),
-            check_usage=expected_usage is not None, expected_usage=expected_usage or 0)
+            container=container,
+            name=name,
+            usage_delta=usage_delta,
+            set_metadata=dict(set_metadata or {}),
+            check_usage=expected_usage is not None,
+            expected_usage=expected_usage or 0,
+        )
         return ObjectInfo.from_message(await self._call("UpdateMetadata", request))
 
     async def release(self, container: str, name: str) -> tuple[int, bool]:

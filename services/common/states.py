@@ -65,15 +65,36 @@ DELETED = "deleted"
 
 ALL_STATES: frozenset[str] = frozenset(
     (
-        ENROLL, VERIFYING, MANAGEABLE, AVAILABLE,
-        DEPLOYING, DEPLOYWAIT, DEPLOYFAIL, DEPLOYHOLD, ACTIVE,
-        DELETING, ERROR,
-        CLEANING, CLEANWAIT, CLEANFAIL, CLEANHOLD,
-        INSPECTING, INSPECTWAIT, INSPECTFAIL,
-        ADOPTING, ADOPTFAIL,
-        RESCUING, RESCUEWAIT, RESCUEFAIL, RESCUE,
-        UNRESCUING, UNRESCUEFAIL,
-        SERVICING, SERVICEWAIT, SERVICEFAIL, SERVICEHOLD,
+        ENROLL,
+        VERIFYING,
+        MANAGEABLE,
+        AVAILABLE,
+        DEPLOYING,
+        DEPLOYWAIT,
+        DEPLOYFAIL,
+        DEPLOYHOLD,
+        ACTIVE,
+        DELETING,
+        ERROR,
+        CLEANING,
+        CLEANWAIT,
+        CLEANFAIL,
+        CLEANHOLD,
+        INSPECTING,
+        INSPECTWAIT,
+        INSPECTFAIL,
+        ADOPTING,
+        ADOPTFAIL,
+        RESCUING,
+        RESCUEWAIT,
+        RESCUEFAIL,
+        RESCUE,
+        UNRESCUING,
+        UNRESCUEFAIL,
+        SERVICING,
+        SERVICEWAIT,
+        SERVICEFAIL,
+        SERVICEHOLD,
     )
 )
 """Every value ``provision_state`` may hold; also validates the list filter."""
@@ -90,9 +111,7 @@ SOFT_POWER_OFF = "soft power off"
 
 POWER_STATES: frozenset[str] = frozenset((POWER_ON, POWER_OFF))
 """Values ``power_state`` can report (besides NOSTATE)."""
-POWER_TARGETS: frozenset[str] = frozenset(
-    (POWER_ON, POWER_OFF, REBOOT, SOFT_REBOOT, SOFT_POWER_OFF)
-)
+POWER_TARGETS: frozenset[str] = frozenset((POWER_ON, POWER_OFF, REBOOT, SOFT_REBOOT, SOFT_POWER_OFF))
 """Values accepted as ``target`` by ``PUT .../states/power``."""
 SOFT_POWER_TARGETS: frozenset[str] = frozenset((SOFT_REBOOT, SOFT_POWER_OFF))
 """Power targets that need microversion 1.27."""
@@ -111,8 +130,15 @@ FAILURE_STATES: frozenset[str] = frozenset(
 
 LOOKUP_ALLOWED_STATES: frozenset[str] = frozenset(
     (
-        DEPLOYING, DEPLOYWAIT, CLEANING, CLEANWAIT, INSPECTING, INSPECTWAIT,
-        RESCUING, RESCUEWAIT, SERVICEWAIT,
+        DEPLOYING,
+        DEPLOYWAIT,
+        CLEANING,
+        CLEANWAIT,
+        INSPECTING,
+        INSPECTWAIT,
+        RESCUING,
+        RESCUEWAIT,
+        SERVICEWAIT,
     )
 )
 """States in which ``/v1/lookup`` answers under ``[api]restrict_lookup``."""
@@ -126,12 +152,21 @@ is true (the default); use :func:`delete_allowed` to honour that option.
 
 PATCH_ALLOWED_WITH_TARGET: frozenset[str] = frozenset(
     (
-        DEPLOYFAIL, INSPECTING, INSPECTFAIL, INSPECTWAIT, CLEANFAIL, ERROR,
-        VERIFYING, ADOPTFAIL, RESCUEFAIL, UNRESCUEFAIL,
+        DEPLOYFAIL,
+        INSPECTING,
+        INSPECTFAIL,
+        INSPECTWAIT,
+        CLEANFAIL,
+        ERROR,
+        VERIFYING,
+        ADOPTFAIL,
+        RESCUEFAIL,
+        UNRESCUEFAIL,
         # Ironic lists the verb "service" (its SERVICE constant), not
         # "servicing"; copied verbatim so PATCH answers 409 exactly as Ironic.
         "service",
-        SERVICEHOLD, SERVICEFAIL,
+        SERVICEHOLD,
+        SERVICEFAIL,
     )
 )
 """States where PATCH is allowed although target_provision_state is set."""
@@ -326,8 +361,9 @@ def _build_index(
             if state not in ALL_STATES:
                 raise RuntimeError(f"transition {tr} uses unknown state {state!r}")
         if (tr.target in STABLE_STATES) != (tr.target_provision_state is None):
-            raise RuntimeError(f"transition {tr}: target provision state must be null "
-                               "exactly when entering a stable state")
+            raise RuntimeError(
+                f"transition {tr}: target provision state must be null exactly when entering a stable state"
+            )
         by_event = index.setdefault(tr.source, {})
         if tr.event in by_event:
             raise RuntimeError(f"duplicate transition for ({tr.source!r}, {tr.event!r})")
@@ -370,9 +406,7 @@ API_VERBS: Mapping[str, VerbSpec] = MappingProxyType(
 )
 """``PUT .../states/provision`` target -> (event, minimum microversion)."""
 
-_ABORT_MIN_VERSION_FROM: Mapping[str, tuple[int, int]] = MappingProxyType(
-    {INSPECTWAIT: (1, 41), DEPLOYWAIT: (1, 110)}
-)
+_ABORT_MIN_VERSION_FROM: Mapping[str, tuple[int, int]] = MappingProxyType({INSPECTWAIT: (1, 41), DEPLOYWAIT: (1, 110)})
 
 # ---------------------------------------------------------------------------
 # Errors
@@ -383,8 +417,9 @@ class InvalidTransition(ValueError):
     """The event is not legal from the state; the API maps this to 400 (or 409 if locked)."""
 
     def __init__(self, source: str | None, event: str) -> None:
-        super().__init__(f'The requested action "{event}" can not be performed on a node '
-                         f'in the "{source}" provision state.')
+        super().__init__(
+            f'The requested action "{event}" can not be performed on a node in the "{source}" provision state.'
+        )
         self.source = source
         self.event = event
 
@@ -432,9 +467,7 @@ def preserves_target(transition: Transition) -> bool:
     """
     flow = _FLOW_OF.get(transition.source)
     return (
-        transition.target_provision_state is not None
-        and flow is not None
-        and flow == _FLOW_OF.get(transition.target)
+        transition.target_provision_state is not None and flow is not None and flow == _FLOW_OF.get(transition.target)
     )
 
 

@@ -31,13 +31,13 @@ MASK = "******"
 
 
 def _now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+    return datetime.datetime.now(datetime.UTC).isoformat()
 
 
 class AgentCallbacks:
     """Lookup and heartbeat handling for one conductor."""
 
-    def __init__(self, manager: "ConductorManager") -> None:
+    def __init__(self, manager: ConductorManager) -> None:
         self.manager = manager
         self.nodes = manager.nodes
         self._retries: dict[str, asyncio.Task[None]] = {}
@@ -56,8 +56,15 @@ class AgentCallbacks:
         return node["driver_internal_info"]["agent_secret_token"], node
 
     async def heartbeat(
-        self, node_uuid: str, *, callback_url: str, agent_version: str, agent_token: str,
-        agent_status: str = "", progress: Mapping[str, Any] | None = None, agent_verify_ca: str = "",
+        self,
+        node_uuid: str,
+        *,
+        callback_url: str,
+        agent_version: str,
+        agent_token: str,
+        agent_status: str = "",
+        progress: Mapping[str, Any] | None = None,
+        agent_verify_ca: str = "",
     ) -> None:
         node = await self.nodes.get(node_uuid)
         info = node["driver_internal_info"]
@@ -67,22 +74,32 @@ class AgentCallbacks:
         if not stored or not agent_token or not hmac.compare_digest(stored, agent_token):
             raise errors.InvalidParameterValue("Invalid or missing agent token received.")
         if info.get("agent_url") and info["agent_url"] != callback_url:
-            raise errors.InvalidParameterValue(
-                "Detected change in ramdisk provided \"callback_url\"")
+            raise errors.InvalidParameterValue('Detected change in ramdisk provided "callback_url"')
         if agent_verify_ca and info.get("agent_verify_ca") and info["agent_verify_ca"] != agent_verify_ca:
-            raise errors.InvalidParameterValue("Detected change in ramdisk provided \"agent_verify_ca\"")
-        locked = bool(node["reservation"]) and node["reservation_expires_at"] > datetime.datetime.now(datetime.timezone.utc)
-        if not info.get("agent_url") and locked and node["provision_state"] not in (states.DEPLOYING, states.DEPLOYWAIT):
+            raise errors.InvalidParameterValue('Detected change in ramdisk provided "agent_verify_ca"')
+        locked = bool(node["reservation"]) and node["reservation_expires_at"] > datetime.datetime.now(datetime.UTC)
+        if (
+            not info.get("agent_url")
+            and locked
+            and node["provision_state"] not in (states.DEPLOYING, states.DEPLOYWAIT)
+        ):
             raise errors.NodeLocked(f"Node {node_uuid} is locked by host {node['reservation']}, please retry later.")
         values: dict[str, Any] = {
-            "agent_url": callback_url, "agent_version": agent_version, "agent_last_heartbeat": _now_iso(),
+            "agent_url": callback_url,
+            "agent_version": agent_version,
+            "agent_last_heartbeat": _now_iso(),
         }
         if progress:
             values["deploy_progress"] = dict(progress)
         if agent_verify_ca:
             values["agent_verify_ca"] = agent_verify_ca
-        waiting = node["provision_state"] in (states.DEPLOYWAIT, states.CLEANWAIT, states.SERVICEWAIT,
-                                              states.RESCUEWAIT, states.INSPECTWAIT)
+        waiting = node["provision_state"] in (
+            states.DEPLOYWAIT,
+            states.CLEANWAIT,
+            states.SERVICEWAIT,
+            states.RESCUEWAIT,
+            states.INSPECTWAIT,
+        )
         node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
         if node["provision_state"] not in (states.DEPLOYWAIT, states.DEPLOYING):
             return

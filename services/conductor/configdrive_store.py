@@ -22,7 +22,12 @@ LOG = logging.getLogger(__name__)
 
 class ConfigDriveStore:
     def __init__(
-        self, *, objectstore: Any | None, container: str, lifetime: int, inline_limit: int,
+        self,
+        *,
+        objectstore: Any | None,
+        container: str,
+        lifetime: int,
+        inline_limit: int,
     ) -> None:
         self.objectstore = objectstore
         self.container = container
@@ -50,7 +55,11 @@ class ConfigDriveStore:
         if self.objectstore is not None:
             name = self.object_name(task.node["uuid"])
             await self.objectstore.put_bytes(
-                self.container, name, iso, delete_after=self.lifetime, content_type="application/octet-stream",
+                self.container,
+                name,
+                iso,
+                delete_after=self.lifetime,
+                content_type="application/octet-stream",
                 metadata={"node_uuid": task.node["uuid"]},
             )
             url = await self.objectstore.temp_url(self.container, name, lifetime=self.lifetime)
@@ -81,8 +90,9 @@ class ConfigDriveStore:
         if isinstance(value, str) and builder.looks_like_url(value):
             if await self.objectstore.stat(self.container, name) is not None:
                 return value
-            raise errors.ConfigDriveInvalid(f"The config drive of node {task.node['uuid']} is an external URL; "
-                                            "attach it directly")
+            raise errors.ConfigDriveInvalid(
+                f"The config drive of node {task.node['uuid']} is an external URL; attach it directly"
+            )
         url = await self.store(task)
         if url is None:
             raise errors.ConfigDriveInvalid(f"Node {task.node['uuid']} has no config drive")

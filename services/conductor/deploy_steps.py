@@ -55,35 +55,49 @@ async def template_steps(pool: Any, task: Task) -> list[dict[str, Any]]:
             if key in found:
                 raise errors.InvalidParameterValue(
                     f"Deploy templates {found[key]['template']} and {name} both name deploy step "
-                    f"{key[0]}.{key[1]}; a step may come from one template only")
-            found[key] = {"interface": key[0], "step": key[1], "args": dict(step.get("args") or {}),
-                          "priority": step["priority"], "template": name}
+                    f"{key[0]}.{key[1]}; a step may come from one template only"
+                )
+            found[key] = {
+                "interface": key[0],
+                "step": key[1],
+                "args": dict(step.get("args") or {}),
+                "priority": step["priority"],
+                "template": name,
+            }
     return list(found.values())
 
 
-def plan(task: Task, user_steps: list[dict[str, Any]],
-         templates: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def plan(
+    task: Task, user_steps: list[dict[str, Any]], templates: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """The ordered steps of a deploy: offered defaults, then deploy template
     steps, then the user's steps (each overriding the one before); 400 for a
     step nobody offers."""
     available = {(s["interface"], s["step"]): s for s in offered(task)}
-    chosen = {key: {"interface": key[0], "step": key[1], "priority": s["priority"], "args": {}}
-              for key, s in available.items()}
+    chosen = {
+        key: {"interface": key[0], "step": key[1], "priority": s["priority"], "args": {}}
+        for key, s in available.items()
+    }
     templates = templates or []
     for source, requested in (("deploy template", templates), ("requested", user_steps)):
-        unknown = [f"{s.get('interface')}.{s.get('step')}" for s in requested
-                   if (s.get("interface"), s.get("step")) not in available]
+        unknown = [
+            f"{s.get('interface')}.{s.get('step')}"
+            for s in requested
+            if (s.get("interface"), s.get("step")) not in available
+        ]
         if unknown:
             raise errors.InvalidParameterValue(
                 f"Unsupported {source} steps for node {task.node['uuid']}: {', '.join(unknown)}. The node's "
-                f"interfaces offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}")
+                f"interfaces offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}"
+            )
     for s in [*templates, *user_steps]:
         offer = available[(s["interface"], s["step"])]
         if offer.get("fixed") and (s["priority"] != offer["priority"] or s.get("args")):
             # The agent runs these at their place after deploy.deploy (direct deploy).
             raise errors.InvalidParameterValue(
                 f"Deploy step {s['interface']}.{s['step']} runs at its fixed place (priority {offer['priority']}) "
-                "with no arguments; it cannot be moved, disabled or given arguments")
+                "with no arguments; it cannot be moved, disabled or given arguments"
+            )
         chosen[(s["interface"], s["step"])].update(priority=s["priority"], args=dict(s.get("args") or {}))
     if chosen.get(("deploy", "deploy"), {}).get("priority", 0) == 0:
         raise errors.InvalidParameterValue("The deploy.deploy step is required and cannot be disabled (priority 0)")
@@ -95,18 +109,21 @@ def split_at_deploy(planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     """(steps before deploy.deploy, deploy.deploy itself, steps after it)."""
     for index, step in enumerate(planned):
         if (step["interface"], step["step"]) == ("deploy", "deploy"):
-            return planned[:index], step, planned[index + 1:]
+            return planned[:index], step, planned[index + 1 :]
     return [], dict(CORE_STEP), list(planned)
 
 
-async def mark(manager: "ConductorManager", task: Task, step: dict[str, Any]) -> None:
+async def mark(manager: ConductorManager, task: Task, step: dict[str, Any]) -> None:
     """Show the step in ``deploy_step`` and record its start in the history."""
     await task.save_fields({"deploy_step": dict(step)})
-    await manager.record_event(task.node, "deploy-step",
-                               f"deploy step {step['interface']}.{step['step']} (priority {step['priority']}) started")
+    await manager.record_event(
+        task.node,
+        "deploy-step",
+        f"deploy step {step['interface']}.{step['step']} (priority {step['priority']}) started",
+    )
 
 
-async def run_step(manager: "ConductorManager", task: Task, step: dict[str, Any]) -> None:
+async def run_step(manager: ConductorManager, task: Task, step: dict[str, Any]) -> None:
     await mark(manager, task, step)
     interface = getattr(task.driver, step["interface"])
     await interface.execute_deploy_step(task, step)

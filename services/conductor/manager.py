@@ -24,28 +24,59 @@ from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
 from services.common.db.nodes import NodeRepository
 from services.common.db.ports import PortRepository
+from services.conductor import deploy_steps as steps
 from services.conductor.agent_callbacks import AgentCallbacks
 from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.node_extras import NodeExtras
-from services.conductor import deploy_steps as steps
-from services.conductor.vifs import free_port_like
 from services.conductor.taskmanager import TaskManager
+from services.conductor.vifs import free_port_like
 
 LOG = logging.getLogger(__name__)
 
-NODE_CREATE_FIELDS = frozenset((
-    "uuid", "name", "driver", "driver_info", "properties", "instance_info", "extra",
-    "resource_class", "conductor_group", "owner", "lessee", "description", "automated_clean",
-    "network_data", "chassis_uuid", "instance_uuid", "protected", "protected_reason",
-    "retired", "retired_reason", "maintenance", "maintenance_reason", "provision_state",
-    "boot_interface", "deploy_interface", "power_interface", "management_interface",
-    "storage_interface", "network_interface", "vendor_interface", "inspect_interface",
-    "console_interface", "raid_interface", "rescue_interface", "bios_interface",
-    "firmware_interface", "traits",
-))
+NODE_CREATE_FIELDS = frozenset(
+    (
+        "uuid",
+        "name",
+        "driver",
+        "driver_info",
+        "properties",
+        "instance_info",
+        "extra",
+        "resource_class",
+        "conductor_group",
+        "owner",
+        "lessee",
+        "description",
+        "automated_clean",
+        "network_data",
+        "chassis_uuid",
+        "instance_uuid",
+        "protected",
+        "protected_reason",
+        "retired",
+        "retired_reason",
+        "maintenance",
+        "maintenance_reason",
+        "provision_state",
+        "boot_interface",
+        "deploy_interface",
+        "power_interface",
+        "management_interface",
+        "storage_interface",
+        "network_interface",
+        "vendor_interface",
+        "inspect_interface",
+        "console_interface",
+        "raid_interface",
+        "rescue_interface",
+        "bios_interface",
+        "firmware_interface",
+        "traits",
+    )
+)
 # Interfaces Ferrum composes; the other Ironic interface fields are stored as given.
 COMPOSED_INTERFACE_FIELDS = tuple(
     f"{k}_interface" for k in ("power", "management", "boot", "deploy", "storage", "network", "vendor", "inspect")
@@ -53,12 +84,17 @@ COMPOSED_INTERFACE_FIELDS = tuple(
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 class ConductorManager:
     def __init__(
-        self, pool: asyncpg.Pool, registry: DriverRegistry, config: ConductorConfig, *, hostname: str,
+        self,
+        pool: asyncpg.Pool,
+        registry: DriverRegistry,
+        config: ConductorConfig,
+        *,
+        hostname: str,
         objectstore: Any | None = None,
     ) -> None:
         self.pool = pool
@@ -66,9 +102,7 @@ class ConductorManager:
         self.config = config
         self.hostname = hostname
         self.nodes = NodeRepository(pool)
-        self.tasks = TaskManager(
-            pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers
-        )
+        self.tasks = TaskManager(pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers)
         self.configdrives = ConfigDriveStore(
             objectstore=objectstore if config.configdrive_use_object_store else None,
             container=config.configdrive_container,
@@ -80,8 +114,9 @@ class ConductorManager:
         self.extras = NodeExtras(self)
 
     async def record_event(self, node: dict[str, Any], event: str, message: str, *, severity: str = "INFO") -> None:
-        await EventRepository(self.pool).record(node, event=event, message=message, conductor=self.hostname,
-                                                severity=severity)
+        await EventRepository(self.pool).record(
+            node, event=event, message=message, conductor=self.hostname, severity=severity
+        )
 
     # -- node records ----------------------------------------------------------
 
@@ -105,12 +140,14 @@ class ConductorManager:
         NodeLocked at once, and no operation can start half-way through the
         write); re-resolve interfaces when driver/interfaces change."""
         async with self.tasks.reserved(node_uuid) as node:
-            saved = await self.nodes.update(node_uuid, self._resolved_changes(node, changes, reset_interfaces),
-                                            expect_reservation=self.hostname)
+            saved = await self.nodes.update(
+                node_uuid, self._resolved_changes(node, changes, reset_interfaces), expect_reservation=self.hostname
+            )
         return {**saved, "reservation": None, "reservation_expires_at": None}  # released on the way out
 
-    def _resolved_changes(self, node: Mapping[str, Any], changes: Mapping[str, Any],
-                          reset_interfaces: bool) -> dict[str, Any]:
+    def _resolved_changes(
+        self, node: Mapping[str, Any], changes: Mapping[str, Any], reset_interfaces: bool
+    ) -> dict[str, Any]:
         changed = dict(changes)
         touches_driver = "driver" in changed or any(f in changed for f in COMPOSED_INTERFACE_FIELDS)
         if touches_driver:
@@ -123,7 +160,9 @@ class ConductorManager:
                 # Interfaces the new driver does not support are reset to its defaults.
                 for field in COMPOSED_INTERFACE_FIELDS:
                     kind = field.removesuffix("_interface")
-                    if field not in changes and merged.get(field) not in self.registry.supported(merged["driver"], kind):
+                    if field not in changes and merged.get(field) not in self.registry.supported(
+                        merged["driver"], kind
+                    ):
                         merged[field] = None
             changed.update(self.registry.resolve_interfaces(merged["driver"], merged))
         return changed
@@ -133,7 +172,9 @@ class ConductorManager:
         try:
             node = task.node
             if node["protected"]:
-                raise errors.NodeProtected(f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted")
+                raise errors.NodeProtected(
+                    f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted"
+                )
             if not node["maintenance"]:
                 if node["instance_uuid"]:
                     raise errors.NodeAssociated(
@@ -142,7 +183,7 @@ class ConductorManager:
                 if not states.delete_allowed(node["provision_state"]):
                     raise errors.InvalidState(
                         f"Can not delete node {node_uuid} while it is in provision state "
-                        f"\"{node['provision_state']}\". Valid provision states to perform deletion are: "
+                        f'"{node["provision_state"]}". Valid provision states to perform deletion are: '
                         f"{sorted(s for s in (*states.DELETE_ALLOWED_STATES, states.AVAILABLE) if s)}, or set "
                         "the node into maintenance mode"
                     )
@@ -156,8 +197,14 @@ class ConductorManager:
     # -- state changes -----------------------------------------------------------
 
     async def transition(
-        self, task: Task, event: str, *, last_error: str | None = None, changes: Mapping[str, Any] | None = None,
-        severity: str = "INFO", note: str = "",
+        self,
+        task: Task,
+        event: str,
+        *,
+        last_error: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        severity: str = "INFO",
+        note: str = "",
     ) -> dict[str, Any]:
         """Move the locked node by ``event`` through the table and record it
         (``note`` is appended to the history message)."""
@@ -175,14 +222,19 @@ class ConductorManager:
         async with self.pool.acquire() as conn, conn.transaction():
             saved = await NodeRepository(conn).update(node["uuid"], update, expect_reservation=self.hostname)
             await EventRepository(conn).record(
-                saved, event=event, message=message, conductor=self.hostname,
+                saved,
+                event=event,
+                message=message,
+                conductor=self.hostname,
                 severity="ERROR" if last_error else severity,
             )
         task.node = saved
         return saved
 
     async def fail(self, task: Task, message: str) -> None:
-        LOG.warning("operation failed node_uuid=%s state=%s reason=%s", task.node["uuid"], task.node["provision_state"], message)
+        LOG.warning(
+            "operation failed node_uuid=%s state=%s reason=%s", task.node["uuid"], task.node["provision_state"], message
+        )
         try:
             await self.transition(task, "fail", last_error=message)
         except states.InvalidTransition:
@@ -208,25 +260,31 @@ class ConductorManager:
                     f"The {event} action can not be performed on node {node_uuid} while it is in maintenance mode."
                 )
             if event in ("rebuild", "delete") and node["protected"]:
-                raise errors.NodeProtected(f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted")
+                raise errors.NodeProtected(
+                    f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted"
+                )
             if event == "provide" and node["retired"]:
                 raise errors.InvalidParameterValue(f"Node {node_uuid} is retired and cannot be provided")
             try:
                 move = states.next_state(node["provision_state"], event)
             except states.InvalidTransition:
                 raise errors.InvalidStateRequested(
-                    f"The requested action \"{event}\" can not be performed on node \"{node_uuid}\" while it "
-                    f"is in state \"{node['provision_state']}\"."
+                    f'The requested action "{event}" can not be performed on node "{node_uuid}" while it '
+                    f'is in state "{node["provision_state"]}".'
                 ) from None
             if event in ("deploy", "rebuild"):
                 await self._validate_for_deploy(task)
             if deploy_steps and event not in ("deploy", "rebuild"):
                 raise errors.InvalidParameterValue(
-                    "\"deploy_steps\" is only valid when setting target provision state to active or rebuild")
+                    '"deploy_steps" is only valid when setting target provision state to active or rebuild'
+                )
             if disable_ramdisk and event != "clean":
                 raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
-            planned = (steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
-                       if event in ("deploy", "rebuild") else None)
+            planned = (
+                steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
+                if event in ("deploy", "rebuild")
+                else None
+            )
             changes: dict[str, Any] = {}
             if event in ("deploy", "rebuild"):
                 # A new deploy starts a new agent: forget the last one's token and URL.
@@ -235,7 +293,8 @@ class ConductorManager:
                     instance_info["configdrive"] = configdrive
                 changes["instance_info"] = instance_info
                 changes["driver_internal_info"] = {
-                    k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS}
+                    k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS
+                }
                 changes["driver_internal_info"]["deploy_steps"] = planned
                 if deploy_steps:
                     changes["driver_internal_info"]["user_deploy_steps"] = deploy_steps
@@ -289,8 +348,10 @@ class ConductorManager:
             stored = await self.configdrives.store(task)
             if stored is not None and stored != task.node["instance_info"].get("configdrive"):
                 task.node = await self.nodes.update(
-                    task.node["uuid"], {"instance_info": {**task.node["instance_info"], "configdrive": stored}},
-                    expect_reservation=self.hostname)
+                    task.node["uuid"],
+                    {"instance_info": {**task.node["instance_info"], "configdrive": stored}},
+                    expect_reservation=self.hostname,
+                )
             await task.driver.storage.attach_volumes(task)
             await task.driver.deploy.prepare(task)
             planned = task.node["driver_internal_info"].get("deploy_steps") or steps.plan(task, [])
@@ -322,9 +383,7 @@ class ConductorManager:
             await task.driver.boot.clean_up_instance(task)
             await self.configdrives.remove(task)
             await task.driver.storage.detach_volumes(task)
-            await self.transition(
-                task, "clean", changes={"instance_info": {}, "instance_uuid": None}
-            )
+            await self.transition(task, "clean", changes={"instance_info": {}, "instance_uuid": None})
             await self._run_cleaning(task)
 
         await self.guard(task, "Tear down", run())
@@ -347,8 +406,11 @@ class ConductorManager:
             note = f"automated cleaning skipped: disabled via {'the API' if node['automated_clean'] is False else 'configuration'}"
         if node["driver_internal_info"].get("cleaning_disable_ramdisk"):
             note += " (ramdisk disabled)"
-        info = {k: v for k, v in node["driver_internal_info"].items()
-                if k not in ("clean_steps", "cleaning_disable_ramdisk")}
+        info = {
+            k: v
+            for k, v in node["driver_internal_info"].items()
+            if k not in ("clean_steps", "cleaning_disable_ramdisk")
+        }
         # A retired node never becomes available again: its cleaning ends in
         # manageable (API 1.61, as Ironic does).
         if node.get("retired") and not manual:
@@ -384,8 +446,8 @@ class ConductorManager:
             node = task.node
             if node["provision_state"] in (states.CLEANING, states.CLEANWAIT):
                 raise errors.InvalidStateRequested(
-                    f"The requested action \"{target}\" can not be performed on node \"{node_uuid}\" "
-                    f"while it is in state \"{node['provision_state']}\"."
+                    f'The requested action "{target}" can not be performed on node "{node_uuid}" '
+                    f'while it is in state "{node["provision_state"]}".'
                 )
             supported = task.driver.power.get_supported_power_states()
             if target not in supported:
@@ -394,7 +456,9 @@ class ConductorManager:
                     f"supported: {supported}"
                 )
             await task.driver.power.validate(task)
-            final = states.POWER_ON if target in (states.POWER_ON, states.REBOOT, states.SOFT_REBOOT) else states.POWER_OFF
+            final = (
+                states.POWER_ON if target in (states.POWER_ON, states.REBOOT, states.SOFT_REBOOT) else states.POWER_OFF
+            )
             task.node = await self.nodes.update(
                 node_uuid, {"target_power_state": final, "last_error": None}, expect_reservation=self.hostname
             )
@@ -419,7 +483,11 @@ class ConductorManager:
             async with self.pool.acquire() as conn, conn.transaction():
                 saved = await NodeRepository(conn).update(node_uuid, changes, expect_reservation=self.hostname)
                 await EventRepository(conn).record(
-                    saved, event="power", message=message, severity=severity, conductor=self.hostname,
+                    saved,
+                    event="power",
+                    message=message,
+                    severity=severity,
+                    conductor=self.hostname,
                     event_type="power",
                 )
 
@@ -432,8 +500,11 @@ class ConductorManager:
             changes["fault"] = None
         saved = await self.nodes.update(node["uuid"], changes)
         await EventRepository(self.pool).record(
-            saved, event="maintenance", message=f"maintenance {'on' if maintenance else 'off'}"
-            + (f": {reason}" if maintenance and reason else ""), conductor=self.hostname, event_type="maintenance",
+            saved,
+            event="maintenance",
+            message=f"maintenance {'on' if maintenance else 'off'}" + (f": {reason}" if maintenance and reason else ""),
+            conductor=self.hostname,
+            event_type="maintenance",
         )
 
     async def set_boot_device(self, node_uuid: str, device: str, persistent: bool) -> None:
@@ -459,8 +530,20 @@ class ConductorManager:
         node = await self.nodes.get(node_uuid)
         task = await self.tasks.build_task(node)
         results = []
-        for kind in ("bios", "boot", "console", "deploy", "firmware", "inspect", "management",
-                     "network", "power", "raid", "rescue", "storage"):
+        for kind in (
+            "bios",
+            "boot",
+            "console",
+            "deploy",
+            "firmware",
+            "inspect",
+            "management",
+            "network",
+            "power",
+            "raid",
+            "rescue",
+            "storage",
+        ):
             impl = getattr(task.driver, kind, None)
             if impl is None:
                 results.append((kind, False, "not supported"))
@@ -481,7 +564,9 @@ class ConductorManager:
                 "SELECT n.uuid FROM ports p JOIN nodes n ON n.id = p.node_id "
                 "WHERE p.internal_info->>'tenant_vif_port_id' = $1 UNION ALL "
                 "SELECT n.uuid FROM portgroups g JOIN nodes n ON n.id = g.node_id "
-                "WHERE g.internal_info->>'tenant_vif_port_id' = $1 LIMIT 1", vif_id)
+                "WHERE g.internal_info->>'tenant_vif_port_id' = $1 LIMIT 1",
+                vif_id,
+            )
             if other is not None:
                 raise errors.Conflict(f"Unable to set VIF {vif_id}: it is already attached to node {other}")
             if portgroup_uuid:
@@ -491,19 +576,22 @@ class ConductorManager:
                     port = next((p for p in task.ports if p["uuid"] == port_uuid), None)
                     if port is None:
                         raise errors.InvalidParameterValue(
-                            f"Unable to attach VIF {vif_id}: port {port_uuid} does not belong to node {node_uuid}.")
+                            f"Unable to attach VIF {vif_id}: port {port_uuid} does not belong to node {node_uuid}."
+                        )
                     if port["internal_info"].get("tenant_vif_port_id"):
                         raise errors.Conflict(
                             f"Unable to attach VIF {vif_id}: port {port_uuid} already has VIF "
-                            f"{port['internal_info']['tenant_vif_port_id']} attached.")
+                            f"{port['internal_info']['tenant_vif_port_id']} attached."
+                        )
                 else:
                     groups = await self.pool.fetch(
-                        "SELECT id, uuid, internal_info FROM portgroups WHERE node_id = $1 ORDER BY id",
-                        task.node["id"])
+                        "SELECT id, uuid, internal_info FROM portgroups WHERE node_id = $1 ORDER BY id", task.node["id"]
+                    )
                     free = free_port_like(task.ports, [dict(g) for g in groups])
                     if not free:
                         raise errors.InvalidParameterValue(
-                            f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}.")
+                            f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}."
+                        )
                     if free[0].kind == "portgroup":
                         await self._vif_to_portgroup(task, vif_id, str(free[0].row["uuid"]))
                         port = None
@@ -511,25 +599,40 @@ class ConductorManager:
                         port = free[0].row
                 if port is not None:
                     await PortRepository(self.pool).update(
-                        port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}})
-            await EventRepository(self.pool).record(task.node, event="vif-attach", message=f"VIF {vif_id} attached",
-                                                    conductor=self.hostname, event_type="network")
+                        port["uuid"], {"internal_info": {**port["internal_info"], "tenant_vif_port_id": vif_id}}
+                    )
+            await EventRepository(self.pool).record(
+                task.node,
+                event="vif-attach",
+                message=f"VIF {vif_id} attached",
+                conductor=self.hostname,
+                event_type="network",
+            )
         finally:
             await self.tasks.release(node_uuid)
 
     async def _vif_to_portgroup(self, task: Task, vif_id: str, portgroup_uuid: str) -> None:
         """Ironic keeps a port group's VIF in the group's own internal_info."""
         group = await self.pool.fetchrow(
-            "SELECT id, node_id, internal_info FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid)
+            "SELECT id, node_id, internal_info FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid
+        )
         if group is None or group["node_id"] != task.node["id"]:
             raise errors.InvalidParameterValue(
-                f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} does not belong to node {task.node['uuid']}.")
-        info = group["internal_info"] if isinstance(group["internal_info"], dict) else json.loads(group["internal_info"])
+                f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} does not belong to node {task.node['uuid']}."
+            )
+        info = (
+            group["internal_info"] if isinstance(group["internal_info"], dict) else json.loads(group["internal_info"])
+        )
         if info.get("tenant_vif_port_id"):
-            raise errors.Conflict(f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} already has VIF "
-                                  f"{info['tenant_vif_port_id']} attached.")
-        await self.pool.execute("UPDATE portgroups SET internal_info = $2, updated_at = now() WHERE id = $1",
-                                group["id"], {**info, "tenant_vif_port_id": vif_id})
+            raise errors.Conflict(
+                f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} already has VIF "
+                f"{info['tenant_vif_port_id']} attached."
+            )
+        await self.pool.execute(
+            "UPDATE portgroups SET internal_info = $2, updated_at = now() WHERE id = $1",
+            group["id"],
+            {**info, "tenant_vif_port_id": vif_id},
+        )
 
     async def vif_detach(self, node_uuid: str, vif_id: str) -> None:
         task = await self.tasks.acquire(node_uuid)
@@ -543,13 +646,20 @@ class ConductorManager:
                 group = await self.pool.fetchval(
                     "UPDATE portgroups SET internal_info = internal_info - 'tenant_vif_port_id', updated_at = now() "
                     "WHERE node_id = $1 AND internal_info->>'tenant_vif_port_id' = $2 RETURNING uuid",
-                    task.node["id"], vif_id)
+                    task.node["id"],
+                    vif_id,
+                )
                 if group is None:
                     raise errors.NotFound(
-                        f"Unable to detach VIF {vif_id} from node {node_uuid} because it is not attached to it.")
+                        f"Unable to detach VIF {vif_id} from node {node_uuid} because it is not attached to it."
+                    )
             await EventRepository(self.pool).record(
-                task.node, event="vif-detach", message=f"VIF {vif_id} detached",
-                conductor=self.hostname, event_type="network")
+                task.node,
+                event="vif-detach",
+                message=f"VIF {vif_id} detached",
+                conductor=self.hostname,
+                event_type="network",
+            )
         finally:
             await self.tasks.release(node_uuid)
 

@@ -44,7 +44,7 @@ def _routes_of(vendor: base.VendorInterface, driver_level: bool) -> dict[str, ba
 class NodeExtras:
     """Vendor passthru, indicators, boot mode and secure boot for one conductor."""
 
-    def __init__(self, manager: "ConductorManager") -> None:
+    def __init__(self, manager: ConductorManager) -> None:
         self.manager = manager
 
     async def _shared_task(self, node_uuid: str) -> base.Task:
@@ -69,8 +69,9 @@ class NodeExtras:
             routes = dict(vendor.driver_methods)
         return {name: spec.describe() for name, spec in sorted(routes.items())}
 
-    async def vendor_passthru(self, node_uuid: str, driver: str, method: str, http_method: str,
-                              data: Any) -> tuple[bool, bool, Any]:
+    async def vendor_passthru(
+        self, node_uuid: str, driver: str, method: str, http_method: str, data: Any
+    ) -> tuple[bool, bool, Any]:
         """Returns (is_async, attach, return value). Async methods run under the
         node lock in the background and return None, as in Ironic."""
         if not node_uuid:
@@ -99,8 +100,9 @@ class NodeExtras:
             except Exception as exc:  # an async method has no caller to answer to: log and record it
                 text = exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
                 LOG.warning("vendor passthru failed node_uuid=%s method=%s reason=%s", node_uuid, method, text)
-                await self.manager.record_event(task.node, "vendor-passthru", f"{method} failed: {text}",
-                                                severity="ERROR")
+                await self.manager.record_event(
+                    task.node, "vendor-passthru", f"{method} failed: {text}", severity="ERROR"
+                )
 
         # Async methods run in the background under the node lock (shared-lock
         # ones too: Ferrum does not run two operations on a node at once).
@@ -135,7 +137,8 @@ class NodeExtras:
     async def set_indicator_state(self, node_uuid: str, component: str, indicator: str, state: str) -> None:
         if state not in INDICATOR_STATES:
             raise errors.InvalidParameterValue(
-                f"Invalid indicator state {state!r}; valid states are {', '.join(INDICATOR_STATES)}")
+                f"Invalid indicator state {state!r}; valid states are {', '.join(INDICATOR_STATES)}"
+            )
         task = await self.manager.tasks.acquire(node_uuid)
         try:
             await task.driver.management.validate(task)
@@ -154,7 +157,8 @@ class NodeExtras:
             node = task.node
             if node["target_provision_state"]:
                 raise errors.InvalidStateRequested(
-                    f"Can not change the {what} of node {node_uuid} while it is in state \"{node['provision_state']}\"")
+                    f'Can not change the {what} of node {node_uuid} while it is in state "{node["provision_state"]}"'
+                )
             await task.driver.management.validate(task)
             check(task)
         except BaseException:
@@ -184,15 +188,27 @@ class NodeExtras:
             if mode not in supported:
                 raise base.unsupported(task.driver.management, f"boot mode {mode}")
 
-        await self._locked_change(node_uuid, "boot mode", check,
-                                  lambda task: task.driver.management.set_boot_mode(task, mode), "boot_mode", mode)
+        await self._locked_change(
+            node_uuid,
+            "boot mode",
+            check,
+            lambda task: task.driver.management.set_boot_mode(task, mode),
+            "boot_mode",
+            mode,
+        )
 
     async def set_secure_boot_state(self, node_uuid: str, state: bool) -> None:
         def check(task: base.Task) -> None:
             if state and task.node.get("boot_mode") == "bios":
                 raise errors.InvalidParameterValue(
-                    f"Secure boot needs UEFI boot mode; node {node_uuid} boots in bios mode")
+                    f"Secure boot needs UEFI boot mode; node {node_uuid} boots in bios mode"
+                )
 
-        await self._locked_change(node_uuid, "secure boot", check,
-                                  lambda task: task.driver.management.set_secure_boot_state(task, state),
-                                  "secure_boot", state)
+        await self._locked_change(
+            node_uuid,
+            "secure boot",
+            check,
+            lambda task: task.driver.management.set_secure_boot_state(task, state),
+            "secure_boot",
+            state,
+        )

@@ -71,7 +71,8 @@ class PeriodicWork:
         dead = [h for h in dead if h != self.manager.hostname]
         candidates = await self.manager.nodes.list_reserved_by(dead) if dead else []
         candidates += [
-            n for n in await self.manager.nodes.list_expired_reservations()
+            n
+            for n in await self.manager.nodes.list_expired_reservations()
             if n["reservation"] != self.manager.hostname and n["uuid"] not in {c["uuid"] for c in candidates}
         ]
         recovered = 0
@@ -93,7 +94,10 @@ class PeriodicWork:
         row = await pool.fetchrow(
             "UPDATE nodes SET reservation = $2, reservation_expires_at = now() + make_interval(secs => $4) "
             "WHERE uuid = $1::uuid AND reservation = $3 RETURNING uuid",
-            node["uuid"], self.manager.hostname, holder, self.config.lock_lease,
+            node["uuid"],
+            self.manager.hostname,
+            holder,
+            self.config.lock_lease,
         )
         if row is None:
             return False
@@ -102,19 +106,25 @@ class PeriodicWork:
             state = task.node["provision_state"]
             if state in states.STUCK_ON_RESTART:
                 await self.manager.fail(
-                    task, f"Conductor {holder} went offline while the node was in state \"{state}\"; "
-                    "the operation was aborted and can be retried."
+                    task,
+                    f'Conductor {holder} went offline while the node was in state "{state}"; '
+                    "the operation was aborted and can be retried.",
                 )
             elif task.node["target_power_state"]:
                 await self.manager.nodes.update(
                     node["uuid"],
-                    {"target_power_state": None,
-                     "last_error": f"Conductor {holder} went offline during a power action."},
+                    {
+                        "target_power_state": None,
+                        "last_error": f"Conductor {holder} went offline during a power action.",
+                    },
                 )
             else:
                 await EventRepository(pool).record(
-                    task.node, event="lock-recovered", conductor=self.manager.hostname,
-                    message=f"Stale lock of conductor {holder} cleared", severity="WARNING",
+                    task.node,
+                    event="lock-recovered",
+                    conductor=self.manager.hostname,
+                    message=f"Stale lock of conductor {holder} cleared",
+                    severity="WARNING",
                 )
             LOG.warning("recovered node_uuid=%s from dead holder=%s state=%s", node["uuid"], holder, state)
         except errors.FerrumError:
@@ -142,7 +152,9 @@ class PeriodicWork:
                 for kind in ("deploy", "boot", "power", "management"):
                     await getattr(task.driver, kind).take_over(task)
                 await EventRepository(self.manager.pool).record(
-                    task.node, event="take-over", conductor=self.manager.hostname,
+                    task.node,
+                    event="take-over",
+                    conductor=self.manager.hostname,
                     message=f"Conductor {self.manager.hostname} took over from {old['hostname']}",
                 )
             except Exception as exc:
@@ -153,10 +165,12 @@ class PeriodicWork:
 
     async def check_callback_timeouts(self) -> int:
         """Nodes waiting too long for their ramdisk fail with a clear last_error."""
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         failed = 0
-        for state, timeout in ((states.DEPLOYWAIT, self.config.deploy_callback_timeout),
-                               (states.CLEANWAIT, self.config.clean_callback_timeout)):
+        for state, timeout in (
+            (states.DEPLOYWAIT, self.config.deploy_callback_timeout),
+            (states.CLEANWAIT, self.config.clean_callback_timeout),
+        ):
             cutoff = now - datetime.timedelta(seconds=timeout)
             for node in await self.manager.nodes.list_in_states([state], updated_before=cutoff):
                 if node["maintenance"]:
@@ -170,8 +184,9 @@ class PeriodicWork:
                     fresh = task.node["provision_updated_at"]
                     if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
                         await self.manager.fail(
-                            task, f"Timeout reached while waiting for callback for node {node['uuid']} "
-                            f"({int(timeout)} s in \"{state}\")"
+                            task,
+                            f"Timeout reached while waiting for callback for node {node['uuid']} "
+                            f'({int(timeout)} s in "{state}")',
                         )
                         failed += 1
                 finally:
@@ -204,11 +219,15 @@ class PeriodicWork:
                     LOG.warning("power sync failed node_uuid=%s reason=%s", row["uuid"], exc)
                     continue
                 if actual != node["power_state"] and not node["reservation"]:
-                    LOG.warning("power state drift node_uuid=%s db=%s hardware=%s",
-                                row["uuid"], node["power_state"], actual)
+                    LOG.warning(
+                        "power state drift node_uuid=%s db=%s hardware=%s", row["uuid"], node["power_state"], actual
+                    )
                     saved = await self.manager.nodes.update(row["uuid"], {"power_state": actual})
                     await EventRepository(self.manager.pool).record(
-                        saved, event="power-sync", severity="WARNING", conductor=self.manager.hostname,
+                        saved,
+                        event="power-sync",
+                        severity="WARNING",
+                        conductor=self.manager.hostname,
                         message=f"power state changed outside Ferrum: {node['power_state']} -> {actual}",
                         event_type="power",
                     )

@@ -47,62 +47,100 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         except (asyncpg.DataError, ValueError) as exc:
             await errors.abort_with(context, errors.InvalidParameterValue(str(exc)))
 
-    async def CreateNode(self, request: pb.ConductorCreateNodeRequest, context: grpc.aio.ServicerContext) -> pb.ConductorNodeReply:
+    async def CreateNode(
+        self, request: pb.ConductorCreateNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConductorNodeReply:
         node = await self._run(context, "", self.manager.create_node(json.loads(request.node_json)))
         return pb.ConductorNodeReply(node_json=dumps(node))
 
-    async def UpdateNode(self, request: pb.ConductorUpdateNodeRequest, context: grpc.aio.ServicerContext) -> pb.ConductorNodeReply:
-        node = await self._run(context, request.node_uuid, self.manager.update_node(
-            request.node_uuid, json.loads(request.changes_json), reset_interfaces=request.reset_interfaces))
+    async def UpdateNode(
+        self, request: pb.ConductorUpdateNodeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConductorNodeReply:
+        node = await self._run(
+            context,
+            request.node_uuid,
+            self.manager.update_node(
+                request.node_uuid, json.loads(request.changes_json), reset_interfaces=request.reset_interfaces
+            ),
+        )
         return pb.ConductorNodeReply(node_json=dumps(node))
 
     async def DestroyNode(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(context, request.node_uuid, self.manager.destroy_node(request.node_uuid))
         return pb.Empty()
 
-    async def DoProvisionAction(self, request: pb.ProvisionActionRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.do_provision_action(
-            request.node_uuid, request.event,
-            configdrive=_json_or(request.configdrive_json, None),
-            clean_steps=_json_or(request.clean_steps_json, None),
-            rescue_password=request.rescue_password or None,
-            deploy_steps=_json_or(request.deploy_steps_json, None),
-            disable_ramdisk=request.disable_ramdisk,
-        ))
+    async def DoProvisionAction(
+        self, request: pb.ProvisionActionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.do_provision_action(
+                request.node_uuid,
+                request.event,
+                configdrive=_json_or(request.configdrive_json, None),
+                clean_steps=_json_or(request.clean_steps_json, None),
+                rescue_password=request.rescue_password or None,
+                deploy_steps=_json_or(request.deploy_steps_json, None),
+                disable_ramdisk=request.disable_ramdisk,
+            ),
+        )
         return pb.Empty()
 
     async def ChangePowerState(self, request: pb.PowerStateRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.change_power_state(
-            request.node_uuid, request.target, request.timeout or None))
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.change_power_state(request.node_uuid, request.target, request.timeout or None),
+        )
         return pb.Empty()
 
     async def SetMaintenance(self, request: pb.MaintenanceRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.set_maintenance(
-            request.node_uuid, request.maintenance, request.reason or None))
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.set_maintenance(request.node_uuid, request.maintenance, request.reason or None),
+        )
         return pb.Empty()
 
     async def SetBootDevice(self, request: pb.BootDeviceRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.set_boot_device(
-            request.node_uuid, request.boot_device, request.persistent))
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.set_boot_device(request.node_uuid, request.boot_device, request.persistent),
+        )
         return pb.Empty()
 
     async def GetBootDevice(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.BootDeviceReply:
         result = await self._run(context, request.node_uuid, self.manager.get_boot_device(request.node_uuid))
-        return pb.BootDeviceReply(boot_device=result.get("boot_device") or "", persistent=bool(result.get("persistent")))
+        return pb.BootDeviceReply(
+            boot_device=result.get("boot_device") or "", persistent=bool(result.get("persistent"))
+        )
 
-    async def GetSupportedBootDevices(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.SupportedBootDevicesReply:
-        devices = await self._run(context, request.node_uuid, self.manager.get_supported_boot_devices(request.node_uuid))
+    async def GetSupportedBootDevices(
+        self, request: pb.NodeRef, context: grpc.aio.ServicerContext
+    ) -> pb.SupportedBootDevicesReply:
+        devices = await self._run(
+            context, request.node_uuid, self.manager.get_supported_boot_devices(request.node_uuid)
+        )
         return pb.SupportedBootDevicesReply(boot_devices=devices)
 
-    async def ValidateDriverInterfaces(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.ValidateReply:
+    async def ValidateDriverInterfaces(
+        self, request: pb.NodeRef, context: grpc.aio.ServicerContext
+    ) -> pb.ValidateReply:
         results = await self._run(context, request.node_uuid, self.manager.validate_interfaces(request.node_uuid))
-        return pb.ValidateReply(interfaces=[
-            pb.InterfaceValidation(interface=k, result=ok, reason=reason) for k, ok, reason in results
-        ])
+        return pb.ValidateReply(
+            interfaces=[pb.InterfaceValidation(interface=k, result=ok, reason=reason) for k, ok, reason in results]
+        )
 
     async def VifAttach(self, request: pb.VifRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.vif_attach(
-            request.node_uuid, request.vif_id, port_uuid=request.port_uuid, portgroup_uuid=request.portgroup_uuid))
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.vif_attach(
+                request.node_uuid, request.vif_id, port_uuid=request.port_uuid, portgroup_uuid=request.portgroup_uuid
+            ),
+        )
         return pb.Empty()
 
     async def VifDetach(self, request: pb.VifRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
@@ -110,11 +148,19 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         return pb.Empty()
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.agents.heartbeat(
-            request.node_uuid, callback_url=request.callback_url, agent_version=request.agent_version,
-            agent_token=request.agent_token, agent_status=request.agent_status,
-            progress=_json_or(request.progress_json, None), agent_verify_ca=request.agent_verify_ca,
-        ))
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.agents.heartbeat(
+                request.node_uuid,
+                callback_url=request.callback_url,
+                agent_version=request.agent_version,
+                agent_token=request.agent_token,
+                agent_status=request.agent_status,
+                progress=_json_or(request.progress_json, None),
+                agent_verify_ca=request.agent_verify_ca,
+            ),
+        )
         return pb.Empty()
 
     async def LookupToken(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.LookupTokenReply:
@@ -122,38 +168,64 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         token, node = result
         return pb.LookupTokenReply(agent_token=token, node_json=dumps(node))
 
-    async def GetVendorMethods(self, request: pb.VendorMethodsRequest, context: grpc.aio.ServicerContext) -> pb.VendorMethodsReply:
-        methods = await self._run(context, request.node_uuid, self.manager.extras.vendor_methods(
-            request.node_uuid, request.driver))
+    async def GetVendorMethods(
+        self, request: pb.VendorMethodsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VendorMethodsReply:
+        methods = await self._run(
+            context, request.node_uuid, self.manager.extras.vendor_methods(request.node_uuid, request.driver)
+        )
         return pb.VendorMethodsReply(methods_json=dumps(methods))
 
-    async def VendorPassthru(self, request: pb.VendorPassthruRequest, context: grpc.aio.ServicerContext) -> pb.VendorPassthruReply:
-        is_async, attach, result = await self._run(context, request.node_uuid, self.manager.extras.vendor_passthru(
-            request.node_uuid, request.driver, request.method, request.http_method,
-            _json_or(request.data_json, None)))
+    async def VendorPassthru(
+        self, request: pb.VendorPassthruRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VendorPassthruReply:
+        is_async, attach, result = await self._run(
+            context,
+            request.node_uuid,
+            self.manager.extras.vendor_passthru(
+                request.node_uuid,
+                request.driver,
+                request.method,
+                request.http_method,
+                _json_or(request.data_json, None),
+            ),
+        )
         return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
 
     async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
-        result = await self._run(context, request.node_uuid, self.manager.extras.supported_indicators(request.node_uuid))
+        result = await self._run(
+            context, request.node_uuid, self.manager.extras.supported_indicators(request.node_uuid)
+        )
         return pb.JsonReply(json=dumps(result))
 
     async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
-        state = await self._run(context, request.node_uuid, self.manager.extras.indicator_state(
-            request.node_uuid, request.component, request.indicator))
+        state = await self._run(
+            context,
+            request.node_uuid,
+            self.manager.extras.indicator_state(request.node_uuid, request.component, request.indicator),
+        )
         return pb.JsonReply(json=dumps(state))
 
     async def SetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.extras.set_indicator_state(
-            request.node_uuid, request.component, request.indicator, request.state))
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.extras.set_indicator_state(
+                request.node_uuid, request.component, request.indicator, request.state
+            ),
+        )
         return pb.Empty()
 
     async def SetBootMode(self, request: pb.BootModeRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.extras.set_boot_mode(request.node_uuid, request.target))
+        await self._run(
+            context, request.node_uuid, self.manager.extras.set_boot_mode(request.node_uuid, request.target)
+        )
         return pb.Empty()
 
     async def SetSecureBootState(self, request: pb.SecureBootRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
-        await self._run(context, request.node_uuid, self.manager.extras.set_secure_boot_state(
-            request.node_uuid, request.target))
+        await self._run(
+            context, request.node_uuid, self.manager.extras.set_secure_boot_state(request.node_uuid, request.target)
+        )
         return pb.Empty()
 
 
@@ -174,8 +246,9 @@ class ConductorService:
             from services.common.objectstore_client import ObjectStoreClient
 
             self.objectstore = ObjectStoreClient(self.config.objectstore_address)
-        self.manager = ConductorManager(pool, self.registry, self.config, hostname=self.hostname,
-                                        objectstore=self.objectstore)
+        self.manager = ConductorManager(
+            pool, self.registry, self.config, hostname=self.hostname, objectstore=self.objectstore
+        )
         self.endpoints: dict[str, str] = {}
         self._grpc: Any = None
         self._health: Any = None
@@ -186,7 +259,9 @@ class ConductorService:
         c = self.config
         servicer = ConductorServicer(self.manager)
         self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            host=c.host,
+            port=c.grpc_port,
+            metrics=self.metrics,
             register=lambda server: pb_grpc.add_ConductorServiceServicer_to_server(servicer, server),
             service_names=[pb.DESCRIPTOR.services_by_name["ConductorService"].full_name],
         )
@@ -195,7 +270,9 @@ class ConductorService:
         self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
         address = f"{c.host}:{grpc_port}"
         registration = dict(
-            hostname=self.hostname, grpc_address=address, conductor_group=c.conductor_group,
+            hostname=self.hostname,
+            grpc_address=address,
+            conductor_group=c.conductor_group,
             hardware_types=list(self.registry.hardware_types),
             interfaces=self.registry.describe(),
         )
@@ -217,8 +294,11 @@ class ConductorService:
         for node in stale:
             task = await self.manager.tasks.build_task(node)
             if node["provision_state"] in states.STUCK_ON_RESTART:
-                await self.manager.fail(task, f"Conductor {self.hostname} restarted while the node was in "
-                                        f"state \"{node['provision_state']}\"; the operation was aborted.")
+                await self.manager.fail(
+                    task,
+                    f"Conductor {self.hostname} restarted while the node was in "
+                    f'state "{node["provision_state"]}"; the operation was aborted.',
+                )
             await self.manager.nodes.release(node["uuid"], self.hostname)
 
     async def stop(self) -> None:

@@ -99,7 +99,8 @@ class TaskManager:
             # this process would get it too: refuse it here.
             raise errors.NodeLocked(
                 f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
-                "operation is completed.")
+                "operation is completed."
+            )
         self._held.add(node_uuid)
         try:
             return await self.nodes.reserve(node_uuid, self.hostname, self.lease)
@@ -110,9 +111,15 @@ class TaskManager:
     async def build_task(self, node: dict[str, Any]) -> Task:
         ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
-        return Task(node=node, ports=ports, driver=driver, conductor=self.hostname,
-                    merge_internal_info=self.nodes.merge_internal_info, update_fields=self._update_fields,
-                    publish_configdrive=self.publish_configdrive)
+        return Task(
+            node=node,
+            ports=ports,
+            driver=driver,
+            conductor=self.hostname,
+            merge_internal_info=self.nodes.merge_internal_info,
+            update_fields=self._update_fields,
+            publish_configdrive=self.publish_configdrive,
+        )
 
     async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
         return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)

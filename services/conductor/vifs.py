@@ -53,8 +53,9 @@ def free_port_like(ports: Sequence[Mapping[str, Any]], groups: Sequence[Mapping[
             continue
         ports_of_group = members.get(group["id"], [])
         if group["id"] in busy_groups:
-            found.extend(Candidate("port", p, p.get("physical_network"), bool(p.get("pxe_enabled")))
-                         for p in ports_of_group)
+            found.extend(
+                Candidate("port", p, p.get("physical_network"), bool(p.get("pxe_enabled"))) for p in ports_of_group
+            )
         elif ports_of_group:
             physnet = next((p["physical_network"] for p in ports_of_group if p.get("physical_network")), None)
             found.append(Candidate("portgroup", group, physnet, True))

@@ -18,17 +18,23 @@ class RendererServicer(renderer_pb2_grpc.BootScriptRendererServicer):
     def __init__(self, renderer: ScriptRenderer) -> None:
         self._renderer = renderer
 
-    async def RenderBootScript(  # noqa: N802 - gRPC method name
-        self, request: renderer_pb2.RenderBootScriptRequest, context: grpc.aio.ServicerContext,
+    async def RenderBootScript(
+        self,
+        request: renderer_pb2.RenderBootScriptRequest,
+        context: grpc.aio.ServicerContext,
     ) -> renderer_pb2.RenderBootScriptResponse:
         which = request.WhichOneof("selector")
         try:
-            mac, uuid = selector(request.mac if which == "mac" else None,
-                                 request.node_uuid if which == "node_uuid" else None)
+            mac, uuid = selector(
+                request.mac if which == "mac" else None, request.node_uuid if which == "node_uuid" else None
+            )
         except UnsafeValue as exc:
             await errors.abort_with(context, errors.InvalidParameterValue(str(exc)))
             raise  # pragma: no cover - abort raises
         rendered = await self._renderer.render(mac=mac, uuid=uuid)
         return renderer_pb2.RenderBootScriptResponse(
-            script=rendered.script, node_uuid=rendered.node_uuid, kind=rendered.kind, reason=rendered.reason,
+            script=rendered.script,
+            node_uuid=rendered.node_uuid,
+            kind=rendered.kind,
+            reason=rendered.reason,
         )

@@ -53,8 +53,12 @@ class Reply:
     head: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        lines = [f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}", f"Content-Type: {self.content_type}",
-                 f"Content-Length: {len(self.body)}", "Cache-Control: no-store"]
+        lines = [
+            f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+            "Cache-Control: no-store",
+        ]
         if self.kind:
             lines.append(f"{KIND_HEADER}: {self.kind}")
         lines.extend(f"{name}: {value}" for name, value in self.extra)
@@ -92,8 +96,15 @@ class ScriptReplies:
     per-node scripts from the reply cache; :meth:`render` is the slow path.
     """
 
-    def __init__(self, renderer: ScriptRenderer, config: IpxeConfig, metrics: ServiceMetrics,
-                 cache: CachingReader | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        renderer: ScriptRenderer,
+        config: IpxeConfig,
+        metrics: ServiceMetrics,
+        cache: CachingReader | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._renderer = renderer
         self._config = config
         self._metrics = metrics
@@ -107,8 +118,7 @@ class ScriptReplies:
         self._first_stage: dict[bytes, Reply] = {}
         self._counts: dict[tuple[str, str], int] = {}
         self._kinds: dict[str, int] = {}
-        self._scripts = metrics.counter("ferrum_ipxe_scripts_total", "Per-node boot scripts served, by kind",
-                                        ("kind",))
+        self._scripts = metrics.counter("ferrum_ipxe_scripts_total", "Per-node boot scripts served, by kind", ("kind",))
         self.not_found = Reply(404, b"not found: this server answers /boot.ipxe, /ipxe?mac=|uuid= and /metrics\n")
         self.not_allowed = Reply(405, b"method not allowed: use GET or HEAD\n", extra=(("Allow", "GET, HEAD"),))
         self.bad_request = Reply(400, b"bad request: malformed HTTP\n")
@@ -188,8 +198,9 @@ class ScriptReplies:
         _, _, query = target.partition(b"?")
         params = parse_qs(query.decode("utf-8", "replace"), keep_blank_values=True)
         try:
-            mac, uuid = selector(params["mac"][0] if "mac" in params else None,
-                                 params["uuid"][0] if "uuid" in params else None)
+            mac, uuid = selector(
+                params["mac"][0] if "mac" in params else None, params["uuid"][0] if "uuid" in params else None
+            )
         except UnsafeValue as exc:
             LOG.warning("ipxe bad request query=%s reason=%s", safety.sanitize_text(query.decode("latin-1")), exc)
             self.count("GET /ipxe", 400)

@@ -56,8 +56,9 @@ class ScriptHttpServer:
         loop = asyncio.get_running_loop()
         self._tick()
         try:
-            self._server = await loop.create_server(lambda: HttpConnection(self), host, port, reuse_address=True,
-                                                  backlog=BACKLOG)
+            self._server = await loop.create_server(
+                lambda: HttpConnection(self), host, port, reuse_address=True, backlog=BACKLOG
+            )
         except OSError as exc:
             self._stop_ticker()
             raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
@@ -189,7 +190,8 @@ class HttpConnection(asyncio.Protocol):
                     started = time.perf_counter()
                     reply = await self._replies.render(target)
                     self._server.metrics.latency.labels(self._server.metrics.service, "http", "GET /ipxe").observe(
-                        time.perf_counter() - started)
+                        time.perf_counter() - started
+                    )
                 if self._closing:
                     return
                 self._queue.popleft()

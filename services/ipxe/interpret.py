@@ -33,13 +33,13 @@ _VARIABLE = re.compile(r"\$\{([^${}]*)\}")
 
 @dataclass(frozen=True)
 class BootAction:
-    kind: str                      # "chain" | "kernel" | "sanboot" | "local_disk" | "error" | "exit"
-    chain_url: str = ""            # for kind == "chain", variables already expanded
+    kind: str  # "chain" | "kernel" | "sanboot" | "local_disk" | "error" | "exit"
+    chain_url: str = ""  # for kind == "chain", variables already expanded
     kernel_url: str = ""
-    kernel_args: str = ""          # the kernel command line (without the URL), variables expanded
+    kernel_args: str = ""  # the kernel command line (without the URL), variables expanded
     initrd_urls: tuple[str, ...] = ()
-    san_target: str = ""           # sanboot/sanhook URI
-    message: str = ""              # what the script echoed (for error), joined by newlines
+    san_target: str = ""  # sanboot/sanhook URI
+    message: str = ""  # what the script echoed (for error), joined by newlines
 
 
 class _Ended(Exception):
@@ -64,7 +64,7 @@ def expand(text: str, variables: Mapping[str, str]) -> str:
         if match is None:
             return text
         name, _, kind = match.group(1).partition(":")
-        text = text[:match.start()] + _format(variables.get(name, ""), kind) + text[match.end():]
+        text = text[: match.start()] + _format(variables.get(name, ""), kind) + text[match.end() :]
 
 
 def _split_groups(tokens: list[str]) -> list[tuple[str, list[str]]]:
@@ -96,8 +96,11 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
 class _Machine:
     def __init__(self, script: str, variables: Mapping[str, str]) -> None:
         self.lines = script.splitlines()
-        self.labels = {line.strip()[1:].split()[0]: i for i, line in enumerate(self.lines)
-                       if line.strip().startswith(":") and len(line.strip()) > 1}
+        self.labels = {
+            line.strip()[1:].split()[0]: i
+            for i, line in enumerate(self.lines)
+            if line.strip().startswith(":") and len(line.strip()) > 1
+        }
         self.vars = dict(variables)
         if "mac" not in self.vars:
             self.vars["mac"] = self.vars.get("net0/mac", "")

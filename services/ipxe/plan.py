@@ -23,11 +23,20 @@ from services.common.db.bootdata import BootData
 from services.ipxe import safety
 from services.ipxe.safety import UnsafeValue
 
-RAMDISK_STATES = frozenset({
-    states.DEPLOYING, states.DEPLOYWAIT, states.CLEANING, states.CLEANWAIT,
-    states.INSPECTING, states.INSPECTWAIT, states.RESCUING, states.RESCUEWAIT,
-    states.SERVICING, states.SERVICEWAIT,
-})
+RAMDISK_STATES = frozenset(
+    {
+        states.DEPLOYING,
+        states.DEPLOYWAIT,
+        states.CLEANING,
+        states.CLEANWAIT,
+        states.INSPECTING,
+        states.INSPECTWAIT,
+        states.RESCUING,
+        states.RESCUEWAIT,
+        states.SERVICING,
+        states.SERVICEWAIT,
+    }
+)
 RESCUE_STATES = frozenset({states.RESCUING, states.RESCUEWAIT})
 INSPECT_STATES = frozenset({states.INSPECTING, states.INSPECTWAIT})
 DEFAULT_PLACEHOLDER = "%default%"
@@ -81,16 +90,21 @@ def plan_boot(data: BootData, *, mac: str | None, options: PlanOptions) -> Plan:
     state = node.get("provision_state")
     mode = boot_mode(node, options.default_boot_mode)
     common = {
-        "uuid": node["uuid"], "name": safety.sanitize_text(node.get("name") or "-", limit=64),
-        "state": safety.sanitize_text(state), "boot_mode": mode,
-        "timeout_ms": options.timeout_ms, "retries": options.retries,
+        "uuid": node["uuid"],
+        "name": safety.sanitize_text(node.get("name") or "-", limit=64),
+        "state": safety.sanitize_text(state),
+        "boot_mode": mode,
+        "timeout_ms": options.timeout_ms,
+        "retries": options.retries,
     }
     if state in RAMDISK_STATES:
         return Plan("deploy", "deploy.ipxe.j2", {**common, **_ramdisk_values(data, mac, options)})
     if state == states.ACTIVE:
         return _active_plan(data, common, options)
-    raise Refusal(f"node {node['uuid']} is in provision state [{safety.sanitize_text(state)}], "
-                  "which does not boot from the network")
+    raise Refusal(
+        f"node {node['uuid']} is in provision state [{safety.sanitize_text(state)}], "
+        "which does not boot from the network"
+    )
 
 
 def _append_params(configured: Any, default: str, *, field: str) -> str:
@@ -112,8 +126,9 @@ def _ramdisk_values(data: BootData, mac: str | None, options: PlanOptions) -> di
             raise Refusal(f"node {node['uuid']} has no driver_info {key} to boot its ramdisk")
     kernel_url = safety.check_url(info[kernel_key], field=f"driver_info {kernel_key}")
     ramdisk_url = safety.check_url(info[ramdisk_key], field=f"driver_info {ramdisk_key}")
-    append = _append_params(info.get("kernel_append_params"), options.kernel_append_params,
-                            field="driver_info kernel_append_params")
+    append = _append_params(
+        info.get("kernel_append_params"), options.kernel_append_params, field="driver_info kernel_append_params"
+    )
     if not options.api_url:
         raise Refusal("the renderer does not know the api URL for the agent (set FERRUM_IPXE_API_URL)")
     api_url = safety.check_url(options.api_url, field="the api URL")
@@ -122,9 +137,14 @@ def _ramdisk_values(data: BootData, mac: str | None, options: PlanOptions) -> di
         args.append(f"ipa-inspection-callback-url={api_url.rstrip('/')}/v1/continue_inspection")
     # With the MAC known, BOOTIF names the NIC the agent must use; asked by
     # UUID, the template lets iPXE fill in the NIC it booted from.
-    return {"kernel_url": kernel_url, "ramdisk_url": ramdisk_url, "initrd_name": "deploy_ramdisk",
-            "kernel_args": safety.check_kernel_args(" ".join(a for a in args if a), field="kernel arguments"),
-            "bootif": mac.replace(":", "-") if mac else "", "purpose": "rescue" if rescue else "deploy"}
+    return {
+        "kernel_url": kernel_url,
+        "ramdisk_url": ramdisk_url,
+        "initrd_name": "deploy_ramdisk",
+        "kernel_args": safety.check_kernel_args(" ".join(a for a in args if a), field="kernel arguments"),
+        "bootif": mac.replace(":", "-") if mac else "",
+        "purpose": "rescue" if rescue else "deploy",
+    }
 
 
 def _active_plan(data: BootData, common: dict[str, Any], options: PlanOptions) -> Plan:
@@ -147,18 +167,28 @@ def _instance_ramdisk_plan(node: Mapping[str, Any], common: dict[str, Any], opti
     for key in ("kernel", "ramdisk"):
         if not instance.get(key):
             raise Refusal(f"node {node['uuid']} uses the ramdisk deploy but has no instance_info {key}")
-    append = _append_params(instance.get("kernel_append_params"), options.kernel_append_params,
-                            field="instance_info kernel_append_params")
-    extra = safety.check_kernel_args(instance.get("ramdisk_kernel_arguments"),
-                                     field="instance_info ramdisk_kernel_arguments")
-    args = safety.check_kernel_args(" ".join(a for a in ("root=/dev/ram0", "text", append, extra) if a),
-                                    field="kernel arguments")
-    return Plan("ramdisk", "ramdisk.ipxe.j2", {
-        **common, "boot_iso_url": "",
-        "kernel_url": safety.check_url(instance["kernel"], field="instance_info kernel"),
-        "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
-        "kernel_args": args, "initrd_name": "ramdisk", "purpose": "ramdisk instance",
-    })
+    append = _append_params(
+        instance.get("kernel_append_params"), options.kernel_append_params, field="instance_info kernel_append_params"
+    )
+    extra = safety.check_kernel_args(
+        instance.get("ramdisk_kernel_arguments"), field="instance_info ramdisk_kernel_arguments"
+    )
+    args = safety.check_kernel_args(
+        " ".join(a for a in ("root=/dev/ram0", "text", append, extra) if a), field="kernel arguments"
+    )
+    return Plan(
+        "ramdisk",
+        "ramdisk.ipxe.j2",
+        {
+            **common,
+            "boot_iso_url": "",
+            "kernel_url": safety.check_url(instance["kernel"], field="instance_info kernel"),
+            "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
+            "kernel_args": args,
+            "initrd_name": "ramdisk",
+            "purpose": "ramdisk instance",
+        },
+    )
 
 
 def _iscsi_uris(props: Mapping[str, Any], *, field: str) -> str:
@@ -171,8 +201,9 @@ def _iscsi_uris(props: Mapping[str, Any], *, field: str) -> str:
     uris = []
     for index, portal in enumerate(portals[:8]):
         iqn = safety.check_iqn(iqns[min(index, len(iqns) - 1)], field=f"{field} target_iqn")
-        lun = safety.check_lun(luns[min(index, len(luns) - 1)] if isinstance(luns, list) else luns,
-                               field=f"{field} target_lun")
+        lun = safety.check_lun(
+            luns[min(index, len(luns) - 1)] if isinstance(luns, list) else luns, field=f"{field} target_lun"
+        )
         if not isinstance(portal, str) or not portal:
             raise UnsafeValue(f"{field} target_portal is not host:port")
         host, _, port_text = portal.rpartition(":") if not portal.endswith("]") else (portal, "", "")
@@ -195,12 +226,13 @@ def _fcp_uri(props: Mapping[str, Any], *, field: str) -> str:
 def _chap(props: Mapping[str, Any], *, field: str) -> tuple[str, str]:
     if str(props.get("auth_method") or "").upper() != "CHAP":
         return "", ""
-    return (safety.check_chap(props.get("auth_username"), field=f"{field} auth_username"),
-            safety.check_chap(props.get("auth_password"), field=f"{field} auth_password"))
+    return (
+        safety.check_chap(props.get("auth_username"), field=f"{field} auth_username"),
+        safety.check_chap(props.get("auth_password"), field=f"{field} auth_password"),
+    )
 
 
-def _san_plan(data: BootData, boot_target: Mapping[str, Any], common: dict[str, Any],
-              options: PlanOptions) -> Plan:
+def _san_plan(data: BootData, boot_target: Mapping[str, Any], common: dict[str, Any], options: PlanOptions) -> Plan:
     node = data.node
     volume_type = boot_target.get("volume_type")
     volume_id = safety.sanitize_text(boot_target.get("volume_id"), limit=64)
@@ -230,12 +262,21 @@ def _san_plan(data: BootData, boot_target: Mapping[str, Any], common: dict[str, 
     initiator = safety.check_iqn(iqns[0]["connector_id"], field="volume connector iqn") if iqns else ""
     if volume_type == "iscsi" and not initiator:
         raise Refusal(f"node {node['uuid']} boots from an iSCSI volume but has no iqn volume connector")
-    return Plan("san", "san.ipxe.j2", {**common, "volume_id": volume_id, "hooks": hooks, "boot_hook": hooks[0],
-                                       "initiator_iqn": initiator, "any_chap": any(h["username"] for h in hooks)})
+    return Plan(
+        "san",
+        "san.ipxe.j2",
+        {
+            **common,
+            "volume_id": volume_id,
+            "hooks": hooks,
+            "boot_hook": hooks[0],
+            "initiator_iqn": initiator,
+            "any_chap": any(h["username"] for h in hooks),
+        },
+    )
 
 
-def _nfs_plan(node: Mapping[str, Any], target: Mapping[str, Any], common: dict[str, Any],
-              options: PlanOptions) -> Plan:
+def _nfs_plan(node: Mapping[str, Any], target: Mapping[str, Any], common: dict[str, Any], options: PlanOptions) -> Plan:
     """NFS root: the instance kernel and ramdisk with ``root=/dev/nfs nfsroot=..``."""
     props = target.get("properties") or {}
     instance = node.get("instance_info") or {}
@@ -243,12 +284,20 @@ def _nfs_plan(node: Mapping[str, Any], target: Mapping[str, Any], common: dict[s
         if not instance.get(key):
             raise Refusal(f"node {node['uuid']} boots from NFS but has no instance_info {key}")
     nfsroot = safety.check_nfs(props.get("nfs_server"), props.get("nfs_path"), props.get("nfs_options"))
-    append = _append_params(instance.get("kernel_append_params"), options.kernel_append_params,
-                            field="instance_info kernel_append_params")
+    append = _append_params(
+        instance.get("kernel_append_params"), options.kernel_append_params, field="instance_info kernel_append_params"
+    )
     args = safety.check_kernel_args(f"root=/dev/nfs nfsroot={nfsroot} ip=dhcp rw {append}", field="kernel arguments")
-    return Plan("san", "ramdisk.ipxe.j2", {
-        **common, "boot_iso_url": "",
-        "kernel_url": safety.check_url(instance["kernel"], field="instance_info kernel"),
-        "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
-        "kernel_args": args, "initrd_name": "ramdisk", "purpose": safety.sanitize_text(f"NFS root {nfsroot}"),
-    })
+    return Plan(
+        "san",
+        "ramdisk.ipxe.j2",
+        {
+            **common,
+            "boot_iso_url": "",
+            "kernel_url": safety.check_url(instance["kernel"], field="instance_info kernel"),
+            "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
+            "kernel_args": args,
+            "initrd_name": "ramdisk",
+            "purpose": safety.sanitize_text(f"NFS root {nfsroot}"),
+        },
+    )

@@ -49,8 +49,15 @@ class CachingReader:
     for everything.
     """
 
-    def __init__(self, inner: BootDataReader, connect: Callable[[], Awaitable[asyncpg.Connection]] | None, *,
-                 ttl: float, max_entries: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        inner: BootDataReader,
+        connect: Callable[[], Awaitable[asyncpg.Connection]] | None,
+        *,
+        ttl: float,
+        max_entries: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._inner = inner
         self._connect = connect
         self._ttl = ttl

@@ -44,8 +44,13 @@ class RenderedScript:
 def template_environment() -> jinja2.Environment:
     """Templates render only checked values: ``finalize`` re-checks each one."""
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False, undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, finalize=safety.guard,
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=safety.guard,
     )
 
 
@@ -63,8 +68,9 @@ def api_url_for(settings: Settings) -> str:
 
 
 class ScriptRenderer:
-    def __init__(self, reader: BootDataReader, settings: Settings, *,
-                 on_render: Callable[[RenderedScript], None] | None = None) -> None:
+    def __init__(
+        self, reader: BootDataReader, settings: Settings, *, on_render: Callable[[RenderedScript], None] | None = None
+    ) -> None:
         config = settings.ipxe
         self._reader = reader
         self._config = config
@@ -72,8 +78,10 @@ class ScriptRenderer:
         self._on_render = on_render
         self._env = template_environment()
         self._options = PlanOptions(
-            api_url=api_url_for(settings), kernel_append_params=config.kernel_append_params,
-            default_boot_mode=config.default_boot_mode, timeout_ms=int(config.boot_timeout * 1000),
+            api_url=api_url_for(settings),
+            kernel_append_params=config.kernel_append_params,
+            default_boot_mode=config.default_boot_mode,
+            timeout_ms=int(config.boot_timeout * 1000),
             retries=config.boot_retries,
         )
 
@@ -88,8 +96,11 @@ class ScriptRenderer:
         """boot.ipxe, chaining ``<base_url>/ipxe?mac=..``; ``base_url`` must be checked by the caller."""
         script_url = safety.check_url(f"{base_url.rstrip('/')}/ipxe", field="the renderer URL")
         return self._env.get_template("boot.ipxe.j2").render(
-            script_url=script_url, timeout_ms=int(self._config.boot_timeout * 1000),
-            retries=self._config.boot_retries, retry_delay=self._config.retry_delay, max_nics=self._config.max_nics,
+            script_url=script_url,
+            timeout_ms=int(self._config.boot_timeout * 1000),
+            retries=self._config.boot_retries,
+            retry_delay=self._config.retry_delay,
+            max_nics=self._config.max_nics,
         )
 
     def error_script(self, reason: str, *, node_uuid: str = "") -> RenderedScript:
@@ -125,8 +136,13 @@ class ScriptRenderer:
             script = self._env.get_template(plan.template).render(**plan.values)
         except (Refusal, UnsafeValue) as exc:
             reason = exc.reason if isinstance(exc, Refusal) else str(exc)
-            LOG.warning("ipxe error script %s node_uuid=%s state=%s reason=%s", selector, node_uuid,
-                        data.node.get("provision_state"), safety.sanitize_text(reason, limit=400))
+            LOG.warning(
+                "ipxe error script %s node_uuid=%s state=%s reason=%s",
+                selector,
+                node_uuid,
+                data.node.get("provision_state"),
+                safety.sanitize_text(reason, limit=400),
+            )
             return self.error_script(reason, node_uuid=node_uuid)
         except Exception:
             LOG.exception("ipxe render failed %s node_uuid=%s", selector, node_uuid)
@@ -134,4 +150,3 @@ class ScriptRenderer:
         LOG.debug("ipxe rendered %s node_uuid=%s kind=%s", selector, node_uuid, plan.kind)
         rendered = RenderedScript(script=script, kind=plan.kind, node_uuid=node_uuid)
         return rendered
-

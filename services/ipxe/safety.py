@@ -50,7 +50,7 @@ def check_url(value: object, *, field: str, schemes: tuple[str, ...] = ("http", 
     if len(value) > MAX_URL or not _URL_CHARS.fullmatch(value) or "&&" in value:
         raise UnsafeValue(f"{field} is not a plain URL (whitespace or iPXE special characters)")
     scheme = value.split(":", 1)[0].lower()
-    if scheme not in schemes or not value[len(scheme):].startswith("://") or len(value) <= len(scheme) + 3:
+    if scheme not in schemes or not value[len(scheme) :].startswith("://") or len(value) <= len(scheme) + 3:
         raise UnsafeValue(f"{field} must be an absolute {'/'.join(schemes)} URL")
     return value
 
@@ -83,7 +83,7 @@ def normalize_mac(value: object) -> str:
     digits = value.strip().lower().replace(":", "").replace("-", "").replace(".", "")
     if not re.fullmatch(r"[0-9a-f]{12}", digits):
         raise UnsafeValue(f"[{sanitize_text(value, limit=40)}] is not a MAC address")
-    mac = ":".join(digits[i:i + 2] for i in range(0, 12, 2))
+    mac = ":".join(digits[i : i + 2] for i in range(0, 12, 2))
     assert _MAC.fullmatch(mac)
     return mac
 
@@ -139,7 +139,7 @@ def check_wwn(value: object, *, field: str) -> str:
     digits = value.lower().replace(":", "").replace("-", "") if isinstance(value, str) else ""
     if not _WWN.fullmatch(digits):
         raise UnsafeValue(f"{field} is not a 16-hex-digit WWN")
-    return ":".join(digits[i:i + 2] for i in range(0, 16, 2))
+    return ":".join(digits[i : i + 2] for i in range(0, 16, 2))
 
 
 def check_chap(value: object, *, field: str) -> str:

@@ -40,8 +40,12 @@ class IpxeService:
         if settings.ipxe.cache_ttl > 0 and not settings.database.url:
             LOG.warning("ipxe cache off, reason=no database URL to LISTEN on (settings.database.url is empty)")
         elif settings.ipxe.cache_ttl > 0:
-            self.cache = CachingReader(reader, lambda: asyncpg.connect(settings.database.url),
-                                       ttl=settings.ipxe.cache_ttl, max_entries=settings.ipxe.cache_max_entries)
+            self.cache = CachingReader(
+                reader,
+                lambda: asyncpg.connect(settings.database.url),
+                ttl=settings.ipxe.cache_ttl,
+                max_entries=settings.ipxe.cache_max_entries,
+            )
             reader = self.cache
         self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)
@@ -56,7 +60,9 @@ class IpxeService:
             await self.cache.start()
         servicer = RendererServicer(self.renderer)
         self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            host=c.host,
+            port=c.grpc_port,
+            metrics=self.metrics,
             register=lambda server: renderer_pb2_grpc.add_BootScriptRendererServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
         )
@@ -66,8 +72,11 @@ class IpxeService:
         self.grpc_address = f"{c.host}:{grpc_port}"
         record_address(self.settings, self.grpc_address)
         LOG.info("ipxe renderer ready http_port=%s grpc=%s cache_ttl=%s", port, self.grpc_address, c.cache_ttl)
-        return {"ipxe HTTP": f"http://{c.host}:{port}/boot.ipxe", "ipxe gRPC": self.grpc_address,
-                "ipxe metrics": f"http://{c.host}:{port}/metrics"}
+        return {
+            "ipxe HTTP": f"http://{c.host}:{port}/boot.ipxe",
+            "ipxe gRPC": self.grpc_address,
+            "ipxe metrics": f"http://{c.host}:{port}/metrics",
+        }
 
     async def stop(self) -> None:
         if self.grpc_address:

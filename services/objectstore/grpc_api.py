@@ -29,8 +29,12 @@ def _timestamp(value: datetime.datetime) -> Timestamp:
 
 def info_message(row: Mapping[str, Any]) -> pb.ObjectInfo:
     message = pb.ObjectInfo(
-        container=row["container"], name=row["name"], size=int(row["size"]), sha256=row["sha256"],
-        content_type=row["content_type"], usage_count=int(row["usage_count"]),
+        container=row["container"],
+        name=row["name"],
+        size=int(row["size"]),
+        sha256=row["sha256"],
+        content_type=row["content_type"],
+        usage_count=int(row["usage_count"]),
         metadata={str(k): str(v) for k, v in (row["metadata"] or {}).items()},
         created_at=_timestamp(row["created_at"]),
     )
@@ -56,8 +60,7 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
     def __init__(self, store: ObjectStore, metrics: ServiceMetrics) -> None:
         self.store = store
         self.metrics = metrics
-        self.bytes = metrics.counter("ferrum_objectstore_bytes_total", "Object bytes moved over gRPC",
-                                     ("direction",))
+        self.bytes = metrics.counter("ferrum_objectstore_bytes_total", "Object bytes moved over gRPC", ("direction",))
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> None:
         if isinstance(exc, errors.FerrumError):
@@ -67,8 +70,9 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
         LOG.exception("object store call failed")
         await errors.abort_with(context, errors.FerrumError(f"object store failure: {type(exc).__name__}"))
 
-    async def Put(self, request_iterator: AsyncIterator[pb.PutRequest],
-                  context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
+    async def Put(
+        self, request_iterator: AsyncIterator[pb.PutRequest], context: grpc.aio.ServicerContext
+    ) -> pb.ObjectInfo:
         started, failure = time.perf_counter(), None
         try:
             first = await anext(aiter(request_iterator), None)
@@ -82,7 +86,8 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
                     part = message.WhichOneof("part")
                     if end or part == "header" or part is None:
                         raise errors.InvalidParameterValue(
-                            "a Put stream is one header, chunks, then at most one end message")
+                            "a Put stream is one header, chunks, then at most one end message"
+                        )
                     if part == "end":
                         end.append(message.end)
                         continue
@@ -92,15 +97,24 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
                 # tells a complete upload from a cut-short one.
                 if not end:
                     raise errors.InvalidParameterValue(
-                        "the Put stream ended without its end message (cancelled or cut short); nothing was stored")
+                        "the Put stream ended without its end message (cancelled or cut short); nothing was stored"
+                    )
 
             def expected() -> tuple[int | None, str]:
                 return end[0].size, end[0].sha256
 
-            row = await self.store.put(PutRequest(
-                container=header.container, name=header.name, content_type=header.content_type,
-                delete_after=header.delete_after, metadata=dict(header.metadata),
-                usage_count=header.usage_count), chunks(), expected=expected)
+            row = await self.store.put(
+                PutRequest(
+                    container=header.container,
+                    name=header.name,
+                    content_type=header.content_type,
+                    delete_after=header.delete_after,
+                    metadata=dict(header.metadata),
+                    usage_count=header.usage_count,
+                ),
+                chunks(),
+                expected=expected,
+            )
         except BaseException as exc:
             failure = exc
             if isinstance(exc, Exception):  # every failure becomes a gRPC status
@@ -111,12 +125,14 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
         self.bytes.labels("in").inc(int(row["size"]))
         return info_message(row)
 
-    async def Get(self, request: pb.GetObjectRequest,
-                  context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GetObjectChunk]:
+    async def Get(
+        self, request: pb.GetObjectRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GetObjectChunk]:
         started, failure, sent = time.perf_counter(), None, 0
         try:
-            _, chunks = await self.store.open_read(request.container, request.name,
-                                                   offset=request.offset, length=request.length)
+            _, chunks = await self.store.open_read(
+                request.container, request.name, offset=request.offset, length=request.length
+            )
             async for data in chunks:
                 sent += len(data)
                 yield pb.GetObjectChunk(data=data)
@@ -132,15 +148,14 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
     async def Stat(self, request: pb.ObjectRef, context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
         try:
             return info_message(await self.store.stat(request.container, request.name))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             await self._fail(context, exc)
             raise
 
-    async def List(self, request: pb.ListObjectsRequest,
-                   context: grpc.aio.ServicerContext) -> pb.ListObjectsResponse:
+    async def List(self, request: pb.ListObjectsRequest, context: grpc.aio.ServicerContext) -> pb.ListObjectsResponse:
         try:
             rows = await self.store.list(request.container, request.prefix)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             await self._fail(context, exc)
             raise
         return pb.ListObjectsResponse(objects=[info_message(r) for r in rows])
@@ -154,21 +169,26 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
 
     async def TempUrl(self, request: pb.TempUrlRequest, context: grpc.aio.ServicerContext) -> pb.TempUrlResponse:
         try:
-            url, expires = await self.store.temp_url(request.container, request.name, method=request.method,
-                                                     lifetime=request.lifetime)
-        except Exception as exc:  # noqa: BLE001
+            url, expires = await self.store.temp_url(
+                request.container, request.name, method=request.method, lifetime=request.lifetime
+            )
+        except Exception as exc:
             await self._fail(context, exc)
             raise
         return pb.TempUrlResponse(url=url, expires_at=_timestamp(utc_from_unix(expires)))
 
-    async def UpdateMetadata(self, request: pb.UpdateMetadataRequest,
-                             context: grpc.aio.ServicerContext) -> pb.ObjectInfo:
+    async def UpdateMetadata(
+        self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ObjectInfo:
         try:
             row = await self.store.update_metadata(
-                request.container, request.name, usage_delta=request.usage_delta,
+                request.container,
+                request.name,
+                usage_delta=request.usage_delta,
                 expected_usage=request.expected_usage if request.check_usage else None,
-                set_metadata=dict(request.set_metadata))
-        except Exception as exc:  # noqa: BLE001
+                set_metadata=dict(request.set_metadata),
+            )
+        except Exception as exc:
             await self._fail(context, exc)
             raise
         return info_message(row)
@@ -176,7 +196,7 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
     async def Release(self, request: pb.ObjectRef, context: grpc.aio.ServicerContext) -> pb.ReleaseResponse:
         try:
             count, deleted = await self.store.release(request.container, request.name)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             await self._fail(context, exc)
             raise
         return pb.ReleaseResponse(usage_count=count, deleted=deleted)

@@ -28,8 +28,9 @@ def add_routes(app: web.Application, store: ObjectStore, uploads: HttpUploads) -
         check = await store.check_temp_url(request.method, token, name)
         if check.status != 200:
             LOG.info("temp URL refused status=%d method=%s peer=%s", check.status, request.method, request.remote)
-            return web.Response(status=check.status, text=_REFUSALS[check.status],
-                                headers={"Cache-Control": "no-store"})
+            return web.Response(
+                status=check.status, text=_REFUSALS[check.status], headers={"Cache-Control": "no-store"}
+            )
         return await store.serve(request, check)
 
     async def upload(request: web.Request) -> web.StreamResponse:

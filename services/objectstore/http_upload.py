@@ -33,8 +33,11 @@ from services.common import errors
 from services.objectstore.store import ObjectStore, PutRequest
 
 MAX_METADATA_HEADER = 8000
-_REFUSALS = {401: ("Unauthorized", "temp URL expired"), 403: ("Forbidden", "temp URL signature invalid"),
-             404: ("NotFound", "not found")}
+_REFUSALS = {
+    401: ("Unauthorized", "temp URL expired"),
+    403: ("Forbidden", "temp URL signature invalid"),
+    404: ("NotFound", "not found"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +110,13 @@ class HttpUploads:
         if sha256 and (len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256)):
             raise errors.InvalidParameterValue("X-Object-Sha256 must be 64 hex digits")
         request = PutRequest(
-            container=target.container, name=target.name,
+            container=target.container,
+            name=target.name,
             content_type=headers.get("content-type", "").strip() or "application/octet-stream",
-            delete_after=_int_header(headers, "X-Delete-After"), metadata=_metadata(headers),
-            usage_count=_int_header(headers, "X-Object-Usage-Count"))
+            delete_after=_int_header(headers, "X-Delete-After"),
+            metadata=_metadata(headers),
+            usage_count=_int_header(headers, "X-Object-Usage-Count"),
+        )
         limit = self.store.config.max_object_size
         if content_length is not None and content_length > limit:
             raise errors.PayloadTooLarge(f"object is larger than the limit of {limit} bytes")
@@ -118,20 +124,29 @@ class HttpUploads:
 
     async def receive(self, plan: UploadPlan, chunks: AsyncIterator[bytes | bytearray]) -> dict[str, Any]:
         """Store the body; any failure (short body, limits, client gone) stores nothing."""
-        return await self.store.put(plan.request, chunks, expected=lambda: (plan.expected_size,
-                                                                          plan.expected_sha256))
+        return await self.store.put(plan.request, chunks, expected=lambda: (plan.expected_size, plan.expected_sha256))
 
     @staticmethod
     def created(row: Mapping[str, Any]) -> Reply:
         delete_at = row["delete_at"]
-        body = _json({
-            "container": row["container"], "name": row["name"], "size": int(row["size"]), "sha256": row["sha256"],
-            "content_type": row["content_type"], "created_at": row["created_at"].isoformat(),
-            "delete_at": delete_at.isoformat() if delete_at is not None else None,
-            "usage_count": int(row["usage_count"]), "metadata": dict(row["metadata"] or {}),
-        })
-        return Reply(201, (("Content-Type", "application/json"), ("ETag", f'"{row["sha256"]}"'),
-                           ("X-Object-Sha256", row["sha256"])), body)
+        body = _json(
+            {
+                "container": row["container"],
+                "name": row["name"],
+                "size": int(row["size"]),
+                "sha256": row["sha256"],
+                "content_type": row["content_type"],
+                "created_at": row["created_at"].isoformat(),
+                "delete_at": delete_at.isoformat() if delete_at is not None else None,
+                "usage_count": int(row["usage_count"]),
+                "metadata": dict(row["metadata"] or {}),
+            }
+        )
+        return Reply(
+            201,
+            (("Content-Type", "application/json"), ("ETag", f'"{row["sha256"]}"'), ("X-Object-Sha256", row["sha256"])),
+            body,
+        )
 
     @staticmethod
     def failed(exc: BaseException) -> Reply:
@@ -145,5 +160,8 @@ class HttpUploads:
             name, message, status = "ServiceUnavailable", "the object store's database is unavailable; retry", 503
         else:
             name, message, status = "FerrumError", f"object store failure: {type(exc).__name__}", 500
-        return Reply(status, (("Content-Type", "application/json"), ("Cache-Control", "no-store")),
-                     _json({"error": {"name": name, "message": message}}))
+        return Reply(
+            status,
+            (("Content-Type", "application/json"), ("Cache-Control", "no-store")),
+            _json({"error": {"name": name, "message": message}}),
+        )

@@ -28,7 +28,8 @@ def check_container(container: str) -> str:
         raise errors.InvalidParameterValue(f"container name is longer than {MAX_NAME_BYTES} bytes")
     if "/" in container or ".." in container or container == "." or _has_control(container):
         raise errors.InvalidParameterValue(
-            f"container name {container!r} may not contain '/', '..', NUL or control characters")
+            f"container name {container!r} may not contain '/', '..', NUL or control characters"
+        )
     return container
 
 
@@ -42,7 +43,8 @@ def check_name(name: str) -> str:
         raise errors.InvalidParameterValue(f"object name is longer than {MAX_NAME_BYTES} bytes")
     if name.startswith("/") or name.endswith("/") or ".." in name or "//" in name or _has_control(name):
         raise errors.InvalidParameterValue(
-            f"object name {name!r} may not start or end with '/', contain '//', '..', NUL or control characters")
+            f"object name {name!r} may not start or end with '/', contain '//', '..', NUL or control characters"
+        )
     return name
 
 
@@ -58,7 +60,9 @@ def check_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
         raise errors.InvalidParameterValue(f"at most {MAX_METADATA_ITEMS} metadata items are allowed")
     for key, value in metadata.items():
         if not key or len(key) > MAX_METADATA_KEY or _has_control(key):
-            raise errors.InvalidParameterValue(f"metadata key {key[:64]!r} is empty, too long or has control characters")
+            raise errors.InvalidParameterValue(
+                f"metadata key {key[:64]!r} is empty, too long or has control characters"
+            )
         if len(value) > MAX_METADATA_VALUE or "\x00" in value:
             raise errors.InvalidParameterValue(f"metadata value of {key!r} is too long or holds NUL")
     return dict(metadata)

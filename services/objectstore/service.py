@@ -63,8 +63,10 @@ class ObjectStoreService:
         if configured:
             return configured.encode()
         value = await repo.get_or_create_secret(SECRET_NAME, secrets.token_urlsafe(32))
-        LOG.info("using the generated temp URL secret stored in PostgreSQL (set FERRUM_OBJECTSTORE_TEMP_URL_SECRET "
-                 "to choose one)")
+        LOG.info(
+            "using the generated temp URL secret stored in PostgreSQL (set FERRUM_OBJECTSTORE_TEMP_URL_SECRET "
+            "to choose one)"
+        )
         return value.encode()
 
     async def start(self) -> dict[str, str]:
@@ -87,22 +89,35 @@ class ObjectStoreService:
         self.public_url = (c.public_url or self.http_url).rstrip("/")
         self.store.public_url = self.public_url
         if c.host in ("0.0.0.0", "::") and not c.public_url:
-            LOG.warning("objectstore listens on %s without FERRUM_OBJECTSTORE_PUBLIC_URL: temp URLs will name %s, "
-                        "which BMCs cannot reach", c.host, self.public_url)
+            LOG.warning(
+                "objectstore listens on %s without FERRUM_OBJECTSTORE_PUBLIC_URL: temp URLs will name %s, "
+                "which BMCs cannot reach",
+                c.host,
+                self.public_url,
+            )
 
         self._grpc, grpc_port, self._health = await start_grpc_server(
-            host=c.host, port=c.grpc_port, metrics=self.metrics,
+            host=c.host,
+            port=c.grpc_port,
+            metrics=self.metrics,
             register=lambda server: pb_grpc.add_ObjectStoreServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
         )
         self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
         self._sweeper = Sweeper(self.store, interval=c.sweep_interval, orphan_grace=c.orphan_grace)
         self._sweeper.start()
-        LOG.info("objectstore started backend=%s grpc=%s public_url=%s", self._backend.name, self.grpc_address,
-                 self.public_url)
-        return {"objectstore gRPC": self.grpc_address, "objectstore HTTP": self.http_url,
-                "objectstore temp URLs": f"{self.public_url}/t/...",
-                "objectstore metrics": f"{self.http_url}/metrics"}
+        LOG.info(
+            "objectstore started backend=%s grpc=%s public_url=%s",
+            self._backend.name,
+            self.grpc_address,
+            self.public_url,
+        )
+        return {
+            "objectstore gRPC": self.grpc_address,
+            "objectstore HTTP": self.http_url,
+            "objectstore temp URLs": f"{self.public_url}/t/...",
+            "objectstore metrics": f"{self.http_url}/metrics",
+        }
 
     async def _start_http(self, app: web.Application, uploads: HttpUploads, servicer: ObjectStoreServicer) -> int:
         """The HTTP port: UploadFrontDoor takes fast PUT uploads and hands every
@@ -116,7 +131,11 @@ class ObjectStoreService:
         try:
             self._listener = await loop.create_server(
                 lambda: UploadFrontDoor(uploads, aiohttp_server, self.metrics, servicer.bytes, self._front_doors),
-                c.host, c.http_port, reuse_address=True, backlog=1024)
+                c.host,
+                c.http_port,
+                reuse_address=True,
+                backlog=1024,
+            )
         except OSError as exc:
             await self._http.cleanup()
             self._http = None

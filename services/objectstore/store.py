@@ -52,8 +52,9 @@ class TempUrlCheck:
 
 
 class ObjectStore:
-    def __init__(self, config: ObjectStoreConfig, repo: ObjectRepository, backend: Backend, *,
-                 secret: bytes, public_url: str) -> None:
+    def __init__(
+        self, config: ObjectStoreConfig, repo: ObjectRepository, backend: Backend, *, secret: bytes, public_url: str
+    ) -> None:
         self.config = config
         self.repo = repo
         self.backend = backend
@@ -62,8 +63,13 @@ class ObjectStore:
 
     # -- writes -------------------------------------------------------------------------------
 
-    async def put(self, request: PutRequest, chunks: AsyncIterator[bytes], *,
-                  expected: Callable[[], tuple[int | None, str]] = lambda: (None, "")) -> dict[str, Any]:
+    async def put(
+        self,
+        request: PutRequest,
+        chunks: AsyncIterator[bytes],
+        *,
+        expected: Callable[[], tuple[int | None, str]] = lambda: (None, ""),
+    ) -> dict[str, Any]:
         """Stream ``chunks`` into a new backend key, then publish the row.
 
         ``expected()`` is asked once the chunks are exhausted: the size (None =
@@ -78,7 +84,8 @@ class ObjectStore:
         metadata = names.check_metadata(request.metadata)
         if not 0 <= request.delete_after <= MAX_DELETE_AFTER:
             raise errors.InvalidParameterValue(
-                f"delete_after must be 0 (never) or between 1 and {MAX_DELETE_AFTER} seconds")
+                f"delete_after must be 0 (never) or between 1 and {MAX_DELETE_AFTER} seconds"
+            )
         if request.usage_count < 0:
             raise errors.InvalidParameterValue("usage_count must not be negative")
         room = self.config.max_container_size - await self.repo.container_usage(container, excluding=name)
@@ -90,28 +97,42 @@ class ObjectStore:
                 size += len(chunk)
                 if size > self.config.max_object_size:
                     raise errors.PayloadTooLarge(
-                        f"object is larger than the limit of {self.config.max_object_size} bytes")
+                        f"object is larger than the limit of {self.config.max_object_size} bytes"
+                    )
                 if size > room:
                     raise errors.PayloadTooLarge(
-                        f"container {container!r} would exceed its limit of {self.config.max_container_size} bytes")
+                        f"container {container!r} would exceed its limit of {self.config.max_container_size} bytes"
+                    )
                 await upload.write(chunk)
             expected_size, expected_sha256 = expected()
             if expected_size is not None and expected_size != size:
                 raise errors.InvalidParameterValue(f"the client announced {expected_size} bytes but sent {size}")
         except BaseException as exc:
             await asyncio.shield(self._discard(upload, key, committed=False))
-            LOG.info("upload discarded container=%s name=%s reason=%s", container, name,
-                     exc.message if isinstance(exc, errors.FerrumError) else type(exc).__name__)
+            LOG.info(
+                "upload discarded container=%s name=%s reason=%s",
+                container,
+                name,
+                exc.message if isinstance(exc, errors.FerrumError) else type(exc).__name__,
+            )
             raise
         # All bytes are in. Commit and publish run to the end even if the caller
         # is cancelled now, so the row and the bytes always agree.
-        values = {"container": container, "name": name, "content_type": content_type, "backend_key": key,
-                  "usage_count": request.usage_count, "metadata": metadata}
-        return await asyncio.shield(self._commit_and_publish(upload, values, request.delete_after,
-                                                             expected_sha256.lower()))
+        values = {
+            "container": container,
+            "name": name,
+            "content_type": content_type,
+            "backend_key": key,
+            "usage_count": request.usage_count,
+            "metadata": metadata,
+        }
+        return await asyncio.shield(
+            self._commit_and_publish(upload, values, request.delete_after, expected_sha256.lower())
+        )
 
-    async def _commit_and_publish(self, upload: Upload, values: dict[str, Any], delete_after: int,
-                                  expected_sha256: str) -> dict[str, Any]:
+    async def _commit_and_publish(
+        self, upload: Upload, values: dict[str, Any], delete_after: int, expected_sha256: str
+    ) -> dict[str, Any]:
         key = values["backend_key"]
         committed = False
         try:
@@ -119,19 +140,32 @@ class ObjectStore:
             committed = True
             if expected_sha256 and expected_sha256 != digest:
                 raise errors.InvalidParameterValue(
-                    f"sha256 mismatch: the client announced {expected_sha256}, the server computed {digest}")
-            row, replaced = await self.repo.upsert({**values, "size": size, "sha256": digest},
-                                                   delete_after=delete_after,
-                                                   max_container_size=self.config.max_container_size)
+                    f"sha256 mismatch: the client announced {expected_sha256}, the server computed {digest}"
+                )
+            row, replaced = await self.repo.upsert(
+                {**values, "size": size, "sha256": digest},
+                delete_after=delete_after,
+                max_container_size=self.config.max_container_size,
+            )
         except BaseException as exc:
             await self._discard(upload, key, committed=committed)
-            LOG.info("upload discarded container=%s name=%s reason=%s", values["container"], values["name"],
-                     exc.message if isinstance(exc, errors.FerrumError) else type(exc).__name__)
+            LOG.info(
+                "upload discarded container=%s name=%s reason=%s",
+                values["container"],
+                values["name"],
+                exc.message if isinstance(exc, errors.FerrumError) else type(exc).__name__,
+            )
             raise
         if replaced:
             await self._remove_bytes(replaced)
-        LOG.info("object stored container=%s name=%s size=%d sha256=%s delete_after=%d",
-                 values["container"], values["name"], size, digest, delete_after)
+        LOG.info(
+            "object stored container=%s name=%s size=%d sha256=%s delete_after=%d",
+            values["container"],
+            values["name"],
+            size,
+            digest,
+            delete_after,
+        )
         return row
 
     async def _discard(self, upload: Upload, key: str, *, committed: bool) -> None:
@@ -159,18 +193,29 @@ class ObjectStore:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
         LOG.info("object deleted container=%s name=%s", container, name)
 
-    async def update_metadata(self, container: str, name: str, *, usage_delta: int = 0,
-                              expected_usage: int | None = None,
-                              set_metadata: Mapping[str, str] | None = None) -> dict[str, Any]:
+    async def update_metadata(
+        self,
+        container: str,
+        name: str,
+        *,
+        usage_delta: int = 0,
+        expected_usage: int | None = None,
+        set_metadata: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Counter change and metadata merge in one statement; an empty value removes a key."""
         names.check_container(container)
         names.check_name(name)
         values = dict(set_metadata or {})
         remove = [k for k, v in values.items() if v == ""]
         merged = names.check_metadata({k: v for k, v in values.items() if v != ""})
-        return await self.repo.update_metadata(container, name, usage_delta=usage_delta,
-                                               expected_usage=expected_usage, set_metadata=merged,
-                                               remove_keys=remove)
+        return await self.repo.update_metadata(
+            container,
+            name,
+            usage_delta=usage_delta,
+            expected_usage=expected_usage,
+            set_metadata=merged,
+            remove_keys=remove,
+        )
 
     async def release(self, container: str, name: str) -> tuple[int, bool]:
         names.check_container(container)
@@ -199,8 +244,9 @@ class ObjectStore:
             raise errors.NotFound(f"container {container} not found")
         return rows
 
-    async def open_read(self, container: str, name: str, *, offset: int = 0,
-                        length: int = 0) -> tuple[dict[str, Any], AsyncIterator[bytes]]:
+    async def open_read(
+        self, container: str, name: str, *, offset: int = 0, length: int = 0
+    ) -> tuple[dict[str, Any], AsyncIterator[bytes]]:
         """The row and its bytes [offset, offset+length) (length 0 = to the end)."""
         row = await self.stat(container, name)
         size = int(row["size"])
@@ -214,17 +260,18 @@ class ObjectStore:
 
     # -- temp URLs ----------------------------------------------------------------------------
 
-    async def temp_url(self, container: str, name: str, *, method: str = "GET",
-                       lifetime: int = 0) -> tuple[str, int]:
+    async def temp_url(self, container: str, name: str, *, method: str = "GET", lifetime: int = 0) -> tuple[str, int]:
         """A signed URL and its Unix expiry time."""
         method = names.check_method(method)
         if lifetime < 0 or lifetime > self.config.temp_url_max_lifetime:
             raise errors.InvalidParameterValue(
-                f"lifetime must be between 1 and {self.config.temp_url_max_lifetime} seconds (0 = default)")
+                f"lifetime must be between 1 and {self.config.temp_url_max_lifetime} seconds (0 = default)"
+            )
         expires = int(time.time()) + (lifetime or self.config.temp_url_default_lifetime)
         if method == "PUT":  # an upload URL: the object need not exist yet
-            path = tempurl.build_upload_path(self._secret, names.check_container(container),
-                                             names.check_name(name), expires)
+            path = tempurl.build_upload_path(
+                self._secret, names.check_container(container), names.check_name(name), expires
+            )
             return f"{self.public_url}{path}", expires
         row = await self.stat(container, name)
         path = tempurl.build_path(self._secret, method, int(row["id"]), row["name"], expires)
@@ -287,11 +334,10 @@ class ObjectStore:
         (left by a crash between writing bytes and publishing the row)."""
         # Only keys of the shape this service writes: a bucket or directory shared
         # with anything else never loses that data to the sweep.
-        stale = [k for k in await self.backend.stale_keys(time.time() - self.config.orphan_grace)
-                 if _KEY.fullmatch(k)]
+        stale = [k for k in await self.backend.stale_keys(time.time() - self.config.orphan_grace) if _KEY.fullmatch(k)]
         removed = 0
         for start in range(0, len(stale), ORPHAN_BATCH):
-            batch = stale[start:start + ORPHAN_BATCH]
+            batch = stale[start : start + ORPHAN_BATCH]
             referenced = await self.repo.referenced_keys(batch)
             for key in batch:
                 if key not in referenced:

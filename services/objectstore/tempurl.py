@@ -113,7 +113,7 @@ def parse_upload_path(path: str) -> UploadTarget | None:
     """Split a decoded ``/u/<expires>.<sig>/<container>/<name>`` path; None when it is not shaped like one."""
     if not path.startswith(UPLOAD_PREFIX):
         return None
-    parts = path[len(UPLOAD_PREFIX):].split("/", 2)
+    parts = path[len(UPLOAD_PREFIX) :].split("/", 2)
     if len(parts) != 3 or not parts[1] or not parts[2]:
         return None
     token, container, name = parts

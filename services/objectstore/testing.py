@@ -71,8 +71,11 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 def moto_server(venv_bin: Path) -> Iterator[str]:
     """``moto_server`` on an ephemeral 127.0.0.1 port; yields its endpoint URL."""
     port = free_port()
-    proc = subprocess.Popen([str(venv_bin / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(venv_bin / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         _wait_listening(port, proc, 60.0)
         yield f"http://127.0.0.1:{port}"
@@ -88,8 +91,12 @@ def ensure_s3rver() -> Path:
         if npm is None:
             raise RuntimeError("npm is not installed, so s3rver cannot be installed")
         S3RVER_CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(S3RVER_CACHE), "s3rver"],
-                       check=True, timeout=300, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(S3RVER_CACHE), "s3rver"],
+            check=True,
+            timeout=300,
+            stdout=subprocess.DEVNULL,
+        )
     return binary
 
 
@@ -99,8 +106,11 @@ def s3rver() -> Iterator[str]:
     binary = ensure_s3rver()
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="ferrum-s3rver-") as data:
-        proc = subprocess.Popen([str(binary), "--address", "127.0.0.1", "--port", str(port), "--directory", data,
-                                 "--silent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [str(binary), "--address", "127.0.0.1", "--port", str(port), "--directory", data, "--silent"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             _wait_listening(port, proc, 60.0)
             yield f"http://127.0.0.1:{port}"

@@ -44,16 +44,26 @@ IDLE_TIMEOUT = 75.0
 BODY_STALL_TIMEOUT = 60.0
 LINGER_SECONDS = 2.0
 TICK_SECONDS = 1.0
-_REASONS = {100: "Continue", 201: "Created", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 411: "Length Required", 413: "Payload Too Large",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    100: "Continue",
+    201: "Created",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    411: "Length Required",
+    413: "Payload Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class _State(enum.Enum):
-    HEAD = "head"            # reading a request head
-    BODY = "body"            # receiving a PUT body into buffers
-    STORE = "store"          # body complete, the store is committing; reading paused
-    LINGER = "linger"        # answered a refused upload; discarding its body until the client closes
+    HEAD = "head"  # reading a request head
+    BODY = "body"  # receiving a PUT body into buffers
+    STORE = "store"  # body complete, the store is committing; reading paused
+    LINGER = "linger"  # answered a refused upload; discarding its body until the client closes
     DELEGATED = "delegated"  # aiohttp owns the connection
     CLOSED = "closed"
 
@@ -75,9 +85,12 @@ class _HeadCollector:
 
 
 def _reply_bytes(reply: Reply, *, close: bool) -> bytes:
-    lines = [f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}",
-             f"Date: {email.utils.formatdate(usegmt=True)}", f"Content-Length: {len(reply.body)}",
-             f"Connection: {'close' if close else 'keep-alive'}"]
+    lines = [
+        f"HTTP/1.1 {reply.status} {_REASONS.get(reply.status, 'Error')}",
+        f"Date: {email.utils.formatdate(usegmt=True)}",
+        f"Content-Length: {len(reply.body)}",
+        f"Connection: {'close' if close else 'keep-alive'}",
+    ]
     lines += [f"{name}: {value}" for name, value in reply.headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body
 
@@ -85,8 +98,14 @@ def _reply_bytes(reply: Reply, *, close: bool) -> bytes:
 class UploadFrontDoor(asyncio.BufferedProtocol):
     """One client connection; see the module docstring."""
 
-    def __init__(self, uploads: HttpUploads, fallback: Callable[[], asyncio.Protocol], metrics: ServiceMetrics,
-                 bytes_in: Any, connections: set[UploadFrontDoor]) -> None:
+    def __init__(
+        self,
+        uploads: HttpUploads,
+        fallback: Callable[[], asyncio.Protocol],
+        metrics: ServiceMetrics,
+        bytes_in: Any,
+        connections: set[UploadFrontDoor],
+    ) -> None:
         self._uploads = uploads
         self._fallback = fallback
         self._metrics = metrics
@@ -120,11 +139,11 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
             if self._chunk is None:
                 self._chunk = bytearray(min(BODY_BUFFER, self._remaining))
                 self._fill = 0
-            return memoryview(self._chunk)[self._fill:]
+            return memoryview(self._chunk)[self._fill :]
         if self._state is _State.HEAD and self._head_fill < HEAD_LIMIT:
             if self._head_fill == len(self._head):
                 self._head += bytes(min(4 * len(self._head), HEAD_LIMIT) - len(self._head))
-            return memoryview(self._head)[self._head_fill:]
+            return memoryview(self._head)[self._head_fill :]
         if self._scratch is None:
             self._scratch = bytearray(64 * 1024)
         return memoryview(self._scratch)  # LINGER (discarded), or bytes after a close was decided
@@ -190,16 +209,17 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
             status = 411 if length_text is None else 400
             self._answer_and_close(Reply(status, (), b"a PUT needs Content-Length or chunked encoding\n"))
             return
-        rest = bytes(self._head[head_length:self._head_fill])
+        rest = bytes(self._head[head_length : self._head_fill])
         self._head_fill = 0
         self._pause()
-        self.task = self._loop.create_task(self._serve_put(
-            path, headers, int(length_text), rest, keep_alive=parser.should_keep_alive()))
+        self.task = self._loop.create_task(
+            self._serve_put(path, headers, int(length_text), rest, keep_alive=parser.should_keep_alive())
+        )
 
     def _delegate(self) -> None:
         """aiohttp takes the connection over, starting with the bytes read so far."""
         assert self._transport is not None
-        data = bytes(self._head[:self._head_fill])
+        data = bytes(self._head[: self._head_fill])
         handler = self._fallback()
         transport = self._transport
         self._state = _State.DELEGATED
@@ -213,8 +233,9 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
 
     # -- one upload -----------------------------------------------------------------------------
 
-    async def _serve_put(self, path: str, headers: dict[str, str], length: int, rest: bytes, *,
-                         keep_alive: bool) -> None:
+    async def _serve_put(
+        self, path: str, headers: dict[str, str], length: int, rest: bytes, *, keep_alive: bool
+    ) -> None:
         started = time.perf_counter()
         try:
             plan = self._uploads.plan(path, headers, length)
@@ -236,12 +257,10 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, ConnectionError):
                 LOG.info("upload refused path=%s reason=%s", path, exc)
-            self._finish(HttpUploads.failed(exc), started, body_unread=self._state is _State.BODY,
-                         keep_alive=False)
+            self._finish(HttpUploads.failed(exc), started, body_unread=self._state is _State.BODY, keep_alive=False)
             return
         self._bytes_in.labels("in").inc(int(row["size"]))
-        self._finish(HttpUploads.created(row), started, body_unread=False, keep_alive=keep_alive,
-                     pending=pending)
+        self._finish(HttpUploads.created(row), started, body_unread=False, keep_alive=keep_alive, pending=pending)
 
     def _take(self, data: bytes) -> None:
         """Body bytes that arrived with the head."""
@@ -250,7 +269,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
                 self._body_complete()
             return
         self._chunk = bytearray(min(BODY_BUFFER, self._remaining))
-        self._chunk[:len(data)] = data
+        self._chunk[: len(data)] = data
         self._fill = 0
         self.buffer_updated(len(data))
 
@@ -272,8 +291,9 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
                 raise item
             yield item
 
-    def _finish(self, reply: Reply, started: float, *, body_unread: bool, keep_alive: bool,
-                pending: bytes = b"") -> None:
+    def _finish(
+        self, reply: Reply, started: float, *, body_unread: bool, keep_alive: bool, pending: bytes = b""
+    ) -> None:
         self._metrics.observe("http", HttpUploads.ROUTE, str(reply.status), time.perf_counter() - started)
         if self._transport is None:
             return
@@ -286,7 +306,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
             return
         self._state = _State.HEAD
         self._queue = asyncio.Queue()
-        self._head[:len(pending)] = pending
+        self._head[: len(pending)] = pending
         self._head_fill = len(pending)
         self._resume()
         if pending:

@@ -6,5 +6,12 @@ from services.simulator.machine import Machine
 from services.simulator.options import SimulatorOptions, parse_size
 from services.simulator.service import Simulator
 
-__all__ = ["Machine", "Simulator", "SimulatorOptions", "inspect_disk", "parse_size", "read_config_drive",
-           "read_partitions"]
+__all__ = [
+    "Machine",
+    "Simulator",
+    "SimulatorOptions",
+    "inspect_disk",
+    "parse_size",
+    "read_config_drive",
+    "read_partitions",
+]

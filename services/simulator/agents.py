@@ -25,11 +25,11 @@ class AgentHandle(Protocol):
 
 @dataclass(frozen=True)
 class AgentLaunch:
-    machine: str                       # machine name, for logs
-    kernel_cmdline: str                # as the iPXE script gave it
-    kernel_args: dict[str, str]        # the same, split into key=value
-    api_url: str                       # ipa-api-url (first of the list)
-    macs: tuple[str, ...]              # BOOTIF's MAC first, then the machine's other NICs
+    machine: str  # machine name, for logs
+    kernel_cmdline: str  # as the iPXE script gave it
+    kernel_args: dict[str, str]  # the same, split into key=value
+    api_url: str  # ipa-api-url (first of the list)
+    macs: tuple[str, ...]  # BOOTIF's MAC first, then the machine's other NICs
     disk_path: str
     disk_serial: str
     listen_host: str

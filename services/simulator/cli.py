@@ -14,23 +14,35 @@ from services.common import errors
 
 def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--machines", type=int, default=8, help="how many machines (default 8)")
-    parser.add_argument("--state-dir", default=".ferrum/simulator",
-                        help="where disk files and machines.json live (default .ferrum/simulator)")
-    parser.add_argument("--boot-url", default="",
-                        help="the iPXE bootfile URL DHCP would give, e.g. http://127.0.0.1:8080/boot.ipxe")
+    parser.add_argument(
+        "--state-dir",
+        default=".ferrum/simulator",
+        help="where disk files and machines.json live (default .ferrum/simulator)",
+    )
+    parser.add_argument(
+        "--boot-url", default="", help="the iPXE bootfile URL DHCP would give, e.g. http://127.0.0.1:8080/boot.ipxe"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="Redfish listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="Redfish port (default 8000; 0 = ephemeral)")
     parser.add_argument("--disk-size", default="1GiB", help="size of each sparse disk file (default 1GiB)")
     parser.add_argument("--username", default="", help="BMC user name (default: no authentication)")
     parser.add_argument("--password", default="", help="BMC password (with --username)")
     parser.add_argument("--name-prefix", default="sim-", help="machine name prefix (default sim-)")
-    parser.add_argument("--first-index", type=int, default=0,
-                        help="index of the first machine; shifts names, UUIDs and MACs (default 0)")
+    parser.add_argument(
+        "--first-index",
+        type=int,
+        default=0,
+        help="index of the first machine; shifts names, UUIDs and MACs (default 0)",
+    )
     parser.add_argument("--nics", type=int, default=1, help="NICs per machine, 1-4 (default 1)")
-    parser.add_argument("--boot-order", default="Pxe,Hdd",
-                        help="firmware boot order when no override is set (default Pxe,Hdd)")
-    parser.add_argument("--power-delay", default="0",
-                        help="seconds a power request takes to land: N or min,max (default 0; real BMCs: 1,11)")
+    parser.add_argument(
+        "--boot-order", default="Pxe,Hdd", help="firmware boot order when no override is set (default Pxe,Hdd)"
+    )
+    parser.add_argument(
+        "--power-delay",
+        default="0",
+        help="seconds a power request takes to land: N or min,max (default 0; real BMCs: 1,11)",
+    )
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -39,13 +51,23 @@ async def serve(args: argparse.Namespace) -> int:
     from services.simulator import Simulator, SimulatorOptions
     from services.simulator.options import parse_delay
 
-    simulator = Simulator(SimulatorOptions(
-        machines=args.machines, state_dir=args.state_dir, boot_url=args.boot_url, host=args.host, port=args.port,
-        disk_size=args.disk_size, username=args.username, password=args.password, name_prefix=args.name_prefix,
-        first_index=args.first_index, nics_per_machine=args.nics,
-        boot_order=tuple(t.strip() for t in args.boot_order.split(",") if t.strip()),
-        power_delay=parse_delay(args.power_delay),
-    ))
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=args.machines,
+            state_dir=args.state_dir,
+            boot_url=args.boot_url,
+            host=args.host,
+            port=args.port,
+            disk_size=args.disk_size,
+            username=args.username,
+            password=args.password,
+            name_prefix=args.name_prefix,
+            first_index=args.first_index,
+            nics_per_machine=args.nics,
+            boot_order=tuple(t.strip() for t in args.boot_order.split(",") if t.strip()),
+            power_delay=parse_delay(args.power_delay),
+        )
+    )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -54,9 +76,12 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         if args.ports_file:
             Path(args.ports_file).write_text(json.dumps({"simulator": simulator.redfish_url}))
-        print(f"simulator: {len(simulator.machines)} machines, Redfish at {simulator.redfish_url}/redfish/v1, "
-              f"status at {simulator.redfish_url}/simulator/machines, "
-              f"inventory in {Path(args.state_dir) / 'machines.json'}", flush=True)
+        print(
+            f"simulator: {len(simulator.machines)} machines, Redfish at {simulator.redfish_url}/redfish/v1, "
+            f"status at {simulator.redfish_url}/simulator/machines, "
+            f"inventory in {Path(args.state_dir) / 'machines.json'}",
+            flush=True,
+        )
         await stopping.wait()
     finally:
         await simulator.stop()

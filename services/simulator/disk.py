@@ -89,16 +89,22 @@ def _gpt(fp: BinaryIO, disk_size: int) -> dict[str, Any] | None:
     table = _read_at(fp, entries_lba * SECTOR, count * entry_size)
     partitions = []
     for number in range(count):
-        entry = table[number * entry_size:(number + 1) * entry_size]
+        entry = table[number * entry_size : (number + 1) * entry_size]
         if len(entry) < 128 or entry[:16] == b"\0" * 16:
             continue
         type_guid = _guid(entry[:16])
         first, last = struct.unpack_from("<QQ", entry, 32)
         name = entry[56:128].decode("utf-16-le", "replace").rstrip("\0")
-        partitions.append({
-            "number": number + 1, "start": first * SECTOR, "size": (last - first + 1) * SECTOR,
-            "type": GPT_TYPES.get(type_guid, type_guid), "uuid": _guid(entry[16:32]), "name": name,
-        })
+        partitions.append(
+            {
+                "number": number + 1,
+                "start": first * SECTOR,
+                "size": (last - first + 1) * SECTOR,
+                "type": GPT_TYPES.get(type_guid, type_guid),
+                "uuid": _guid(entry[16:32]),
+                "name": name,
+            }
+        )
     return {"table": "gpt", "disk_guid": disk_guid, "partitions": partitions}
 
 
@@ -115,8 +121,15 @@ def _mbr(fp: BinaryIO, disk_size: int) -> dict[str, Any] | None:
         if kind in EXTENDED_TYPES:
             partitions.extend(_logical(fp, start, disk_size))
             continue
-        partitions.append({"number": index + 1, "start": start * SECTOR, "size": sectors * SECTOR,
-                           "type": f"0x{kind:02x}", "name": ""})
+        partitions.append(
+            {
+                "number": index + 1,
+                "start": start * SECTOR,
+                "size": sectors * SECTOR,
+                "type": f"0x{kind:02x}",
+                "name": "",
+            }
+        )
     # Ironic/IPA name MBR partitions by disk signature: "<signature>-<number>".
     for part in partitions:
         part["uuid"] = f"{signature:08x}-{part['number']:02d}"
@@ -124,7 +137,7 @@ def _mbr(fp: BinaryIO, disk_size: int) -> dict[str, Any] | None:
 
 
 def _mbr_entry(sector: bytes, index: int) -> tuple[int, int, int]:
-    entry = sector[446 + 16 * index: 446 + 16 * (index + 1)]
+    entry = sector[446 + 16 * index : 446 + 16 * (index + 1)]
     return entry[4], struct.unpack_from("<I", entry, 8)[0], struct.unpack_from("<I", entry, 12)[0]
 
 
@@ -139,8 +152,15 @@ def _logical(fp: BinaryIO, extended_start: int, disk_size: int) -> list[dict[str
             break
         kind, start, sectors = _mbr_entry(ebr, 0)
         if kind and sectors:
-            found.append({"number": 5 + len(found), "start": (ebr_lba + start) * SECTOR,
-                          "size": sectors * SECTOR, "type": f"0x{kind:02x}", "name": ""})
+            found.append(
+                {
+                    "number": 5 + len(found),
+                    "start": (ebr_lba + start) * SECTOR,
+                    "size": sectors * SECTOR,
+                    "type": f"0x{kind:02x}",
+                    "name": "",
+                }
+            )
         _, next_start, _ = _mbr_entry(ebr, 1)
         ebr_lba = extended_start + next_start if next_start else 0
     return found
@@ -149,8 +169,8 @@ def _logical(fp: BinaryIO, extended_start: int, disk_size: int) -> list[dict[str
 def _sniff(fp: BinaryIO, offset: int) -> dict[str, str]:
     """Filesystem type and label from the superblock magic numbers."""
     head = _read_at(fp, offset, 4096)
-    if len(head) >= 1024 + 136 and head[1024 + 56:1024 + 58] == b"\x53\xef":
-        label = head[1024 + 120:1024 + 136].split(b"\0")[0].decode("utf-8", "replace")
+    if len(head) >= 1024 + 136 and head[1024 + 56 : 1024 + 58] == b"\x53\xef":
+        label = head[1024 + 120 : 1024 + 136].split(b"\0")[0].decode("utf-8", "replace")
         return {"filesystem": "ext", "label": label}
     if head[:4] == b"XFSB":
         return {"filesystem": "xfs", "label": head[108:120].split(b"\0")[0].decode("utf-8", "replace")}
@@ -174,8 +194,13 @@ def read_partitions(disk_path: str | os.PathLike[str]) -> dict[str, Any]:
         found = _gpt(fp, size) or _mbr(fp, size)
         if found is None:
             whole = _sniff(fp, 0)
-            return {"table": None, "disk_guid": None, "partitions": [], "size": size, **(
-                {"whole_disk": whole} if whole["filesystem"] else {})}
+            return {
+                "table": None,
+                "disk_guid": None,
+                "partitions": [],
+                "size": size,
+                **({"whole_disk": whole} if whole["filesystem"] else {}),
+            }
         for part in found["partitions"]:
             if part["start"] < size:
                 part.update(_sniff(fp, part["start"]))
@@ -275,16 +300,23 @@ def read_config_drive(disk_path: str | os.PathLike[str], table: dict[str, Any] |
     partition table when the caller already has it.
     """
     table = table if table is not None else read_partitions(disk_path)
-    candidates = [p for p in table["partitions"]
-                  if p.get("name") == CONFIG_DRIVE_LABEL or p.get("label") == CONFIG_DRIVE_LABEL]
+    candidates = [
+        p for p in table["partitions"] if p.get("name") == CONFIG_DRIVE_LABEL or p.get("label") == CONFIG_DRIVE_LABEL
+    ]
     if not candidates:
         return None
     part = candidates[-1]
-    base = {"partition": part["number"], "partition_uuid": part.get("uuid"), "filesystem": part.get("filesystem"),
-            "count": len(candidates)}
+    base = {
+        "partition": part["number"],
+        "partition_uuid": part.get("uuid"),
+        "filesystem": part.get("filesystem"),
+        "count": len(candidates),
+    }
     if part.get("filesystem") != "iso9660":
-        return {**base, "error": f"config-2 partition holds {part.get('filesystem') or 'no known'} filesystem, "
-                                 "not ISO9660"}
+        return {
+            **base,
+            "error": f"config-2 partition holds {part.get('filesystem') or 'no known'} filesystem, not ISO9660",
+        }
     with open(disk_path, "rb") as fp:
         try:
             return {**base, **_read_config_iso(_Window(fp, part["start"], part["size"]))}

@@ -27,10 +27,10 @@ from urllib.parse import urljoin
 
 import aiohttp
 
+from services.agent.cmdline import split as split_cmdline
 from services.simulator import disk as disk_reader
 from services.simulator import vmedia
 from services.simulator.agents import AgentLaunch, real_agent
-from services.agent.cmdline import split as split_cmdline
 
 if TYPE_CHECKING:
     from services.simulator.machine import Machine
@@ -56,7 +56,7 @@ async def url_exists(session: aiohttp.ClientSession, url: str, timeout: float) -
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
             return None if response.status < 300 else f"HTTP {response.status}"
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         return str(exc) or type(exc).__name__
 
 
@@ -117,7 +117,7 @@ async def _boot_pxe_nic(machine: Machine, nic: int) -> tuple[str, bool]:
     for _hop in range(sim.options.max_chain_hops + 1):
         try:
             script = await fetch_text(sim.session, url, sim.options.http_timeout)
-        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as exc:
             machine.record("pxe_error", nic=nic, url=url, error=str(exc) or type(exc).__name__)
             return FAILED, False
         machine.record("pxe_fetch", nic=nic, url=url, size=len(script))
@@ -171,9 +171,17 @@ async def start_ramdisk(machine: Machine, cmdline: str) -> str:
         macs = [bootif] + [m for m in macs if m != bootif]
     power_off, reboot = machine.agent_hooks()
     launch = AgentLaunch(
-        machine=machine.name, kernel_cmdline=cmdline, kernel_args=args, api_url=api_url, macs=tuple(macs),
-        disk_path=machine.disk_path, disk_serial=machine.disk_serial, listen_host=sim.options.agent_host,
-        power_off=power_off, reboot=reboot, session=sim.session,
+        machine=machine.name,
+        kernel_cmdline=cmdline,
+        kernel_args=args,
+        api_url=api_url,
+        macs=tuple(macs),
+        disk_path=machine.disk_path,
+        disk_serial=machine.disk_serial,
+        listen_host=sim.options.agent_host,
+        power_off=power_off,
+        reboot=reboot,
+        session=sim.session,
     )
     factory = sim.options.agent_factory or real_agent
     agent = None
@@ -197,14 +205,18 @@ async def start_ramdisk(machine: Machine, cmdline: str) -> str:
 async def boot_disk(machine: Machine) -> str:
     report = await asyncio.to_thread(disk_reader.inspect_disk, machine.disk_path)
     if not report["partitions"]:
-        machine.record("disk_not_bootable", reason="no partition table" if report["table"] is None
-                       else "no partitions")
+        machine.record("disk_not_bootable", reason="no partition table" if report["table"] is None else "no partitions")
         return FAILED
     machine.os_report = report
     machine.status = "os"
     drive = report.get("config_drive") or {}
-    machine.record("os_booted", table=report["table"], partitions=len(report["partitions"]),
-                   config_drive=bool(drive), hostname=drive.get("hostname") or "")
+    machine.record(
+        "os_booted",
+        table=report["table"],
+        partitions=len(report["partitions"]),
+        config_drive=bool(drive),
+        hostname=drive.get("hostname") or "",
+    )
     return BOOTED
 
 
@@ -222,7 +234,7 @@ async def boot_cd(machine: Machine) -> str:
     try:
         size = await vmedia.download(sim.session, slot.image, iso, timeout=sim.options.http_timeout)
         found = await asyncio.to_thread(vmedia.iso_kernel_cmdline, iso)
-    except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, OSError, ValueError) as exc:
+    except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError, ValueError) as exc:
         machine.record("cd_error", image=slot.image, error=str(exc) or type(exc).__name__)
         return FAILED
     finally:
@@ -235,10 +247,11 @@ async def boot_cd(machine: Machine) -> str:
     if floppy.inserted and floppy.image:
         image = scratch / f"{machine.name}-floppy.img"
         try:
-            await vmedia.download(sim.session, floppy.image, image, timeout=sim.options.http_timeout,
-                                  limit=64 * 1024**2)
+            await vmedia.download(
+                sim.session, floppy.image, image, timeout=sim.options.http_timeout, limit=64 * 1024**2
+            )
             params = await vmedia.floppy_parameters(image)
-        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError) as exc:
             machine.record("floppy_error", image=floppy.image, error=str(exc) or type(exc).__name__)
             params = {}
         finally:
@@ -261,5 +274,11 @@ async def boot_nothing(machine: Machine) -> str:
     return FAILED
 
 
-DEVICES = {"Pxe": boot_pxe, "Hdd": boot_disk, "Cd": boot_cd, "BiosSetup": boot_bios_setup,
-           "Floppy": boot_nothing, "Usb": boot_nothing}
+DEVICES = {
+    "Pxe": boot_pxe,
+    "Hdd": boot_disk,
+    "Cd": boot_cd,
+    "BiosSetup": boot_bios_setup,
+    "Floppy": boot_nothing,
+    "Usb": boot_nothing,
+}

@@ -26,8 +26,18 @@ BOOT_LOG_LENGTH = 200
 AGENT_STOP_TIMEOUT = 10.0
 HOOK_GRACE = 0.1  # lets the agent answer the command that asked for power off / reboot
 # Logged at INFO; the rest of the boot log only at DEBUG (a thousand machines boot at once).
-LOUD_EVENTS = frozenset({"power_on", "power_off", "agent_started", "os_booted", "no_bootable_device",
-                         "virtual_media_inserted", "cd_boot", "sanboot"})
+LOUD_EVENTS = frozenset(
+    {
+        "power_on",
+        "power_off",
+        "agent_started",
+        "os_booted",
+        "no_bootable_device",
+        "virtual_media_inserted",
+        "cd_boot",
+        "sanboot",
+    }
+)
 UUID_NAMESPACE = uuidlib.UUID("6f7e2a52-6c5e-4f3b-9d0e-2d8f1c0ad001")
 
 
@@ -51,8 +61,9 @@ class VirtualMediaSlot:
 class Machine:
     """State a BMC shows plus what the firmware and OS did, for tests and demos."""
 
-    def __init__(self, simulator: Simulator, index: int, name: str, macs: tuple[str, ...],
-                 disk_path: str, disk_serial: str) -> None:
+    def __init__(
+        self, simulator: Simulator, index: int, name: str, macs: tuple[str, ...], disk_path: str, disk_serial: str
+    ) -> None:
         self.simulator = simulator
         self.index = index
         self.name = name
@@ -83,9 +94,14 @@ class Machine:
     def ipxe_variables(self, nic: int = 0) -> dict[str, str]:
         """What iPXE would know about itself when it runs the boot script from NIC ``nic``."""
         variables = {
-            "mac": self.macs[nic], "uuid": self.uuid, "serial": self.disk_serial, "buildarch": "x86_64",
+            "mac": self.macs[nic],
+            "uuid": self.uuid,
+            "serial": self.disk_serial,
+            "buildarch": "x86_64",
             "platform": "efi" if self.boot_mode == "UEFI" else "pcbios",
-            "manufacturer": "Ferrum", "product": "Ferrum simulated machine", "hostname": self.name,
+            "manufacturer": "Ferrum",
+            "product": "Ferrum simulated machine",
+            "hostname": self.name,
         }
         for nic, mac in enumerate(self.macs):
             variables[f"net{nic}/mac"] = mac
@@ -97,18 +113,32 @@ class Machine:
         entry = {"at": round(time.time(), 3), "boot": self.boot_count, "event": event, **detail}
         self.boot_log.append(entry)
         level = logging.INFO if event in LOUD_EVENTS or event.endswith("_error") else logging.DEBUG
-        LOG.log(level, "simulator machine=%s event=%s %s", self.name, event,
-                 " ".join(f"{k}={v}" for k, v in detail.items() if not isinstance(v, (dict, list))))
+        LOG.log(
+            level,
+            "simulator machine=%s event=%s %s",
+            self.name,
+            event,
+            " ".join(f"{k}={v}" for k, v in detail.items() if not isinstance(v, (dict, list))),
+        )
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.boot_log if e["event"] == name]
 
     def summary(self) -> dict[str, Any]:
         return {
-            "name": self.name, "uuid": self.uuid, "index": self.index, "system_id": self.system_path,
-            "macs": list(self.macs), "disk_path": self.disk_path, "disk_serial": self.disk_serial,
-            "power_state": self.power_state, "boot_target": self.boot_target, "boot_enabled": self.boot_enabled,
-            "status": self.status, "boot_count": self.boot_count, "agent_running": self.agent is not None,
+            "name": self.name,
+            "uuid": self.uuid,
+            "index": self.index,
+            "system_id": self.system_path,
+            "macs": list(self.macs),
+            "disk_path": self.disk_path,
+            "disk_serial": self.disk_serial,
+            "power_state": self.power_state,
+            "boot_target": self.boot_target,
+            "boot_enabled": self.boot_enabled,
+            "status": self.status,
+            "boot_count": self.boot_count,
+            "agent_running": self.agent is not None,
             "virtual_media": {dev: vars(slot).copy() for dev, slot in self.virtual_media.items()},
         }
 

@@ -10,8 +10,22 @@ from typing import Any
 
 from services.common import errors
 
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
-          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
 MAX_MACHINES = 100_000
 NICS_PER_MACHINE_MAX = 4
@@ -35,19 +49,19 @@ def parse_size(text: str | int) -> int:
 class SimulatorOptions:
     machines: int
     state_dir: str
-    boot_url: str = ""                   # what DHCP would hand iPXE as its bootfile
+    boot_url: str = ""  # what DHCP would hand iPXE as its bootfile
     host: str = "127.0.0.1"
-    port: int = 0                        # 0 = ephemeral
+    port: int = 0  # 0 = ephemeral
     disk_size: int = 1024**3
-    username: str = ""                   # empty = the BMC asks for no credentials
+    username: str = ""  # empty = the BMC asks for no credentials
     password: str = ""
     name_prefix: str = "sim-"
-    first_index: int = 0                 # shifts names, UUIDs and MACs so two simulators never clash
+    first_index: int = 0  # shifts names, UUIDs and MACs so two simulators never clash
     nics_per_machine: int = 1
-    boot_order: tuple[str, ...] = ("Pxe", "Hdd")   # the firmware order when no override is set
+    boot_order: tuple[str, ...] = ("Pxe", "Hdd")  # the firmware order when no override is set
     max_chain_hops: int = 8
     http_timeout: float = 30.0
-    agent_host: str = "127.0.0.1"        # where embedded agents listen (ephemeral ports)
+    agent_host: str = "127.0.0.1"  # where embedded agents listen (ephemeral ports)
     power_delay: tuple[float, float] = (0.0, 0.0)  # a Reset lands after uniform(min, max) s (0 = at once)
     # Builds the deploy agent a kernel boot starts; None = services.agent.agent.Agent.
     # Takes an AgentLaunch, returns an object with async start() and stop().
@@ -70,8 +84,9 @@ class SimulatorOptions:
             raise errors.InvalidParameterValue("machine indexes exceed the 52:54:00 MAC space")
         bad = [t for t in self.boot_order if t not in BOOT_TARGETS or t == "None"]
         if bad or not self.boot_order:
-            raise errors.InvalidParameterValue(f"boot order {self.boot_order!r} must name devices from "
-                                               f"{', '.join(BOOT_TARGETS[1:])}")
+            raise errors.InvalidParameterValue(
+                f"boot order {self.boot_order!r} must name devices from {', '.join(BOOT_TARGETS[1:])}"
+            )
         low, high = self.power_delay
         if low < 0 or high < low or high > 600:
             raise errors.InvalidParameterValue(f"power delay {low},{high} must be 0 <= min <= max <= 600 seconds")

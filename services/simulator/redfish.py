@@ -30,29 +30,44 @@ if TYPE_CHECKING:
     from services.simulator.service import Simulator
 
 V1 = "/redfish/v1"
-RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn",
-               "PushPowerButton")
+RESET_TYPES = (
+    "On",
+    "ForceOff",
+    "GracefulShutdown",
+    "GracefulRestart",
+    "ForceRestart",
+    "Nmi",
+    "ForceOn",
+    "PushPowerButton",
+)
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
 MEDIA_TYPES = {"Cd": ["CD", "DVD"], "Floppy": ["Floppy", "USBStick"]}
 MAX_SESSIONS = 1024
-PUBLIC = {("GET", "/redfish"), ("GET", V1), ("GET", V1 + "/odata"), ("GET", V1 + "/$metadata"),
-          ("POST", V1 + "/SessionService/Sessions")}
+PUBLIC = {
+    ("GET", "/redfish"),
+    ("GET", V1),
+    ("GET", V1 + "/odata"),
+    ("GET", V1 + "/$metadata"),
+    ("POST", V1 + "/SessionService/Sessions"),
+}
 
 Handler = Callable[["RedfishService", web.Request, re.Match[str]], Awaitable[web.StreamResponse]]
 
 
 def error(status: int, message: str, code: str = "Base.1.0.GeneralError") -> web.Response:
-    body = {"error": {"code": code, "message": message,
-                      "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}}
+    body = {
+        "error": {"code": code, "message": message, "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}
+    }
     return web.json_response(body, status=status)
 
 
 def http_error(cls: type[web.HTTPException], message: str, code: str) -> web.HTTPException:
     """The same Redfish error body, as an exception a helper can raise."""
-    body = {"error": {"code": code, "message": message,
-                      "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}}
+    body = {
+        "error": {"code": code, "message": message, "@Message.ExtendedInfo": [{"MessageId": code, "Message": message}]}
+    }
     return cls(text=json.dumps(body), content_type="application/json")
 
 
@@ -61,8 +76,13 @@ def odata(path: str) -> dict[str, str]:
 
 
 def collection(path: str, kind: str, members: list[str]) -> dict[str, Any]:
-    return {"@odata.type": f"#{kind}Collection.{kind}Collection", "@odata.id": path, "Name": f"{kind} Collection",
-            "Members@odata.count": len(members), "Members": [odata(m) for m in members]}
+    return {
+        "@odata.type": f"#{kind}Collection.{kind}Collection",
+        "@odata.id": path,
+        "Name": f"{kind} Collection",
+        "Members@odata.count": len(members),
+        "Members": [odata(m) for m in members],
+    }
 
 
 class RedfishService:
@@ -88,10 +108,16 @@ class RedfishService:
             ("GET", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
             ("GET", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.media),
             ("PATCH", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.patch_media),
-            ("POST", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.InsertMedia",
-             RedfishService.insert_media),
-            ("POST", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.EjectMedia",
-             RedfishService.eject_media),
+            (
+                "POST",
+                V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.InsertMedia",
+                RedfishService.insert_media,
+            ),
+            (
+                "POST",
+                V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.EjectMedia",
+                RedfishService.eject_media,
+            ),
             ("GET", V1 + r"/SessionService", RedfishService.session_service),
             ("GET", V1 + r"/SessionService/Sessions", RedfishService.session_list),
             ("POST", V1 + r"/SessionService/Sessions", RedfishService.session_create),
@@ -119,8 +145,7 @@ class RedfishService:
             allowed.append(method)
             if method == request.method:
                 if (method, path) not in PUBLIC and not self.authorized(request):
-                    response = error(401, "Authentication required or credentials invalid",
-                                     "Base.1.0.NoValidSession")
+                    response = error(401, "Authentication required or credentials invalid", "Base.1.0.NoValidSession")
                     response.headers["WWW-Authenticate"] = 'Basic realm="Ferrum simulator"'
                     return response
                 return await handler(self, request, match)
@@ -149,7 +174,8 @@ class RedfishService:
         if not isinstance(user, str) or not isinstance(password, str):
             return False
         return hmac.compare_digest(user.encode(), opts.username.encode()) & hmac.compare_digest(
-            password.encode(), opts.password.encode())
+            password.encode(), opts.password.encode()
+        )
 
     def machine(self, match: re.Match[str]) -> Machine:
         found = self.sim.find(match["sys"])
@@ -162,8 +188,9 @@ class RedfishService:
         try:
             data = await request.json()
         except ValueError:
-            raise http_error(web.HTTPBadRequest, "the request body is not valid JSON",
-                             "Base.1.0.MalformedJSON") from None
+            raise http_error(
+                web.HTTPBadRequest, "the request body is not valid JSON", "Base.1.0.MalformedJSON"
+            ) from None
         if not isinstance(data, dict):
             raise http_error(web.HTTPBadRequest, "the request body must be a JSON object", "Base.1.0.MalformedJSON")
         return data
@@ -174,42 +201,66 @@ class RedfishService:
         return web.json_response({"v1": V1 + "/"})
 
     async def root(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        return web.json_response({
-            "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot", "@odata.id": V1 + "/", "Id": "RootService",
-            "Name": "Ferrum simulator", "RedfishVersion": "1.11.0", "UUID": self.sim.service_uuid,
-            "Product": "Ferrum machine simulator", "Vendor": "Ferrum",
-            "Systems": odata(V1 + "/Systems"), "Managers": odata(V1 + "/Managers"),
-            "SessionService": odata(V1 + "/SessionService"),
-            "Links": {"Sessions": odata(V1 + "/SessionService/Sessions")},
-        })
+        return web.json_response(
+            {
+                "@odata.type": "#ServiceRoot.v1_5_0.ServiceRoot",
+                "@odata.id": V1 + "/",
+                "Id": "RootService",
+                "Name": "Ferrum simulator",
+                "RedfishVersion": "1.11.0",
+                "UUID": self.sim.service_uuid,
+                "Product": "Ferrum machine simulator",
+                "Vendor": "Ferrum",
+                "Systems": odata(V1 + "/Systems"),
+                "Managers": odata(V1 + "/Managers"),
+                "SessionService": odata(V1 + "/SessionService"),
+                "Links": {"Sessions": odata(V1 + "/SessionService/Sessions")},
+            }
+        )
 
     async def systems(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        return web.json_response(collection(V1 + "/Systems", "ComputerSystem",
-                                            [m.system_path for m in self.sim.machines]))
+        return web.json_response(
+            collection(V1 + "/Systems", "ComputerSystem", [m.system_path for m in self.sim.machines])
+        )
 
     async def system(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
         path = m.system_path
-        return web.json_response({
-            "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem", "@odata.id": path, "Id": m.uuid, "Name": m.name,
-            "UUID": m.uuid, "Manufacturer": "Ferrum", "Model": "Simulated machine", "SerialNumber": m.disk_serial,
-            "SystemType": "Physical", "HostName": m.name, "BiosVersion": "ferrum-sim-1",
-            "Status": {"State": "Enabled", "Health": "OK"}, "PowerState": m.power_state,
-            "Boot": {
-                "BootSourceOverrideEnabled": m.boot_enabled, "BootSourceOverrideTarget": m.boot_target,
-                "BootSourceOverrideTarget@Redfish.AllowableValues": list(BOOT_TARGETS),
-                "BootSourceOverrideMode": m.boot_mode,
-                "BootSourceOverrideMode@Redfish.AllowableValues": list(BOOT_MODES),
-            },
-            "ProcessorSummary": {"Count": 2, "Model": "Simulated CPU", "Status": {"State": "Enabled"}},
-            "MemorySummary": {"TotalSystemMemoryGiB": 4, "Status": {"State": "Enabled"}},
-            "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
-            "VirtualMedia": odata(path + "/VirtualMedia"),
-            "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
-            "Actions": {"#ComputerSystem.Reset": {
-                "target": path + "/Actions/ComputerSystem.Reset",
-                "ResetType@Redfish.AllowableValues": list(RESET_TYPES)}},
-        })
+        return web.json_response(
+            {
+                "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem",
+                "@odata.id": path,
+                "Id": m.uuid,
+                "Name": m.name,
+                "UUID": m.uuid,
+                "Manufacturer": "Ferrum",
+                "Model": "Simulated machine",
+                "SerialNumber": m.disk_serial,
+                "SystemType": "Physical",
+                "HostName": m.name,
+                "BiosVersion": "ferrum-sim-1",
+                "Status": {"State": "Enabled", "Health": "OK"},
+                "PowerState": m.power_state,
+                "Boot": {
+                    "BootSourceOverrideEnabled": m.boot_enabled,
+                    "BootSourceOverrideTarget": m.boot_target,
+                    "BootSourceOverrideTarget@Redfish.AllowableValues": list(BOOT_TARGETS),
+                    "BootSourceOverrideMode": m.boot_mode,
+                    "BootSourceOverrideMode@Redfish.AllowableValues": list(BOOT_MODES),
+                },
+                "ProcessorSummary": {"Count": 2, "Model": "Simulated CPU", "Status": {"State": "Enabled"}},
+                "MemorySummary": {"TotalSystemMemoryGiB": 4, "Status": {"State": "Enabled"}},
+                "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
+                "VirtualMedia": odata(path + "/VirtualMedia"),
+                "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
+                "Actions": {
+                    "#ComputerSystem.Reset": {
+                        "target": path + "/Actions/ComputerSystem.Reset",
+                        "ResetType@Redfish.AllowableValues": list(RESET_TYPES),
+                    }
+                },
+            }
+        )
 
     async def patch_system(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
@@ -220,14 +271,20 @@ class RedfishService:
         boot = data.get("Boot")
         if not isinstance(boot, dict) or not boot:
             return error(400, "Boot must be a non-empty object", "Base.1.0.PropertyValueTypeError")
-        checks = {"BootSourceOverrideTarget": BOOT_TARGETS, "BootSourceOverrideEnabled": BOOT_ENABLED,
-                  "BootSourceOverrideMode": BOOT_MODES}
+        checks = {
+            "BootSourceOverrideTarget": BOOT_TARGETS,
+            "BootSourceOverrideEnabled": BOOT_ENABLED,
+            "BootSourceOverrideMode": BOOT_MODES,
+        }
         for key, value in boot.items():
             if key not in checks:
                 return error(400, f"Boot property {key} is not supported", "Base.1.0.PropertyUnknown")
             if value not in checks[key]:
-                return error(400, f"{value!r} is not an allowed value of {key} (allowed: {', '.join(checks[key])})",
-                             "Base.1.0.PropertyValueNotInList")
+                return error(
+                    400,
+                    f"{value!r} is not an allowed value of {key} (allowed: {', '.join(checks[key])})",
+                    "Base.1.0.PropertyValueNotInList",
+                )
         # Validated as a whole before anything changes.
         m.boot_target = boot.get("BootSourceOverrideTarget", m.boot_target)
         m.boot_enabled = boot.get("BootSourceOverrideEnabled", m.boot_enabled)
@@ -239,8 +296,11 @@ class RedfishService:
         m = self.machine(match)
         reset_type = (await self.body(request)).get("ResetType")
         if reset_type not in RESET_TYPES:
-            return error(400, f"ResetType {reset_type!r} is not one of {', '.join(RESET_TYPES)}",
-                         "Base.1.0.ActionParameterNotSupported")
+            return error(
+                400,
+                f"ResetType {reset_type!r} is not one of {', '.join(RESET_TYPES)}",
+                "Base.1.0.ActionParameterNotSupported",
+            )
         if reset_type == "Nmi":
             m.record("nmi")
             return web.Response(status=204)
@@ -258,8 +318,7 @@ class RedfishService:
     async def nics(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
         path = m.system_path + "/EthernetInterfaces"
-        return web.json_response(collection(path, "EthernetInterface",
-                                            [f"{path}/nic{i}" for i in range(len(m.macs))]))
+        return web.json_response(collection(path, "EthernetInterface", [f"{path}/nic{i}" for i in range(len(m.macs))]))
 
     async def nic(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
@@ -267,28 +326,45 @@ class RedfishService:
         index = int(ident[3:]) if re.fullmatch(r"nic\d+", ident) else -1
         if not 0 <= index < len(m.macs):
             return error(404, f"No EthernetInterface {ident}", "Base.1.0.ResourceMissingAtURI")
-        return web.json_response({
-            "@odata.type": "#EthernetInterface.v1_4_0.EthernetInterface",
-            "@odata.id": f"{m.system_path}/EthernetInterfaces/{ident}", "Id": ident, "Name": f"NIC {index}",
-            "Status": {"State": "Enabled", "Health": "OK"}, "MACAddress": m.macs[index],
-            "PermanentMACAddress": m.macs[index], "SpeedMbps": 10000, "LinkStatus": "LinkUp",
-        })
+        return web.json_response(
+            {
+                "@odata.type": "#EthernetInterface.v1_4_0.EthernetInterface",
+                "@odata.id": f"{m.system_path}/EthernetInterfaces/{ident}",
+                "Id": ident,
+                "Name": f"NIC {index}",
+                "Status": {"State": "Enabled", "Health": "OK"},
+                "MACAddress": m.macs[index],
+                "PermanentMACAddress": m.macs[index],
+                "SpeedMbps": 10000,
+                "LinkStatus": "LinkUp",
+            }
+        )
 
     # ---- managers and virtual media ---------------------------------------------------
 
     async def managers(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        return web.json_response(collection(V1 + "/Managers", "Manager",
-                                            [f"{V1}/Managers/{m.name}" for m in self.sim.machines]))
+        return web.json_response(
+            collection(V1 + "/Managers", "Manager", [f"{V1}/Managers/{m.name}" for m in self.sim.machines])
+        )
 
     async def manager(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
         path = f"{V1}/Managers/{m.name}"
-        return web.json_response({
-            "@odata.type": "#Manager.v1_10_0.Manager", "@odata.id": path, "Id": m.name, "Name": f"BMC of {m.name}",
-            "ManagerType": "BMC", "UUID": m.uuid, "Model": "Ferrum simulated BMC", "FirmwareVersion": "1.0",
-            "Status": {"State": "Enabled", "Health": "OK"}, "VirtualMedia": odata(path + "/VirtualMedia"),
-            "Links": {"ManagerForServers": [odata(m.system_path)]},
-        })
+        return web.json_response(
+            {
+                "@odata.type": "#Manager.v1_10_0.Manager",
+                "@odata.id": path,
+                "Id": m.name,
+                "Name": f"BMC of {m.name}",
+                "ManagerType": "BMC",
+                "UUID": m.uuid,
+                "Model": "Ferrum simulated BMC",
+                "FirmwareVersion": "1.0",
+                "Status": {"State": "Enabled", "Health": "OK"},
+                "VirtualMedia": odata(path + "/VirtualMedia"),
+                "Links": {"ManagerForServers": [odata(m.system_path)]},
+            }
+        )
 
     async def media_collection(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
@@ -300,10 +376,16 @@ class RedfishService:
         slot = m.virtual_media[device]
         path = f"{V1}/Managers/{m.name}/VirtualMedia/{device}"
         return {
-            "@odata.type": "#VirtualMedia.v1_4_0.VirtualMedia", "@odata.id": path, "Id": device,
-            "Name": f"Virtual {device}", "MediaTypes": MEDIA_TYPES[device], "ConnectedVia": "URI",
-            "Image": slot.image, "ImageName": slot.image.rsplit("/", 1)[-1].split("?")[0] if slot.image else None,
-            "Inserted": slot.inserted, "WriteProtected": slot.write_protected,
+            "@odata.type": "#VirtualMedia.v1_4_0.VirtualMedia",
+            "@odata.id": path,
+            "Id": device,
+            "Name": f"Virtual {device}",
+            "MediaTypes": MEDIA_TYPES[device],
+            "ConnectedVia": "URI",
+            "Image": slot.image,
+            "ImageName": slot.image.rsplit("/", 1)[-1].split("?")[0] if slot.image else None,
+            "Inserted": slot.inserted,
+            "WriteProtected": slot.write_protected,
             "Actions": {
                 "#VirtualMedia.InsertMedia": {"target": path + "/Actions/VirtualMedia.InsertMedia"},
                 "#VirtualMedia.EjectMedia": {"target": path + "/Actions/VirtualMedia.EjectMedia"},
@@ -313,8 +395,9 @@ class RedfishService:
     def device(self, match: re.Match[str]) -> tuple[Machine, str]:
         m = self.machine(match)
         if match["dev"] not in m.virtual_media:
-            raise http_error(web.HTTPNotFound, f"no virtual media device {match['dev']}",
-                             "Base.1.0.ResourceMissingAtURI")
+            raise http_error(
+                web.HTTPNotFound, f"no virtual media device {match['dev']}", "Base.1.0.ResourceMissingAtURI"
+            )
         return m, match["dev"]
 
     async def media(self, request: web.Request, match: re.Match[str]) -> web.Response:
@@ -330,8 +413,9 @@ class RedfishService:
         if not isinstance(inserted, bool) or not isinstance(protected, bool):
             return error(400, "Inserted and WriteProtected must be booleans", "Base.1.0.PropertyValueTypeError")
         if m.virtual_media[dev].inserted and inserted:
-            return error(409, f"{dev} already holds {m.virtual_media[dev].image}; eject it first",
-                         "Base.1.0.ResourceInUse")
+            return error(
+                409, f"{dev} already holds {m.virtual_media[dev].image}; eject it first", "Base.1.0.ResourceInUse"
+            )
         problem = await url_exists(self.sim.session, image, self.sim.options.http_timeout)
         if problem is not None:
             m.record("virtual_media_unreachable", device=dev, image=image, error=problem)
@@ -364,19 +448,31 @@ class RedfishService:
     # ---- sessions ---------------------------------------------------------------------
 
     async def session_service(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        return web.json_response({
-            "@odata.type": "#SessionService.v1_1_8.SessionService", "@odata.id": V1 + "/SessionService",
-            "Id": "SessionService", "Name": "Session Service", "ServiceEnabled": True, "SessionTimeout": 3600,
-            "Sessions": odata(V1 + "/SessionService/Sessions"),
-        })
+        return web.json_response(
+            {
+                "@odata.type": "#SessionService.v1_1_8.SessionService",
+                "@odata.id": V1 + "/SessionService",
+                "Id": "SessionService",
+                "Name": "Session Service",
+                "ServiceEnabled": True,
+                "SessionTimeout": 3600,
+                "Sessions": odata(V1 + "/SessionService/Sessions"),
+            }
+        )
 
     def session_document(self, session: dict[str, Any]) -> dict[str, Any]:
-        return {"@odata.type": "#Session.v1_3_0.Session", "@odata.id": session["path"], "Id": session["id"],
-                "Name": "User Session", "UserName": session["user"]}
+        return {
+            "@odata.type": "#Session.v1_3_0.Session",
+            "@odata.id": session["path"],
+            "Id": session["id"],
+            "Name": "User Session",
+            "UserName": session["user"],
+        }
 
     async def session_list(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        return web.json_response(collection(V1 + "/SessionService/Sessions", "Session",
-                                            [s["path"] for s in self.sessions.values()]))
+        return web.json_response(
+            collection(V1 + "/SessionService/Sessions", "Session", [s["path"] for s in self.sessions.values()])
+        )
 
     async def session_create(self, request: web.Request, match: re.Match[str]) -> web.Response:
         data = await self.body(request)
@@ -385,8 +481,12 @@ class RedfishService:
             return error(401, "Invalid user name or password", "Base.1.0.NoValidSession")
         token = secrets.token_urlsafe(24)
         sid = secrets.token_hex(8)
-        session = {"id": sid, "user": user if isinstance(user, str) else "", "created": time.time(),
-                   "path": f"{V1}/SessionService/Sessions/{sid}"}
+        session = {
+            "id": sid,
+            "user": user if isinstance(user, str) else "",
+            "created": time.time(),
+            "path": f"{V1}/SessionService/Sessions/{sid}",
+        }
         self.sessions[token] = session
         while len(self.sessions) > MAX_SESSIONS:
             self.sessions.popitem(last=False)
@@ -417,8 +517,9 @@ class RedfishService:
     # ---- simulator status (not Redfish; open) ------------------------------------------
 
     async def status_all(self, request: web.Request) -> web.Response:
-        return web.json_response({"redfish_url": self.sim.redfish_url,
-                                  "machines": [m.summary() for m in self.sim.machines]})
+        return web.json_response(
+            {"redfish_url": self.sim.redfish_url, "machines": [m.summary() for m in self.sim.machines]}
+        )
 
     async def status_one(self, request: web.Request) -> web.Response:
         m = self.sim.find(request.match_info["ident"])

@@ -62,8 +62,9 @@ class Simulator:
         self.options = options.validate()
         self.disk_size = parse_size(options.disk_size)
         self.machines: list[Machine] = []
-        self.service_uuid = str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"ferrum-simulator:{options.name_prefix}"
-                                                                    f"{options.first_index}"))
+        self.service_uuid = str(
+            uuidlib.uuid5(uuidlib.NAMESPACE_URL, f"ferrum-simulator:{options.name_prefix}{options.first_index}")
+        )
         self._index: dict[str, Machine] = {}
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -98,8 +99,13 @@ class Simulator:
             self._session = None
             raise
         await asyncio.to_thread(self._write_inventory)
-        LOG.info("simulator started machines=%d redfish_url=%s state_dir=%s boot_url=%s",
-                 len(self.machines), self.redfish_url, opts.state_dir, opts.boot_url or "-")
+        LOG.info(
+            "simulator started machines=%d redfish_url=%s state_dir=%s boot_url=%s",
+            len(self.machines),
+            self.redfish_url,
+            opts.state_dir,
+            opts.boot_url or "-",
+        )
 
     async def stop(self) -> None:
         # Pending power requests and agent hooks first, so nothing powers back on behind us.
@@ -113,8 +119,9 @@ class Simulator:
             async with gate:
                 await machine.power_off(reason="simulator stopping")
 
-        await asyncio.gather(*(off(m) for m in self.machines if m.power_state == "On" or m.agent is not None),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(off(m) for m in self.machines if m.power_state == "On" or m.agent is not None), return_exceptions=True
+        )
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -126,7 +133,7 @@ class Simulator:
         await self.start()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
     # ---- helpers --------------------------------------------------------------------
@@ -138,8 +145,15 @@ class Simulator:
     def _write_inventory(self) -> None:
         path = Path(self.options.state_dir) / "machines.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"redfish_url": self.redfish_url, "machines": [
-            {**m.summary(), "driver_info": self.driver_info(m)} for m in self.machines]}, indent=1))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "redfish_url": self.redfish_url,
+                    "machines": [{**m.summary(), "driver_info": self.driver_info(m)} for m in self.machines],
+                },
+                indent=1,
+            )
+        )
         os.replace(tmp, path)
 
     @property
@@ -161,8 +175,11 @@ class Simulator:
 
     def driver_info(self, machine: Machine) -> dict[str, Any]:
         """What to put in a node's driver_info to drive this machine with ``redfish``."""
-        info: dict[str, Any] = {"redfish_address": self.redfish_url, "redfish_system_id": machine.system_path,
-                                "redfish_verify_ca": False}
+        info: dict[str, Any] = {
+            "redfish_address": self.redfish_url,
+            "redfish_system_id": machine.system_path,
+            "redfish_verify_ca": False,
+        }
         if self.options.username:
             info.update(redfish_username=self.options.username, redfish_password=self.options.password)
         return info
@@ -174,6 +191,7 @@ class Simulator:
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, delay: float = 0.0) -> asyncio.Task[None]:
         """Run ``coro`` in the background, tracked so ``stop()`` can cancel it."""
+
         async def run() -> None:
             try:
                 if delay:

@@ -21,19 +21,29 @@ from services.simulator.disk import iso_files, read_iso_file
 
 MAX_MEDIA_BYTES = 2 * 1024**3
 CHUNK = 1024 * 1024
-BOOT_CONFIGS = ("isolinux/isolinux.cfg", "isolinux.cfg", "syslinux/syslinux.cfg", "syslinux.cfg",
-                "boot/grub/grub.cfg", "efi/boot/grub.cfg", "boot/grub2/grub.cfg", "grub.cfg")
+BOOT_CONFIGS = (
+    "isolinux/isolinux.cfg",
+    "isolinux.cfg",
+    "syslinux/syslinux.cfg",
+    "syslinux.cfg",
+    "boot/grub/grub.cfg",
+    "efi/boot/grub.cfg",
+    "boot/grub2/grub.cfg",
+    "grub.cfg",
+)
 _APPEND = re.compile(r"^\s*append\s+(.*)$", re.IGNORECASE | re.MULTILINE)
 _LINUX = re.compile(r"^\s*linux(?:efi)?\s+\S+\s*(.*)$", re.MULTILINE)
 _INITRD_WORD = re.compile(r"(^|\s)initrd=\S+")
 
 
-async def download(session: aiohttp.ClientSession, url: str, dest: Path, *, timeout: float,
-                   limit: int = MAX_MEDIA_BYTES) -> int:
+async def download(
+    session: aiohttp.ClientSession, url: str, dest: Path, *, timeout: float, limit: int = MAX_MEDIA_BYTES
+) -> int:
     """Stream ``url`` into ``dest``; more than ``limit`` bytes or a non-2xx is an error."""
     written = 0
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout,
-                                                             sock_connect=timeout)) as response:
+    async with session.get(
+        url, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout, sock_connect=timeout)
+    ) as response:
         if response.status >= 300:
             raise RuntimeError(f"HTTP {response.status}")
         with open(dest, "wb") as out:
@@ -72,8 +82,14 @@ def iso_kernel_cmdline(path: str | os.PathLike[str]) -> tuple[str, str] | None:
 async def floppy_parameters(path: str | os.PathLike[str]) -> dict[str, str]:
     """``parameters.txt`` of a vfat image (read with mtools), as key/value pairs."""
     proc = await asyncio.create_subprocess_exec(
-        "mtype", "-i", str(path), "::parameters.txt", stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
+        "mtype",
+        "-i",
+        str(path),
+        "::parameters.txt",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "MTOOLS_SKIP_CHECK": "1"},
+    )
     out, err = await proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(err.decode(errors="replace").strip() or "cannot read parameters.txt")

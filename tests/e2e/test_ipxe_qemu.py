@@ -69,8 +69,13 @@ def ensure_packages(*extra: str) -> None:
         raise RuntimeError(f"missing Debian packages {missing}; install them (apt-get install -y {' '.join(missing)})")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for attempt in range(20):  # another apt may hold the lock for a while
-        result = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *missing],
-                                capture_output=True, text=True, env=env, timeout=900)
+        result = subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *missing],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
         if result.returncode == 0:
             return
         if "lock" not in result.stderr.lower() or attempt == 19:
@@ -84,8 +89,10 @@ def kernel_package() -> str:
         name = line.strip().removeprefix("Depends:").strip()
         if name.startswith("linux-image-6.1.0-") and name.endswith("-amd64"):
             return name
-    found = sorted(line.split()[0] for line in run(
-        "apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$").splitlines())
+    found = sorted(
+        line.split()[0]
+        for line in run("apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$").splitlines()
+    )
     if not found:
         raise RuntimeError("no linux-image-6.1.0-*-amd64 package is known to apt")
     return found[-1]
@@ -111,9 +118,11 @@ def ensure_kernel() -> Path:
 
 def ensure_initramfs(marker: str) -> Path:
     """A gzip'd newc cpio: busybox-static plus an /init that prints ``marker`` and powers off."""
-    init = ("#!/bin/busybox sh\n/bin/busybox mkdir -p /proc\n/bin/busybox mount -t proc proc /proc\n"
-            f"echo {marker} > /dev/console\n"
-            "/bin/busybox cat /proc/cmdline > /dev/console\n/bin/busybox sleep 1\n/bin/busybox poweroff -f\n")
+    init = (
+        "#!/bin/busybox sh\n/bin/busybox mkdir -p /proc\n/bin/busybox mount -t proc proc /proc\n"
+        f"echo {marker} > /dev/console\n"
+        "/bin/busybox cat /proc/cmdline > /dev/console\n/bin/busybox sleep 1\n/bin/busybox poweroff -f\n"
+    )
     digest = hashlib.sha256(init.encode() + Path("/bin/busybox").read_bytes()).hexdigest()[:16]
     image = CACHE / f"initramfs-{digest}.cpio.gz"
     if image.is_file():
@@ -128,9 +137,16 @@ def ensure_initramfs(marker: str) -> Path:
         (root / "init").write_text(init)
         os.chmod(root / "init", 0o755)
         names = "\n".join(["bin", "bin/busybox", "dev", "init"]) + "\n"
-        cpio = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=names.encode(),
-                              capture_output=True, timeout=60, check=True).stdout
+        cpio = subprocess.run(
+            ["cpio", "-o", "-H", "newc", "--quiet"],
+            cwd=root,
+            input=names.encode(),
+            capture_output=True,
+            timeout=60,
+            check=True,
+        ).stdout
         import gzip
+
         (Path(tmp) / "out").write_bytes(gzip.compress(cpio))
         os.replace(Path(tmp) / "out", image)
     return image
@@ -175,8 +191,12 @@ async def file_server(boot_files: tuple[Path, Path]) -> AsyncIterator[tuple[int,
 
 @pytest.fixture(scope="module")
 async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
-    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), conductor={"hostname": "e2e-c"},
-                             ipxe={"api_url": "http://10.0.2.2:6385", "retry_delay": 5})
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("state"),
+        conductor={"hostname": "e2e-c"},
+        ipxe={"api_url": "http://10.0.2.2:6385", "retry_delay": 5},
+    )
     running = RunningStack()
     await running.start(settings, list(ALL_SERVICES_ORDER))
     try:
@@ -185,21 +205,50 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         await running.close()
 
 
-async def start_vm(serial: Path, *, boot_url: str, mac: str, smbios_uuid: str,
-                   second_mac: str = "", uefi_vars: Path | None = None) -> asyncio.subprocess.Process:
+async def start_vm(
+    serial: Path, *, boot_url: str, mac: str, smbios_uuid: str, second_mac: str = "", uefi_vars: Path | None = None
+) -> asyncio.subprocess.Process:
     """A VM booting from its first NIC; ``second_mac`` adds a NIC without a boot file;
     ``uefi_vars`` (a writable copy of OVMF's variable store) makes it a UEFI (OVMF, q35) machine."""
     second = ["-netdev", "user,id=n1", "-device", f"virtio-net-pci,netdev=n1,mac={second_mac}"] if second_mac else []
-    uefi = ["-machine", "q35", "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
-            "-drive", f"if=pflash,format=raw,file={uefi_vars}"] if uefi_vars else []
+    uefi = (
+        [
+            "-machine",
+            "q35",
+            "-drive",
+            f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
+            "-drive",
+            f"if=pflash,format=raw,file={uefi_vars}",
+        ]
+        if uefi_vars
+        else []
+    )
     return await asyncio.create_subprocess_exec(
-        "qemu-system-x86_64", *uefi, "-accel", "tcg", "-m", "512", "-boot", "n", "-no-reboot",
+        "qemu-system-x86_64",
+        *uefi,
+        "-accel",
+        "tcg",
+        "-m",
+        "512",
+        "-boot",
+        "n",
+        "-no-reboot",
         # -nographic makes SeaBIOS (and so iPXE) write to the serial port too.
-        "-nographic", "-monitor", "none", "-serial", f"file:{serial}",
-        "-uuid", smbios_uuid,
-        "-netdev", f"user,id=n0,bootfile={boot_url}",
-        "-device", f"virtio-net-pci,netdev=n0,mac={mac}", *second,
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        "-nographic",
+        "-monitor",
+        "none",
+        "-serial",
+        f"file:{serial}",
+        "-uuid",
+        smbios_uuid,
+        "-netdev",
+        f"user,id=n0,bootfile={boot_url}",
+        "-device",
+        f"virtio-net-pci,netdev=n0,mac={mac}",
+        *second,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
 
 
@@ -208,13 +257,12 @@ async def stop_vm(process: asyncio.subprocess.Process) -> None:
         process.terminate()
         try:
             await asyncio.wait_for(process.wait(), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             process.kill()
             await process.wait()
 
 
-async def wait_for_text(serial: Path, texts: list[str], process: asyncio.subprocess.Process,
-                        timeout: float) -> str:
+async def wait_for_text(serial: Path, texts: list[str], process: asyncio.subprocess.Process, timeout: float) -> str:
     """The serial log once it holds every one of ``texts`` (bounded by ``timeout``)."""
     deadline = time.monotonic() + timeout
     content = ""
@@ -227,8 +275,9 @@ async def wait_for_text(serial: Path, texts: list[str], process: asyncio.subproc
         await asyncio.sleep(1.0)
     content = serial.read_text(errors="replace") if serial.exists() else ""
     missing = [t for t in texts if t not in content]
-    raise AssertionError(f"serial console never showed {missing} (qemu rc={process.returncode}); "
-                         f"last output:\n{content[-3000:]}")
+    raise AssertionError(
+        f"serial console never showed {missing} (qemu rc={process.returncode}); last output:\n{content[-3000:]}"
+    )
 
 
 async def enroll(stack: Any, *, name: str, mac: str, state: str, driver_info: dict[str, str]) -> str:
@@ -245,7 +294,10 @@ async def enroll(stack: Any, *, name: str, mac: str, state: str, driver_info: di
 
 
 async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
-    stack: Any, file_server: tuple[int, list[str]], marker: str, tmp_path: Path,
+    stack: Any,
+    file_server: tuple[int, list[str]],
+    marker: str,
+    tmp_path: Path,
 ) -> None:
     port, fetched = file_server
     renderer_port = stack.endpoints["ipxe HTTP"].rsplit(":", 1)[1].split("/")[0]
@@ -256,30 +308,60 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
 
     deploy_log, unknown_log, idle_log = (tmp_path / f"{n}.serial" for n in ("deploy", "unknown", "idle"))
     unknown_uuid = str(uuidlib.uuid4())
-    vms = [await start_vm(deploy_log, boot_url=boot_url, mac=UNENROLLED_FIRST_NIC, second_mac=DEPLOY_MAC,
-                          smbios_uuid=str(uuidlib.uuid4())),
-           await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid),
-           await start_vm(idle_log, boot_url=boot_url, mac=MANAGEABLE_MAC, smbios_uuid=str(uuidlib.uuid4()))]
+    vms = [
+        await start_vm(
+            deploy_log,
+            boot_url=boot_url,
+            mac=UNENROLLED_FIRST_NIC,
+            second_mac=DEPLOY_MAC,
+            smbios_uuid=str(uuidlib.uuid4()),
+        ),
+        await start_vm(unknown_log, boot_url=boot_url, mac=UNKNOWN_MAC, smbios_uuid=unknown_uuid),
+        await start_vm(idle_log, boot_url=boot_url, mac=MANAGEABLE_MAC, smbios_uuid=str(uuidlib.uuid4())),
+    ]
     try:
         deployed, unknown, idle_out = await asyncio.gather(
-            wait_for_text(deploy_log, [f"Ferrum: no node has a port with MAC {UNENROLLED_FIRST_NIC}",
-                                       f"Ferrum: looking up this machine by MAC {DEPLOY_MAC} (net1)",
-                                       f"Ferrum: node {node} is in state deploying", marker], vms[0], BOOT_WAIT),
-            wait_for_text(unknown_log, [f"Ferrum: no node has a port with MAC {UNKNOWN_MAC}",
-                                        f"Ferrum: no node has UUID {unknown_uuid}",
-                                        "Ferrum: no node matches any MAC or the SMBIOS UUID of this machine"],
-                          vms[1], BOOT_WAIT),
+            wait_for_text(
+                deploy_log,
+                [
+                    f"Ferrum: no node has a port with MAC {UNENROLLED_FIRST_NIC}",
+                    f"Ferrum: looking up this machine by MAC {DEPLOY_MAC} (net1)",
+                    f"Ferrum: node {node} is in state deploying",
+                    marker,
+                ],
+                vms[0],
+                BOOT_WAIT,
+            ),
+            wait_for_text(
+                unknown_log,
+                [
+                    f"Ferrum: no node has a port with MAC {UNKNOWN_MAC}",
+                    f"Ferrum: no node has UUID {unknown_uuid}",
+                    "Ferrum: no node matches any MAC or the SMBIOS UUID of this machine",
+                ],
+                vms[1],
+                BOOT_WAIT,
+            ),
             # A known node that must not boot: our reason, then straight back to the
             # firmware (SeaBIOS's "Boot failed"), without trying the SMBIOS UUID.
-            wait_for_text(idle_log, [f"Ferrum: node {idle} is in provision state", "[manageable]",
-                                     "Ferrum: exiting to the next boot device", "Boot failed"], vms[2], BOOT_WAIT),
+            wait_for_text(
+                idle_log,
+                [
+                    f"Ferrum: node {idle} is in provision state",
+                    "[manageable]",
+                    "Ferrum: exiting to the next boot device",
+                    "Boot failed",
+                ],
+                vms[2],
+                BOOT_WAIT,
+            ),
         )
     finally:
         for vm in vms:
             await stop_vm(vm)
     assert "/vmlinuz" in fetched and "/initrd" in fetched
     # The kernel got the agent's arguments from the per-node script.
-    cmdline = deployed[deployed.index(marker):]  # /init printed /proc/cmdline after the marker
+    cmdline = deployed[deployed.index(marker) :]  # /init printed /proc/cmdline after the marker
     assert f"ipa-node-uuid={node}" in cmdline and "BOOTIF=01-52-54-00-e2-e0-01" in cmdline
     assert "ipa-api-url=http://10.0.2.2:6385" in cmdline
     assert "Ferrum: cannot network-boot this machine" in unknown and marker not in unknown
@@ -304,30 +386,46 @@ def boot_sector(message: str) -> bytes:
     # SeaBIOS's serial console holds back the last character of a screen line: end with a second line.
     text = message.encode() + b"\r\nhalted.\r\n\x00"
     msg_at = 0x19
-    code = bytes([
-        0xFA, 0xFC,                     # cli; cld
-        0x31, 0xC0, 0x8E, 0xD8,         # xor ax,ax; mov ds,ax
-        0x31, 0xDB,                     # xor bx,bx (page 0)
-        0xBE, msg_at, 0x7C,             # mov si, 0x7C00 + msg_at
-        0xB4, 0x0E,                     # mov ah, 0Eh (teletype)
-        0xAC,                           # next: lodsb
-        0x08, 0xC0,                     # or al, al
-        0x74, 0x04,                     # jz done
-        0xCD, 0x10,                     # int 10h
-        0xEB, 0xF7,                     # jmp next
-        0xF4,                           # done: hlt
-        0xEB, 0xFD,                     # jmp done
-    ])
+    code = bytes(
+        [
+            0xFA,
+            0xFC,  # cli; cld
+            0x31,
+            0xC0,
+            0x8E,
+            0xD8,  # xor ax,ax; mov ds,ax
+            0x31,
+            0xDB,  # xor bx,bx (page 0)
+            0xBE,
+            msg_at,
+            0x7C,  # mov si, 0x7C00 + msg_at
+            0xB4,
+            0x0E,  # mov ah, 0Eh (teletype)
+            0xAC,  # next: lodsb
+            0x08,
+            0xC0,  # or al, al
+            0x74,
+            0x04,  # jz done
+            0xCD,
+            0x10,  # int 10h
+            0xEB,
+            0xF7,  # jmp next
+            0xF4,  # done: hlt
+            0xEB,
+            0xFD,  # jmp done
+        ]
+    )
     assert len(code) == msg_at
     sector = bytearray(512)
-    sector[:len(code)] = code
-    sector[msg_at:msg_at + len(text)] = text
+    sector[: len(code)] = code
+    sector[msg_at : msg_at + len(text)] = text
     sector[510:512] = b"\x55\xaa"
     return bytes(sector)
 
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -341,9 +439,11 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     disk = work / "disk.img"
     disk.write_bytes(boot_sector(SAN_MARKER) + bytes(16 * 1024 * 1024 - 512))
     port, control = free_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
-    tgtd = subprocess.Popen(["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"),
-                             "--iscsi", f"portal=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(work / "tgtd.log", "wb"))
+    tgtd = subprocess.Popen(
+        ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(work / "tgtd.log", "wb"),
+    )
 
     def adm(*args: str) -> str:
         return run("tgtadm", "-C", str(control), "--lld", "iscsi", *args, timeout=30)
@@ -378,8 +478,9 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
             tgtd.wait()
 
 
-async def test_real_ipxe_san_boots_an_iscsi_volume_with_chap(stack: Any, iscsi_target: dict[str, Any],
-                                                             tmp_path: Path) -> None:
+async def test_real_ipxe_san_boots_an_iscsi_volume_with_chap(
+    stack: Any, iscsi_target: dict[str, Any], tmp_path: Path
+) -> None:
     """An active boot-from-volume node: iPXE logs in with our initiator IQN and
     CHAP, hooks the LUN as drive 0x80 and the BIOS boots its boot sector."""
     api = stack.endpoints["api REST (Ironic v1)"]
@@ -388,21 +489,42 @@ async def test_real_ipxe_san_boots_an_iscsi_volume_with_chap(stack: Any, iscsi_t
     await stack.pool.execute("UPDATE nodes SET boot_mode = 'bios' WHERE uuid = $1::uuid", node)
     volume = {"X-OpenStack-Ironic-API-Version": "1.32"}
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{api}/v1/volume/connectors", headers=volume, json={
-                "node_uuid": node, "type": "iqn", "connector_id": SAN_INITIATOR}) as r:
+        async with http.post(
+            f"{api}/v1/volume/connectors",
+            headers=volume,
+            json={"node_uuid": node, "type": "iqn", "connector_id": SAN_INITIATOR},
+        ) as r:
             assert r.status == 201, await r.text()
-        async with http.post(f"{api}/v1/volume/targets", headers=volume, json={
-                "node_uuid": node, "volume_type": "iscsi", "boot_index": 0, "volume_id": "san-vol-1",
-                "properties": {"target_portal": f"10.0.2.2:{iscsi_target['port']}", "target_iqn": SAN_TARGET_IQN,
-                               "target_lun": 1, "auth_method": "CHAP", "auth_username": "ferrum-chap",
-                               "auth_password": "chap-secret-0123"}}) as r:
+        async with http.post(
+            f"{api}/v1/volume/targets",
+            headers=volume,
+            json={
+                "node_uuid": node,
+                "volume_type": "iscsi",
+                "boot_index": 0,
+                "volume_id": "san-vol-1",
+                "properties": {
+                    "target_portal": f"10.0.2.2:{iscsi_target['port']}",
+                    "target_iqn": SAN_TARGET_IQN,
+                    "target_lun": 1,
+                    "auth_method": "CHAP",
+                    "auth_username": "ferrum-chap",
+                    "auth_password": "chap-secret-0123",
+                },
+            },
+        ) as r:
             assert r.status == 201, await r.text()
     serial = tmp_path / "san.serial"
-    vm = await start_vm(serial, boot_url=f"http://10.0.2.2:{renderer_port}/boot.ipxe", mac=SAN_MAC,
-                        smbios_uuid=str(uuidlib.uuid4()))
+    vm = await start_vm(
+        serial, boot_url=f"http://10.0.2.2:{renderer_port}/boot.ipxe", mac=SAN_MAC, smbios_uuid=str(uuidlib.uuid4())
+    )
     try:
-        out = await wait_for_text(serial, [f"Ferrum: node {node} is in state active",
-                                           "Ferrum: booting from volume san-vol-1 (bios)", SAN_MARKER], vm, BOOT_WAIT)
+        out = await wait_for_text(
+            serial,
+            [f"Ferrum: node {node} is in state active", "Ferrum: booting from volume san-vol-1 (bios)", SAN_MARKER],
+            vm,
+            BOOT_WAIT,
+        )
         sessions = await asyncio.to_thread(iscsi_target["show"])
     finally:
         await stop_vm(vm)
@@ -410,8 +532,9 @@ async def test_real_ipxe_san_boots_an_iscsi_volume_with_chap(stack: Any, iscsi_t
     assert SAN_INITIATOR in sessions  # logged in under the initiator IQN from the volume connector
 
 
-async def test_real_uefi_ipxe_boots_deploy_ramdisk(stack: Any, file_server: tuple[int, list[str]], marker: str,
-                                                  tmp_path: Path) -> None:
+async def test_real_uefi_ipxe_boots_deploy_ramdisk(
+    stack: Any, file_server: tuple[int, list[str]], marker: str, tmp_path: Path
+) -> None:
     """The same deploy through UEFI iPXE (OVMF, q35): it needs ``initrd=<name>`` on the kernel line."""
     ensure_packages("ovmf")
     port, _ = file_server
@@ -422,12 +545,25 @@ async def test_real_uefi_ipxe_boots_deploy_ramdisk(stack: Any, file_server: tupl
     variables = tmp_path / "OVMF_VARS.fd"
     shutil.copyfile(OVMF_VARS, variables)
     serial = tmp_path / "uefi.serial"
-    vm = await start_vm(serial, boot_url=f"http://10.0.2.2:{renderer_port}/boot.ipxe", mac=UEFI_MAC,
-                        smbios_uuid=str(uuidlib.uuid4()), uefi_vars=variables)
+    vm = await start_vm(
+        serial,
+        boot_url=f"http://10.0.2.2:{renderer_port}/boot.ipxe",
+        mac=UEFI_MAC,
+        smbios_uuid=str(uuidlib.uuid4()),
+        uefi_vars=variables,
+    )
     try:
-        out = await wait_for_text(serial, [f"Ferrum: node {node} is in state clean wait",
-                                           "Ferrum: loading the deploy kernel and ramdisk (uefi)", marker], vm, BOOT_WAIT)
+        out = await wait_for_text(
+            serial,
+            [
+                f"Ferrum: node {node} is in state clean wait",
+                "Ferrum: loading the deploy kernel and ramdisk (uefi)",
+                marker,
+            ],
+            vm,
+            BOOT_WAIT,
+        )
     finally:
         await stop_vm(vm)
-    cmdline = out[out.index(marker):]
+    cmdline = out[out.index(marker) :]
     assert "BOOTIF=01-52-54-00-e2-e0-0e" in cmdline and "initrd=deploy_ramdisk" in cmdline

@@ -39,26 +39,42 @@ class FakeIronic:
         self.heartbeat_timeout = 300
 
     def register(self, mac: str, **properties: Any) -> dict[str, Any]:
-        node = {"uuid": str(uuid.uuid4()), "properties": properties, "instance_info": {},
-                "driver_internal_info": {}, "links": []}
+        node = {
+            "uuid": str(uuid.uuid4()),
+            "properties": properties,
+            "instance_info": {},
+            "driver_internal_info": {},
+            "links": [],
+        }
         self.nodes[mac] = node
         return node
 
     async def root(self, request: web.Request) -> web.Response:
-        return web.json_response({"default_version": {"version": "1.99"}},
-                                 headers={"X-OpenStack-Ironic-API-Maximum-Version": "1.99"})
+        return web.json_response(
+            {"default_version": {"version": "1.99"}}, headers={"X-OpenStack-Ironic-API-Maximum-Version": "1.99"}
+        )
 
     async def lookup(self, request: web.Request) -> web.Response:
         self.lookups += 1
         for mac in request.query.get("addresses", "").split(","):
             if mac in self.nodes:
-                return web.json_response({"node": self.nodes[mac], "config": {
-                    "agent_token": TOKEN, "agent_token_required": True, "heartbeat_timeout": self.heartbeat_timeout}})
+                return web.json_response(
+                    {
+                        "node": self.nodes[mac],
+                        "config": {
+                            "agent_token": TOKEN,
+                            "agent_token_required": True,
+                            "heartbeat_timeout": self.heartbeat_timeout,
+                        },
+                    }
+                )
         return web.json_response({"error_message": "not found"}, status=404)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.heartbeats.append((request.match_info["node"], body, request.headers.get("X-OpenStack-Ironic-API-Version", "")))
+        self.heartbeats.append(
+            (request.match_info["node"], body, request.headers.get("X-OpenStack-Ironic-API-Version", ""))
+        )
         if body.get("agent_token") != TOKEN:
             return web.json_response({"error_message": "Invalid or missing agent token"}, status=400)
         return web.Response(status=202)
@@ -80,7 +96,7 @@ class ImageServer:
         self.requests: list[tuple[str, str | None]] = []
         self.drop_after: dict[str, list[int | None]] = {}  # per request, in order: drop after N bytes
         self.trickle: dict[str, float] = {}  # name -> seconds per MiB
-        self.chunked: set[str] = set()       # no Content-Length: the agent's aiohttp path
+        self.chunked: set[str] = set()  # no Content-Length: the agent's aiohttp path
         self.ignore_range: set[str] = set()  # always 200 with the whole file
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
@@ -141,16 +157,29 @@ async def agent_env(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     session = aiohttp.ClientSession()
 
     def make_agent(*disks: Disk, mac: str = "52:54:00:00:00:01", **kw: Any) -> Agent:
-        options = AgentOptions(api_url=f"http://127.0.0.1:{api_port}", macs=(mac,), disks=disks,
-                               lookup_interval=0.05, heartbeat_interval=kw.pop("heartbeat_interval", 0.2),
-                               tmp_dir=str(tmp_path), **kw)
+        options = AgentOptions(
+            api_url=f"http://127.0.0.1:{api_port}",
+            macs=(mac,),
+            disks=disks,
+            lookup_interval=0.05,
+            heartbeat_interval=kw.pop("heartbeat_interval", 0.2),
+            tmp_dir=str(tmp_path),
+            **kw,
+        )
         agent = Agent(options)
         agents.append(agent)
         return agent
 
     try:
-        yield {"ironic": ironic, "images": images, "tmp": tmp_path, "session": session, "make_agent": make_agent,
-               "image_base": f"http://127.0.0.1:{img_port}", "ironic_url": f"http://127.0.0.1:{api_port}"}
+        yield {
+            "ironic": ironic,
+            "images": images,
+            "tmp": tmp_path,
+            "session": session,
+            "make_agent": make_agent,
+            "image_base": f"http://127.0.0.1:{img_port}",
+            "ironic_url": f"http://127.0.0.1:{api_port}",
+        }
     finally:
         for agent in agents:
             await agent.stop()
@@ -171,12 +200,13 @@ def make_raw_image(tmp: Path, name: str, size: int, *, seed: int = 1) -> bytes:
     path = tmp / name
     with open(path, "wb") as fh:
         fh.truncate(size)
-    subprocess.run(["sgdisk", "-n", "1:2048:+1M", "-t", "1:ef00", "-n", "2:0:0", str(path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["sgdisk", "-n", "1:2048:+1M", "-t", "1:ef00", "-n", "2:0:0", str(path)], check=True, capture_output=True
+    )
     data = bytearray(path.read_bytes())
     block = hashlib.sha512(str(seed).encode()).digest() * 64
     for off in range(3 * MiB, size - 64 * 1024, 512 * 1024):
-        data[off:off + len(block)] = block
+        data[off : off + len(block)] = block
     path.write_bytes(bytes(data))
     return bytes(data)
 
@@ -201,13 +231,22 @@ async def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None
         await asyncio.sleep(0.02)
 
 
-async def command(env: dict[str, Any], agent: Agent, name: str, params: dict[str, Any], *, wait: bool = False,
-                  token: str | None = TOKEN, expect: int = 200) -> dict[str, Any]:
+async def command(
+    env: dict[str, Any],
+    agent: Agent,
+    name: str,
+    params: dict[str, Any],
+    *,
+    wait: bool = False,
+    token: str | None = TOKEN,
+    expect: int = 200,
+) -> dict[str, Any]:
     query = {"wait": "true" if wait else "false"}
     if token is not None:
         query["agent_token"] = token
-    async with env["session"].post(f"{agent.callback_url}/v1/commands/", params=query,
-                                   json={"name": name, "params": params}) as resp:
+    async with env["session"].post(
+        f"{agent.callback_url}/v1/commands/", params=query, json={"name": name, "params": params}
+    ) as resp:
         body = await resp.json()
         assert resp.status == expect, body
         return body
@@ -216,8 +255,9 @@ async def command(env: dict[str, Any], agent: Agent, name: str, params: dict[str
 async def finished(env: dict[str, Any], agent: Agent, command_id: str, timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        async with env["session"].get(f"{agent.callback_url}/v1/commands/{command_id}",
-                                      params={"agent_token": TOKEN}) as resp:
+        async with env["session"].get(
+            f"{agent.callback_url}/v1/commands/{command_id}", params={"agent_token": TOKEN}
+        ) as resp:
             body = await resp.json()
         if body["command_status"] != "RUNNING":
             return body
@@ -226,8 +266,13 @@ async def finished(env: dict[str, Any], agent: Agent, command_id: str, timeout: 
 
 
 def image_info(env: dict[str, Any], name: str, data: bytes, **extra: Any) -> dict[str, Any]:
-    info = {"id": name, "urls": [f"{env['image_base']}/{name}"], "disk_format": None,
-            "os_hash_algo": "sha256", "os_hash_value": hashlib.sha256(data).hexdigest()}
+    info = {
+        "id": name,
+        "urls": [f"{env['image_base']}/{name}"],
+        "disk_format": None,
+        "os_hash_algo": "sha256",
+        "os_hash_value": hashlib.sha256(data).hexdigest(),
+    }
     info.update(extra)
     return info
 
@@ -269,12 +314,17 @@ async def test_token_and_request_errors(env):
     session = env["session"]
     for params in ({}, {"agent_token": "wrong"}):
         async with session.get(f"{agent.callback_url}/v1/commands/", params=params) as resp:
-            assert resp.status == 401 and (await resp.json()) == {"faultcode": "Client", "faultstring": "Token invalid."}
+            assert resp.status == 401 and (await resp.json()) == {
+                "faultcode": "Client",
+                "faultstring": "Token invalid.",
+            }
     body = await command(env, agent, "standby.sync", {}, token="x" * 43, expect=401)
     assert body["faultstring"] == "Token invalid."
     async with session.get(f"{agent.callback_url}/commands/", params={"agent_token": TOKEN}) as resp:
         assert resp.status == 200 and (await resp.json()) == {"commands": []}
-    async with session.post(f"{agent.callback_url}/v1/commands/", params={"agent_token": TOKEN}, json={"name": "x"}) as resp:
+    async with session.post(
+        f"{agent.callback_url}/v1/commands/", params={"agent_token": TOKEN}, json={"name": "x"}
+    ) as resp:
         assert resp.status == 400 and "params" in (await resp.json())["faultstring"]
     assert "Unknown command" in (await command(env, agent, "nope.nothing", {}, expect=404))["faultstring"]
     bad = await command(env, agent, "standby.prepare_image", {"image_info": {"urls": ["http://x/y"]}}, expect=400)
@@ -290,8 +340,9 @@ async def test_raw_image_streamed_byte_exact_with_progress_in_heartbeats(env):
     data = make_raw_image(tmp, "disk.raw", 12 * MiB)
     images.trickle["disk.raw"] = 0.08  # ~1 s for the whole image, so heartbeats see it in flight
     disk = make_disk(tmp, "sda.img", 64 * MiB)
-    agent = await started(env["make_agent"](Disk(str(disk)), heartbeat_interval=10, progress_heartbeat_interval=0.1),
-                          env["ironic"])
+    agent = await started(
+        env["make_agent"](Disk(str(disk)), heartbeat_interval=10, progress_heartbeat_interval=0.1), env["ironic"]
+    )
     result = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)})
     assert result["command_status"] == "RUNNING" and result["command_name"] == "prepare_image"
     done = await finished(env, agent, result["id"])
@@ -304,8 +355,11 @@ async def test_raw_image_streamed_byte_exact_with_progress_in_heartbeats(env):
         assert fh.read(MiB) == b"\0" * MiB
     progress = [b["deploy_progress"] for _, b, _ in env["ironic"].heartbeats if "deploy_progress" in b]
     assert any(0 < p["bytes_written"] < len(data) and p["stage"] == "writing" for p in progress), progress
-    await wait_for(lambda: any(b.get("deploy_progress", {}).get("stage") == "done" for _, b, _ in env["ironic"].heartbeats),
-                   5, "a heartbeat right after the command finished")
+    await wait_for(
+        lambda: any(b.get("deploy_progress", {}).get("stage") == "done" for _, b, _ in env["ironic"].heartbeats),
+        5,
+        "a heartbeat right after the command finished",
+    )
     uuids = await command(env, agent, "standby.get_partition_uuids", {})
     sfdisk = subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout
     assert uuids["command_result"]["root uuid"] in sfdisk.lower()
@@ -313,21 +367,42 @@ async def test_raw_image_streamed_byte_exact_with_progress_in_heartbeats(env):
     assert set(uuids["command_result"]["partitions"]) == {"/dev/sda1", "/dev/sda2"}
 
 
-@pytest.mark.parametrize("method, compress", [("qcow2-stream", False), ("qcow2-stream", True),
-                                              ("qcow2-qemu-img", True)])
+@pytest.mark.parametrize(
+    "method, compress", [("qcow2-stream", False), ("qcow2-stream", True), ("qcow2-qemu-img", True)]
+)
 async def test_qcow2_image_converted_byte_exact_through_deploy_step(env, method, compress):
     tmp = env["tmp"]
     data = make_raw_image(tmp, "src.raw", 16 * MiB, seed=7)
-    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", *(["-c"] if compress else []),
-                    str(tmp / "src.raw"), str(tmp / "disk.qcow2")], check=True)
+    subprocess.run(
+        [
+            "qemu-img",
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "qcow2",
+            *(["-c"] if compress else []),
+            str(tmp / "src.raw"),
+            str(tmp / "disk.qcow2"),
+        ],
+        check=True,
+    )
     qcow = (tmp / "disk.qcow2").read_bytes()
     disk = make_disk(tmp, "sda.img", 32 * MiB)
     with open(disk, "r+b") as fh:  # a previous deployment's leftovers must be overwritten
         fh.write(b"\xff" * 20 * MiB)
-    agent = await started(env["make_agent"](Disk(str(disk)), conversion_slots=asyncio.Semaphore(1),
-                                            qcow2_stream=method == "qcow2-stream"), env["ironic"])
-    step = {"interface": "deploy", "step": "write_image", "priority": 80,
-            "args": {"image_info": image_info(env, "disk.qcow2", qcow, disk_format="qcow2"), "configdrive": None}}
+    agent = await started(
+        env["make_agent"](
+            Disk(str(disk)), conversion_slots=asyncio.Semaphore(1), qcow2_stream=method == "qcow2-stream"
+        ),
+        env["ironic"],
+    )
+    step = {
+        "interface": "deploy",
+        "step": "write_image",
+        "priority": 80,
+        "args": {"image_info": image_info(env, "disk.qcow2", qcow, disk_format="qcow2"), "configdrive": None},
+    }
     done = await command(env, agent, "deploy.execute_deploy_step", {"step": step, "node": {}, "ports": []}, wait=True)
     assert done["command_status"] == "SUCCEEDED", done
     assert done["command_result"]["deploy_step"] == step
@@ -343,15 +418,24 @@ async def test_qcow2_image_converted_byte_exact_through_deploy_step(env, method,
 async def test_format_mismatch_and_backing_file_refused(env):
     tmp = env["tmp"]
     data = make_raw_image(tmp, "plain.raw", 4 * MiB)
-    subprocess.run(["qemu-img", "create", "-f", "qcow2", "-F", "raw", "-b", str(tmp / "plain.raw"),
-                    str(tmp / "backed.qcow2")], check=True, capture_output=True)
+    subprocess.run(
+        ["qemu-img", "create", "-f", "qcow2", "-F", "raw", "-b", str(tmp / "plain.raw"), str(tmp / "backed.qcow2")],
+        check=True,
+        capture_output=True,
+    )
     backed = (tmp / "backed.qcow2").read_bytes()
     agent = await started(env["make_agent"](Disk(str(make_disk(tmp, "sda.img", 8 * MiB)))), env["ironic"])
-    done = await command(env, agent, "standby.prepare_image",
-                         {"image_info": image_info(env, "plain.raw", data, disk_format="qcow2")}, wait=True)
+    done = await command(
+        env,
+        agent,
+        "standby.prepare_image",
+        {"image_info": image_info(env, "plain.raw", data, disk_format="qcow2")},
+        wait=True,
+    )
     assert done["command_status"] == "FAILED" and "format mismatch" in done["command_error"]["message"]
-    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "backed.qcow2", backed)},
-                         wait=True)
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": image_info(env, "backed.qcow2", backed)}, wait=True
+    )
     assert done["command_status"] == "FAILED" and "backing file" in done["command_error"]["message"]
 
 
@@ -361,13 +445,21 @@ async def test_checksum_mismatch_fails_clearly_then_redeploy_works(env):
     disk = make_disk(tmp, "sda.img", 8 * MiB)
     agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
     wrong = "0" * 64
-    done = await command(env, agent, "standby.prepare_image",
-                         {"image_info": image_info(env, "disk.raw", data, os_hash_value=wrong)}, wait=True)
+    done = await command(
+        env,
+        agent,
+        "standby.prepare_image",
+        {"image_info": image_info(env, "disk.raw", data, os_hash_value=wrong)},
+        wait=True,
+    )
     assert done["command_status"] == "FAILED"
     assert done["command_error"]["type"] == "ChecksumMismatch"
     assert done["command_error"]["message"] == (
-        f"Checksum mismatch for image disk.raw: expected sha256 {wrong} got {hashlib.sha256(data).hexdigest()}")
-    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+        f"Checksum mismatch for image disk.raw: expected sha256 {wrong} got {hashlib.sha256(data).hexdigest()}"
+    )
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True
+    )
     assert done["command_status"] == "SUCCEEDED"
     with open(disk, "rb") as fh:
         assert fh.read(len(data)) == data
@@ -383,11 +475,16 @@ async def test_checksum_url_file_and_sha512(env):
     info = {"id": "disk.raw", "urls": [f"{base}/disk.raw"], "checksum": f"{base}/SHA256SUMS"}
     done = await command(env, agent, "standby.prepare_image", {"image_info": info}, wait=True)
     assert done["command_status"] == "SUCCEEDED", done
-    done = await command(env, agent, "standby.prepare_image",
-                         {"image_info": {**info, "checksum": f"{base}/BAD256SUMS"}}, wait=True)
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": {**info, "checksum": f"{base}/BAD256SUMS"}}, wait=True
+    )
     assert done["command_status"] == "FAILED" and "Checksum mismatch" in done["command_error"]["message"]
-    info512 = {"id": "disk.raw", "urls": [f"{base}/disk.raw"], "os_hash_algo": "sha512",
-               "os_hash_value": hashlib.sha512(data).hexdigest()}
+    info512 = {
+        "id": "disk.raw",
+        "urls": [f"{base}/disk.raw"],
+        "os_hash_algo": "sha512",
+        "os_hash_value": hashlib.sha512(data).hexdigest(),
+    }
     done = await command(env, agent, "standby.prepare_image", {"image_info": info512}, wait=True)
     assert done["command_status"] == "SUCCEEDED", done
     with open(disk, "rb") as fh:
@@ -406,7 +503,9 @@ async def test_download_resumes_after_dropped_connection(env, mode):
         images.ignore_range.add("disk.raw")
     disk = make_disk(tmp, "sda.img", 16 * MiB)
     agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
-    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True
+    )
     assert done["command_status"] == "SUCCEEDED", done
     ranges = [r for name, r in images.requests if name == "disk.raw"]
     assert ranges[:-1] == [None] * (len(ranges) - 1) and len(ranges) == (3 if mode.startswith("chunked") else 2)
@@ -433,14 +532,22 @@ async def test_busy_agent_answers_409(env):
 async def test_root_device_hints_pick_the_disk_among_several(env):
     tmp = env["tmp"]
     data = make_raw_image(tmp, "disk.raw", 4 * MiB)
-    paths = {name: make_disk(tmp, f"{name}.img", size) for name, size in
-             (("sda", 5 * GiB), ("sdb", 10 * GiB), ("sdc", 20 * GiB))}  # sparse: no real space used
-    disks = [Disk(str(paths["sda"]), "/dev/sda", serial="SA"), Disk(str(paths["sdb"]), "/dev/sdb", serial="SB", wwn="0x5001"),
-             Disk(str(paths["sdc"]), "/dev/sdc", serial="SC", rotational=True)]
+    paths = {
+        name: make_disk(tmp, f"{name}.img", size)
+        for name, size in (("sda", 5 * GiB), ("sdb", 10 * GiB), ("sdc", 20 * GiB))
+    }  # sparse: no real space used
+    disks = [
+        Disk(str(paths["sda"]), "/dev/sda", serial="SA"),
+        Disk(str(paths["sdb"]), "/dev/sdb", serial="SB", wwn="0x5001"),
+        Disk(str(paths["sdc"]), "/dev/sdc", serial="SC", rotational=True),
+    ]
     agent = await started(env["make_agent"](*disks), env["ironic"])
     inv = await command(env, agent, "poll.get_hardware_info", {})
     assert [(d["name"], d["size"], d["serial"]) for d in inv["command_result"]["disks"]] == [
-        ("/dev/sda", 5 * GiB, "SA"), ("/dev/sdb", 10 * GiB, "SB"), ("/dev/sdc", 20 * GiB, "SC")]
+        ("/dev/sda", 5 * GiB, "SA"),
+        ("/dev/sdb", 10 * GiB, "SB"),
+        ("/dev/sdc", 20 * GiB, "SC"),
+    ]
     assert inv["command_result"]["interfaces"][0]["mac_address"] == "52:54:00:00:00:01"
 
     async def deploy(hints: dict[str, Any] | None) -> str:
@@ -455,14 +562,19 @@ async def test_root_device_hints_pick_the_disk_among_several(env):
         assert len(written) == 1 and f"/dev/{written[0]}" in done["command_result"]["deploy_result"]["result"]
         return written[0]
 
-    assert await deploy(None) == "sda"                 # smallest disk of at least 4 GiB
+    assert await deploy(None) == "sda"  # smallest disk of at least 4 GiB
     assert await deploy({"size": ">= 15"}) == "sdc"
     assert await deploy({"serial": "SB"}) == "sdb"
     assert await deploy({"wwn": "0x5001"}) == "sdb"
     assert await deploy({"name": "/dev/sdc"}) == "sdc"
     step = {"interface": "deploy", "step": "write_image", "args": {"image_info": image_info(env, "disk.raw", data)}}
-    done = await command(env, agent, "deploy.execute_deploy_step",
-                         {"step": step, "node": {"properties": {"root_device": {"serial": "nope"}}}}, wait=True)
+    done = await command(
+        env,
+        agent,
+        "deploy.execute_deploy_step",
+        {"step": step, "node": {"properties": {"root_device": {"serial": "nope"}}}},
+        wait=True,
+    )
     assert done["command_status"] == "FAILED" and "No suitable device" in done["command_error"]["message"]
 
 
@@ -471,7 +583,9 @@ async def test_image_larger_than_disk_fails(env):
     data = make_raw_image(tmp, "disk.raw", 8 * MiB)
     disk = make_disk(tmp, "small.img", 4 * MiB)
     agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
-    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True
+    )
     assert done["command_status"] == "FAILED" and "larger than the disk" in done["command_error"]["message"]
     assert os.path.getsize(disk) == 4 * MiB
 
@@ -484,16 +598,22 @@ async def test_config_drive_partition_written_after_image(env):
     data = make_raw_image(tmp, "disk.raw", 8 * MiB)
     iso = write_iso({"openstack/latest/meta_data.json": b'{"uuid": "x"}'}, label="config-2")
     import base64
+
     encoded = base64.b64encode(gzip.compress(iso)).decode()
     (tmp / "cd.txt").write_text(encoded)
     for source in (encoded, f"{env['image_base']}/cd.txt"):
         disk = make_disk(tmp, "sda.img", 128 * MiB)
         agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
-        done = await command(env, agent, "standby.prepare_image",
-                             {"image_info": image_info(env, "disk.raw", data), "configdrive": source}, wait=True)
+        done = await command(
+            env,
+            agent,
+            "standby.prepare_image",
+            {"image_info": image_info(env, "disk.raw", data), "configdrive": source},
+            wait=True,
+        )
         assert done["command_status"] == "SUCCEEDED", done
         part, content = read_configdrive_partition(str(disk))
-        assert content[:len(iso)] == iso
+        assert content[: len(iso)] == iso
         uuids = (await command(env, agent, "standby.get_partition_uuids", {}))["command_result"]
         assert len(uuids["partitions"]) == 3  # ESP, root and the new config-2
         await agent.stop()
@@ -509,8 +629,9 @@ async def test_power_off_and_reboot_hooks_run_after_the_result(env):
     async def reboot() -> None:
         calls.append("reboot")
 
-    agent = await started(env["make_agent"](Disk(str(make_disk(env["tmp"], "d", MiB))), power_off=off, reboot=reboot),
-                          env["ironic"])
+    agent = await started(
+        env["make_agent"](Disk(str(make_disk(env["tmp"], "d", MiB))), power_off=off, reboot=reboot), env["ironic"]
+    )
     done = await command(env, agent, "standby.power_off", {}, wait=True)
     assert done["command_status"] == "SUCCEEDED"
     await wait_for(lambda: calls == ["off"], 5, "power_off hook")
@@ -519,7 +640,9 @@ async def test_power_off_and_reboot_hooks_run_after_the_result(env):
     assert agent.heartbeats_sent <= sent + 1  # the machine left the ramdisk: heartbeats stop
     done = await command(env, agent, "standby.run_image", {}, wait=True)
     await wait_for(lambda: calls == ["off", "reboot"], 5, "reboot hook")
-    assert (await command(env, agent, "image.install_bootloader", {"root_uuid": "x"}, wait=True))["command_status"] == "SUCCEEDED"
+    assert (await command(env, agent, "image.install_bootloader", {"root_uuid": "x"}, wait=True))[
+        "command_status"
+    ] == "SUCCEEDED"
     steps = (await command(env, agent, "deploy.get_deploy_steps", {"node": {}, "ports": []}))["command_result"]
     assert [s["step"] for s in steps["deploy_steps"]["GenericHardwareManager"]] == ["write_image"]
 
@@ -535,17 +658,26 @@ async def test_many_embedded_agents_share_one_session(env):
         for i in range(20):
             mac = f"52:54:00:00:10:{i:02x}"
             ironic.register(mac)
-            options = AgentOptions(api_url=env["ironic_url"], macs=(mac,), disks=(Disk(str(make_disk(tmp, f"m{i}.img", 8 * MiB))),),
-                                   lookup_interval=0.05, heartbeat_interval=0.5, write_slots=slots,
-                                   write_block_size=MiB)
+            options = AgentOptions(
+                api_url=env["ironic_url"],
+                macs=(mac,),
+                disks=(Disk(str(make_disk(tmp, f"m{i}.img", 8 * MiB))),),
+                lookup_interval=0.05,
+                heartbeat_interval=0.5,
+                write_slots=slots,
+                write_block_size=MiB,
+            )
             agent = Agent(options, session=shared)
             agents.append(agent)
             await agent.start()
         await wait_for(lambda: all(a.heartbeats_sent for a in agents), 30, "every agent heartbeating")
         assert len({a.node_uuid for a in agents}) == 20 and len({a.callback_url for a in agents}) == 20
-        results = await asyncio.gather(*(command(env, a, "standby.prepare_image",
-                                                 {"image_info": image_info(env, "disk.raw", data)}, wait=True)
-                                         for a in agents[:8]))
+        results = await asyncio.gather(
+            *(
+                command(env, a, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+                for a in agents[:8]
+            )
+        )
         assert [r["command_status"] for r in results] == ["SUCCEEDED"] * 8
         assert all(read_head(Path(a.options.disks[0].path), len(data)) == data for a in agents[:8])
         assert not slots.locked()
@@ -563,7 +695,9 @@ async def test_clean_steps_erase_metadata_then_whole_disks(env):
     data = make_raw_image(tmp, "disk.raw", 8 * MiB)
     disk = make_disk(tmp, "sda.img", 16 * MiB)
     agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
-    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True)
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": image_info(env, "disk.raw", data)}, wait=True
+    )
     assert done["command_status"] == "SUCCEEDED"
     steps = (await command(env, agent, "clean.get_clean_steps", {"node": {}, "ports": []}))["command_result"]
     by_name = {s["step"]: s["priority"] for s in steps["clean_steps"]["GenericHardwareManager"]}
@@ -575,7 +709,7 @@ async def test_clean_steps_erase_metadata_then_whole_disks(env):
     assert uuids["root uuid"] is None and uuids["partitions"] == {}  # no partition table left
     with open(disk, "rb") as fh:
         head = fh.read(4 * MiB)
-    assert head[:MiB] == b"\0" * MiB and head[3 * MiB:] == data[3 * MiB:4 * MiB]  # only metadata went
+    assert head[:MiB] == b"\0" * MiB and head[3 * MiB :] == data[3 * MiB : 4 * MiB]  # only metadata went
     done = await command(env, agent, "clean.execute_clean_step", {"step": {**step, "step": "erase_devices"}}, wait=True)
     assert done["command_status"] == "SUCCEEDED"
     assert read_head(disk, 16 * MiB) == b"\0" * 16 * MiB and os.path.getsize(disk) == 16 * MiB
@@ -595,8 +729,13 @@ async def test_masked_token_locks_down_unless_pregenerated(env):
     ironic.lookup = lookup  # type: ignore[method-assign]
     app_runner, port = await start_http_site(ironic.app(), "127.0.0.1", 0)
     try:
-        options = dict(api_url=f"http://127.0.0.1:{port}", macs=("52:54:00:00:00:01",), lookup_interval=0.05,
-                       heartbeat_interval=0.2, disks=(Disk(str(make_disk(env["tmp"], "d", MiB))),))
+        options = dict(
+            api_url=f"http://127.0.0.1:{port}",
+            macs=("52:54:00:00:00:01",),
+            lookup_interval=0.05,
+            heartbeat_interval=0.2,
+            disks=(Disk(str(make_disk(env["tmp"], "d", MiB))),),
+        )
         locked = Agent(AgentOptions(**options))
         await locked.start()
         try:
@@ -641,8 +780,13 @@ async def test_system_logs_bundle_explains_a_failure(env):
     tmp = env["tmp"]
     data = make_raw_image(tmp, "disk.raw", 4 * MiB)
     agent = await started(env["make_agent"](Disk(str(make_disk(tmp, "sda.img", 8 * MiB)), serial="S7")), env["ironic"])
-    await command(env, agent, "standby.prepare_image",
-                  {"image_info": image_info(env, "disk.raw", data, os_hash_value="0" * 64)}, wait=True)
+    await command(
+        env,
+        agent,
+        "standby.prepare_image",
+        {"image_info": image_info(env, "disk.raw", data, os_hash_value="0" * 64)},
+        wait=True,
+    )
     logs = (await command(env, agent, "log.collect_system_logs", {}))["command_result"]["system_logs"]
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(logs)), mode="r:gz") as tar:
         names = tar.getnames()
@@ -658,9 +802,28 @@ async def test_https_image_with_ca_file_resumes_and_unknown_ca_fails(env):
 
     tmp, images = env["tmp"], env["images"]
     cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     runner = web.AppRunner(images.app())
@@ -699,7 +862,9 @@ async def test_tiny_images_are_written_exactly(env, size):
     with open(disk, "r+b") as fh:
         fh.write(b"\xaa" * 1024)
     agent = await started(env["make_agent"](Disk(str(disk))), env["ironic"])
-    done = await command(env, agent, "standby.prepare_image", {"image_info": image_info(env, "tiny.raw", data)}, wait=True)
+    done = await command(
+        env, agent, "standby.prepare_image", {"image_info": image_info(env, "tiny.raw", data)}, wait=True
+    )
     assert done["command_status"] == "SUCCEEDED", done
     assert read_head(disk, 1024) == data + b"\xaa" * (1024 - size)
     assert done["deploy_progress"]["bytes_written"] == size

@@ -27,26 +27,52 @@ async def test_agent_process_from_kernel_cmdline(tmp_path: Path) -> None:
     with open(disk, "wb") as fh:
         fh.truncate(8 * 1024 * 1024)
     cmdline = tmp_path / "cmdline"
-    cmdline.write_text(f"nofb ipa-api-url=http://127.0.0.1:{port} BOOTIF=01-52-54-00-00-00-09 "
-                       "ipa-lookup-interval=0.1 ipa-heartbeat-interval=0.2 initrd=deploy_ramdisk\n")
+    cmdline.write_text(
+        f"nofb ipa-api-url=http://127.0.0.1:{port} BOOTIF=01-52-54-00-00-00-09 "
+        "ipa-lookup-interval=0.1 ipa-heartbeat-interval=0.2 initrd=deploy_ramdisk\n"
+    )
     ports = tmp_path / "ports.json"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "services.cli", "agent", "--kernel-cmdline", str(cmdline),
-        "--disk", f"{disk},name=/dev/vda,serial=S9", "--listen-port", "0", "--ports-file", str(ports),
-        "--exit-on-power-off", cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "services.cli",
+        "agent",
+        "--kernel-cmdline",
+        str(cmdline),
+        "--disk",
+        f"{disk},name=/dev/vda,serial=S9",
+        "--listen-port",
+        "0",
+        "--ports-file",
+        str(ports),
+        "--exit-on-power-off",
+        cwd=str(REPO),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         await wait_for(lambda: ports.exists() and len(ironic.heartbeats) >= 2, 30, "agent process heartbeats")
         url = json.loads(ports.read_text())["agent"]
         assert ironic.heartbeats[0][0] == node["uuid"] and ironic.heartbeats[0][1]["callback_url"] == url
         async with aiohttp.ClientSession() as session:
-            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN},
-                                    json={"name": "poll.get_hardware_info", "params": {}}) as resp:
+            async with session.post(
+                f"{url}/v1/commands/",
+                params={"agent_token": TOKEN},
+                json={"name": "poll.get_hardware_info", "params": {}},
+            ) as resp:
                 inventory = (await resp.json())["command_result"]
-            assert inventory["disks"][0] == {**inventory["disks"][0], "name": "/dev/vda", "serial": "S9",
-                                             "size": 8 * 1024 * 1024}
+            assert inventory["disks"][0] == {
+                **inventory["disks"][0],
+                "name": "/dev/vda",
+                "serial": "S9",
+                "size": 8 * 1024 * 1024,
+            }
             assert inventory["interfaces"][0]["mac_address"] == "52:54:00:00:00:09"
-            async with session.post(f"{url}/v1/commands/", params={"agent_token": TOKEN, "wait": "true"},
-                                    json={"name": "standby.power_off", "params": {}}) as resp:
+            async with session.post(
+                f"{url}/v1/commands/",
+                params={"agent_token": TOKEN, "wait": "true"},
+                json={"name": "standby.power_off", "params": {}},
+            ) as resp:
                 assert (await resp.json())["command_status"] == "SUCCEEDED"
         deadline = time.monotonic() + 20
         while proc.returncode is None and time.monotonic() < deadline:
@@ -60,10 +86,30 @@ async def test_agent_process_from_kernel_cmdline(tmp_path: Path) -> None:
 
 
 def test_agent_cli_rejects_missing_settings(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "services.cli", "agent", "--api-url", "http://127.0.0.1:1"],
-                         cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "services.cli", "agent", "--api-url", "http://127.0.0.1:1"],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and "missing: macs, disks" in run.stderr
-    run = subprocess.run([sys.executable, "-m", "services.cli", "agent", "--api-url", "http://127.0.0.1:1",
-                          "--mac", "52:54:00:00:00:01", "--disk", f"{tmp_path}/d,colour=red"],
-                         cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "agent",
+            "--api-url",
+            "http://127.0.0.1:1",
+            "--mac",
+            "52:54:00:00:00:01",
+            "--disk",
+            f"{tmp_path}/d,colour=red",
+        ],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 2 and "bad --disk field" in run.stderr

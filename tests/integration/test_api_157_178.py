@@ -52,8 +52,9 @@ class Api:
     def __init__(self, session: aiohttp.ClientSession, live: str, lab: str, live_max: tuple[int, int]) -> None:
         self.session, self.live, self.lab, self.live_max = session, live, lab, live_max
 
-    async def call(self, version: tuple[int, int], method: str, path: str, body: Any = None,
-                   expect: int | None = None) -> tuple[int, Any]:
+    async def call(
+        self, version: tuple[int, int], method: str, path: str, body: Any = None, expect: int | None = None
+    ) -> tuple[int, Any]:
         base = self.live if version <= self.live_max else self.lab
         headers = {versions.HEADER: versions.fmt(version)}
         async with self.session.request(method, base + path, json=body, headers=headers) as r:
@@ -103,8 +104,9 @@ async def api(stack: Any, lab: str) -> AsyncIterator[Api]:
 
 async def new_node(api: Api, name: str, **fields: Any) -> dict[str, Any]:
     version = (1, 65) if "lessee" in fields else (1, 56)
-    _, node = await api.call(version, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": name, **fields},
-                             expect=201)
+    _, node = await api.call(
+        version, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": name, **fields}, expect=201
+    )
     return node
 
 
@@ -120,11 +122,13 @@ async def deployed_node(api: Api, name: str, instance_uuid: str | None) -> dict[
         patch.append({"op": "add", "path": "/instance_uuid", "value": instance_uuid})
     await api.call((1, 56), "PATCH", f"/v1/nodes/{name}", patch, expect=200)
     drive = {"meta_data": {"hostname": name}, "vendor_data": {"site": "lab"}}
-    status, body = await api.call((1, 58), "PUT", f"/v1/nodes/{name}/states/provision",
-                                  {"target": "active", "configdrive": drive})
+    status, body = await api.call(
+        (1, 58), "PUT", f"/v1/nodes/{name}/states/provision", {"target": "active", "configdrive": drive}
+    )
     assert status == 400 and "vendor_data" in fault(body)  # 1.59 feature, refused at 1.58
-    await api.call((1, 59), "PUT", f"/v1/nodes/{name}/states/provision",
-                   {"target": "active", "configdrive": drive}, expect=202)
+    await api.call(
+        (1, 59), "PUT", f"/v1/nodes/{name}/states/provision", {"target": "active", "configdrive": drive}, expect=202
+    )
     return await api.wait_state(name, "active")
 
 
@@ -132,10 +136,12 @@ async def deployed_node(api: Api, name: str, instance_uuid: str | None) -> dict[
 
 
 async def test_allocation_patch_name_and_extra_from_1_57(api: Api) -> None:
-    _, alloc = await api.call((1, 56), "POST", "/v1/allocations", {"resource_class": "nothing-here", "name": "p-1"},
-                              expect=201)
-    _, other = await api.call((1, 56), "POST", "/v1/allocations", {"resource_class": "nothing-here", "name": "p-2"},
-                              expect=201)
+    _, alloc = await api.call(
+        (1, 56), "POST", "/v1/allocations", {"resource_class": "nothing-here", "name": "p-1"}, expect=201
+    )
+    _, other = await api.call(
+        (1, 56), "POST", "/v1/allocations", {"resource_class": "nothing-here", "name": "p-2"}, expect=201
+    )
     ops = [{"op": "replace", "path": "/name", "value": "p-renamed"}, {"op": "add", "path": "/extra/k", "value": "v"}]
     status, _ = await api.call((1, 56), "PATCH", f"/v1/allocations/{alloc['uuid']}", ops)
     assert status == 405  # Ironic: the method does not exist before 1.57
@@ -148,18 +154,25 @@ async def test_allocation_patch_name_and_extra_from_1_57(api: Api) -> None:
     _, by_name = await api.call((1, 57), "GET", "/v1/allocations/p-renamed", expect=200)
     assert by_name["uuid"] == alloc["uuid"]
 
-    for bad, code in (([{"op": "replace", "path": "/resource_class", "value": "x"}], 400),
-                      ([{"op": "replace", "path": "/state", "value": "active"}], 400),
-                      ([{"op": "replace", "path": "/name", "value": "has space"}], 400),
-                      ([{"op": "replace", "path": "/name", "value": str(uuid.uuid4())}], 400),
-                      ([{"op": "replace", "path": "/extra", "value": [1]}], 400),
-                      ([{"op": "replace", "path": "/name", "value": "p-2"}], 409)):
+    for bad, code in (
+        ([{"op": "replace", "path": "/resource_class", "value": "x"}], 400),
+        ([{"op": "replace", "path": "/state", "value": "active"}], 400),
+        ([{"op": "replace", "path": "/name", "value": "has space"}], 400),
+        ([{"op": "replace", "path": "/name", "value": str(uuid.uuid4())}], 400),
+        ([{"op": "replace", "path": "/extra", "value": [1]}], 400),
+        ([{"op": "replace", "path": "/name", "value": "p-2"}], 409),
+    ):
         status, body = await api.call((1, 57), "PATCH", f"/v1/allocations/{alloc['uuid']}", bad)
         assert status == code, (bad, status, body)
     _, unchanged = await api.call((1, 57), "GET", f"/v1/allocations/{alloc['uuid']}", expect=200)
     assert unchanged["name"] == "p-renamed" and unchanged["resource_class"] == "nothing-here"
-    _, cleared = await api.call((1, 57), "PATCH", f"/v1/allocations/{alloc['uuid']}",
-                                [{"op": "remove", "path": "/name"}, {"op": "remove", "path": "/extra"}], expect=200)
+    _, cleared = await api.call(
+        (1, 57),
+        "PATCH",
+        f"/v1/allocations/{alloc['uuid']}",
+        [{"op": "remove", "path": "/name"}, {"op": "remove", "path": "/extra"}],
+        expect=200,
+    )
     assert cleared["name"] is None and cleared["extra"] == {}
     assert other["name"] == "p-2"
 
@@ -179,34 +192,43 @@ async def test_allocation_owner_from_1_60(api: Api) -> None:
     assert (await api.call((1, 59), "GET", "/v1/allocations/owned-a?fields=owner"))[0] == 406
     _, old = await api.call((1, 59), "GET", "/v1/allocations/owned-a", expect=200)
     assert "owner" not in old
-    status, _ = await api.call((1, 60), "PATCH", "/v1/allocations/owned-a",
-                               [{"op": "replace", "path": "/owner", "value": "project-b"}])
+    status, _ = await api.call(
+        (1, 60), "PATCH", "/v1/allocations/owned-a", [{"op": "replace", "path": "/owner", "value": "project-b"}]
+    )
     assert status == 400  # only name and extra change, as in Ironic
     assert (await api.call((1, 60), "POST", "/v1/allocations", {**body, "owner": "x" * 256}))[0] == 400
 
 
 async def test_allocation_owner_only_takes_owned_or_leased_nodes(api: Api) -> None:
     """1.60/1.65: an owned allocation matches nodes with that owner or lessee only."""
-    for name, extra in (("own-none", {}), ("own-other", {"owner": "project-z"}),
-                        ("own-owner", {"owner": "project-o"}), ("own-lessee", {"lessee": "project-l"})):
+    for name, extra in (
+        ("own-none", {}),
+        ("own-other", {"owner": "project-z"}),
+        ("own-owner", {"owner": "project-o"}),
+        ("own-lessee", {"lessee": "project-l"}),
+    ):
         await new_node(api, name, resource_class="owned-rc", **extra)
         await api.call((1, 56), "PUT", f"/v1/nodes/{name}/states/provision", {"target": "manage"}, expect=202)
         await api.wait_state(name, "manageable")
         await api.call((1, 56), "PUT", f"/v1/nodes/{name}/states/provision", {"target": "provide"}, expect=202)
         await api.wait_state(name, "available")
-    _, none = await api.call((1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-q"},
-                             expect=201)
+    _, none = await api.call(
+        (1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-q"}, expect=201
+    )
     assert none["state"] == "error" and "project-q" in none["last_error"]
-    _, by_owner = await api.call((1, 60), "POST", "/v1/allocations",
-                                 {"resource_class": "owned-rc", "owner": "project-o"}, expect=201)
+    _, by_owner = await api.call(
+        (1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-o"}, expect=201
+    )
     _, owner_node = await api.call((1, 60), "GET", "/v1/nodes/own-owner", expect=200)
     assert by_owner["state"] == "active" and by_owner["node_uuid"] == owner_node["uuid"]
-    _, by_lessee = await api.call((1, 65), "POST", "/v1/allocations",
-                                  {"resource_class": "owned-rc", "owner": "project-l"}, expect=201)
+    _, by_lessee = await api.call(
+        (1, 65), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-l"}, expect=201
+    )
     _, lessee_node = await api.call((1, 65), "GET", "/v1/nodes/own-lessee", expect=200)
     assert by_lessee["state"] == "active" and by_lessee["node_uuid"] == lessee_node["uuid"]
-    _, again = await api.call((1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-o"},
-                              expect=201)
+    _, again = await api.call(
+        (1, 60), "POST", "/v1/allocations", {"resource_class": "owned-rc", "owner": "project-o"}, expect=201
+    )
     assert again["state"] == "error"  # its only node is taken; project-z's and the unowned one stay free
     for name in ("own-none", "own-other"):
         _, free = await api.call((1, 60), "GET", f"/v1/nodes/{name}", expect=200)
@@ -220,11 +242,13 @@ async def test_allocation_backfill_from_1_58(api: Api) -> None:
 
     status, body = await api.call((1, 57), "POST", "/v1/allocations", {"node": "backfill-1"})
     assert status == 400 and "API version" in fault(body)
-    for bad in ({"node": "backfill-spare"},  # not deployed
-                {"node": "backfill-1", "resource_class": "other-rc"},
-                {"node": "backfill-1", "traits": ["CUSTOM_MISSING"]},
-                {"node": "backfill-1", "candidate_nodes": ["backfill-spare"]},
-                {"node": "no-such-node"}):
+    for bad in (
+        {"node": "backfill-spare"},  # not deployed
+        {"node": "backfill-1", "resource_class": "other-rc"},
+        {"node": "backfill-1", "traits": ["CUSTOM_MISSING"]},
+        {"node": "backfill-1", "candidate_nodes": ["backfill-spare"]},
+        {"node": "no-such-node"},
+    ):
         status, body = await api.call((1, 58), "POST", "/v1/allocations", bad)
         assert status == 400, (bad, status, body)
     status, _ = await api.call((1, 58), "POST", "/v1/allocations", {"node": "backfill-1", "uuid": str(uuid.uuid4())})
@@ -232,8 +256,7 @@ async def test_allocation_backfill_from_1_58(api: Api) -> None:
     _, none_yet = await api.call((1, 58), "GET", "/v1/allocations?node=backfill-1", expect=200)
     assert none_yet["allocations"] == []  # refusals leave nothing behind
 
-    _, alloc = await api.call((1, 58), "POST", "/v1/allocations", {"node": "backfill-1", "name": "filled"},
-                              expect=201)
+    _, alloc = await api.call((1, 58), "POST", "/v1/allocations", {"node": "backfill-1", "name": "filled"}, expect=201)
     assert alloc["uuid"] == instance and alloc["state"] == "active" and alloc["node_uuid"] == node["uuid"]
     assert alloc["resource_class"] == "backfill-rc"
     _, shown = await api.call((1, 58), "GET", "/v1/nodes/backfill-1", expect=200)
@@ -258,18 +281,22 @@ async def test_port_network_type_from_1_64(api: Api) -> None:
     assert (await api.call((1, 63), "POST", "/v1/ports", port("52:54:00:64:00:01", managed)))[0] == 406
     _, p1 = await api.call((1, 64), "POST", "/v1/ports", port("52:54:00:64:00:01", managed), expect=201)
     assert p1["local_link_connection"] == managed
-    _, p2 = await api.call((1, 64), "POST", "/v1/ports", port("52:54:00:64:00:02", {"network_type": "unmanaged"}),
-                           expect=201)
+    _, p2 = await api.call(
+        (1, 64), "POST", "/v1/ports", port("52:54:00:64:00:02", {"network_type": "unmanaged"}), expect=201
+    )
     assert p2["local_link_connection"] == {"network_type": "unmanaged"}
-    for bad in ({"network_type": "managed"},  # managed still needs port_id and switch_id
-                {"network_type": "bogus", "port_id": "1", "switch_id": "s"},
-                {"port_id": "Eth1/1"},
-                {"port_id": "Eth1/1", "switch_id": "s", "vlan": "1"},
-                {"port_id": 7, "switch_id": "s"}):
+    for bad in (
+        {"network_type": "managed"},  # managed still needs port_id and switch_id
+        {"network_type": "bogus", "port_id": "1", "switch_id": "s"},
+        {"port_id": "Eth1/1"},
+        {"port_id": "Eth1/1", "switch_id": "s", "vlan": "1"},
+        {"port_id": 7, "switch_id": "s"},
+    ):
         status, body = await api.call((1, 64), "POST", "/v1/ports", port("52:54:00:64:00:03", bad))
         assert status == 400, (bad, status, body)
-    _, smartnic = await api.call((1, 64), "POST", "/v1/ports",
-                                 port("52:54:00:64:00:03", {"port_id": "rep0", "hostname": "host-a"}), expect=201)
+    _, smartnic = await api.call(
+        (1, 64), "POST", "/v1/ports", port("52:54:00:64:00:03", {"port_id": "rep0", "hostname": "host-a"}), expect=201
+    )
     assert smartnic["local_link_connection"]["hostname"] == "host-a"
     ops = [{"op": "add", "path": "/local_link_connection/network_type", "value": "unmanaged"}]
     status, _ = await api.call((1, 63), "PATCH", f"/v1/ports/{smartnic['uuid']}", ops)
@@ -286,14 +313,26 @@ async def test_port_network_type_from_1_64(api: Api) -> None:
 async def test_vif_attach_to_named_port_or_group_from_1_67(api: Api) -> None:
     node = await new_node(api, "vif-node")
     other = await new_node(api, "vif-other")
-    _, pxe = await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:67:00:01"},
-                            expect=201)
-    _, second = await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:67:00:02",
-                                                              "pxe_enabled": False}, expect=201)
-    _, foreign = await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": other["uuid"],
-                                                               "address": "52:54:00:67:00:03"}, expect=201)
-    _, group = await api.call((1, 56), "POST", "/v1/portgroups", {"node_uuid": node["uuid"], "name": "vif-bond",
-                                                                  "address": "52:54:00:67:00:10"}, expect=201)
+    _, pxe = await api.call(
+        (1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:67:00:01"}, expect=201
+    )
+    _, second = await api.call(
+        (1, 56),
+        "POST",
+        "/v1/ports",
+        {"node_uuid": node["uuid"], "address": "52:54:00:67:00:02", "pxe_enabled": False},
+        expect=201,
+    )
+    _, foreign = await api.call(
+        (1, 56), "POST", "/v1/ports", {"node_uuid": other["uuid"], "address": "52:54:00:67:00:03"}, expect=201
+    )
+    _, group = await api.call(
+        (1, 56),
+        "POST",
+        "/v1/portgroups",
+        {"node_uuid": node["uuid"], "name": "vif-bond", "address": "52:54:00:67:00:10"},
+        expect=201,
+    )
     vifs = f"/v1/nodes/{node['uuid']}/vifs"
 
     status, _ = await api.call((1, 66), "POST", vifs, {"id": "vif-a", "port_uuid": second["uuid"]})
@@ -304,11 +343,13 @@ async def test_vif_attach_to_named_port_or_group_from_1_67(api: Api) -> None:
     _, untouched = await api.call((1, 56), "GET", f"/v1/ports/{pxe['uuid']}", expect=200)
     assert "tenant_vif_port_id" not in untouched["internal_info"]
 
-    for body, code in (({"id": "vif-b", "port_uuid": foreign["uuid"]}, 400),
-                       ({"id": "vif-b", "port_uuid": str(uuid.uuid4())}, 400),
-                       ({"id": "vif-b", "port_uuid": "not-a-uuid"}, 400),
-                       ({"id": "vif-b", "port_uuid": second["uuid"]}, 409),
-                       ({"id": "vif-b", "port_uuid": pxe["uuid"], "portgroup_uuid": group["uuid"]}, 400)):
+    for body, code in (
+        ({"id": "vif-b", "port_uuid": foreign["uuid"]}, 400),
+        ({"id": "vif-b", "port_uuid": str(uuid.uuid4())}, 400),
+        ({"id": "vif-b", "port_uuid": "not-a-uuid"}, 400),
+        ({"id": "vif-b", "port_uuid": second["uuid"]}, 409),
+        ({"id": "vif-b", "port_uuid": pxe["uuid"], "portgroup_uuid": group["uuid"]}, 400),
+    ):
         status, reply = await api.call((1, 67), "POST", vifs, body)
         assert status == code, (body, status, reply)
     _, listed = await api.call((1, 67), "GET", vifs, expect=200)
@@ -317,8 +358,9 @@ async def test_vif_attach_to_named_port_or_group_from_1_67(api: Api) -> None:
     await api.call((1, 67), "POST", vifs, {"id": "vif-g", "portgroup_uuid": group["uuid"]}, expect=204)
     status, _ = await api.call((1, 67), "POST", vifs, {"id": "vif-h", "portgroup_uuid": group["uuid"]})
     assert status == 409
-    status, _ = await api.call((1, 67), "POST", f"/v1/nodes/{other['uuid']}/vifs",
-                               {"id": "vif-h", "portgroup_uuid": group["uuid"]})
+    status, _ = await api.call(
+        (1, 67), "POST", f"/v1/nodes/{other['uuid']}/vifs", {"id": "vif-h", "portgroup_uuid": group["uuid"]}
+    )
     assert status == 400
     assert (await api.call((1, 67), "POST", f"/v1/nodes/{other['uuid']}/vifs", {"id": "vif-g"}))[0] == 409
     _, listed = await api.call((1, 67), "GET", vifs, expect=200)
@@ -337,9 +379,18 @@ async def test_bios_registry_details_from_1_74(api: Api, stack: Any) -> None:
     service = next(s for s in stack.services if s.name == "api")
     node_id = await service.pool.fetchval("SELECT id FROM nodes WHERE uuid = $1::uuid", node["uuid"])
     await BiosRepository(service.pool).replace(
-        node_id, {"BootMode": "Uefi", "ProcTurbo": "Enabled"},
-        registry={"BootMode": {"attribute_type": "Enumeration", "allowable_values": ["Bios", "Uefi"],
-                               "read_only": False, "reset_required": True, "unique": False}})
+        node_id,
+        {"BootMode": "Uefi", "ProcTurbo": "Enabled"},
+        registry={
+            "BootMode": {
+                "attribute_type": "Enumeration",
+                "allowable_values": ["Bios", "Uefi"],
+                "read_only": False,
+                "reset_required": True,
+                "unique": False,
+            }
+        },
+    )
     path = f"/v1/nodes/{node['uuid']}/bios"
 
     _, plain = await api.call((1, 73), "GET", path, expect=200)
@@ -376,8 +427,9 @@ async def test_driver_fields_from_1_77(api: Api) -> None:
     assert set(fake) == {"name", "hosts"} and fake["hosts"]
     _, iface = await api.call((1, 77), "GET", "/v1/drivers?fields=name,default_deploy_interface", expect=200)
     assert next(d for d in iface["drivers"] if d["name"] == "fake-hardware")["default_deploy_interface"]
-    _, one = await api.call((1, 77), "GET", "/v1/drivers/fake-hardware?fields=name,enabled_power_interfaces",
-                            expect=200)
+    _, one = await api.call(
+        (1, 77), "GET", "/v1/drivers/fake-hardware?fields=name,enabled_power_interfaces", expect=200
+    )
     assert set(one) == {"name", "enabled_power_interfaces"} and one["enabled_power_interfaces"]
     assert (await api.call((1, 77), "GET", "/v1/drivers?fields=bogus"))[0] == 400
     _, full = await api.call((1, 77), "GET", "/v1/drivers/fake-hardware", expect=200)
@@ -390,8 +442,10 @@ async def test_driver_fields_from_1_77(api: Api) -> None:
 async def test_retired_from_1_61(api: Api) -> None:
     assert (await api.call((1, 60), "POST", "/v1/nodes", {"driver": "fake-hardware", "retired": True}))[0] == 406
     node = await new_node(api, "retire-me")
-    ops = [{"op": "replace", "path": "/retired", "value": True},
-           {"op": "replace", "path": "/retired_reason", "value": "old"}]
+    ops = [
+        {"op": "replace", "path": "/retired", "value": True},
+        {"op": "replace", "path": "/retired_reason", "value": "old"},
+    ]
     assert (await api.call((1, 60), "PATCH", "/v1/nodes/retire-me", ops))[0] == 406
     _, patched = await api.call((1, 61), "PATCH", "/v1/nodes/retire-me", ops, expect=200)
     assert patched["retired"] is True and patched["retired_reason"] == "old"
@@ -426,8 +480,10 @@ async def test_agent_token_verify_ca_and_status_in_heartbeat(api: Api) -> None:
     status, body = await api.call((1, 62), "POST", missing, {"callback_url": "http://10.0.0.2:9999"})
     assert status == 400 and "token" in fault(body).lower()
     assert (await api.call((1, 62), "POST", missing, base))[0] == 404
-    for field, value, since in (("agent_verify_ca", "-----BEGIN CERTIFICATE-----", (1, 68)),
-                                ("agent_status", "start", (1, 72))):
+    for field, value, since in (
+        ("agent_verify_ca", "-----BEGIN CERTIFICATE-----", (1, 68)),
+        ("agent_status", "start", (1, 72)),
+    ):
         status, body = await api.call((1, since[1] - 1), "POST", missing, {**base, field: value})
         assert status == 400 and field in fault(body), (field, status, body)
         assert (await api.call(since, "POST", missing, {**base, field: value}))[0] == 404
@@ -437,8 +493,7 @@ async def test_lessee_from_1_65(api: Api) -> None:
     assert (await api.call((1, 64), "POST", "/v1/nodes", {"driver": "fake-hardware", "lessee": "p"}))[0] == 406
     node = await new_node(api, "leased", lessee="project-lessee")
     _, listed = await api.call((1, 65), "GET", "/v1/nodes?lessee=project-lessee&fields=uuid,lessee", expect=200)
-    assert listed["nodes"] == [{"uuid": node["uuid"], "lessee": "project-lessee",
-                                "links": listed["nodes"][0]["links"]}]
+    assert listed["nodes"] == [{"uuid": node["uuid"], "lessee": "project-lessee", "links": listed["nodes"][0]["links"]}]
     assert (await api.call((1, 64), "GET", "/v1/nodes?lessee=project-lessee"))[0] == 406
     _, old = await api.call((1, 64), "GET", "/v1/nodes/leased", expect=200)
     assert "lessee" not in old
@@ -450,48 +505,82 @@ async def test_lessee_from_1_65(api: Api) -> None:
 
 async def test_network_data_from_1_66(api: Api) -> None:
     await new_node(api, "netdata")
-    data = {"links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:66:00:01"}],
-            "networks": [], "services": []}
+    data = {
+        "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:66:00:01"}],
+        "networks": [],
+        "services": [],
+    }
     ops = [{"op": "add", "path": "/network_data", "value": data}]
     assert (await api.call((1, 65), "PATCH", "/v1/nodes/netdata", ops))[0] == 406
     _, patched = await api.call((1, 66), "PATCH", "/v1/nodes/netdata", ops, expect=200)
     assert patched["network_data"] == data
-    full = {"links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:66:00:01", "mtu": 9000},
-                      {"id": "bond0", "type": "bond", "ethernet_mac_address": "52:54:00:66:00:02",
-                       "bond_mode": "802.1ad", "bond_links": ["eth0"]},
-                      {"id": "vlan9", "type": "vlan", "vlan_mac_address": "52:54:00:66:00:02",
-                       "vlan_link": "bond0", "vlan_id": 9}],
-            "networks": [{"id": "net0", "link": "vlan9", "network_id": "n0", "type": "ipv4",
-                          "ip_address": "192.0.2.10", "netmask": "255.255.255.0",
-                          "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "192.0.2.1"}]},
-                         {"id": "net1", "link": "eth0", "network_id": "n1", "type": "ipv6_slaac"}],
-            "services": [{"type": "dns", "address": "192.0.2.53"}, {"type": "dns", "address": "2001:db8::53"}]}
-    _, patched = await api.call((1, 66), "PATCH", "/v1/nodes/netdata",
-                                [{"op": "replace", "path": "/network_data", "value": full}], expect=200)
+    full = {
+        "links": [
+            {"id": "eth0", "type": "phy", "ethernet_mac_address": "52:54:00:66:00:01", "mtu": 9000},
+            {
+                "id": "bond0",
+                "type": "bond",
+                "ethernet_mac_address": "52:54:00:66:00:02",
+                "bond_mode": "802.1ad",
+                "bond_links": ["eth0"],
+            },
+            {
+                "id": "vlan9",
+                "type": "vlan",
+                "vlan_mac_address": "52:54:00:66:00:02",
+                "vlan_link": "bond0",
+                "vlan_id": 9,
+            },
+        ],
+        "networks": [
+            {
+                "id": "net0",
+                "link": "vlan9",
+                "network_id": "n0",
+                "type": "ipv4",
+                "ip_address": "192.0.2.10",
+                "netmask": "255.255.255.0",
+                "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "192.0.2.1"}],
+            },
+            {"id": "net1", "link": "eth0", "network_id": "n1", "type": "ipv6_slaac"},
+        ],
+        "services": [{"type": "dns", "address": "192.0.2.53"}, {"type": "dns", "address": "2001:db8::53"}],
+    }
+    _, patched = await api.call(
+        (1, 66), "PATCH", "/v1/nodes/netdata", [{"op": "replace", "path": "/network_data", "value": full}], expect=200
+    )
     assert patched["network_data"] == full
     broken = [
         "not an object",
         {"links": [], "networks": []},  # services missing
         {**data, "links": [{"id": "eth0", "type": "phy", "ethernet_mac_address": "nope"}]},
         {**data, "links": [{"id": "eth0", "type": "teleport", "ethernet_mac_address": "52:54:00:66:00:01"}]},
-        {**data, "links": [{"id": "b", "type": "bond", "ethernet_mac_address": "52:54:00:66:00:01",
-                            "bond_mode": "802.1ad"}]},
-        {**data, "networks": [{"id": "n", "link": "eth0", "network_id": "n", "type": "ipv4",
-                               "ip_address": "2001:db8::1"}]},
-        {**data, "networks": [{"id": "n", "link": "eth0", "network_id": "n", "type": "ipv4",
-                               "netmask": "255.0.255.0"}]},
+        {
+            **data,
+            "links": [{"id": "b", "type": "bond", "ethernet_mac_address": "52:54:00:66:00:01", "bond_mode": "802.1ad"}],
+        },
+        {
+            **data,
+            "networks": [{"id": "n", "link": "eth0", "network_id": "n", "type": "ipv4", "ip_address": "2001:db8::1"}],
+        },
+        {
+            **data,
+            "networks": [{"id": "n", "link": "eth0", "network_id": "n", "type": "ipv4", "netmask": "255.0.255.0"}],
+        },
         {**data, "services": [{"type": "ntp", "address": "192.0.2.1"}]},
     ]
     for value in broken:
-        status, body = await api.call((1, 66), "PATCH", "/v1/nodes/netdata",
-                                      [{"op": "replace", "path": "/network_data", "value": value}])
+        status, body = await api.call(
+            (1, 66), "PATCH", "/v1/nodes/netdata", [{"op": "replace", "path": "/network_data", "value": value}]
+        )
         assert status == 400 and "network_data" in fault(body), (value, status, body)
     _, kept = await api.call((1, 66), "GET", "/v1/nodes/netdata", expect=200)
     assert kept["network_data"] == full
     status, _ = await api.call((1, 66), "POST", "/v1/nodes", {"driver": "fake-hardware", "network_data": broken[1]})
     assert status == 400
-    _, emptied = await api.call((1, 66), "PATCH", "/v1/nodes/netdata",
-                                [{"op": "replace", "path": "/network_data", "value": {}}], expect=200)
+    _, emptied = await api.call(
+        (1, 66), "PATCH", "/v1/nodes/netdata", [{"op": "replace", "path": "/network_data", "value": {}}], expect=200
+    )
     assert emptied["network_data"] == {}
 
 
@@ -501,8 +590,13 @@ async def test_deploy_and_undeploy_verbs_from_1_73(api: Api) -> None:
     await api.wait_state("verbs", "manageable")
     await api.call((1, 56), "PUT", "/v1/nodes/verbs/states/provision", {"target": "provide"}, expect=202)
     await api.wait_state("verbs", "available")
-    await api.call((1, 56), "PATCH", "/v1/nodes/verbs",
-                   [{"op": "add", "path": "/instance_info/image_source", "value": "http://images/x.img"}], expect=200)
+    await api.call(
+        (1, 56),
+        "PATCH",
+        "/v1/nodes/verbs",
+        [{"op": "add", "path": "/instance_info/image_source", "value": "http://images/x.img"}],
+        expect=200,
+    )
     assert (await api.call((1, 72), "PUT", "/v1/nodes/verbs/states/provision", {"target": "deploy"}))[0] == 406
     await api.call((1, 73), "PUT", "/v1/nodes/verbs/states/provision", {"target": "deploy"}, expect=202)
     await api.wait_state("verbs", "active")
@@ -529,8 +623,7 @@ async def test_history_follows_the_advertised_maximum(api: Api) -> None:
     reaches 1.78 and answers 404 before; both branches are real requests."""
     node = await new_node(api, "hist-latest")
     await api.call((1, 56), "PUT", "/v1/nodes/hist-latest/maintenance", {"reason": "x"}, expect=202)
-    async with api.session.get(f"{api.live}/v1/nodes/{node['uuid']}/history",
-                               headers={versions.HEADER: "latest"}) as r:
+    async with api.session.get(f"{api.live}/v1/nodes/{node['uuid']}/history", headers={versions.HEADER: "latest"}) as r:
         status, text = r.status, await r.text()
     if api.live_max < (1, 78):
         assert status == 404, text
@@ -545,13 +638,24 @@ async def test_history_follows_the_advertised_maximum(api: Api) -> None:
 async def test_vif_attach_without_a_port_picks_like_ironic(api: Api) -> None:
     """Nova names no port: a port group first, then a PXE-enabled port; a group with a VIF is used up."""
     node = await new_node(api, "vif-pick")
-    _, group = await api.call((1, 56), "POST", "/v1/portgroups", {"node_uuid": node["uuid"], "name": "pick-bond",
-                                                                  "address": "52:54:00:68:00:10"}, expect=201)
+    _, group = await api.call(
+        (1, 56),
+        "POST",
+        "/v1/portgroups",
+        {"node_uuid": node["uuid"], "name": "pick-bond", "address": "52:54:00:68:00:10"},
+        expect=201,
+    )
     for mac in ("52:54:00:68:00:01", "52:54:00:68:00:02"):
-        await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac,
-                                                      "portgroup_uuid": group["uuid"]}, expect=201)
-    _, lone = await api.call((1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:68:00:03"},
-                             expect=201)
+        await api.call(
+            (1, 56),
+            "POST",
+            "/v1/ports",
+            {"node_uuid": node["uuid"], "address": mac, "portgroup_uuid": group["uuid"]},
+            expect=201,
+        )
+    _, lone = await api.call(
+        (1, 56), "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:68:00:03"}, expect=201
+    )
     vifs = f"/v1/nodes/{node['uuid']}/vifs"
     await api.call((1, 56), "POST", vifs, {"id": "vif-1"}, expect=204)
     _, bond = await api.call((1, 56), "GET", f"/v1/portgroups/{group['uuid']}", expect=200)

@@ -44,8 +44,9 @@ def fault(body: dict[str, Any]) -> str:
 async def dead_conductor(stack: Any) -> str:
     """A registered conductor that went offline; it drives nothing, so no ring includes it."""
     repo = ConductorRepository(stack.pool)
-    await repo.register(hostname="gone-conductor", grpc_address="127.0.0.1:1", conductor_group="rack9",
-                        hardware_types=[], interfaces={})
+    await repo.register(
+        hostname="gone-conductor", grpc_address="127.0.0.1:1", conductor_group="rack9", hardware_types=[], interfaces={}
+    )
     await repo.mark_offline("gone-conductor")
     return "gone-conductor"
 
@@ -106,13 +107,21 @@ async def test_conductors_are_404_below_1_49_and_linked_from_v1(api: str) -> Non
 
 # -- events (1.54) ------------------------------------------------------------------------
 
-EVENT = {"event": "network.bind_port", "port_id": "11111111-2222-3333-4444-555555555555",
-         "mac_address": "52:54:00:12:34:56", "status": "ACTIVE"}
+EVENT = {
+    "event": "network.bind_port",
+    "port_id": "11111111-2222-3333-4444-555555555555",
+    "mac_address": "52:54:00:12:34:56",
+    "status": "ACTIVE",
+}
 
 
 async def test_events_accepts_valid_network_events(api: str) -> None:
-    full = {**EVENT, "device_id": "11111111-2222-3333-4444-666666666666",
-            "binding:host_id": "11111111-2222-3333-4444-777777777777", "binding:vnic_type": "baremetal"}
+    full = {
+        **EVENT,
+        "device_id": "11111111-2222-3333-4444-666666666666",
+        "binding:host_id": "11111111-2222-3333-4444-777777777777",
+        "binding:vnic_type": "baremetal",
+    }
     status, body = await call("POST", f"{api}/v1/events", {"events": [EVENT, full]})
     assert status == 204 and body is None
     status, _ = await call("POST", f"{api}/v1/events", {"events": []})
@@ -144,8 +153,9 @@ STEP = {"interface": "raid", "step": "create_configuration", "args": {"level": "
 
 
 async def test_deploy_template_lifecycle(api: str) -> None:
-    status, created = await call("POST", f"{api}/v1/deploy_templates",
-                                 {"name": "CUSTOM_RAID1", "steps": [STEP], "extra": {"team": "a"}})
+    status, created = await call(
+        "POST", f"{api}/v1/deploy_templates", {"name": "CUSTOM_RAID1", "steps": [STEP], "extra": {"team": "a"}}
+    )
     assert status == 201, created
     assert created["name"] == "CUSTOM_RAID1" and created["steps"] == [STEP] and created["extra"] == {"team": "a"}
     ident = created["uuid"]
@@ -161,11 +171,15 @@ async def test_deploy_template_lifecycle(api: str) -> None:
     assert set(one) == {"steps", "links"}
 
     bios = {"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 5}
-    status, patched = await call("PATCH", f"{api}/v1/deploy_templates/{ident}", [
-        {"op": "add", "path": "/steps/-", "value": bios},
-        {"op": "replace", "path": "/name", "value": "CUSTOM_RAID1_BIOS"},
-        {"op": "remove", "path": "/extra/team"},
-    ])
+    status, patched = await call(
+        "PATCH",
+        f"{api}/v1/deploy_templates/{ident}",
+        [
+            {"op": "add", "path": "/steps/-", "value": bios},
+            {"op": "replace", "path": "/name", "value": "CUSTOM_RAID1_BIOS"},
+            {"op": "remove", "path": "/extra/team"},
+        ],
+    )
     assert status == 200, patched
     assert patched["steps"] == [STEP, bios] and patched["name"] == "CUSTOM_RAID1_BIOS" and patched["extra"] == {}
     assert patched["updated_at"] is not None
@@ -208,14 +222,18 @@ async def test_deploy_template_errors_change_nothing(api: str) -> None:
         assert status == expected, (patch, status, reply)
     _, kept = await call("GET", f"{api}/v1/deploy_templates/CUSTOM_KEEP")
     assert kept == first
-    for url, expected in ((f"{api}/v1/deploy_templates?sort_key=steps", 400),
-                          (f"{api}/v1/deploy_templates?marker=nope", 400),
-                          (f"{api}/v1/deploy_templates/CUSTOM_NOPE", 404)):
+    for url, expected in (
+        (f"{api}/v1/deploy_templates?sort_key=steps", 400),
+        (f"{api}/v1/deploy_templates?marker=nope", 400),
+        (f"{api}/v1/deploy_templates/CUSTOM_NOPE", 404),
+    ):
         status, _ = await call("GET", url)
         assert status == expected, url
     status, _ = await call("GET", f"{api}/v1/deploy_templates", version="1.54")
     assert status == 404
-    status, _ = await call("POST", f"{api}/v1/deploy_templates", {"name": "CUSTOM_OLD", "steps": [STEP]}, version="1.54")
+    status, _ = await call(
+        "POST", f"{api}/v1/deploy_templates", {"name": "CUSTOM_OLD", "steps": [STEP]}, version="1.54"
+    )
     assert status == 404
 
 
@@ -264,10 +282,12 @@ async def test_bios_settings_read_from_the_cache(api: str, stack: Any) -> None:
     assert [(s["name"], s["value"]) for s in body["bios"]] == [("ProcVirtualization", "Disabled")]
     assert body["bios"][0]["created_at"] == setting["created_at"] and body["bios"][0]["updated_at"] is not None
 
-    for url, version in ((f"{api}/v1/nodes/bios-node/bios/BootMode", "latest"),
-                         (f"{api}/v1/nodes/no-such-node/bios", "latest"),
-                         (f"{api}/v1/nodes/bios-node/bios", "1.39"),
-                         (f"{api}/v1/nodes/bios-node/bios/ProcVirtualization", "1.39")):
+    for url, version in (
+        (f"{api}/v1/nodes/bios-node/bios/BootMode", "latest"),
+        (f"{api}/v1/nodes/no-such-node/bios", "latest"),
+        (f"{api}/v1/nodes/bios-node/bios", "1.39"),
+        (f"{api}/v1/nodes/bios-node/bios/ProcVirtualization", "1.39"),
+    ):
         status, reply = await call("GET", url, version=version)
         assert status == 404, (url, version, reply)
 
@@ -277,21 +297,29 @@ async def test_bios_settings_read_from_the_cache(api: str, stack: Any) -> None:
 
 async def test_portgroup_lifecycle_with_ports(api: str) -> None:
     _, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "bonded"})
-    status, group = await call("POST", f"{api}/v1/portgroups",
-                               {"node_uuid": node["uuid"], "name": "bond0", "address": "52:54:00:BB:00:10",
-                                "properties": {"miimon": "100"}})
+    status, group = await call(
+        "POST",
+        f"{api}/v1/portgroups",
+        {"node_uuid": node["uuid"], "name": "bond0", "address": "52:54:00:BB:00:10", "properties": {"miimon": "100"}},
+    )
     assert status == 201, group
     assert group["address"] == "52:54:00:bb:00:10" and group["mode"] == "active-backup"
     assert group["standalone_ports_supported"] is True and group["properties"] == {"miimon": "100"}
     assert group["ports"][0]["href"] == f"{api}/v1/portgroups/{group['uuid']}/ports"
 
-    status, port = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:11",
-                                                          "portgroup_uuid": group["uuid"]})
+    status, port = await call(
+        "POST",
+        f"{api}/v1/ports",
+        {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:11", "portgroup_uuid": group["uuid"]},
+    )
     assert status == 201 and port["portgroup_uuid"] == group["uuid"]
     status, loose = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:12"})
     assert status == 201 and loose["portgroup_uuid"] is None
-    status, joined = await call("PATCH", f"{api}/v1/ports/{loose['uuid']}",
-                                [{"op": "replace", "path": "/portgroup_uuid", "value": group["uuid"]}])
+    status, joined = await call(
+        "PATCH",
+        f"{api}/v1/ports/{loose['uuid']}",
+        [{"op": "replace", "path": "/portgroup_uuid", "value": group["uuid"]}],
+    )
     assert status == 200 and joined["portgroup_uuid"] == group["uuid"]
 
     _, members = await call("GET", f"{api}/v1/portgroups/bond0/ports")
@@ -308,9 +336,11 @@ async def test_portgroup_lifecycle_with_ports(api: str) -> None:
     _, by_address = await call("GET", f"{api}/v1/portgroups?address=52:54:00:bb:00:10")
     assert [g["uuid"] for g in by_address["portgroups"]] == [group["uuid"]]
 
-    status, patched = await call("PATCH", f"{api}/v1/portgroups/bond0",
-                                 [{"op": "replace", "path": "/mode", "value": "802.3ad"},
-                                  {"op": "add", "path": "/extra/rack", "value": "r1"}])
+    status, patched = await call(
+        "PATCH",
+        f"{api}/v1/portgroups/bond0",
+        [{"op": "replace", "path": "/mode", "value": "802.3ad"}, {"op": "add", "path": "/extra/rack", "value": "r1"}],
+    )
     assert status == 200 and patched["mode"] == "802.3ad" and patched["extra"] == {"rack": "r1"}
 
     _, filtered = await call("GET", f"{api}/v1/ports?portgroup=bond0")
@@ -325,8 +355,9 @@ async def test_portgroup_lifecycle_with_ports(api: str) -> None:
     status, body = await call("DELETE", f"{api}/v1/portgroups/bond0")
     assert status == 409 and "contains ports" in fault(body)
     for member in (port, loose):
-        status, left = await call("PATCH", f"{api}/v1/ports/{member['uuid']}",
-                                  [{"op": "remove", "path": "/portgroup_uuid"}])
+        status, left = await call(
+            "PATCH", f"{api}/v1/ports/{member['uuid']}", [{"op": "remove", "path": "/portgroup_uuid"}]
+        )
         assert status == 200 and left["portgroup_uuid"] is None
     status, _ = await call("DELETE", f"{api}/v1/portgroups/bond0")
     assert status == 204
@@ -337,15 +368,20 @@ async def test_portgroup_lifecycle_with_ports(api: str) -> None:
 async def test_portgroup_versions_and_errors(api: str) -> None:
     _, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware"})
     _, other = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware"})
-    status, group = await call("POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "name": "bond-v"},
-                               version="1.23")
+    status, group = await call(
+        "POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "name": "bond-v"}, version="1.23"
+    )
     assert status == 201 and "mode" not in group and "properties" not in group and "ports" not in group
-    status, _ = await call("POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "mode": "balance-rr"},
-                           version="1.25")
+    status, _ = await call(
+        "POST", f"{api}/v1/portgroups", {"node_uuid": node["uuid"], "mode": "balance-rr"}, version="1.25"
+    )
     assert status == 406
-    for path, version in (("/v1/portgroups", "1.22"), (f"/v1/portgroups/{group['uuid']}", "1.22"),
-                          (f"/v1/nodes/{node['uuid']}/portgroups", "1.23"),
-                          (f"/v1/portgroups/{group['uuid']}/ports", "1.23")):
+    for path, version in (
+        ("/v1/portgroups", "1.22"),
+        (f"/v1/portgroups/{group['uuid']}", "1.22"),
+        (f"/v1/nodes/{node['uuid']}/portgroups", "1.23"),
+        (f"/v1/portgroups/{group['uuid']}/ports", "1.23"),
+    ):
         status, _ = await call("GET", api + path, version=version)
         assert status == 404, (path, version)
     _, v1 = await call("GET", f"{api}/v1", version="1.23")
@@ -369,25 +405,43 @@ async def test_portgroup_versions_and_errors(api: str) -> None:
     assert status == 409
 
     # A port joins only a group of its own node, and nothing changes when it is refused.
-    status, body = await call("POST", f"{api}/v1/ports", {"node_uuid": other["uuid"], "address": "52:54:00:bb:00:21",
-                                                          "portgroup_uuid": group["uuid"]})
+    status, body = await call(
+        "POST",
+        f"{api}/v1/ports",
+        {"node_uuid": other["uuid"], "address": "52:54:00:bb:00:21", "portgroup_uuid": group["uuid"]},
+    )
     assert status == 400 and "another node" in fault(body)
     _, ports = await call("GET", f"{api}/v1/ports?address=52:54:00:bb:00:21")
     assert ports["ports"] == []
-    status, _ = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:22",
-                                                       "portgroup_uuid": "11111111-2222-3333-4444-555555555555"})
+    status, _ = await call(
+        "POST",
+        f"{api}/v1/ports",
+        {
+            "node_uuid": node["uuid"],
+            "address": "52:54:00:bb:00:22",
+            "portgroup_uuid": "11111111-2222-3333-4444-555555555555",
+        },
+    )
     assert status == 400
-    status, member = await call("POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:23",
-                                                            "portgroup_uuid": group["uuid"]})
+    status, member = await call(
+        "POST",
+        f"{api}/v1/ports",
+        {"node_uuid": node["uuid"], "address": "52:54:00:bb:00:23", "portgroup_uuid": group["uuid"]},
+    )
     assert status == 201
-    status, body = await call("PATCH", f"{api}/v1/ports/{member['uuid']}",
-                              [{"op": "replace", "path": "/node_uuid", "value": other["uuid"]}])
+    status, body = await call(
+        "PATCH", f"{api}/v1/ports/{member['uuid']}", [{"op": "replace", "path": "/node_uuid", "value": other["uuid"]}]
+    )
     assert status == 400
-    status, body = await call("PATCH", f"{api}/v1/portgroups/{group['uuid']}",
-                              [{"op": "replace", "path": "/node_uuid", "value": other["uuid"]}])
+    status, body = await call(
+        "PATCH",
+        f"{api}/v1/portgroups/{group['uuid']}",
+        [{"op": "replace", "path": "/node_uuid", "value": other["uuid"]}],
+    )
     assert status == 409
-    status, _ = await call("PATCH", f"{api}/v1/portgroups/{group['uuid']}", [{"op": "replace", "path": "/uuid",
-                                                                             "value": other["uuid"]}])
+    status, _ = await call(
+        "PATCH", f"{api}/v1/portgroups/{group['uuid']}", [{"op": "replace", "path": "/uuid", "value": other["uuid"]}]
+    )
     assert status == 400
     _, still = await call("GET", f"{api}/v1/ports/{member['uuid']}")
     assert still["node_uuid"] == node["uuid"] and still["portgroup_uuid"] == group["uuid"]
@@ -424,16 +478,22 @@ async def test_fields_newer_than_the_client_are_hidden_and_refused(api: str, sta
     """retired (1.61), lessee (1.65), network_data (1.66), boot_mode/secure_boot (1.75): stored,
     but a 1.56 client neither sees nor sets them (406), as Ironic answers for too-new fields."""
     old = "1.56"
-    status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "future-fields"},
-                              version=old)
+    status, node = await call(
+        "POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "future-fields"}, version=old
+    )
     assert status == 201
     assert not {"retired", "retired_reason", "lessee", "network_data", "boot_mode", "secure_boot"} & set(node)
-    for body in ({"driver": "fake-hardware", "lessee": "p1"}, {"driver": "fake-hardware", "retired": True},
-                 {"driver": "fake-hardware", "network_data": {"links": []}}):
+    for body in (
+        {"driver": "fake-hardware", "lessee": "p1"},
+        {"driver": "fake-hardware", "retired": True},
+        {"driver": "fake-hardware", "network_data": {"links": []}},
+    ):
         status, reply = await call("POST", f"{api}/v1/nodes", body, version=old)
         assert status == 406, (body, reply)
-    for patch, expected in (([{"op": "replace", "path": "/lessee", "value": "p1"}], 406),
-                            ([{"op": "replace", "path": "/boot_mode", "value": "uefi"}], 400)):  # read only
+    for patch, expected in (
+        ([{"op": "replace", "path": "/lessee", "value": "p1"}], 406),
+        ([{"op": "replace", "path": "/boot_mode", "value": "uefi"}], 400),
+    ):  # read only
         status, reply = await call("PATCH", f"{api}/v1/nodes/future-fields", patch, version=old)
         assert status == expected, (patch, reply)
     status, _ = await call("GET", f"{api}/v1/nodes/future-fields?fields=lessee", version=old)
@@ -461,8 +521,9 @@ async def wait_for(api: str, ident: str, state: str) -> dict[str, Any]:
 
 
 async def available_node(api: str, name: str, resource_class: str, traits: list[str]) -> dict[str, Any]:
-    status, node = await call("POST", f"{api}/v1/nodes",
-                              {"driver": "fake-hardware", "name": name, "resource_class": resource_class})
+    status, node = await call(
+        "POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": name, "resource_class": resource_class}
+    )
     assert status == 201, node
     if traits:
         assert (await call("PUT", f"{api}/v1/nodes/{name}/traits", {"traits": traits}))[0] == 204
@@ -475,8 +536,11 @@ async def available_node(api: str, name: str, resource_class: str, traits: list[
 async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> None:
     gold = await available_node(api, "alloc-gold", "gold", ["CUSTOM_GPU"])
     await available_node(api, "alloc-silver", "silver", [])
-    status, alloc = await call("POST", f"{api}/v1/allocations",
-                               {"resource_class": "gold", "traits": ["CUSTOM_GPU"], "name": "job-1", "extra": {"a": 1}})
+    status, alloc = await call(
+        "POST",
+        f"{api}/v1/allocations",
+        {"resource_class": "gold", "traits": ["CUSTOM_GPU"], "name": "job-1", "extra": {"a": 1}},
+    )
     assert status == 201, alloc
     assert alloc["state"] == "active" and alloc["node_uuid"] == gold["uuid"] and alloc["last_error"] is None
     assert alloc["traits"] == ["CUSTOM_GPU"] and alloc["extra"] == {"a": 1}
@@ -490,11 +554,11 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
     status, none_left = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})
     assert status == 201 and none_left["state"] == "error" and none_left["node_uuid"] is None
     assert "gold" in none_left["last_error"]
-    status, wrong = await call("POST", f"{api}/v1/allocations",
-                               {"resource_class": "silver", "traits": ["CUSTOM_GPU"]})
+    status, wrong = await call("POST", f"{api}/v1/allocations", {"resource_class": "silver", "traits": ["CUSTOM_GPU"]})
     assert wrong["state"] == "error"
-    status, pinned = await call("POST", f"{api}/v1/allocations",
-                                {"resource_class": "silver", "candidate_nodes": ["alloc-silver"]})
+    status, pinned = await call(
+        "POST", f"{api}/v1/allocations", {"resource_class": "silver", "candidate_nodes": ["alloc-silver"]}
+    )
     assert pinned["state"] == "active" and pinned["candidate_nodes"] == [pinned["node_uuid"]]
 
     _, one = await call("GET", f"{api}/v1/allocations/job-1")
@@ -534,18 +598,25 @@ async def test_allocation_of_a_deployed_node_and_errors(api: str) -> None:
     _, node = await call("GET", f"{api}/v1/nodes/alloc-deployed")
     assert node["instance_uuid"] is None
 
-    for body, expected in (({}, 400), ({"resource_class": ""}, 400), ({"resource_class": "x", "traits": ["bad"]}, 400),
-                           ({"resource_class": "x", "candidate_nodes": ["no-such-node"]}, 400),
-                           ({"resource_class": "x", "name": "11111111-2222-3333-4444-555555555555"}, 400),
-                           ({"resource_class": "x", "color": "red"}, 400)):
+    for body, expected in (
+        ({}, 400),
+        ({"resource_class": ""}, 400),
+        ({"resource_class": "x", "traits": ["bad"]}, 400),
+        ({"resource_class": "x", "candidate_nodes": ["no-such-node"]}, 400),
+        ({"resource_class": "x", "name": "11111111-2222-3333-4444-555555555555"}, 400),
+        ({"resource_class": "x", "color": "red"}, 400),
+    ):
         status, reply = await call("POST", f"{api}/v1/allocations", body)
         assert status == expected, (body, reply)
     status, _ = await call("POST", f"{api}/v1/allocations", {"resource_class": "x", "name": "dup"})
     assert status == 201
     status, _ = await call("POST", f"{api}/v1/allocations", {"resource_class": "x", "name": "dup"})
     assert status == 409
-    for url, expected in ((f"{api}/v1/allocations/nope", 404), (f"{api}/v1/allocations?state=bogus", 400),
-                          (f"{api}/v1/allocations?sort_key=traits", 400)):
+    for url, expected in (
+        (f"{api}/v1/allocations/nope", 404),
+        (f"{api}/v1/allocations?state=bogus", 400),
+        (f"{api}/v1/allocations?sort_key=traits", 400),
+    ):
         status, _ = await call("GET", url)
         assert status == expected, url
     status, _ = await call("GET", f"{api}/v1/allocations", version="1.51")
@@ -564,8 +635,12 @@ async def baremetal(api: str, *args: str) -> Any:
     from pathlib import Path
 
     process = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("baremetal")), *args, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env={**os.environ, "OS_AUTH_TYPE": "none", "OS_ENDPOINT": api})
+        str(Path(sys.executable).with_name("baremetal")),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "OS_AUTH_TYPE": "none", "OS_ENDPOINT": api},
+    )
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()
     return json.loads(out)
@@ -577,8 +652,9 @@ async def test_trailing_slash_redirects_to_the_route(api: str) -> None:
     status, listed = await call("GET", f"{api}/v1/ports/?node=slashed")  # aiohttp follows the 308
     assert status == 200 and [p["uuid"] for p in listed["ports"]] == [port["uuid"]]
     async with aiohttp.ClientSession() as s:
-        async with s.post(f"{api}/v1/nodes/", json={"driver": "fake-hardware"}, headers=LATEST,
-                          allow_redirects=False) as r:
+        async with s.post(
+            f"{api}/v1/nodes/", json={"driver": "fake-hardware"}, headers=LATEST, allow_redirects=False
+        ) as r:
             assert r.status == 308 and r.headers["Location"] == f"{api}/v1/nodes"
         async with s.get(f"{api}/v1/ports/?node=slashed&limit=5", allow_redirects=False) as r:
             assert r.status == 308 and r.headers["Location"] == f"{api}/v1/ports?node=slashed&limit=5"
@@ -595,14 +671,24 @@ async def test_baremetal_cli_drives_the_new_resources(api: str) -> None:
     conductors = await baremetal(api, "conductor", "list", "-f", "json")
     assert {"hostname": "test-conductor", "conductor_group": "", "alive": True} in conductors
     node = await available_node(api, "cli-node", "cli-class", [])
-    group = await baremetal(api, "port", "group", "create", "--node", node["uuid"], "--name", "cli-bond",
-                            "--mode", "802.3ad", "-f", "json")
+    group = await baremetal(
+        api, "port", "group", "create", "--node", node["uuid"], "--name", "cli-bond", "--mode", "802.3ad", "-f", "json"
+    )
     assert group["mode"] == "802.3ad" and group["node_uuid"] == node["uuid"]
-    template = await baremetal(api, "deploy", "template", "create", "CUSTOM_CLI_TEMPLATE", "--steps",
-                               json.dumps([{"interface": "bios", "step": "apply_configuration", "args": {},
-                                            "priority": 10}]), "-f", "json")
+    template = await baremetal(
+        api,
+        "deploy",
+        "template",
+        "create",
+        "CUSTOM_CLI_TEMPLATE",
+        "--steps",
+        json.dumps([{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 10}]),
+        "-f",
+        "json",
+    )
     assert template["name"] == "CUSTOM_CLI_TEMPLATE"
-    allocation = await baremetal(api, "allocation", "create", "--resource-class", "cli-class", "--wait", "30",
-                                 "-f", "json")
+    allocation = await baremetal(
+        api, "allocation", "create", "--resource-class", "cli-class", "--wait", "30", "-f", "json"
+    )
     assert allocation["state"] == "active" and allocation["node_uuid"] == node["uuid"]
     assert await baremetal(api, "node", "bios", "setting", "list", "cli-node", "-f", "json") == []

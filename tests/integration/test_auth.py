@@ -24,10 +24,15 @@ V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 async def secured(database_url: str, tmp_path_factory: pytest.TempPathFactory):
     state = tmp_path_factory.mktemp("auth")
     htpasswd = state / "htpasswd"
-    htpasswd.write_text("admin:" + bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$") + "\n")
-    settings = test_settings(database_url, state, api={"port": 0, "grpc_port": 0, "auth_strategy": "http_basic",
-                                                         "htpasswd_file": str(htpasswd)},
-                             conductor={"hostname": "auth-conductor", "grpc_port": 0, "metrics_port": 0})
+    htpasswd.write_text(
+        "admin:" + bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode().replace("$2b$", "$2y$") + "\n"
+    )
+    settings = test_settings(
+        database_url,
+        state,
+        api={"port": 0, "grpc_port": 0, "auth_strategy": "http_basic", "htpasswd_file": str(htpasswd)},
+        conductor={"hostname": "auth-conductor", "grpc_port": 0, "metrics_port": 0},
+    )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
     yield stack.endpoints["api REST (Ironic v1)"]
@@ -48,25 +53,48 @@ async def test_public_and_protected_routes(secured: str) -> None:
                 assert r.status == 401
                 assert r.headers["WWW-Authenticate"].startswith("Basic")
                 assert "faultstring" in json.loads((await r.json())["error_message"])
-        async with session.post(secured + "/v1/nodes", json={"driver": "fake-hardware", "name": "nope"}, headers=V) as r:
+        async with session.post(
+            secured + "/v1/nodes", json={"driver": "fake-hardware", "name": "nope"}, headers=V
+        ) as r:
             assert r.status == 401
-        async with session.post(secured + "/v1/nodes", json={"driver": "fake-hardware", "name": "auth-1"},
-                                headers=basic("admin", "s3cret")) as r:
+        async with session.post(
+            secured + "/v1/nodes", json={"driver": "fake-hardware", "name": "auth-1"}, headers=basic("admin", "s3cret")
+        ) as r:
             assert r.status == 201
         async with session.get(secured + "/v1/nodes", headers=basic("admin", "s3cret")) as r:
             assert [n["name"] for n in (await r.json())["nodes"]] == ["auth-1"]  # the 401 create changed nothing
 
 
 async def test_baremetal_cli_with_http_basic(secured: str) -> None:
-    env = {**os.environ, "OS_AUTH_TYPE": "http_basic", "OS_ENDPOINT": secured, "OS_USERNAME": "admin", "OS_PASSWORD": "s3cret"}
-    process = await asyncio.create_subprocess_exec(str(Path(sys.executable).with_name("baremetal")), "node", "list", "-f", "json",
-                                                   env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    env = {
+        **os.environ,
+        "OS_AUTH_TYPE": "http_basic",
+        "OS_ENDPOINT": secured,
+        "OS_USERNAME": "admin",
+        "OS_PASSWORD": "s3cret",
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("baremetal")),
+        "node",
+        "list",
+        "-f",
+        "json",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(process.communicate(), 90)
     assert process.returncode == 0, err.decode()
     assert [{k.lower(): v for k, v in n.items()}["name"] for n in json.loads(out)] == ["auth-1"]
     env["OS_PASSWORD"] = "wrong"
-    process = await asyncio.create_subprocess_exec(str(Path(sys.executable).with_name("baremetal")), "node", "list",
-                                                   env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("baremetal")),
+        "node",
+        "list",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(process.communicate(), 90)
     assert process.returncode != 0
 
@@ -78,8 +106,10 @@ async def test_openstacksdk_with_http_basic(secured: str) -> None:
 
     def run(password: str) -> str:
         conn = openstack.connection.Connection(
-            auth_type="http_basic", auth={"username": "admin", "password": password, "endpoint": secured},
-            baremetal_endpoint_override=secured)
+            auth_type="http_basic",
+            auth={"username": "admin", "password": password, "endpoint": secured},
+            baremetal_endpoint_override=secured,
+        )
         bm = conn.baremetal
         node = bm.create_node(driver="fake-hardware", name=f"sdk-basic-{password}")
         node = bm.set_node_provision_state(node, "manage", wait=True, timeout=30)

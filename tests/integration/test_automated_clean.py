@@ -36,8 +36,9 @@ class Client:
     def __init__(self, session: aiohttp.ClientSession, base: str, pool: asyncpg.Pool) -> None:
         self.session, self.base, self.pool = session, base, pool
 
-    async def call(self, method: str, path: str, body: Any = None, version: str = "1.56",
-                   expect: int | None = None) -> tuple[int, Any]:
+    async def call(
+        self, method: str, path: str, body: Any = None, version: str = "1.56", expect: int | None = None
+    ) -> tuple[int, Any]:
         headers = {"X-OpenStack-Ironic-API-Version": version}
         async with self.session.request(method, self.base + path, json=body, headers=headers) as r:
             text = await r.text()
@@ -70,15 +71,19 @@ class Client:
     async def history(self, uuid: str) -> list[str]:
         """The node_history messages of one node, oldest first."""
         rows = await self.pool.fetch(
-            "SELECT h.event FROM node_history h JOIN nodes n ON n.id = h.node_id "
-            "WHERE n.uuid = $1::uuid ORDER BY h.id", uuid)
+            "SELECT h.event FROM node_history h JOIN nodes n ON n.id = h.node_id WHERE n.uuid = $1::uuid ORDER BY h.id",
+            uuid,
+        )
         return [r["event"] for r in rows]
 
     async def path(self, uuid: str, after: int) -> list[tuple[str, str]]:
         """(provision_state, event) of the node_events feed after ``after``."""
         rows = await self.pool.fetch(
             "SELECT provision_state, event FROM node_events WHERE node_uuid = $1::uuid AND sequence > $2 "
-            "ORDER BY sequence", uuid, after)
+            "ORDER BY sequence",
+            uuid,
+            after,
+        )
         return [(r["provision_state"], r["event"]) for r in rows]
 
     async def latest(self) -> int:
@@ -117,7 +122,9 @@ async def client(stack: Any, database_url: str) -> AsyncIterator[Client]:
 
 
 @pytest.fixture(scope="module")
-async def no_clean_client(postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
+async def no_clean_client(
+    postgres: EmbeddedPostgres, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Client]:
     """A second stack, on its own database, whose conductor has automated_clean=False."""
     from services.runtime import RunningStack
 
@@ -125,8 +132,11 @@ async def no_clean_client(postgres: EmbeddedPostgres, tmp_path_factory: pytest.T
     postgres.create_database(name, template=TEMPLATE)
     url = postgres.database_url(name)
     try:
-        settings = test_settings(url, tmp_path_factory.mktemp("noclean"),
-                                 conductor={"hostname": "no-clean-conductor", "automated_clean": False})
+        settings = test_settings(
+            url,
+            tmp_path_factory.mktemp("noclean"),
+            conductor={"hostname": "no-clean-conductor", "automated_clean": False},
+        )
         running = RunningStack()
         await running.start(settings, ["conductor", "api"])
         pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
@@ -164,16 +174,18 @@ async def test_patching_the_field_changes_the_next_cleaning(client: Client) -> N
     # below 1.47 the field does not exist: it can be neither seen nor set
     _, old = await client.call("GET", "/v1/nodes/ac-patched", version="1.46", expect=200)
     assert "automated_clean" not in old
-    status, _ = await client.call("PATCH", "/v1/nodes/ac-patched",
-                                  [{"op": "replace", "path": "/automated_clean", "value": True}], version="1.46")
+    status, _ = await client.call(
+        "PATCH", "/v1/nodes/ac-patched", [{"op": "replace", "path": "/automated_clean", "value": True}], version="1.46"
+    )
     assert status in (400, 406)
     _, unchanged = await client.call("GET", "/v1/nodes/ac-patched", expect=200)
     assert unchanged["automated_clean"] is False
 
 
 async def test_bad_value_is_rejected_and_changes_nothing(client: Client) -> None:
-    status, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "ac-bad",
-                                                        "automated_clean": "yes"})
+    status, _ = await client.call(
+        "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "ac-bad", "automated_clean": "yes"}
+    )
     assert status == 400
     status, _ = await client.call("GET", "/v1/nodes/ac-bad")
     assert status == 404
@@ -181,6 +193,7 @@ async def test_bad_value_is_rejected_and_changes_nothing(client: Client) -> None
 
 @pytest.mark.parametrize(("value", "outcome"), [(True, RAN), (None, SKIPPED_CONFIG), (False, SKIPPED_API)])
 async def test_node_field_wins_over_conductor_option_false(
-        no_clean_client: Client, value: bool | None, outcome: str) -> None:
+    no_clean_client: Client, value: bool | None, outcome: str
+) -> None:
     node = await no_clean_client.enroll(f"nc-{value}", value)
     assert await lifecycle_outcomes(no_clean_client, node["uuid"]) == [outcome, outcome]

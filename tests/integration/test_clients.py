@@ -16,8 +16,9 @@ BAREMETAL = str(Path(sys.executable).with_name("baremetal"))
 
 async def baremetal(endpoint: str, *args: str) -> tuple[int, str, str]:
     env = {**os.environ, "OS_AUTH_TYPE": "none", "OS_ENDPOINT": endpoint}
-    process = await asyncio.create_subprocess_exec(BAREMETAL, *args, env=env, stdout=asyncio.subprocess.PIPE,
-                                                   stderr=asyncio.subprocess.PIPE)
+    process = await asyncio.create_subprocess_exec(
+        BAREMETAL, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     out, err = await asyncio.wait_for(process.communicate(), 90)
     return process.returncode, out.decode(), err.decode()
 
@@ -30,8 +31,11 @@ async def test_baremetal_cli_lifecycle(stack) -> None:
     assert node["provision_state"] == "enroll"
     rc, _, err = await baremetal(api, "port", "create", "52:54:00:cc:00:01", "--node", node["uuid"])
     assert rc == 0, err
-    for verb, extra in (("manage", []), ("provide", []),
-                        ("deploy", ["--config-drive", '{"meta_data": {"hostname": "cli-1"}}'])):
+    for verb, extra in (
+        ("manage", []),
+        ("provide", []),
+        ("deploy", ["--config-drive", '{"meta_data": {"hostname": "cli-1"}}']),
+    ):
         rc, _, err = await baremetal(api, "node", verb, "cli-1", "--wait", "30", *extra)
         assert rc == 0, (verb, err)
     rc, out, _ = await baremetal(api, "node", "show", "cli-1", "-f", "json")
@@ -60,8 +64,9 @@ async def test_openstacksdk_lifecycle(stack) -> None:
         bm.create_port(node_id=node.id, address="52:54:00:dd:00:01")
         node = bm.set_node_provision_state(node, "manage", wait=True, timeout=30)
         node = bm.set_node_provision_state(node, "provide", wait=True, timeout=30)
-        node = bm.set_node_provision_state(node, "active", config_drive={"meta_data": {"hostname": "sdk"}},
-                                           wait=True, timeout=30)
+        node = bm.set_node_provision_state(
+            node, "active", config_drive={"meta_data": {"hostname": "sdk"}}, wait=True, timeout=30
+        )
         assert node.provision_state == "active"
         bm.set_node_power_state(node, "power off", wait=True, timeout=30)
         assert bm.get_node("sdk-1").power_state == "power off"

@@ -31,8 +31,9 @@ def manager(pool, hostname: str, **config) -> ConductorManager:
     return ConductorManager(pool, DriverRegistry(cfg), cfg, hostname=hostname)
 
 
-async def new_node(m: ConductorManager, state: str = states.ENROLL, target_provision_state: str | None = None,
-                   **fields) -> dict:
+async def new_node(
+    m: ConductorManager, state: str = states.ENROLL, target_provision_state: str | None = None, **fields
+) -> dict:
     node = await m.create_node({"driver": "fake-hardware", "provision_state": state, **fields})
     if target_provision_state:
         node = await m.nodes.update(node["uuid"], {"target_provision_state": target_provision_state})
@@ -43,7 +44,9 @@ async def test_two_conductors_never_both_hold_a_node(pool) -> None:
     a, b = manager(pool, "race-a"), manager(pool, "race-b")
     node = await new_node(a)
     for _ in range(25):
-        results = await asyncio.gather(a.tasks.acquire(node["uuid"]), b.tasks.acquire(node["uuid"]), return_exceptions=True)
+        results = await asyncio.gather(
+            a.tasks.acquire(node["uuid"]), b.tasks.acquire(node["uuid"]), return_exceptions=True
+        )
         winners = [r for r in results if not isinstance(r, Exception)]
         assert len(winners) == 1, results
         assert all(isinstance(r, errors.NodeLocked) for r in results if isinstance(r, Exception))
@@ -69,16 +72,29 @@ async def test_expired_lease_is_reclaimable(pool) -> None:
 async def test_dead_conductor_nodes_are_recovered(pool) -> None:
     live = manager(pool, "survivor", heartbeat_timeout=5)
     conductors = ConductorRepository(pool)
-    await conductors.register(hostname="dead-host", grpc_address="127.0.0.1:1", conductor_group="",
-                              hardware_types=["fake-hardware"], interfaces={})
+    await conductors.register(
+        hostname="dead-host",
+        grpc_address="127.0.0.1:1",
+        conductor_group="",
+        hardware_types=["fake-hardware"],
+        interfaces={},
+    )
     await pool.execute("UPDATE conductors SET heartbeat_at = now() - interval '1 hour' WHERE hostname = 'dead-host'")
-    await conductors.register(hostname="survivor", grpc_address="127.0.0.1:2", conductor_group="",
-                              hardware_types=["fake-hardware"], interfaces={})
+    await conductors.register(
+        hostname="survivor",
+        grpc_address="127.0.0.1:2",
+        conductor_group="",
+        hardware_types=["fake-hardware"],
+        interfaces={},
+    )
     deploying = await new_node(live, states.DEPLOYING, target_provision_state=states.ACTIVE)
     waiting = await new_node(live, states.DEPLOYWAIT, target_provision_state=states.ACTIVE)
     for node in (deploying, waiting):
-        await pool.execute("UPDATE nodes SET reservation = 'dead-host', reservation_expires_at = now() + interval '1 hour' "
-                           "WHERE uuid = $1::uuid", node["uuid"])
+        await pool.execute(
+            "UPDATE nodes SET reservation = 'dead-host', reservation_expires_at = now() + interval '1 hour' "
+            "WHERE uuid = $1::uuid",
+            node["uuid"],
+        )
     periodic = PeriodicWork(live, registration={})
     assert await periodic.recover_dead() == 2
     failed = await live.nodes.get(deploying["uuid"])
@@ -103,7 +119,9 @@ async def test_callback_timeout_fails_the_deploy(pool) -> None:
     m = manager(pool, "timeouts", deploy_callback_timeout=60)
     node = await new_node(m, states.DEPLOYWAIT, target_provision_state=states.ACTIVE)
     fresh = await new_node(m, states.DEPLOYWAIT, target_provision_state=states.ACTIVE)
-    await pool.execute("UPDATE nodes SET provision_updated_at = now() - interval '2 minutes' WHERE uuid = $1::uuid", node["uuid"])
+    await pool.execute(
+        "UPDATE nodes SET provision_updated_at = now() - interval '2 minutes' WHERE uuid = $1::uuid", node["uuid"]
+    )
     await pool.execute("UPDATE nodes SET provision_updated_at = now() WHERE uuid = $1::uuid", fresh["uuid"])
     assert await PeriodicWork(m, registration={}).check_callback_timeouts() == 1
     after = await m.nodes.get(node["uuid"])
@@ -118,8 +136,12 @@ async def test_every_verb_from_every_state(pool) -> None:
         for event in events:
             node = await new_node(m, state, instance_info={})
             try:
-                await m.do_provision_action(node["uuid"], event, rescue_password="pw" if event == "rescue" else None,
-                                            clean_steps=[] if event == "clean" else None)
+                await m.do_provision_action(
+                    node["uuid"],
+                    event,
+                    rescue_password="pw" if event == "rescue" else None,
+                    clean_steps=[] if event == "clean" else None,
+                )
             except errors.InvalidStateRequested:
                 assert event not in states.allowed_events(state), (state, event)
                 after = await m.nodes.get(node["uuid"])
@@ -132,7 +154,10 @@ async def test_every_verb_from_every_state(pool) -> None:
             target = states.next_state(state, event).target
             entered = await pool.fetchval(
                 "SELECT count(*) FROM node_events WHERE node_uuid = $1::uuid AND event = $2 AND provision_state = $3",
-                node["uuid"], event, target)
+                node["uuid"],
+                event,
+                target,
+            )
             assert entered == 1, (state, event, target)
     await m.tasks.stop(grace=0.1)
     assert await pool.fetchval("SELECT count(*) FROM nodes WHERE reservation = 'verbs'") == 0
@@ -155,8 +180,13 @@ async def test_active_nodes_of_a_dead_conductor_are_taken_over(pool) -> None:
     conductors = ConductorRepository(pool)
     await pool.execute("DELETE FROM conductors")  # only this test's two conductors exist
     for name in ("to-a", "to-b"):
-        await conductors.register(hostname=name, grpc_address=f"127.0.0.1:{len(name)}", conductor_group="",
-                                  hardware_types=["fake-hardware"], interfaces={})
+        await conductors.register(
+            hostname=name,
+            grpc_address=f"127.0.0.1:{len(name)}",
+            conductor_group="",
+            hardware_types=["fake-hardware"],
+            interfaces={},
+        )
     survivor = manager(pool, "to-a", heartbeat_timeout=5)
     nodes = [await new_node(survivor, states.ACTIVE) for _ in range(30)]
     before = ConductorRings(await conductors.list_alive(5))
@@ -165,10 +195,16 @@ async def test_active_nodes_of_a_dead_conductor_are_taken_over(pool) -> None:
     await pool.execute("UPDATE conductors SET heartbeat_at = now() - interval '1 hour' WHERE hostname = 'to-b'")
     await PeriodicWork(survivor, registration={}).recover_dead()
     mine = [n["uuid"] for n in nodes]
-    taken = {str(r["node_uuid"]) for r in await pool.fetch(
-        "SELECT node_uuid FROM node_events WHERE event = 'take-over' AND node_uuid = ANY($1::uuid[])", mine)}
+    taken = {
+        str(r["node_uuid"])
+        for r in await pool.fetch(
+            "SELECT node_uuid FROM node_events WHERE event = 'take-over' AND node_uuid = ANY($1::uuid[])", mine
+        )
+    }
     assert taken == set(owned_by_b)
-    assert not await pool.fetchval("SELECT count(*) FROM nodes WHERE reservation IS NOT NULL AND provision_state = 'active'")
+    assert not await pool.fetchval(
+        "SELECT count(*) FROM nodes WHERE reservation IS NOT NULL AND provision_state = 'active'"
+    )
     assert not await pool.fetchval("SELECT online FROM conductors WHERE hostname = 'to-b'")
 
 
@@ -193,8 +229,12 @@ async def test_retired_node_cleans_to_manageable(pool) -> None:
     deadline = asyncio.get_running_loop().time() + 20
     while True:
         a, b = await m.nodes.get(retired["uuid"]), await m.nodes.get(kept["uuid"])
-        if not a["reservation"] and not b["reservation"] and a["provision_state"] in (states.MANAGEABLE, states.AVAILABLE) \
-                and b["provision_state"] == states.AVAILABLE:
+        if (
+            not a["reservation"]
+            and not b["reservation"]
+            and a["provision_state"] in (states.MANAGEABLE, states.AVAILABLE)
+            and b["provision_state"] == states.AVAILABLE
+        ):
             break
         assert asyncio.get_running_loop().time() < deadline, (a["provision_state"], b["provision_state"])
         await asyncio.sleep(0.05)

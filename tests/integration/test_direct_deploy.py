@@ -48,17 +48,31 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     image_base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/images"  # type: ignore[union-attr]
-    settings = test_settings(database_url, tmp / "state", conductor={
-        "hostname": "direct-conductor", "deploy_callback_timeout": 8.0, "timeout_check_interval": 1.0,
-        "agent_power_off_timeout": 1.0, "enabled_boot_interfaces": ("fake", "ipxe"),
-    })
+    settings = test_settings(
+        database_url,
+        tmp / "state",
+        conductor={
+            "hostname": "direct-conductor",
+            "deploy_callback_timeout": 8.0,
+            "timeout_check_interval": 1.0,
+            "agent_power_off_timeout": 1.0,
+            "enabled_boot_interfaces": ("fake", "ipxe"),
+        },
+    )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
     session = aiohttp.ClientSession()
     agents: list[Agent] = []
     try:
-        yield {"stack": stack, "api": stack.endpoints["api REST (Ironic v1)"], "image": image,
-               "image_url": f"{image_base}/image.raw", "tmp": tmp, "session": session, "agents": agents}
+        yield {
+            "stack": stack,
+            "api": stack.endpoints["api REST (Ironic v1)"],
+            "image": image,
+            "image_url": f"{image_base}/image.raw",
+            "tmp": tmp,
+            "session": session,
+            "agents": agents,
+        }
     finally:
         for agent in agents:
             await agent.stop()
@@ -68,11 +82,23 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
 
 
 async def enroll(env: dict[str, Any], name: str, mac: str, *, sha256: str) -> dict[str, Any]:
-    _, node = await call(env, "POST", "/v1/nodes", {
-        "driver": "fake-hardware", "name": name, "deploy_interface": "direct", "boot_interface": "fake",
-        "instance_info": {"image_source": env["image_url"], "image_os_hash_algo": "sha256",
-                          "image_os_hash_value": sha256},
-    }, expect=201)
+    _, node = await call(
+        env,
+        "POST",
+        "/v1/nodes",
+        {
+            "driver": "fake-hardware",
+            "name": name,
+            "deploy_interface": "direct",
+            "boot_interface": "fake",
+            "instance_info": {
+                "image_source": env["image_url"],
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": sha256,
+            },
+        },
+        expect=201,
+    )
     await call(env, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac}, expect=201)
     for verb, state in (("manage", "manageable"), ("provide", "available")):
         await call(env, "PUT", f"/v1/nodes/{name}/states/provision", {"target": verb}, expect=202)
@@ -84,8 +110,15 @@ async def boot_agent(env: dict[str, Any], mac: str, disk: Path) -> Agent:
     """What the machine does once the deploy ramdisk boots."""
     with open(disk, "wb") as f:
         f.truncate(128 * MiB)
-    agent = Agent(AgentOptions(api_url=env["api"], macs=(mac,), disks=(Disk(path=str(disk), serial="S1"),),
-                               heartbeat_interval=0.5, lookup_interval=0.2))
+    agent = Agent(
+        AgentOptions(
+            api_url=env["api"],
+            macs=(mac,),
+            disks=(Disk(path=str(disk), serial="S1"),),
+            heartbeat_interval=0.5,
+            lookup_interval=0.2,
+        )
+    )
     env["agents"].append(agent)
     await agent.start()
     return agent
@@ -94,25 +127,46 @@ async def boot_agent(env: dict[str, Any], mac: str, disk: Path) -> Agent:
 async def test_deploy_writes_image_and_config_drive(env: dict[str, Any]) -> None:
     sha = hashlib.sha256(env["image"]).hexdigest()
     node = await enroll(env, "direct-1", "52:54:00:d0:00:01", sha256=sha)
-    await call(env, "PUT", "/v1/nodes/direct-1/states/provision", {
-        "target": "active", "configdrive": {"meta_data": {"hostname": "direct-1", "public_keys": {"k": "ssh-ed25519 AAA"}},
-                                            "user_data": "#cloud-config\n"}}, expect=202)
+    await call(
+        env,
+        "PUT",
+        "/v1/nodes/direct-1/states/provision",
+        {
+            "target": "active",
+            "configdrive": {
+                "meta_data": {"hostname": "direct-1", "public_keys": {"k": "ssh-ed25519 AAA"}},
+                "user_data": "#cloud-config\n",
+            },
+        },
+        expect=202,
+    )
     await wait_state(env, "direct-1", "wait call-back")
     disk = env["tmp"] / "disk-1.img"
     await boot_agent(env, "52:54:00:d0:00:01", disk)
     active = await wait_state(env, "direct-1", "active")
     assert active["last_error"] is None and active["deploy_step"] == {}
-    history = [r["event"] for r in await env["stack"].pool.fetch(
-        "SELECT h.event FROM node_history h JOIN nodes n ON n.id = h.node_id WHERE n.uuid = $1::uuid ORDER BY h.id",
-        node["uuid"])]
+    history = [
+        r["event"]
+        for r in await env["stack"].pool.fetch(
+            "SELECT h.event FROM node_history h JOIN nodes n ON n.id = h.node_id WHERE n.uuid = $1::uuid ORDER BY h.id",
+            node["uuid"],
+        )
+    ]
     ran = [e.split()[2] for e in history if e.startswith("deploy step ")]
-    assert ran == ["deploy.deploy", "deploy.write_image", "deploy.prepare_instance_boot", "deploy.tear_down_agent",
-                   "deploy.boot_instance"], history
+    assert ran == [
+        "deploy.deploy",
+        "deploy.write_image",
+        "deploy.prepare_instance_boot",
+        "deploy.tear_down_agent",
+        "deploy.boot_instance",
+    ], history
     with open(disk, "rb") as f:
         written = f.read(len(env["image"]))
     # The partition entries change (config-2 added), so compare the payload past the tables.
-    assert written[2048 * 512:] == env["image"][2048 * 512:]
-    table = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout)
+    assert written[2048 * 512 :] == env["image"][2048 * 512 :]
+    table = json.loads(
+        subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout
+    )
     parts = table["partitiontable"]["partitions"]
     assert len(parts) == 2 and parts[-1].get("name") == "config-2"
     assert (parts[-1]["start"] + parts[-1]["size"]) * 512 > 128 * MiB - 64 * MiB
@@ -139,8 +193,13 @@ async def test_bad_checksum_fails_then_redeploys(env: dict[str, Any]) -> None:
     assert "checksum" in failed["last_error"].lower() and "'type'" not in failed["last_error"]
     await first.stop()
     sha = hashlib.sha256(env["image"]).hexdigest()
-    await call(env, "PATCH", "/v1/nodes/direct-2", [
-        {"op": "replace", "path": "/instance_info/image_os_hash_value", "value": sha}], expect=200)
+    await call(
+        env,
+        "PATCH",
+        "/v1/nodes/direct-2",
+        [{"op": "replace", "path": "/instance_info/image_os_hash_value", "value": sha}],
+        expect=200,
+    )
     await call(env, "PUT", "/v1/nodes/direct-2/states/provision", {"target": "active"}, expect=202)
     await wait_state(env, "direct-2", "wait call-back")
     await boot_agent(env, "52:54:00:d0:00:02", env["tmp"] / "disk-2b.img")
@@ -168,11 +227,17 @@ async def test_token_rules(env: dict[str, Any]) -> None:
     assert (await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", hb))[0] == 400  # no token
     status, body = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": "x" * 43})
     assert status == 400 and "token" in body["error_message"].lower()
-    status, _ = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "callback_url": "ftp://x", "agent_token": token})
+    status, _ = await call(
+        env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "callback_url": "ftp://x", "agent_token": token}
+    )
     assert status == 400
     await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": token}, expect=202)
-    status, body = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}",
-                              {**hb, "callback_url": "http://127.0.0.1:10/", "agent_token": token})
+    status, body = await call(
+        env,
+        "POST",
+        f"/v1/heartbeat/{node['uuid']}",
+        {**hb, "callback_url": "http://127.0.0.1:10/", "agent_token": token},
+    )
     assert status == 400 and "callback_url" in body["error_message"]
     # Nothing answers at that callback URL: the deploy fails and says why.
     failed = await wait_state(env, "direct-3", "deploy failed", timeout=60)
@@ -185,7 +250,10 @@ async def test_callback_timeout(env: dict[str, Any]) -> None:
     await call(env, "PUT", "/v1/nodes/direct-4/states/provision", {"target": "active"}, expect=202)
     await wait_state(env, "direct-4", "wait call-back")
     failed = await wait_state(env, "direct-4", "deploy failed", timeout=60)  # no agent ever calls back
-    assert "Timeout reached while waiting for callback" in failed["last_error"] or "timed out" in failed["last_error"].lower()
+    assert (
+        "Timeout reached while waiting for callback" in failed["last_error"]
+        or "timed out" in failed["last_error"].lower()
+    )
 
 
 def conductor(env: dict[str, Any]) -> Any:
@@ -204,10 +272,14 @@ async def test_openstacksdk_configdrive_reaches_cloud_init(env: dict[str, Any], 
 
     sha = hashlib.sha256(env["image"]).hexdigest()
     node = await enroll(env, "direct-5", "52:54:00:d0:00:05", sha256=sha)
-    value = sdk_configdrive.build({"uuid": node["uuid"], "hostname": "sdk-host", "public_keys": {"0": KEY}},
-                                  user_data=b"#cloud-config\nfinal_message: hello\n")
+    value = sdk_configdrive.build(
+        {"uuid": node["uuid"], "hostname": "sdk-host", "public_keys": {"0": KEY}},
+        user_data=b"#cloud-config\nfinal_message: hello\n",
+    )
     value = value.decode() if isinstance(value, bytes) else value
-    await call(env, "PUT", "/v1/nodes/direct-5/states/provision", {"target": "active", "configdrive": value}, expect=202)
+    await call(
+        env, "PUT", "/v1/nodes/direct-5/states/provision", {"target": "active", "configdrive": value}, expect=202
+    )
     await wait_state(env, "direct-5", "wait call-back")
     disk = env["tmp"] / "disk-5.img"
     await boot_agent(env, "52:54:00:d0:00:05", disk)
@@ -225,20 +297,42 @@ async def test_mbr_with_four_primaries_fails_clearly(env: dict[str, Any]) -> Non
     with open(image, "wb") as f:
         f.truncate(8 * MiB)
     layout = "label: dos\n" + "".join(f"start={2048 + i * 2048}, size=2048, type=83\n" for i in range(4))
-    subprocess.run(["sfdisk", "-q", "--no-reread", "--no-tell-kernel", str(image)], input=layout, text=True,
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["sfdisk", "-q", "--no-reread", "--no-tell-kernel", str(image)],
+        input=layout,
+        text=True,
+        check=True,
+        capture_output=True,
+    )
     data = image.read_bytes()
-    _, node = await call(env, "POST", "/v1/nodes", {
-        "driver": "fake-hardware", "name": "direct-6", "deploy_interface": "direct", "boot_interface": "fake",
-        "instance_info": {"image_source": env["image_url"].replace("image.raw", "mbr4.raw"),
-                          "image_os_hash_algo": "sha256", "image_os_hash_value": hashlib.sha256(data).hexdigest()},
-    }, expect=201)
+    _, node = await call(
+        env,
+        "POST",
+        "/v1/nodes",
+        {
+            "driver": "fake-hardware",
+            "name": "direct-6",
+            "deploy_interface": "direct",
+            "boot_interface": "fake",
+            "instance_info": {
+                "image_source": env["image_url"].replace("image.raw", "mbr4.raw"),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": hashlib.sha256(data).hexdigest(),
+            },
+        },
+        expect=201,
+    )
     await call(env, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:d0:00:06"}, expect=201)
     for verb, state in (("manage", "manageable"), ("provide", "available")):
         await call(env, "PUT", "/v1/nodes/direct-6/states/provision", {"target": verb}, expect=202)
         await wait_state(env, "direct-6", state)
-    await call(env, "PUT", "/v1/nodes/direct-6/states/provision",
-               {"target": "active", "configdrive": {"meta_data": {"hostname": "mbr"}}}, expect=202)
+    await call(
+        env,
+        "PUT",
+        "/v1/nodes/direct-6/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "mbr"}}},
+        expect=202,
+    )
     await wait_state(env, "direct-6", "wait call-back")
     await boot_agent(env, "52:54:00:d0:00:06", env["tmp"] / "disk-6.img")
     failed = await wait_state(env, "direct-6", "deploy failed")
@@ -256,8 +350,13 @@ async def test_object_store_restart_mid_deploy_is_survived(env: dict[str, Any]) 
     stack = env["stack"]
     sha = hashlib.sha256(env["image"]).hexdigest()
     await enroll(env, "direct-7", "52:54:00:d0:00:07", sha256=sha)
-    await call(env, "PUT", "/v1/nodes/direct-7/states/provision",
-               {"target": "active", "configdrive": {"meta_data": {"hostname": "restart"}}}, expect=202)
+    await call(
+        env,
+        "PUT",
+        "/v1/nodes/direct-7/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "restart"}}},
+        expect=202,
+    )
     await wait_state(env, "direct-7", "wait call-back")
     old = next(s for s in stack.services if s.name == "objectstore")
     grpc_port = int(old.grpc_address.rsplit(":", 1)[1])
@@ -268,8 +367,10 @@ async def test_object_store_restart_mid_deploy_is_survived(env: dict[str, Any]) 
     await asyncio.sleep(2.0)  # the agent writes the image, then fails to fetch the drive and retries
     _, node = await call(env, "GET", "/v1/nodes/direct-7", expect=200)
     assert node["provision_state"] == "wait call-back", node["last_error"]
-    settings = dataclasses.replace(old.settings, objectstore=dataclasses.replace(
-        old.settings.objectstore, grpc_port=grpc_port, http_port=http_port))
+    settings = dataclasses.replace(
+        old.settings,
+        objectstore=dataclasses.replace(old.settings.objectstore, grpc_port=grpc_port, http_port=http_port),
+    )
     new = ObjectStoreService(settings, stack.pool)
     await new.start()
     stack.services[stack.services.index(old)] = new
@@ -284,9 +385,13 @@ async def test_config_drive_published_for_virtual_media(env: dict[str, Any]) -> 
     """The hook a virtual-media boot interface uses: the drive as an ISO behind a temp URL."""
     sha = hashlib.sha256(env["image"]).hexdigest()
     node = await enroll(env, "direct-8", "52:54:00:d0:00:08", sha256=sha)
-    await call(env, "PATCH", "/v1/nodes/direct-8", [
-        {"op": "add", "path": "/instance_info/configdrive", "value": {"meta_data": {"hostname": "vmedia"}}}],
-        expect=200)
+    await call(
+        env,
+        "PATCH",
+        "/v1/nodes/direct-8",
+        [{"op": "add", "path": "/instance_info/configdrive", "value": {"meta_data": {"hostname": "vmedia"}}}],
+        expect=200,
+    )
     manager = conductor(env).manager
     task = await manager.tasks.build_task(await manager.nodes.get(node["uuid"]))
     assert task.publish_configdrive is not None
@@ -310,13 +415,19 @@ async def test_a_new_conductor_finishes_a_waiting_deploy(env: dict[str, Any]) ->
     stack = env["stack"]
     sha = hashlib.sha256(env["image"]).hexdigest()
     await enroll(env, "direct-9", "52:54:00:d0:00:09", sha256=sha)
-    await call(env, "PUT", "/v1/nodes/direct-9/states/provision",
-               {"target": "active", "configdrive": {"meta_data": {"hostname": "handover"}}}, expect=202)
+    await call(
+        env,
+        "PUT",
+        "/v1/nodes/direct-9/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "handover"}}},
+        expect=202,
+    )
     await wait_state(env, "direct-9", "wait call-back")
     old = conductor(env)
     await old.stop()
-    settings = dataclasses.replace(stack.settings, conductor=dataclasses.replace(
-        stack.settings.conductor, hostname="direct-conductor-2"))
+    settings = dataclasses.replace(
+        stack.settings, conductor=dataclasses.replace(stack.settings.conductor, hostname="direct-conductor-2")
+    )
     new = ConductorService(settings, stack.pool)
     await new.start()
     stack.services[stack.services.index(old)] = new
@@ -326,7 +437,8 @@ async def test_a_new_conductor_finishes_a_waiting_deploy(env: dict[str, Any]) ->
     assert active["conductor"] == "direct-conductor-2"
     history = await stack.pool.fetch(
         "SELECT h.conductor, h.event FROM node_history h JOIN nodes n ON n.id = h.node_id "
-        "WHERE n.name = 'direct-9' ORDER BY h.id")
+        "WHERE n.name = 'direct-9' ORDER BY h.id"
+    )
     assert {r["conductor"] for r in history if "write_image" in r["event"]} == {"direct-conductor-2"}
     with open(disk, "rb") as f:
         f.seek(2048 * 512)

@@ -85,9 +85,7 @@ def test_start_query_restart_stop(tmp_path: pathlib.Path) -> None:
         assert (tmp_path / "pg" / "pgdata" / "PG_VERSION").is_file()
         assert (tmp_path / "pg" / "postgres.log").is_file()
 
-        asyncio.run(
-            _execute(url, "CREATE TABLE persisted (v int); INSERT INTO persisted VALUES (42)")
-        )
+        asyncio.run(_execute(url, "CREATE TABLE persisted (v int); INSERT INTO persisted VALUES (42)"))
 
         pg.create_database("scratch db")
         pg.create_database("clone", template="scratch db")
@@ -176,9 +174,7 @@ def test_port_in_use(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) ->
         # Auto port: the probe raced with another process; the launcher retries.
         real_pick = embedded._pick_free_port
         picks = iter([busy])
-        monkeypatch.setattr(
-            embedded, "_pick_free_port", lambda host: next(picks, None) or real_pick(host)
-        )
+        monkeypatch.setattr(embedded, "_pick_free_port", lambda host: next(picks, None) or real_pick(host))
         with EmbeddedPostgres(tmp_path / "pg", fsync=False) as pg:
             assert pg.port not in (None, busy)
             assert asyncio.run(_query(pg.url, "SELECT 1")) == 1

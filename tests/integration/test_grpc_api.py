@@ -43,8 +43,11 @@ async def test_lifecycle_and_watch(nodes) -> None:
     for verb, state in (("manage", "manageable"), ("provide", "available"), ("active", "active")):
         await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-1", target=verb))
         await wait_state(nodes, "grpc-1", state)
-    patched = await nodes.PatchNode(pb.PatchNodeRequest(
-        ident="grpc-1", patch_json=json.dumps([{"op": "add", "path": "/extra/rack", "value": "r7"}])))
+    patched = await nodes.PatchNode(
+        pb.PatchNodeRequest(
+            ident="grpc-1", patch_json=json.dumps([{"op": "add", "path": "/extra/rack", "value": "r7"}])
+        )
+    )
     assert dict(patched.extra) == {"rack": "r7"}
     await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-1", target="deleted"))
     await wait_state(nodes, "grpc-1", "available")
@@ -60,8 +63,17 @@ async def test_lifecycle_and_watch(nodes) -> None:
     # Deploy-step notes ride the same feed; the transitions are the state path.
     path = [e.provision_state for e in seen if e.event not in ("create", "deploy-step")]
     assert any(e.event == "deploy-step" and "deploy.deploy" in e.message for e in seen)
-    assert path == ["verifying", "manageable", "cleaning", "available", "deploying", "active",
-                    "deleting", "cleaning", "available"], path
+    assert path == [
+        "verifying",
+        "manageable",
+        "cleaning",
+        "available",
+        "deploying",
+        "active",
+        "deleting",
+        "cleaning",
+        "available",
+    ], path
 
     resumed = nodes.WatchNodes(pb.WatchNodesRequest(after_sequence=seen[3].sequence, node_uuid=node.uuid))
     rest = []
@@ -81,11 +93,25 @@ async def test_lifecycle_and_watch(nodes) -> None:
 async def test_bad_input_status_codes(nodes) -> None:
     await nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", name="grpc-err"))
     cases = [
-        (nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", name="grpc-err")), grpc.StatusCode.ALREADY_EXISTS),
+        (
+            nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", name="grpc-err")),
+            grpc.StatusCode.ALREADY_EXISTS,
+        ),
         (nodes.CreateNode(pb.CreateNodeRequest(driver="nope")), grpc.StatusCode.INVALID_ARGUMENT),
-        (nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-err", target="active")), grpc.StatusCode.FAILED_PRECONDITION),
-        (nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-err", target="manage", configdrive_string="abc")), grpc.StatusCode.INVALID_ARGUMENT),
-        (nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-err", patch_json="not json")), grpc.StatusCode.INVALID_ARGUMENT),
+        (
+            nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-err", target="active")),
+            grpc.StatusCode.FAILED_PRECONDITION,
+        ),
+        (
+            nodes.SetProvisionState(
+                pb.SetProvisionStateRequest(ident="grpc-err", target="manage", configdrive_string="abc")
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-err", patch_json="not json")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
         (nodes.CreatePort(pb.CreatePortRequest(node_ident="grpc-err", address="zz")), grpc.StatusCode.INVALID_ARGUMENT),
         (nodes.GetPort(pb.GetPortRequest(ident="00000000-0000-4000-8000-000000000000")), grpc.StatusCode.NOT_FOUND),
     ]
@@ -105,8 +131,11 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
         await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target=verb))
         await wait_state(nodes, "grpc-new", state)
     with pytest.raises(grpc.aio.AioRpcError) as caught:  # an available node is moved to manageable first
-        await nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-new", patch_json=json.dumps(
-            [{"op": "replace", "path": "/retired", "value": True}])))
+        await nodes.PatchNode(
+            pb.PatchNodeRequest(
+                ident="grpc-new", patch_json=json.dumps([{"op": "replace", "path": "/retired", "value": True}])
+            )
+        )
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
     steps = struct_pb2.ListValue()
@@ -117,9 +146,17 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
     assert ran == ["fake_step", "deploy"]
 
     network = {"links": [], "networks": [], "services": [{"type": "dns", "address": "192.0.2.53"}]}
-    patched = await nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-new", patch_json=json.dumps([
-        {"op": "replace", "path": "/lessee", "value": "project-b"},
-        {"op": "replace", "path": "/network_data", "value": network}])))
+    patched = await nodes.PatchNode(
+        pb.PatchNodeRequest(
+            ident="grpc-new",
+            patch_json=json.dumps(
+                [
+                    {"op": "replace", "path": "/lessee", "value": "project-b"},
+                    {"op": "replace", "path": "/network_data", "value": network},
+                ]
+            ),
+        )
+    )
     assert patched.lessee == "project-b" and patched.network_data["services"][0]["address"] == "192.0.2.53"
     assert not patched.retired and patched.boot_mode == "" and not patched.secure_boot_set
 
@@ -136,11 +173,20 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
     await wait_state(nodes, "grpc-new", "manageable")
     clean_steps = struct_pb2.ListValue()
     clean_steps.extend([{"interface": "deploy", "step": "erase_devices_metadata"}])
-    await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=clean_steps,
-                                                              disable_ramdisk=True))
+    await nodes.SetProvisionState(
+        pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=clean_steps, disable_ramdisk=True)
+    )
     cleaned = await wait_state(nodes, "grpc-new", "manageable")
     assert cleaned.last_error == ""
-    retired = await nodes.PatchNode(pb.PatchNodeRequest(ident="grpc-new", patch_json=json.dumps([
-        {"op": "replace", "path": "/retired", "value": True},
-        {"op": "replace", "path": "/retired_reason", "value": "end of lease"}])))
+    retired = await nodes.PatchNode(
+        pb.PatchNodeRequest(
+            ident="grpc-new",
+            patch_json=json.dumps(
+                [
+                    {"op": "replace", "path": "/retired", "value": True},
+                    {"op": "replace", "path": "/retired_reason", "value": "end of lease"},
+                ]
+            ),
+        )
+    )
     assert retired.retired and retired.retired_reason == "end of lease"

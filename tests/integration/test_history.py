@@ -96,7 +96,10 @@ async def test_list_standard_and_detail(history_api: str, node: dict[str, Any]) 
         assert texts.index("maintenance on: looking") < texts.index("maintenance off")
         assert {e["severity"] for e in events} <= {"INFO", "WARNING", "ERROR"}
         first = events[0]
-        assert first["links"][0] == {"href": f"{history_api}/v1/nodes/{node['uuid']}/history/{first['uuid']}", "rel": "self"}
+        assert first["links"][0] == {
+            "href": f"{history_api}/v1/nodes/{node['uuid']}/history/{first['uuid']}",
+            "rel": "self",
+        }
 
         status, detail = await call(s, "GET", f"{history_api}/v1/nodes/{node['uuid']}/history?detail=true")
         assert status == 200

@@ -49,11 +49,14 @@ async def test_renderer_survives_a_database_restart(tmp_path: Path) -> None:
         await pool.execute(
             "INSERT INTO nodes (uuid, name, driver, boot_interface, driver_info, provision_state) VALUES "
             "(gen_random_uuid(), 'restart-me', 'fake-hardware', 'ipxe', "
-            "'{\"deploy_kernel\": \"http://192.0.2.9/k\", \"deploy_ramdisk\": \"http://192.0.2.9/r\"}', 'deploying')")
-        await pool.execute("INSERT INTO ports (uuid, node_id, address) SELECT gen_random_uuid(), id, $1 FROM nodes",
-                           MAC)
-        settings = test_settings(url, tmp_path / "state", ipxe={"api_url": "http://api.example:6385",
-                                                                 "cache_ttl": 300.0})
+            '\'{"deploy_kernel": "http://192.0.2.9/k", "deploy_ramdisk": "http://192.0.2.9/r"}\', \'deploying\')'
+        )
+        await pool.execute(
+            "INSERT INTO ports (uuid, node_id, address) SELECT gen_random_uuid(), id, $1 FROM nodes", MAC
+        )
+        settings = test_settings(
+            url, tmp_path / "state", ipxe={"api_url": "http://api.example:6385", "cache_ttl": 300.0}
+        )
         service = IpxeService(settings, pool)
         endpoints = await service.start()
         cache = service.cache

@@ -21,7 +21,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.api.service import ApiService
-from services.common.db.events import EventRepository
 from services.common.db.pool import create_pool
 from services.ipxe.address import address_file, api_url_file
 from services.ipxe.interpret import interpret_script
@@ -37,8 +36,9 @@ AGENT_API = "http://api.example:6385"
 @pytest.fixture(scope="module")
 async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     """The conftest stack, plus the api URL the agent is told (the api's own port is ephemeral)."""
-    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), conductor={"hostname": "ipxe-c"},
-                             ipxe={"api_url": AGENT_API})
+    settings = test_settings(
+        database_url, tmp_path_factory.mktemp("state"), conductor={"hostname": "ipxe-c"}, ipxe={"api_url": AGENT_API}
+    )
     running = RunningStack()
     await running.start(settings, list(ALL_SERVICES_ORDER))
     try:
@@ -56,8 +56,9 @@ async def http(stack: Any) -> AsyncIterator[aiohttp.ClientSession]:
 def own_state(settings: Any, tmp_path: Path, **ipxe: Any) -> Any:
     """A replica's settings with its own state dir, so it does not replace the
     stack renderer's recorded gRPC address (the stack's api reads it)."""
-    return dataclasses.replace(settings, state_dir=str(tmp_path / "replica-state"),
-                               ipxe=dataclasses.replace(settings.ipxe, **ipxe))
+    return dataclasses.replace(
+        settings, state_dir=str(tmp_path / "replica-state"), ipxe=dataclasses.replace(settings.ipxe, **ipxe)
+    )
 
 
 def urls(stack: Any) -> tuple[str, str, str]:
@@ -65,13 +66,21 @@ def urls(stack: Any) -> tuple[str, str, str]:
     return boot.rsplit("/", 1)[0], stack.endpoints["api REST (Ironic v1)"], stack.endpoints["ipxe gRPC"]
 
 
-async def make_node(stack: Any, http: aiohttp.ClientSession, *, macs: list[str], state: str,
-                    driver_info: dict[str, Any] | None = None, **fields: Any) -> str:
+async def make_node(
+    stack: Any,
+    http: aiohttp.ClientSession,
+    *,
+    macs: list[str],
+    state: str,
+    driver_info: dict[str, Any] | None = None,
+    **fields: Any,
+) -> str:
     """A node enrolled over REST with ports, then put in ``state`` directly in the DB."""
     _, api, _ = urls(stack)
     info = {"deploy_kernel": KERNEL, "deploy_ramdisk": RAMDISK} if driver_info is None else driver_info
-    async with http.post(f"{api}/v1/nodes", json={"driver": "fake-hardware", "driver_info": info, **fields},
-                         headers=V) as r:
+    async with http.post(
+        f"{api}/v1/nodes", json={"driver": "fake-hardware", "driver_info": info, **fields}, headers=V
+    ) as r:
         assert r.status == 201, await r.text()
         node = await r.json()
     for mac in macs:
@@ -103,8 +112,9 @@ async def test_boot_ipxe_chains_by_every_mac_then_uuid(stack: Any, http: aiohttp
 
 async def test_deploying_node_by_mac_and_uuid(stack: Any, http: aiohttp.ClientSession) -> None:
     base, api, _ = urls(stack)
-    node = await make_node(stack, http, macs=["52:54:00:aa:01:01", "52:54:00:aa:01:02"], state="deploying",
-                           name="deploy-me")
+    node = await make_node(
+        stack, http, macs=["52:54:00:aa:01:01", "52:54:00:aa:01:02"], state="deploying", name="deploy-me"
+    )
     for form in ("52:54:00:aa:01:02", "52-54-00-AA-01-02", "525400aa0102"):
         status, body, headers = await get(http, f"{base}/ipxe", params={"mac": form})
         assert status == 200 and headers["X-Ferrum-Boot-Kind"] == "deploy", body
@@ -120,8 +130,9 @@ async def test_deploying_node_by_mac_and_uuid(stack: Any, http: aiohttp.ClientSe
     assert "BOOTIF=01-52-54-00-aa-01-01" in action.kernel_args.split()
 
 
-async def test_errors_are_scripts_never_500(stack: Any, http: aiohttp.ClientSession,
-                                           caplog: pytest.LogCaptureFixture) -> None:
+async def test_errors_are_scripts_never_500(
+    stack: Any, http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
     base, _, _ = urls(stack)
     caplog.set_level(logging.WARNING, logger="services.ipxe.render")
     status, body, headers = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:ff:ff:ff"})
@@ -138,8 +149,12 @@ async def test_errors_are_scripts_never_500(stack: Any, http: aiohttp.ClientSess
     assert status == 200 and "no node has UUID" in body
     status, metrics, _ = await get(http, f"{base}/metrics")
     assert status == 200 and re.search(r'ferrum_ipxe_scripts_total\{kind="error"\} [3-9]', metrics), metrics
-    for params in ({"mac": "zz:54:00:aa:02:01"}, {}, {"mac": "52:54:00:aa:02:01", "uuid": node},
-                   {"uuid": "not-a-uuid\n||goto x"}):
+    for params in (
+        {"mac": "zz:54:00:aa:02:01"},
+        {},
+        {"mac": "52:54:00:aa:02:01", "uuid": node},
+        {"uuid": "not-a-uuid\n||goto x"},
+    ):
         status, body, headers = await get(http, f"{base}/ipxe", params=params)
         assert status == 400 and headers["X-Ferrum-Boot-Kind"] == "error", params
         assert body.startswith("#!ipxe\n") and "\ngoto" not in body and "||" not in body
@@ -206,8 +221,13 @@ async def test_passthru_is_public_under_http_basic(stack: Any, http: aiohttp.Cli
     htpasswd = tmp_path / "htpasswd"
     htpasswd.write_text("admin:" + bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode() + "\n")
     base = next(s for s in stack.services if s.name == "api").settings
-    settings = dataclasses.replace(base, state_dir=str(tmp_path / "state"), api=dataclasses.replace(
-        base.api, auth_strategy="http_basic", htpasswd_file=str(htpasswd), renderer_address=urls(stack)[2]))
+    settings = dataclasses.replace(
+        base,
+        state_dir=str(tmp_path / "state"),
+        api=dataclasses.replace(
+            base.api, auth_strategy="http_basic", htpasswd_file=str(htpasswd), renderer_address=urls(stack)[2]
+        ),
+    )
     api = ApiService(settings, stack.pool)
     endpoints = await api.start()
     try:
@@ -216,7 +236,8 @@ async def test_passthru_is_public_under_http_basic(stack: Any, http: aiohttp.Cli
         status, _, _ = await get(http, f"{root}/v1/nodes/{node}", headers=V)
         assert status == 401  # everything else still needs auth
         status, body, headers = await get(
-            http, f"{root}/v1/drivers/fake-hardware/vendor_passthru/ipxe_config", params={"node_uuid": node})
+            http, f"{root}/v1/drivers/fake-hardware/vendor_passthru/ipxe_config", params={"node_uuid": node}
+        )
         assert status == 200 and headers["X-Ferrum-Boot-Kind"] == "deploy" and "X-OpenStack-Request-Id" in headers
         assert KERNEL in body
     finally:
@@ -276,8 +297,11 @@ async def test_cache_follows_every_boot_data_change(stack: Any, http: aiohttp.Cl
         assert await kind("52:54:00:aa:08:01") == "local_disk"
         assert ("mac", "52:54:00:aa:08:02") in cache._entries
         # A new port makes a missing MAC bootable.
-        await changed("INSERT INTO ports (uuid, node_id, address) SELECT gen_random_uuid(), id, '52:54:00:aa:08:03' "
-                      "FROM nodes WHERE uuid = $1::uuid", other)
+        await changed(
+            "INSERT INTO ports (uuid, node_id, address) SELECT gen_random_uuid(), id, '52:54:00:aa:08:03' "
+            "FROM nodes WHERE uuid = $1::uuid",
+            other,
+        )
         assert await kind("52:54:00:aa:08:03") == "deploy"
         # driver_info, then deleting the port, then the node.
         await changed("UPDATE nodes SET driver_info = '{}' WHERE uuid = $1::uuid", other)
@@ -298,8 +322,9 @@ async def test_cache_follows_every_boot_data_change(stack: Any, http: aiohttp.Cl
         await cached.stop()
 
 
-async def test_cache_listens_again_after_losing_its_connection(stack: Any, http: aiohttp.ClientSession,
-                                                              tmp_path: Path) -> None:
+async def test_cache_listens_again_after_losing_its_connection(
+    stack: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
     """The listener's backend is killed (as by a database restart): caching pauses, LISTEN comes back,
     the cache starts empty and follows changes again."""
     settings = next(s for s in stack.services if s.name == "ipxe").settings
@@ -314,8 +339,15 @@ async def test_cache_listens_again_after_losing_its_connection(stack: Any, http:
         assert cache._conn is not None
         old_pid = cache._conn.get_server_pid()
         await stack.pool.execute("SELECT pg_terminate_backend($1)", old_pid)
-        await wait_for(lambda: cache.listening and cache.ttl == 300.0 and cache._conn is not None
-                       and cache._conn.get_server_pid() != old_pid, "the listener to come back")
+        await wait_for(
+            lambda: (
+                cache.listening
+                and cache.ttl == 300.0
+                and cache._conn is not None
+                and cache._conn.get_server_pid() != old_pid
+            ),
+            "the listener to come back",
+        )
         assert not cache._entries  # whatever changed while deaf is forgotten
         before = cache.invalidations
         await stack.pool.execute("UPDATE nodes SET provision_state = 'active' WHERE uuid = $1::uuid", node)
@@ -326,8 +358,9 @@ async def test_cache_listens_again_after_losing_its_connection(stack: Any, http:
         await cached.stop()
 
 
-async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any, http: aiohttp.ClientSession,
-                                                                     tmp_path: Path) -> None:
+async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(
+    stack: Any, http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
     """Without FERRUM_IPXE_API_URL, a renderer uses the URL the api (port 0) recorded at start."""
     _, api, _ = urls(stack)
     settings = next(s for s in stack.services if s.name == "ipxe").settings
@@ -346,8 +379,9 @@ async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(stack: Any,
         await plain.stop()
 
 
-async def test_database_outage_is_an_error_script_not_500(stack: Any, http: aiohttp.ClientSession,
-                                                          database_url: str, tmp_path: Path) -> None:
+async def test_database_outage_is_an_error_script_not_500(
+    stack: Any, http: aiohttp.ClientSession, database_url: str, tmp_path: Path
+) -> None:
     settings = next(s for s in stack.services if s.name == "ipxe").settings
     pool = await create_pool(database_url, min_size=1, max_size=2)
     lonely = IpxeService(own_state(settings, tmp_path), pool)
@@ -359,7 +393,8 @@ async def test_database_outage_is_an_error_script_not_500(stack: Any, http: aioh
         assert status == 200 and headers["X-Ferrum-Boot-Kind"] == "error" and "database error" in body
         async with grpc.aio.insecure_channel(endpoints["ipxe gRPC"]) as channel:
             reply = await renderer_pb2_grpc.BootScriptRendererStub(channel).RenderBootScript(
-                renderer_pb2.RenderBootScriptRequest(mac="52:54:00:aa:0a:01"))
+                renderer_pb2.RenderBootScriptRequest(mac="52:54:00:aa:0a:01")
+            )
         assert reply.kind == "error" and "database error" in reply.reason
     finally:
         await lonely.stop()

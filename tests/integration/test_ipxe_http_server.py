@@ -59,8 +59,7 @@ class Server:
     clock: Clock = field(default_factory=Clock)
 
 
-async def start(*, cache_ttl: float = 0.0, slow: dict[str, float] | None = None,
-                idle_timeout: float = 75.0) -> Server:
+async def start(*, cache_ttl: float = 0.0, slow: dict[str, float] | None = None, idle_timeout: float = 75.0) -> Server:
     reader = CountingReader([node("deploying")], slow)
     clock = Clock()
     cache = CachingReader(reader, None, ttl=cache_ttl, clock=clock) if cache_ttl else None
@@ -95,8 +94,9 @@ async def read_response(reader: asyncio.StreamReader, *, head: bool = False) -> 
     return int(status_line.split()[1]), headers, body
 
 
-async def exchange(port: int, raw: bytes, count: int = 1, *, head: bool = False
-                   ) -> tuple[list[tuple[int, dict[str, str], bytes]], bytes]:
+async def exchange(
+    port: int, raw: bytes, count: int = 1, *, head: bool = False
+) -> tuple[list[tuple[int, dict[str, str], bytes]], bytes]:
     """Send raw bytes, read ``count`` responses, then whatever else comes before EOF (or 0.3 s)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -148,11 +148,14 @@ async def test_head_http10_close_and_methods(server: Server) -> None:
     assert slow[0] == 200 and slow[1]["x-ferrum-boot-kind"] == "deploy" and rest == b""
 
 
-@pytest.mark.parametrize(("raw", "status"), [
-    (b"NOT HTTP AT ALL\r\n\r\n", 400),
-    (get("/ipxe?mac=" + "a" * MAX_TARGET), 414),
-    (get("/boot.ipxe", *[f"X-Filler-{i}: {'v' * 1000}" for i in range(40)]), 431),
-])
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"NOT HTTP AT ALL\r\n\r\n", 400),
+        (get("/ipxe?mac=" + "a" * MAX_TARGET), 414),
+        (get("/boot.ipxe", *[f"X-Filler-{i}: {'v' * 1000}" for i in range(40)]), 431),
+    ],
+)
 async def test_bad_requests_are_refused_and_closed(server: Server, raw: bytes, status: int) -> None:
     (response,), rest = await exchange(server.port, raw)
     assert response[0] == status and response[1]["connection"] == "close" and rest == b""

@@ -11,8 +11,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def test_three_concurrent_upgrades_then_idempotent(empty_database_url: str) -> None:
     processes = [
-        subprocess.Popen([sys.executable, "-m", "services.cli", "db", "upgrade", "--database-url", empty_database_url],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "db", "upgrade", "--database-url", empty_database_url],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(3)
     ]
     outputs = [p.communicate(timeout=60) for p in processes]
@@ -26,8 +31,16 @@ async def test_three_concurrent_upgrades_then_idempotent(empty_database_url: str
     try:
         assert await conn.fetchval("SELECT count(*) FROM schema_migrations") == len(migrate.load_migrations())
         tables = {r["tablename"] for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname='public'")}
-        assert {"nodes", "ports", "volume_connectors", "volume_targets", "conductors", "node_history",
-                "node_events", "objects"} <= tables
+        assert {
+            "nodes",
+            "ports",
+            "volume_connectors",
+            "volume_targets",
+            "conductors",
+            "node_history",
+            "node_events",
+            "objects",
+        } <= tables
     finally:
         await conn.close()
 
@@ -36,8 +49,11 @@ async def test_constraints(database_url: str) -> None:
     conn = await asyncpg.connect(database_url)
     try:
         node_id = await conn.fetchval(
-            "INSERT INTO nodes (uuid, name, driver, provision_state) VALUES (gen_random_uuid(), 'c1', 'fake-hardware', 'enroll') RETURNING id")
-        await conn.execute("INSERT INTO ports (uuid, node_id, address) VALUES (gen_random_uuid(), $1, '52:54:00:aa:bb:cc')", node_id)
+            "INSERT INTO nodes (uuid, name, driver, provision_state) VALUES (gen_random_uuid(), 'c1', 'fake-hardware', 'enroll') RETURNING id"
+        )
+        await conn.execute(
+            "INSERT INTO ports (uuid, node_id, address) VALUES (gen_random_uuid(), $1, '52:54:00:aa:bb:cc')", node_id
+        )
         for sql in (
             "INSERT INTO ports (uuid, node_id, address) VALUES (gen_random_uuid(), $1, '52:54:00:aa:bb:cc')",
             "INSERT INTO ports (uuid, node_id, address) VALUES (gen_random_uuid(), $1, 'NOT-A-MAC')",
@@ -49,15 +65,27 @@ async def test_constraints(database_url: str) -> None:
             except (asyncpg.UniqueViolationError, asyncpg.CheckViolationError):
                 continue
             raise AssertionError(f"constraint not enforced: {sql}")
-        await conn.execute("INSERT INTO volume_targets (uuid, node_id, volume_type, boot_index, volume_id) VALUES (gen_random_uuid(), $1, 'iscsi', 0, 'v1')", node_id)
+        await conn.execute(
+            "INSERT INTO volume_targets (uuid, node_id, volume_type, boot_index, volume_id) VALUES (gen_random_uuid(), $1, 'iscsi', 0, 'v1')",
+            node_id,
+        )
         try:
-            await conn.execute("INSERT INTO volume_targets (uuid, node_id, volume_type, boot_index, volume_id) VALUES (gen_random_uuid(), $1, 'iscsi', 0, 'v2')", node_id)
+            await conn.execute(
+                "INSERT INTO volume_targets (uuid, node_id, volume_type, boot_index, volume_id) VALUES (gen_random_uuid(), $1, 'iscsi', 0, 'v2')",
+                node_id,
+            )
             raise AssertionError("duplicate boot_index accepted")
         except asyncpg.UniqueViolationError:
             pass
-        await conn.execute("INSERT INTO volume_connectors (uuid, node_id, type, connector_id) VALUES (gen_random_uuid(), $1, 'iqn', 'iqn.x')", node_id)
+        await conn.execute(
+            "INSERT INTO volume_connectors (uuid, node_id, type, connector_id) VALUES (gen_random_uuid(), $1, 'iqn', 'iqn.x')",
+            node_id,
+        )
         try:
-            await conn.execute("INSERT INTO volume_connectors (uuid, node_id, type, connector_id) VALUES (gen_random_uuid(), $1, 'iqn', 'iqn.x')", node_id)
+            await conn.execute(
+                "INSERT INTO volume_connectors (uuid, node_id, type, connector_id) VALUES (gen_random_uuid(), $1, 'iqn', 'iqn.x')",
+                node_id,
+            )
             raise AssertionError("duplicate connector accepted")
         except asyncpg.UniqueViolationError:
             pass

@@ -69,8 +69,9 @@ async def api(stack: Any) -> AsyncIterator[str]:
         await server.close()
 
 
-async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None,
-               headers: dict[str, str] | None = None) -> tuple[int, Any]:
+async def call(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
     async with session.request(method, url, json=body, headers=headers or v(56)) as r:
         text = await r.text()
         return r.status, (json.loads(text) if text else None)
@@ -81,19 +82,24 @@ def fault(body: dict[str, Any]) -> str:
 
 
 async def make_node(session: aiohttp.ClientSession, base: str, **fields: Any) -> dict[str, Any]:
-    status, node = await call(session, "POST", f"{base}/v1/nodes",
-                              {"driver": "fake-hardware", "name": f"m-{uuid.uuid4().hex[:8]}", **fields})
+    status, node = await call(
+        session, "POST", f"{base}/v1/nodes", {"driver": "fake-hardware", "name": f"m-{uuid.uuid4().hex[:8]}", **fields}
+    )
     assert status == 201, node
     return node
 
 
-async def wait_for(session: aiohttp.ClientSession, base: str, ident: str, check: Any, timeout: float = 30) -> dict[str, Any]:
+async def wait_for(
+    session: aiohttp.ClientSession, base: str, ident: str, check: Any, timeout: float = 30
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         _, node = await call(session, "GET", f"{base}/v1/nodes/{ident}", headers=v(78))
         if check(node):
             return node
-        assert time.monotonic() < deadline, f"{ident}: condition not reached: {node['provision_state']} {node['last_error']}"
+        assert time.monotonic() < deadline, (
+            f"{ident}: condition not reached: {node['provision_state']} {node['last_error']}"
+        )
         await asyncio.sleep(0.05)
 
 
@@ -101,7 +107,9 @@ def settled(state: str) -> Any:
     return lambda n: n["provision_state"] == state and n["reservation"] is None
 
 
-async def provision(session: aiohttp.ClientSession, base: str, ident: str, body: dict[str, Any], minor: int = 78) -> tuple[int, Any]:
+async def provision(
+    session: aiohttp.ClientSession, base: str, ident: str, body: dict[str, Any], minor: int = 78
+) -> tuple[int, Any]:
     return await call(session, "PUT", f"{base}/v1/nodes/{ident}/states/provision", body, headers=v(minor))
 
 
@@ -121,24 +129,29 @@ async def history(session: aiohttp.ClientSession, base: str, ident: str) -> list
 
 # -- the live stack (1.56) refuses them all ------------------------------------------
 
+
 async def test_live_stack_refuses_features_above_its_maximum(session, live) -> None:
     node = await make_node(session, live)
     ident = node["uuid"]
-    for method, path, body in (("GET", "management/indicators", None),
-                               ("GET", "management/indicators/led@system", None),
-                               ("PUT", "management/indicators/led@system", {"state": "ON"}),
-                               ("PUT", "states/boot_mode", {"target": "uefi"}),
-                               ("PUT", "states/secure_boot", {"target": True})):
+    for method, path, body in (
+        ("GET", "management/indicators", None),
+        ("GET", "management/indicators/led@system", None),
+        ("PUT", "management/indicators/led@system", {"state": "ON"}),
+        ("PUT", "states/boot_mode", {"target": "uefi"}),
+        ("PUT", "states/secure_boot", {"target": True}),
+    ):
         status, _ = await call(session, method, f"{live}/v1/nodes/{ident}/{path}", body)
         assert status == 404, (method, path, status)
-    status, _ = await call(session, "PUT", f"{live}/v1/nodes/{ident}/states/provision",
-                           {"target": "manage", "disable_ramdisk": True})
+    status, _ = await call(
+        session, "PUT", f"{live}/v1/nodes/{ident}/states/provision", {"target": "manage", "disable_ramdisk": True}
+    )
     assert status == 406
     _, after = await call(session, "GET", f"{live}/v1/nodes/{ident}")
     assert after["provision_state"] == "enroll" and after["reservation"] is None
 
 
 # -- indicators (1.63) ---------------------------------------------------------------
+
 
 async def test_indicators(session, api) -> None:
     node = await make_node(session, api)
@@ -151,22 +164,27 @@ async def test_indicators(session, api) -> None:
     assert by_name["led@system"]["component"] == "system" and by_name["led@system"]["readonly"] is False
     assert by_name["led@system"]["states"] == ["BLINKING", "OFF", "ON"]
     assert by_name["led-0@chassis"]["readonly"] is True
-    assert by_name["led@system"]["links"][0]["href"].endswith(f"/v1/nodes/{node['uuid']}/management/indicators/led@system")
+    assert by_name["led@system"]["links"][0]["href"].endswith(
+        f"/v1/nodes/{node['uuid']}/management/indicators/led@system"
+    )
 
     assert await call(session, "GET", f"{base}/led@system", headers=v(63)) == (200, {"state": "ON"})
     assert (await call(session, "PUT", f"{base}/led@system", {"state": "BLINKING"}, headers=v(62)))[0] == 404
     assert (await call(session, "PUT", f"{base}/led@system", {"state": "BLINKING"}, headers=v(63)))[0] == 204
     assert await call(session, "GET", f"{base}/led@system", headers=v(63)) == (200, {"state": "BLINKING"})
     # By node name too.
-    assert await call(session, "GET", f"{api}/v1/nodes/{node['name']}/management/indicators/led@system",
-                      headers=v(63)) == (200, {"state": "BLINKING"})
+    assert await call(
+        session, "GET", f"{api}/v1/nodes/{node['name']}/management/indicators/led@system", headers=v(63)
+    ) == (200, {"state": "BLINKING"})
 
-    for path, body, needle in (("led-0@chassis", {"state": "OFF"}, "read-only"),
-                               ("led@system", {"state": "PURPLE"}, "Invalid indicator state"),
-                               ("led@disk", {"state": "ON"}, "Invalid component"),
-                               ("nope@system", {"state": "ON"}, "Invalid indicator"),
-                               ("led", {"state": "ON"}, "Malformed indicator name"),
-                               ("led@system", {}, "state")):
+    for path, body, needle in (
+        ("led-0@chassis", {"state": "OFF"}, "read-only"),
+        ("led@system", {"state": "PURPLE"}, "Invalid indicator state"),
+        ("led@disk", {"state": "ON"}, "Invalid component"),
+        ("nope@system", {"state": "ON"}, "Invalid indicator"),
+        ("led", {"state": "ON"}, "Malformed indicator name"),
+        ("led@system", {}, "state"),
+    ):
         status, err = await call(session, "PUT", f"{base}/{path}", body, headers=v(63))
         assert status == 400 and needle in fault(err), (path, status, err)
     assert await call(session, "GET", f"{base}/led@system", headers=v(63)) == (200, {"state": "BLINKING"})
@@ -185,6 +203,7 @@ async def test_indicators_unsupported_by_noop_style_management(session, api) -> 
 
 
 # -- boot mode and secure boot (1.76) --------------------------------------------------
+
 
 async def test_boot_mode_and_secure_boot(session, api) -> None:
     node = await make_node(session, api)
@@ -214,23 +233,28 @@ async def test_boot_mode_and_secure_boot(session, api) -> None:
     status, states = await call(session, "GET", url, headers=v(76))
     assert states["boot_mode"] == "uefi" and states["secure_boot"] is True
     events = await history(session, api, ident)
-    assert "boot mode set to bios" in events and "boot mode set to uefi" in events and "secure boot set to True" in events
+    assert (
+        "boot mode set to bios" in events and "boot mode set to uefi" in events and "secure boot set to True" in events
+    )
 
 
 # -- deploy_steps (1.69) -----------------------------------------------------------------
+
 
 async def test_deploy_steps_refused_below_1_69_and_when_unknown(session, api) -> None:
     node = await available_node(session, api)
     ident = node["uuid"]
     step = {"interface": "deploy", "step": "fake_step", "args": {}, "priority": 150}
     assert (await provision(session, api, ident, {"target": "active", "deploy_steps": [step]}, minor=68))[0] == 406
-    for bad, needle in (([{"interface": "deploy", "step": "no_such_step", "args": {}, "priority": 10}], "no_such_step"),
-                        ([{"interface": "console", "step": "x", "args": {}, "priority": 1}], "Invalid deploy step"),
-                        ([{"interface": "deploy", "step": "fake_step", "priority": 1}], "Invalid deploy step"),
-                        ([{"interface": "deploy", "step": "fake_step", "args": {}, "priority": -1}], "Invalid deploy step"),
-                        ([step, step], "Duplicate"),
-                        ([{"interface": "deploy", "step": "deploy", "args": {}, "priority": 0}], "cannot be disabled"),
-                        ("deploy.fake_step", "list")):
+    for bad, needle in (
+        ([{"interface": "deploy", "step": "no_such_step", "args": {}, "priority": 10}], "no_such_step"),
+        ([{"interface": "console", "step": "x", "args": {}, "priority": 1}], "Invalid deploy step"),
+        ([{"interface": "deploy", "step": "fake_step", "priority": 1}], "Invalid deploy step"),
+        ([{"interface": "deploy", "step": "fake_step", "args": {}, "priority": -1}], "Invalid deploy step"),
+        ([step, step], "Duplicate"),
+        ([{"interface": "deploy", "step": "deploy", "args": {}, "priority": 0}], "cannot be disabled"),
+        ("deploy.fake_step", "list"),
+    ):
         status, err = await provision(session, api, ident, {"target": "active", "deploy_steps": bad}, minor=69)
         assert status == 400 and needle in fault(err), (bad, status, err)
     status, err = await provision(session, api, ident, {"target": "manage", "deploy_steps": [step]}, minor=69)
@@ -252,27 +276,35 @@ async def test_user_deploy_steps_run_in_order_and_show_while_running(session, ap
     assert done["deploy_step"] == {} and done["last_error"] is None
     assert [s["step"] for s in done["driver_internal_info"]["deploy_steps"]] == ["fake_step", "deploy"]
     events = [e for e in await history(session, api, ident) if e.startswith("deploy step")]
-    assert events == ["deploy step deploy.fake_step (priority 150) started",
-                      "deploy step deploy.deploy (priority 100) started"]
+    assert events == [
+        "deploy step deploy.fake_step (priority 150) started",
+        "deploy step deploy.deploy (priority 100) started",
+    ]
 
     # Rebuild with the step after deploy.deploy this time.
     steps = [{"interface": "deploy", "step": "fake_step", "args": {}, "priority": 50}]
     assert (await provision(session, api, ident, {"target": "rebuild", "deploy_steps": steps}, minor=69))[0] == 202
     done = await wait_for(session, api, ident, settled("active"))
     events = [e for e in await history(session, api, ident) if e.startswith("deploy step")]
-    assert events[2:] == ["deploy step deploy.deploy (priority 100) started",
-                          "deploy step deploy.fake_step (priority 50) started"]
+    assert events[2:] == [
+        "deploy step deploy.deploy (priority 100) started",
+        "deploy step deploy.fake_step (priority 50) started",
+    ]
 
 
 # -- disable_ramdisk (1.70) ---------------------------------------------------------------
+
 
 async def test_disable_ramdisk_with_manual_cleaning(session, api) -> None:
     node = await make_node(session, api)
     ident = node["uuid"]
     assert (await provision(session, api, ident, {"target": "manage"}))[0] == 202
     await wait_for(session, api, ident, settled("manageable"))
-    clean = {"target": "clean", "clean_steps": [{"interface": "deploy", "step": "erase_devices_metadata"}],
-             "disable_ramdisk": True}
+    clean = {
+        "target": "clean",
+        "clean_steps": [{"interface": "deploy", "step": "erase_devices_metadata"}],
+        "disable_ramdisk": True,
+    }
     assert (await provision(session, api, ident, clean, minor=69))[0] == 406
     status, err = await provision(session, api, ident, {"target": "provide", "disable_ramdisk": True}, minor=70)
     assert status == 400 and "manual cleaning" in fault(err)
@@ -288,17 +320,23 @@ async def test_disable_ramdisk_with_manual_cleaning(session, api) -> None:
 
 async def test_direct_deploy_steps_keep_their_place(session, api) -> None:
     """direct's agent-run steps can be named only as they are; moving one is a 400 that changes nothing."""
-    node = await make_node(session, api, deploy_interface="direct", instance_info={
-        "image_source": "http://images.example/disk.img", "image_checksum": "0" * 64})
+    node = await make_node(
+        session,
+        api,
+        deploy_interface="direct",
+        instance_info={"image_source": "http://images.example/disk.img", "image_checksum": "0" * 64},
+    )
     ident = node["uuid"]
     assert (await provision(session, api, ident, {"target": "manage"}))[0] == 202
     await wait_for(session, api, ident, settled("manageable"))
     assert (await provision(session, api, ident, {"target": "provide"}))[0] == 202
     await wait_for(session, api, ident, settled("available"))
-    for step, needle in (({"interface": "deploy", "step": "write_image", "args": {}, "priority": 150}, "fixed place"),
-                         ({"interface": "deploy", "step": "write_image", "args": {}, "priority": 0}, "fixed place"),
-                         ({"interface": "deploy", "step": "boot_instance", "args": {"x": 1}, "priority": 20}, "fixed place"),
-                         ({"interface": "deploy", "step": "fake_step", "args": {}, "priority": 150}, "fake_step")):
+    for step, needle in (
+        ({"interface": "deploy", "step": "write_image", "args": {}, "priority": 150}, "fixed place"),
+        ({"interface": "deploy", "step": "write_image", "args": {}, "priority": 0}, "fixed place"),
+        ({"interface": "deploy", "step": "boot_instance", "args": {"x": 1}, "priority": 20}, "fixed place"),
+        ({"interface": "deploy", "step": "fake_step", "args": {}, "priority": 150}, "fake_step"),
+    ):
         status, err = await provision(session, api, ident, {"target": "active", "deploy_steps": [step]}, minor=69)
         assert status == 400 and needle in fault(err), (step, status, err)
     after = await wait_for(session, api, ident, settled("available"))
@@ -308,28 +346,46 @@ async def test_direct_deploy_steps_keep_their_place(session, api) -> None:
 async def test_deploy_templates_named_by_instance_traits_add_their_steps(session, api) -> None:
     """Deploy templates (1.55) named by instance_info.traits add their steps to a 1.56 deploy."""
     name = f"CUSTOM_FAKE_{uuid.uuid4().hex[:8].upper()}"
-    status, body = await call(session, "POST", f"{api}/v1/deploy_templates", {
-        "name": name, "steps": [{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 120}]})
+    status, body = await call(
+        session,
+        "POST",
+        f"{api}/v1/deploy_templates",
+        {"name": name, "steps": [{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 120}]},
+    )
     assert status == 201, body
     bad = f"CUSTOM_BIOS_{uuid.uuid4().hex[:8].upper()}"
-    status, body = await call(session, "POST", f"{api}/v1/deploy_templates", {
-        "name": bad, "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 110}]})
+    status, body = await call(
+        session,
+        "POST",
+        f"{api}/v1/deploy_templates",
+        {"name": bad, "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 110}]},
+    )
     assert status == 201, body
 
     node = await available_node(session, api)
     ident = node["uuid"]
-    status, _ = await call(session, "PATCH", f"{api}/v1/nodes/{ident}",
-                           [{"op": "add", "path": "/instance_info/traits", "value": [name, bad]}])
+    status, _ = await call(
+        session,
+        "PATCH",
+        f"{api}/v1/nodes/{ident}",
+        [{"op": "add", "path": "/instance_info/traits", "value": [name, bad]}],
+    )
     assert status == 200
     status, err = await provision(session, api, ident, {"target": "active"}, minor=56)
     assert status == 400 and "bios.apply_configuration" in fault(err) and "deploy template" in fault(err)
     assert (await wait_for(session, api, ident, settled("available")))["last_error"] is None
 
-    status, _ = await call(session, "PATCH", f"{api}/v1/nodes/{ident}",
-                           [{"op": "replace", "path": "/instance_info/traits", "value": [name, "CUSTOM_NO_TEMPLATE"]}])
+    status, _ = await call(
+        session,
+        "PATCH",
+        f"{api}/v1/nodes/{ident}",
+        [{"op": "replace", "path": "/instance_info/traits", "value": [name, "CUSTOM_NO_TEMPLATE"]}],
+    )
     assert status == 200
     assert (await provision(session, api, ident, {"target": "active"}, minor=56))[0] == 202
     done = await wait_for(session, api, ident, settled("active"))
     assert done["last_error"] is None
     assert [e for e in await history(session, api, ident) if e.startswith("deploy step")] == [
-        "deploy step deploy.fake_step (priority 120) started", "deploy step deploy.deploy (priority 100) started"]
+        "deploy step deploy.fake_step (priority 120) started",
+        "deploy step deploy.deploy (priority 100) started",
+    ]

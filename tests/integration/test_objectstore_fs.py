@@ -36,8 +36,16 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def service(database_url: str, root: Path, tmp_path_factory: pytest.TempPathFactory):
-    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={
-        "root": str(root), "max_object_size": 8 * MiB, "max_container_size": 12 * MiB, "sweep_interval": 0.2})
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("state"),
+        objectstore={
+            "root": str(root),
+            "max_object_size": 8 * MiB,
+            "max_container_size": 12 * MiB,
+            "sweep_interval": 0.2,
+        },
+    )
     async with running_objectstore(settings) as svc:
         yield svc
 
@@ -57,13 +65,20 @@ async def http():
 
 async def test_round_trip_stat_list_delete(client: ObjectStoreClient, root: Path) -> None:
     data = os.urandom(3 * MiB + 17)
-    info = await client.put_bytes("rt", "boot-1.iso", data, content_type="application/x-iso9660-image",
-                                  metadata={"node": "n1"}, usage_count=2, delete_after=3600)
+    info = await client.put_bytes(
+        "rt",
+        "boot-1.iso",
+        data,
+        content_type="application/x-iso9660-image",
+        metadata={"node": "n1"},
+        usage_count=2,
+        delete_after=3600,
+    )
     assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
     assert info.usage_count == 2 and dict(info.metadata) == {"node": "n1"}
     assert info.delete_at is not None and 3500 < (info.delete_at - info.created_at).total_seconds() <= 3601
     assert await client.get_bytes("rt", "boot-1.iso") == data
-    assert await client.get_bytes("rt", "boot-1.iso", offset=MiB - 5, length=10) == data[MiB - 5:MiB + 5]
+    assert await client.get_bytes("rt", "boot-1.iso", offset=MiB - 5, length=10) == data[MiB - 5 : MiB + 5]
     assert await client.get_bytes("rt", "boot-1.iso", offset=len(data) - 3) == data[-3:]
     with pytest.raises(errors.InvalidParameterValue):
         await client.get_bytes("rt", "boot-1.iso", offset=len(data) + 1)
@@ -106,12 +121,22 @@ async def test_put_file_and_stream_and_replace(client: ObjectStoreClient, tmp_pa
     assert len(files_under(root / "data")) == count  # the old bytes went with the replacement
 
 
-@pytest.mark.parametrize("container,name", [
-    ("c", "../etc/passwd"), ("c", "a/../b"), ("c", "bad\x00name"), ("c", "/leading"), ("c", "x" * 256),
-    ("c", ""), ("", "name"), ("a/b", "name"), ("..", "name"), ("c", "new\nline"),
-])
-async def test_bad_names_are_invalid_argument(client: ObjectStoreClient, container: str, name: str,
-                                              root: Path) -> None:
+@pytest.mark.parametrize(
+    "container,name",
+    [
+        ("c", "../etc/passwd"),
+        ("c", "a/../b"),
+        ("c", "bad\x00name"),
+        ("c", "/leading"),
+        ("c", "x" * 256),
+        ("c", ""),
+        ("", "name"),
+        ("a/b", "name"),
+        ("..", "name"),
+        ("c", "new\nline"),
+    ],
+)
+async def test_bad_names_are_invalid_argument(client: ObjectStoreClient, container: str, name: str, root: Path) -> None:
     before = files_under(root)
     with pytest.raises(errors.Invalid):
         await client.put_bytes(container, name, b"data")
@@ -145,8 +170,9 @@ async def test_limits_leave_nothing_behind(client: ObjectStoreClient, root: Path
 
 async def test_temp_url_get_head_and_ranges(client: ObjectStoreClient, service, http) -> None:
     data = os.urandom(MiB + 100)
-    await client.put_bytes("tu", "boot-6f1c5d1e-0000-4000-8000-000000000001.iso", data,
-                           content_type="application/x-iso9660-image")
+    await client.put_bytes(
+        "tu", "boot-6f1c5d1e-0000-4000-8000-000000000001.iso", data, content_type="application/x-iso9660-image"
+    )
     url = await client.temp_url("tu", "boot-6f1c5d1e-0000-4000-8000-000000000001.iso", lifetime=600)
     assert url.startswith(service.public_url + "/t/") and url.endswith("/boot-6f1c5d1e-0000-4000-8000-000000000001.iso")
     # Short enough for picky BMCs on a normal host name.
@@ -183,10 +209,10 @@ async def test_temp_url_refusals_reveal_nothing(client: ObjectStoreClient, http)
     flipped = ("A" if sig[0] != "A" else "B") + sig[1:]
     later = to_base36(int(expires, 36) + 1000)
     for bad, status in (
-        (f"{base}/{object_id}.{expires}.{flipped}/{name}", 403),       # tampered signature
-        (f"{base}/{object_id}.{later}.{sig}/{name}", 403),             # extended expiry
-        (f"{base}/{object_id}.{expires}.{sig}/other.img", 403),        # another name
-        (f"{base}/zz.{expires}.{sig}/{name}", 403),                    # another object
+        (f"{base}/{object_id}.{expires}.{flipped}/{name}", 403),  # tampered signature
+        (f"{base}/{object_id}.{later}.{sig}/{name}", 403),  # extended expiry
+        (f"{base}/{object_id}.{expires}.{sig}/other.img", 403),  # another name
+        (f"{base}/zz.{expires}.{sig}/{name}", 403),  # another object
         (f"{base}/garbage/{name}", 404),
     ):
         async with http.get(bad) as resp:
@@ -349,24 +375,38 @@ async def test_wire_status_codes(service) -> None:
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
         with pytest.raises(grpc.aio.AioRpcError) as caught:  # no end message: nothing stored
-            await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
-                                    pb.PutRequest(chunk=b"hello")))
+            await stub.Put(
+                aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")), pb.PutRequest(chunk=b"hello"))
+            )
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.aio.AioRpcError) as caught:  # wrong size announced
-            await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
-                                    pb.PutRequest(chunk=b"hello"), pb.PutRequest(end=pb.PutEnd(size=4))))
+            await stub.Put(
+                aiter_of(
+                    pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                    pb.PutRequest(chunk=b"hello"),
+                    pb.PutRequest(end=pb.PutEnd(size=4)),
+                )
+            )
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.aio.AioRpcError) as caught:  # wrong sha256 announced
-            await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
-                                    pb.PutRequest(chunk=b"hello"),
-                                    pb.PutRequest(end=pb.PutEnd(size=5, sha256="0" * 64))))
+            await stub.Put(
+                aiter_of(
+                    pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                    pb.PutRequest(chunk=b"hello"),
+                    pb.PutRequest(end=pb.PutEnd(size=5, sha256="0" * 64)),
+                )
+            )
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Stat(pb.ObjectRef(container="wire", name="z"))
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-        reply = await stub.Put(aiter_of(pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
-                                        pb.PutRequest(chunk=b"hello"), pb.PutRequest(end=pb.PutEnd(
-                                            size=5, sha256=hashlib.sha256(b"hello").hexdigest()))))
+        reply = await stub.Put(
+            aiter_of(
+                pb.PutRequest(header=pb.PutHeader(container="wire", name="z")),
+                pb.PutRequest(chunk=b"hello"),
+                pb.PutRequest(end=pb.PutEnd(size=5, sha256=hashlib.sha256(b"hello").hexdigest())),
+            )
+        )
         assert reply.size == 5 and not reply.HasField("delete_at")
         chunks = [c.data async for c in stub.Get(pb.GetObjectRequest(container="wire", name="z", offset=1, length=3))]
         assert b"".join(chunks) == b"ell"

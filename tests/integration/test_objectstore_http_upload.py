@@ -38,8 +38,11 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def service(database_url: str, root: Path, tmp_path_factory: pytest.TempPathFactory):
-    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={
-        "root": str(root), "max_object_size": 10 * MiB, "max_container_size": 14 * MiB})
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("state"),
+        objectstore={"root": str(root), "max_object_size": 10 * MiB, "max_container_size": 14 * MiB},
+    )
     async with running_objectstore(settings) as svc:
         yield svc
 
@@ -87,8 +90,13 @@ async def exchange(url: str, *parts: bytes, pause: float = 0.0) -> bytes:
 
 def put_head(url: str, length: int, *extra: str, connection: str = "keep-alive") -> bytes:
     split = urlsplit(url)
-    lines = [f"PUT {split.path} HTTP/1.1", f"Host: {split.netloc}", f"Content-Length: {length}",
-             f"Connection: {connection}", *extra]
+    lines = [
+        f"PUT {split.path} HTTP/1.1",
+        f"Host: {split.netloc}",
+        f"Content-Length: {length}",
+        f"Connection: {connection}",
+        *extra,
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -97,9 +105,16 @@ async def test_put_file_round_trip_over_http(client: ObjectStoreClient, service,
     source = tmp_path / "disk.img"
     source.write_bytes(data)
     digest = hashlib.sha256(data).hexdigest()
-    info = await client.put_file("up", "images/disk.img", source, content_type="application/x-raw-disk-image",
-                                 metadata={"Node": "n-1", "ünïcode": "välue"}, delete_after=3600, usage_count=2,
-                                 sha256=digest)
+    info = await client.put_file(
+        "up",
+        "images/disk.img",
+        source,
+        content_type="application/x-raw-disk-image",
+        metadata={"Node": "n-1", "ünïcode": "välue"},
+        delete_after=3600,
+        usage_count=2,
+        sha256=digest,
+    )
     assert info.size == len(data) and info.sha256 == digest and info.usage_count == 2
     assert dict(info.metadata) == {"Node": "n-1", "ünïcode": "välue"}
     assert info.content_type == "application/x-raw-disk-image" and info.delete_at is not None
@@ -122,8 +137,7 @@ async def test_put_file_round_trip_over_http(client: ObjectStoreClient, service,
     await client.delete("up", "images/disk.img")
 
 
-async def test_wrong_sha256_or_bad_headers_store_nothing(client: ObjectStoreClient, root: Path,
-                                                         tmp_path: Path) -> None:
+async def test_wrong_sha256_or_bad_headers_store_nothing(client: ObjectStoreClient, root: Path, tmp_path: Path) -> None:
     source = tmp_path / "x.bin"
     source.write_bytes(os.urandom(MiB))
     before = files_under(root)
@@ -132,11 +146,13 @@ async def test_wrong_sha256_or_bad_headers_store_nothing(client: ObjectStoreClie
     with pytest.raises(errors.InvalidParameterValue, match="sha256 mismatch"):
         await client.put_file("bad", "x.bin", source, sha256="0" * 64, via="grpc")
     url = await client.temp_url("bad", "x.bin", lifetime=60, method="PUT")
-    for header, fragment in (("X-Delete-After: soon", b"X-Delete-After"),
-                             ("X-Object-Metadata: [1, 2]", b"X-Object-Metadata"),
-                             ("X-Object-Sha256: abc", b"X-Object-Sha256"),
-                             ("Content-Type: nonsense", b"MIME type"),
-                             ("X-Object-Usage-Count: -1", b"X-Object-Usage-Count")):
+    for header, fragment in (
+        ("X-Delete-After: soon", b"X-Delete-After"),
+        ("X-Object-Metadata: [1, 2]", b"X-Object-Metadata"),
+        ("X-Object-Sha256: abc", b"X-Object-Sha256"),
+        ("Content-Type: nonsense", b"MIME type"),
+        ("X-Object-Usage-Count: -1", b"X-Object-Usage-Count"),
+    ):
         [(status, _headers, body)] = read_replies(await exchange(url, put_head(url, 5, header) + b"hello"))
         assert status == 400 and fragment in body, (header, body)
         assert json.loads(body)["error"]["name"] == "InvalidParameterValue"
@@ -144,8 +160,7 @@ async def test_wrong_sha256_or_bad_headers_store_nothing(client: ObjectStoreClie
     assert files_under(root) == before
 
 
-async def test_refusals_reveal_nothing_and_store_nothing(client: ObjectStoreClient, service, http,
-                                                         root: Path) -> None:
+async def test_refusals_reveal_nothing_and_store_nothing(client: ObjectStoreClient, service, http, root: Path) -> None:
     url = await client.temp_url("refuse", "boot.iso", lifetime=600, method="PUT")
     assert url.startswith(service.public_url + "/u/") and url.endswith("/refuse/boot.iso")
     base, rest = url.split("/u/", 1)
@@ -154,16 +169,15 @@ async def test_refusals_reveal_nothing_and_store_nothing(client: ObjectStoreClie
     flipped = ("A" if sig[0] != "A" else "B") + sig[1:]
     before = files_under(root)
     for bad, status in (
-        (f"{base}/u/{expires}.{flipped}/{tail}", 403),               # tampered signature
-        (f"{base}/u/{token}/refuse/other.iso", 403),                  # another name
-        (f"{base}/u/{token}/other/boot.iso", 403),                    # another container
+        (f"{base}/u/{expires}.{flipped}/{tail}", 403),  # tampered signature
+        (f"{base}/u/{token}/refuse/other.iso", 403),  # another name
+        (f"{base}/u/{token}/other/boot.iso", 403),  # another container
         (f"{base}/u/{to_base36(int(expires, 36) + 1)}.{sig}/{tail}", 403),  # another expiry
         (f"{base}/u/garbage/{tail}", 404),
     ):
         async with http.put(bad, data=b"payload") as resp:
             assert resp.status == status, bad
-            assert json.loads(await resp.read())["error"]["message"] in (
-                "temp URL signature invalid", "not found")
+            assert json.loads(await resp.read())["error"]["message"] in ("temp URL signature invalid", "not found")
     # An upload URL does not download, and a download URL does not upload.
     async with http.get(url) as resp:
         assert resp.status == 405
@@ -184,8 +198,9 @@ async def test_refusals_reveal_nothing_and_store_nothing(client: ObjectStoreClie
         await client.temp_url("refuse", "../escape", lifetime=60, method="PUT")
 
 
-async def test_limits_answer_413_before_or_during_the_body(client: ObjectStoreClient, root: Path,
-                                                           tmp_path: Path) -> None:
+async def test_limits_answer_413_before_or_during_the_body(
+    client: ObjectStoreClient, root: Path, tmp_path: Path
+) -> None:
     before = files_under(root)
     url = await client.temp_url("lim", "huge.iso", lifetime=60, method="PUT")
     # Over the object limit: refused from the head alone, no 100 Continue, no body read.
@@ -205,8 +220,9 @@ async def test_limits_answer_413_before_or_during_the_body(client: ObjectStoreCl
     await wait_until(lambda: files_under(root) == before, timeout=5)
 
 
-async def test_cancelled_or_stalled_upload_leaves_nothing(client: ObjectStoreClient, root: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_cancelled_or_stalled_upload_leaves_nothing(
+    client: ObjectStoreClient, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     before = files_under(root)
     url = await client.temp_url("cut", "half.iso", lifetime=60, method="PUT")
     split = urlsplit(url)
@@ -281,8 +297,7 @@ async def test_expect_continue_and_chunked_bodies(client: ObjectStoreClient, htt
     async with http.put(url, data=body(), headers={"X-Object-Metadata": '{"via": "chunked"}'}) as resp:
         assert resp.status == 201, await resp.text()
         answer = await resp.json()
-    assert answer["sha256"] == hashlib.sha256(b"".join(pieces)).hexdigest() and answer["metadata"] == {
-        "via": "chunked"}
+    assert answer["sha256"] == hashlib.sha256(b"".join(pieces)).hexdigest() and answer["metadata"] == {"via": "chunked"}
     assert await client.get_bytes("ex", "c.img") == b"".join(pieces)
 
 
@@ -301,7 +316,8 @@ async def test_bad_request_heads(client: ObjectStoreClient, service) -> None:
 
 @pytest.mark.parametrize("public", ["closed port", "proxy refusing PUT"])
 async def test_put_file_falls_back_to_grpc_when_http_uploads_cannot_work(
-        database_url: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, public: str) -> None:
+    database_url: str, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, public: str
+) -> None:
     async def refuse(request: aiohttp.web.Request) -> aiohttp.web.Response:
         await request.read()
         return aiohttp.web.Response(status=405, text="<html>405 Not Allowed</html>")
@@ -313,8 +329,11 @@ async def test_put_file_falls_back_to_grpc_when_http_uploads_cannot_work(
     port = free_port()
     if public == "proxy refusing PUT":
         await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
-    settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={
-        "root": str(tmp_path_factory.mktemp("fallback")), "public_url": f"http://127.0.0.1:{port}"})
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("state"),
+        objectstore={"root": str(tmp_path_factory.mktemp("fallback")), "public_url": f"http://127.0.0.1:{port}"},
+    )
     source = tmp_path / "f.bin"
     source.write_bytes(os.urandom(MiB + 1))
     try:
@@ -331,7 +350,8 @@ async def test_put_file_falls_back_to_grpc_when_http_uploads_cannot_work(
 
 
 async def test_stopping_the_service_mid_upload_leaves_nothing(
-        database_url: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     root = tmp_path_factory.mktemp("stopping")
     settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={"root": str(root)})
     async with running_objectstore(settings) as svc:

@@ -22,8 +22,9 @@ def files_under(path: Path) -> list[Path]:
 
 async def test_ttl_sweep_after_restart(database_url: str, tmp_path: Path) -> None:
     root = tmp_path / "objects"
-    settings = test_settings(database_url, tmp_path / "state", objectstore={
-        "root": str(root), "sweep_interval": 3600.0})
+    settings = test_settings(
+        database_url, tmp_path / "state", objectstore={"root": str(root), "sweep_interval": 3600.0}
+    )
     async with running_objectstore(settings) as first:
         store = ObjectStoreClient(first.grpc_address)
         await store.put_bytes("restart", "short-lived.img", b"y" * 1000, delete_after=1)
@@ -37,8 +38,7 @@ async def test_ttl_sweep_after_restart(database_url: str, tmp_path: Path) -> Non
         assert await conn.fetchval("SELECT count(*) FROM objects WHERE container = 'restart'") == 2
         async with running_objectstore(settings):
             await wait_until(lambda: len(files_under(root / "data")) == 1)
-            await wait_until(lambda: conn.fetchval(
-                "SELECT count(*) = 1 FROM objects WHERE container = 'restart'"))
+            await wait_until(lambda: conn.fetchval("SELECT count(*) = 1 FROM objects WHERE container = 'restart'"))
         assert await conn.fetchval("SELECT name FROM objects WHERE container = 'restart'") == "long-lived.img"
     finally:
         await conn.close()

@@ -33,9 +33,20 @@ def moto_endpoint():
 
 
 def s3_settings(database_url: str, state: Path, endpoint: str, **extra: object):
-    return test_settings(database_url, state, objectstore={
-        "backend": "s3", "s3_endpoint_url": endpoint, "s3_bucket": "ferrum-test", "s3_access_key": "testing",
-        "s3_secret_key": "testing", "s3_part_size": 5 * MiB, "max_object_size": 64 * MiB, **extra})
+    return test_settings(
+        database_url,
+        state,
+        objectstore={
+            "backend": "s3",
+            "s3_endpoint_url": endpoint,
+            "s3_bucket": "ferrum-test",
+            "s3_access_key": "testing",
+            "s3_secret_key": "testing",
+            "s3_part_size": 5 * MiB,
+            "max_object_size": 64 * MiB,
+            **extra,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +65,13 @@ async def client(moto_service):
 async def bucket_state(endpoint: str, bucket: str = "ferrum-test") -> tuple[list[str], list[str]]:
     """(object keys, multipart upload keys) straight from the S3 server."""
     session = aioboto3.Session()
-    async with session.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
-                              aws_secret_access_key="testing") as s3:
+    async with session.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    ) as s3:
         listed = await s3.list_objects_v2(Bucket=bucket)
         uploads = await s3.list_multipart_uploads(Bucket=bucket)
     return ([o["Key"] for o in listed.get("Contents", ())], [u["Key"] for u in uploads.get("Uploads", ())])
@@ -70,7 +86,7 @@ async def test_round_trips_single_and_multipart(client: ObjectStoreClient, moto_
     assert info.size == len(big) and info.sha256 == hashlib.sha256(big).hexdigest()
     assert await client.get_bytes("s3c", "small.bin") == small
     assert await client.get_bytes("s3c", "big.iso") == big
-    assert await client.get_bytes("s3c", "big.iso", offset=5 * MiB - 3, length=6) == big[5 * MiB - 3:5 * MiB + 3]
+    assert await client.get_bytes("s3c", "big.iso", offset=5 * MiB - 3, length=6) == big[5 * MiB - 3 : 5 * MiB + 3]
     assert [o.name for o in await client.list("s3c")] == ["big.iso", "small.bin"]
     keys, uploads = await bucket_state(moto_endpoint)
     assert len(keys) == 2 and uploads == []
@@ -105,7 +121,9 @@ async def test_proxied_temp_url_download(client: ObjectStoreClient) -> None:
 
 
 async def test_failed_and_cancelled_multipart_uploads_leave_nothing(
-    client: ObjectStoreClient, moto_endpoint: str, database_url: str,
+    client: ObjectStoreClient,
+    moto_endpoint: str,
+    database_url: str,
 ) -> None:
     with pytest.raises(errors.PayloadTooLarge):
         await client.put_bytes("s3lim", "huge.img", b"x" * (64 * MiB + 1))
@@ -131,8 +149,9 @@ async def test_failed_and_cancelled_multipart_uploads_leave_nothing(
     assert await client.stat("s3lim", "stalled.img") is None
 
 
-async def test_http_put_upload_multipart_and_cut_short(client: ObjectStoreClient, moto_endpoint: str,
-                                                      tmp_path: Path) -> None:
+async def test_http_put_upload_multipart_and_cut_short(
+    client: ObjectStoreClient, moto_endpoint: str, tmp_path: Path
+) -> None:
     """put_file's HTTP PUT path on S3: a multipart upload, and a client that goes
     away mid-body leaves no object and no open multipart upload."""
     data = os.urandom(11 * MiB + 7)  # three parts at 5 MiB
@@ -170,15 +189,25 @@ def s3rver_endpoint():
 
 
 @pytest.mark.parametrize("version", ["s3", "s3v4"])
-async def test_presigned_downloads_against_s3rver(database_url: str, tmp_path: Path, s3rver_endpoint: str,
-                                                  version: str) -> None:
+async def test_presigned_downloads_against_s3rver(
+    database_url: str, tmp_path: Path, s3rver_endpoint: str, version: str
+) -> None:
     """s3rver verifies V2 query signatures (and the expiry of both versions);
     it accepts any well-formed V4 signature, so tampering is checked on V2."""
     endpoint = s3rver_endpoint
-    settings = test_settings(database_url, tmp_path / "state", objectstore={
-        "backend": "s3", "s3_endpoint_url": endpoint, "s3_bucket": f"presigned-{version}",
-        "s3_access_key": "S3RVER", "s3_secret_key": "S3RVER", "download_mode": "presigned",
-        "s3_presign_version": version})
+    settings = test_settings(
+        database_url,
+        tmp_path / "state",
+        objectstore={
+            "backend": "s3",
+            "s3_endpoint_url": endpoint,
+            "s3_bucket": f"presigned-{version}",
+            "s3_access_key": "S3RVER",
+            "s3_secret_key": "S3RVER",
+            "download_mode": "presigned",
+            "s3_presign_version": version,
+        },
+    )
     async with running_objectstore(settings) as service, aiohttp.ClientSession() as http:
         store = ObjectStoreClient(service.grpc_address)
         try:
@@ -234,15 +263,21 @@ async def test_presigned_downloads_against_s3rver(database_url: str, tmp_path: P
 
 
 async def test_s3_orphan_sweep(database_url: str, moto_endpoint: str, tmp_path: Path) -> None:
-    settings = s3_settings(database_url, tmp_path, moto_endpoint, s3_bucket="ferrum-orphans", orphan_grace=0.0,
-                           sweep_interval=3600.0)
+    settings = s3_settings(
+        database_url, tmp_path, moto_endpoint, s3_bucket="ferrum-orphans", orphan_grace=0.0, sweep_interval=3600.0
+    )
     async with running_objectstore(settings) as service:
         store = ObjectStoreClient(service.grpc_address)
         try:
             await store.put_bytes("orph", "kept.img", b"kept")
             session = aioboto3.Session()
-            async with session.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-                                      aws_access_key_id="testing", aws_secret_access_key="testing") as s3:
+            async with session.client(
+                "s3",
+                endpoint_url=moto_endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="testing",
+                aws_secret_access_key="testing",
+            ) as s3:
                 await s3.put_object(Bucket="ferrum-orphans", Key="0123456789abcdef0123456789abcdef", Body=b"stray")
                 await s3.put_object(Bucket="ferrum-orphans", Key="someone-elses/file.txt", Body=b"foreign")
                 await asyncio.sleep(1.1)  # S3 times have one-second resolution

@@ -31,16 +31,38 @@ NODE = "1be26c0b-03f2-4d2e-ae87-c02d7f33c123"
 SEED = [
     ("/v1/nodes", {"driver": "fake-hardware", "uuid": NODE, "name": "example-node"}),
     ("/v1/ports", {"address": "52:54:00:12:34:56", "uuid": "6d85703a-565d-469a-96ce-30b6de53079d", "node_uuid": NODE}),
-    ("/v1/volume/connectors", {"type": "iqn", "connector_id": "iqn.2026-01.org.example:seed",
-                               "uuid": "86cfd480-0842-4abb-8386-e46149beb82f", "node_uuid": NODE}),
-    ("/v1/volume/targets", {"volume_type": "iscsi", "boot_index": 0, "volume_id": "seed",
-                            "uuid": "bd4accc2-6a63-4b9f-8f8b-cf0bbbc10c4b", "node_uuid": NODE}),
+    (
+        "/v1/volume/connectors",
+        {
+            "type": "iqn",
+            "connector_id": "iqn.2026-01.org.example:seed",
+            "uuid": "86cfd480-0842-4abb-8386-e46149beb82f",
+            "node_uuid": NODE,
+        },
+    ),
+    (
+        "/v1/volume/targets",
+        {
+            "volume_type": "iscsi",
+            "boot_index": 0,
+            "volume_id": "seed",
+            "uuid": "bd4accc2-6a63-4b9f-8f8b-cf0bbbc10c4b",
+            "node_uuid": NODE,
+        },
+    ),
     ("/v1/portgroups", {"node_uuid": NODE, "name": "example-bond", "address": "52:54:00:bb:00:00"}),
-    ("/v1/deploy_templates", {"name": "CUSTOM_EXAMPLE_BIOS",
-                              "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 5}]}),
+    (
+        "/v1/deploy_templates",
+        {
+            "name": "CUSTOM_EXAMPLE_BIOS",
+            "steps": [{"interface": "bios", "step": "apply_configuration", "args": {}, "priority": 5}],
+        },
+    ),
 ]
-CHECKS = ("not_a_server_error,response_schema_conformance,status_code_conformance,"
-          "response_headers_conformance,content_type_conformance")
+CHECKS = (
+    "not_a_server_error,response_schema_conformance,status_code_conformance,"
+    "response_headers_conformance,content_type_conformance"
+)
 SCHEMATHESIS_BUDGET = 240.0  # seconds; the run takes well under a minute here
 
 
@@ -66,7 +88,7 @@ StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _un
 
 async def test_served_document_is_the_file_and_valid(api: str) -> None:
     raw = DOCUMENT_PATH.read_bytes()
-    parsed = yaml.load(raw, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    parsed = yaml.load(raw, Loader=StrictLoader)
     validate(parsed)  # raises on any OpenAPI 3 violation
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{api}/v1/openapi.yaml") as r:
@@ -96,8 +118,12 @@ async def test_document_covers_exactly_the_served_routes(stack: Any) -> None:
             continue
         served.add(("GET" if route.method == "*" else route.method, _normalize(path)))
     document = yaml.safe_load(DOCUMENT_PATH.read_bytes())
-    documented = {(method.upper(), _normalize(path)) for path, item in document["paths"].items()
-                  for method in item if method != "parameters"}
+    documented = {
+        (method.upper(), _normalize(path))
+        for path, item in document["paths"].items()
+        for method in item
+        if method != "parameters"
+    }
     assert served - documented == set(), "routes served but not documented"
     assert documented - served == set(), "routes documented but not served"
 
@@ -125,21 +151,38 @@ async def _seed(api: str) -> None:
 async def test_schemathesis_finds_no_server_error_or_schema_violation(api: str, tmp_path: Path) -> None:
     await _seed(api)
     command = [
-        str(Path(sys.executable).with_name("schemathesis")), "run", f"{api}/v1/openapi.yaml",
-        "--checks", CHECKS, "--phases", "examples,coverage,fuzzing",
+        str(Path(sys.executable).with_name("schemathesis")),
+        "run",
+        f"{api}/v1/openapi.yaml",
+        "--checks",
+        CHECKS,
+        "--phases",
+        "examples,coverage,fuzzing",
         # One worker: requests are sequential, so a failure reproduces from the seed. (With two,
         # DELETE /maintenance racing a node delete hits a conductor-side history insert for the
         # deleted node: a 500 reported to the conductor's owner.)
-        "--max-examples", "25", "--seed", "20261123", "--workers", "1", "--no-shrink",
-        "--request-timeout", "30", "--max-failures", "50",
+        "--max-examples",
+        "25",
+        "--seed",
+        "20261123",
+        "--workers",
+        "1",
+        "--no-shrink",
+        "--request-timeout",
+        "30",
+        "--max-failures",
+        "50",
     ]
     process = await asyncio.create_subprocess_exec(
-        *command, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        *command,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "160"},
     )
     try:
         out, _ = await asyncio.wait_for(process.communicate(), SCHEMATHESIS_BUDGET)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         process.kill()
         await process.wait()
         pytest.fail(f"schemathesis did not finish within {SCHEMATHESIS_BUDGET} s")
@@ -173,13 +216,18 @@ async def test_document_is_public_under_http_basic(stack: Any, tmp_path: Path) -
 async def test_errors_carry_version_headers_and_nul_is_a_client_error(api: str) -> None:
     """What the document promises for every error response, checked directly."""
     async with aiohttp.ClientSession() as session:
-        for method, path, body in (("GET", "/v1/nodes/%00", None), ("GET", "/v1/nodes?owner=a%00b", None),
-                                   ("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "a\u0000b"}),
-                                   ("POST", "/v1/nodes", {"driver": "fake-hardware", "extra": {"k\u0000": 1}})):
+        for method, path, body in (
+            ("GET", "/v1/nodes/%00", None),
+            ("GET", "/v1/nodes?owner=a%00b", None),
+            ("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "a\u0000b"}),
+            ("POST", "/v1/nodes", {"driver": "fake-hardware", "extra": {"k\u0000": 1}}),
+        ):
             async with session.request(method, api + path, json=body, headers=V) as r:
                 assert r.status == 400, (method, path, await r.text())
                 assert "NUL" in json.loads((await r.json())["error_message"])["faultstring"]
-                assert r.headers["X-OpenStack-Ironic-API-Version"] == r.headers["X-OpenStack-Ironic-API-Maximum-Version"]
+                assert (
+                    r.headers["X-OpenStack-Ironic-API-Version"] == r.headers["X-OpenStack-Ironic-API-Maximum-Version"]
+                )
         async with session.get(f"{api}/v1/nodes/no-such-node", headers={"X-OpenStack-Ironic-API-Version": "1.40"}) as r:
             assert r.status == 404 and r.headers["X-OpenStack-Ironic-API-Version"] == "1.40"
             assert r.headers["X-OpenStack-Ironic-API-Minimum-Version"] == "1.1"

@@ -25,9 +25,17 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module")
 async def sim(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Simulator]:
-    simulator = Simulator(SimulatorOptions(machines=3, state_dir=str(tmp_path_factory.mktemp("rf-sim")),
-                                           disk_size=4 * 1024**2, username=USER, password=PASSWORD,
-                                           boot_order=("Hdd",), nics_per_machine=2))
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=3,
+            state_dir=str(tmp_path_factory.mktemp("rf-sim")),
+            disk_size=4 * 1024**2,
+            username=USER,
+            password=PASSWORD,
+            boot_order=("Hdd",),
+            nics_per_machine=2,
+        )
+    )
     await simulator.start()
     try:
         yield simulator
@@ -62,7 +70,7 @@ async def test_power_cycle(sim: Simulator, power: RedfishPower) -> None:
     assert await power.get_power_state(task) == "power off"
     await power.set_power_state(task, "power on")
     assert machine.power_state == "On" and machine.boot_count == 1
-    await power.reboot(task)   # off, then on: the firmware runs again
+    await power.reboot(task)  # off, then on: the firmware runs again
     assert machine.power_state == "On" and machine.boot_count == 2
     assert [e["reason"] for e in machine.events("power_off")][-1] == "ForceOff"
     await power.set_power_state(task, "soft rebooting")
@@ -72,13 +80,14 @@ async def test_power_cycle(sim: Simulator, power: RedfishPower) -> None:
     assert await power.get_power_state(task) == "power off"
 
 
-async def test_boot_device_once_and_persistent(sim: Simulator, power: RedfishPower,
-                                               management: RedfishManagement) -> None:
+async def test_boot_device_once_and_persistent(
+    sim: Simulator, power: RedfishPower, management: RedfishManagement
+) -> None:
     task, machine = make_task(sim, 1), sim.machines[1]
     await management.set_boot_device(task, "pxe", persistent=False)
     assert await management.get_boot_device(task) == {"boot_device": "pxe", "persistent": False}
     assert (machine.boot_target, machine.boot_enabled) == ("Pxe", "Once")
-    await power.set_power_state(task, "power on")   # the Once override is used by this boot
+    await power.set_power_state(task, "power on")  # the Once override is used by this boot
     assert machine.events("firmware_start")[-1]["sequence"] == "Pxe,Hdd"
     assert await management.get_boot_device(task) == {"boot_device": None, "persistent": False}
     await management.set_boot_device(task, "disk", persistent=True)
@@ -116,7 +125,7 @@ async def test_every_auth_type(sim: Simulator, auth: str) -> None:
         with pytest.raises(errors.BMCError, match="authentication failed"):
             await power.get_power_state(make_task(sim, 0, redfish_auth_type=auth, redfish_password="wrong"))
     finally:
-        await power.close()   # what the conductor calls at stop
+        await power.close()  # what the conductor calls at stop
     # Closing logged the session out (basic auth never made one).
     assert set(sim.redfish.sessions) == sessions_before
 
@@ -134,25 +143,31 @@ async def test_errors_name_the_problem(sim: Simulator, tmp_path: Path) -> None:
         try:
             info = single.driver_info(single.machines[0])
             info.pop("redfish_system_id")
-            task = base.Task(node={"uuid": "x", "driver_info": info}, ports=[], driver=None,  # type: ignore[arg-type]
-                             conductor="test")
+            task = base.Task(
+                node={"uuid": "x", "driver_info": info},
+                ports=[],
+                driver=None,  # type: ignore[arg-type]
+                conductor="test",
+            )
             assert await power.get_power_state(task) == "power off"
             await asyncio.to_thread(power.connections.close)
         finally:
             await single.stop()
         with pytest.raises(errors.BMCError, match="unreachable"):
-            await power.get_power_state(task)   # the simulator is gone now
+            await power.get_power_state(task)  # the simulator is gone now
     finally:
         await asyncio.to_thread(power.connections.close)
 
 
 # ---- through the REST API and the conductor ------------------------------------------
 
+
 async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim: Simulator) -> None:
     api = stack.endpoints["api REST (Ironic v1)"]
     machine = sim.machines[2]
     headers = {"X-OpenStack-Ironic-API-Version": "1.56"}
     async with aiohttp.ClientSession(headers=headers) as http:
+
         async def call(method: str, path: str, body: Any = None, expect: int = 200) -> Any:
             async with http.request(method, api + path, json=body) as resp:
                 text = await resp.text()
@@ -168,8 +183,12 @@ async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim:
                 assert time.monotonic() < deadline, node
                 await asyncio.sleep(0.1)
 
-        node = await call("POST", "/v1/nodes", {"name": "rf-rest", "driver": "redfish",
-                                                "driver_info": sim.driver_info(machine)}, expect=201)
+        node = await call(
+            "POST",
+            "/v1/nodes",
+            {"name": "rf-rest", "driver": "redfish", "driver_info": sim.driver_info(machine)},
+            expect=201,
+        )
         uuid = node["uuid"]
         assert node["driver_info"]["redfish_password"] == "******"
         assert (node["power_interface"], node["management_interface"]) == ("redfish", "redfish")
@@ -184,11 +203,14 @@ async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim:
         assert (await settle(uuid))["power_state"] == "power on"
         assert machine.boot_count == boots + 1
 
-        await call("PUT", f"/v1/nodes/{uuid}/management/boot_device",
-                   {"boot_device": "pxe", "persistent": True}, expect=204)
+        await call(
+            "PUT", f"/v1/nodes/{uuid}/management/boot_device", {"boot_device": "pxe", "persistent": True}, expect=204
+        )
         assert (machine.boot_target, machine.boot_enabled) == ("Pxe", "Continuous")
-        assert await call("GET", f"/v1/nodes/{uuid}/management/boot_device") == {"boot_device": "pxe",
-                                                                                   "persistent": True}
+        assert await call("GET", f"/v1/nodes/{uuid}/management/boot_device") == {
+            "boot_device": "pxe",
+            "persistent": True,
+        }
         supported = await call("GET", f"/v1/nodes/{uuid}/management/boot_device/supported")
         assert supported["supported_boot_devices"] == ["pxe", "disk", "cdrom", "bios"]
         await call("PUT", f"/v1/nodes/{uuid}/states/power", {"target": "power off"}, expect=202)
@@ -196,21 +218,27 @@ async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim:
         assert machine.power_state == "Off"
 
         # Wrong credentials: the request is accepted, the conductor records why it failed, nothing changes.
-        bad = await call("POST", "/v1/nodes", {"name": "rf-bad", "driver": "redfish", "driver_info": {
-            **sim.driver_info(machine), "redfish_password": "wrong"}}, expect=201)
+        bad = await call(
+            "POST",
+            "/v1/nodes",
+            {
+                "name": "rf-bad",
+                "driver": "redfish",
+                "driver_info": {**sim.driver_info(machine), "redfish_password": "wrong"},
+            },
+            expect=201,
+        )
         await call("PUT", f"/v1/nodes/{bad['uuid']}/states/power", {"target": "power on"}, expect=202)
         failed = await settle(bad["uuid"])
         assert "authentication failed" in failed["last_error"] and failed["power_state"] != "power on"
         assert machine.power_state == "Off"
         # Missing address: validation says so without any network call.
-        await call("PATCH", f"/v1/nodes/{bad['uuid']}",
-                   [{"op": "remove", "path": "/driver_info/redfish_address"}])
+        await call("PATCH", f"/v1/nodes/{bad['uuid']}", [{"op": "remove", "path": "/driver_info/redfish_address"}])
         validation = await call("GET", f"/v1/nodes/{bad['uuid']}/validate")
         assert validation["power"]["result"] is False and "redfish_address" in validation["power"]["reason"]
 
 
-async def test_virtual_media_insert_and_eject(sim: Simulator, management: RedfishManagement,
-                                              tmp_path: Path) -> None:
+async def test_virtual_media_insert_and_eject(sim: Simulator, management: RedfishManagement, tmp_path: Path) -> None:
     from aiohttp import web
 
     from services.common.httpserver import start_http_site
@@ -250,19 +278,26 @@ async def test_virtual_media_insert_and_eject(sim: Simulator, management: Redfis
 
 async def test_slow_bmc_power_changes_are_polled(tmp_path: Path) -> None:
     """With --power-delay the simulator answers at once and acts later, like real BMCs."""
-    slow = Simulator(SimulatorOptions(machines=1, state_dir=str(tmp_path), disk_size=2 * 1024**2,
-                                      boot_order=("Hdd",), power_delay=(0.3, 0.8)))
+    slow = Simulator(
+        SimulatorOptions(
+            machines=1, state_dir=str(tmp_path), disk_size=2 * 1024**2, boot_order=("Hdd",), power_delay=(0.3, 0.8)
+        )
+    )
     await slow.start()
     power = RedfishPower({"redfish_poll_interval": 0.05, "redfish_power_timeout": 10})
     try:
         machine = slow.machines[0]
-        task = base.Task(node={"uuid": "slow", "driver_info": slow.driver_info(machine)}, ports=[],
-                         driver=None, conductor="test")  # type: ignore[arg-type]
-        async with aiohttp.ClientSession() as http:
-            async with http.post(slow.redfish_url + machine.system_path + "/Actions/ComputerSystem.Reset",
-                                 json={"ResetType": "On"}) as resp:
-                assert resp.status == 204
-        assert machine.power_state == "Off"            # accepted, not yet done
+        task = base.Task(
+            node={"uuid": "slow", "driver_info": slow.driver_info(machine)}, ports=[], driver=None, conductor="test"
+        )  # type: ignore[arg-type]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                slow.redfish_url + machine.system_path + "/Actions/ComputerSystem.Reset", json={"ResetType": "On"}
+            ) as resp,
+        ):
+            assert resp.status == 204
+        assert machine.power_state == "Off"  # accepted, not yet done
         await power.set_power_state(task, "power on")  # polls until the change lands
         assert machine.power_state == "On" and machine.events("power_pending")
         await power.reboot(task)

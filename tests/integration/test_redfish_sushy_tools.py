@@ -58,8 +58,12 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = open(tmp / "emulator.log", "wb")
     binary = Path(sys.executable).parent / "sushy-emulator"
-    proc = subprocess.Popen([str(binary), "--config", str(config), "--port", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(binary), "--config", str(config), "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -86,8 +90,13 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def make_task(url: str, system: str | None = SYSTEM_A, **extra: object) -> base.Task:
-    info: dict[str, object] = {"redfish_address": url, "redfish_username": USER, "redfish_password": PASSWORD,
-                               "redfish_verify_ca": False, **extra}
+    info: dict[str, object] = {
+        "redfish_address": url,
+        "redfish_username": USER,
+        "redfish_password": PASSWORD,
+        "redfish_verify_ca": False,
+        **extra,
+    }
     if system:
         info["redfish_system_id"] = f"/redfish/v1/Systems/{system}"
     node = {"uuid": "7c8e2f4a-1f0e-4a44-9f0b-3c2b1d1e0a01", "driver": "redfish", "driver_info": info}
@@ -201,7 +210,7 @@ async def test_virtual_media(emulator: str, management: RedfishManagement) -> No
         task = make_task(emulator)
         url = f"http://127.0.0.1:{port}/boot.iso"
         await management.insert_virtual_media(task, "cdrom", url)
-        assert "/boot.iso" in fetched   # the emulator downloads what is inserted
+        assert "/boot.iso" in fetched  # the emulator downloads what is inserted
         cd = [m for m in await management.get_virtual_media(task) if "CD" in m["media_types"]][0]
         assert (cd["image"], cd["inserted"]) == (url, True)
         await management.eject_virtual_media(task, "cdrom")

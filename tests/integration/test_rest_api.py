@@ -20,9 +20,12 @@ class Client:
     def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
         self.session, self.base = session, base
 
-    async def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
-                   expect: int | None = None) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
-        async with self.session.request(method, self.base + path, json=body, headers=V if headers is None else headers) as r:
+    async def call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, expect: int | None = None
+    ) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
+        async with self.session.request(
+            method, self.base + path, json=body, headers=V if headers is None else headers
+        ) as r:
             text = await r.text()
             data = json.loads(text) if text else None
             if expect is not None:
@@ -69,8 +72,16 @@ async def test_discovery_and_versions(client: Client) -> None:
 
 
 async def test_full_lifecycle(client: Client) -> None:
-    _, node, headers = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "life-1",
-                                          "driver_info": {"ipmi_password": "s3cret", "ipmi_address": "10.0.0.1"}}, expect=201)
+    _, node, headers = await client.call(
+        "POST",
+        "/v1/nodes",
+        {
+            "driver": "fake-hardware",
+            "name": "life-1",
+            "driver_info": {"ipmi_password": "s3cret", "ipmi_address": "10.0.0.1"},
+        },
+        expect=201,
+    )
     assert headers["Location"].endswith(f"/v1/nodes/{node['uuid']}")
     assert node["provision_state"] == "enroll" and node["deploy_interface"] == "fake"
     assert node["driver_info"] == {"ipmi_password": "******", "ipmi_address": "10.0.0.1"}
@@ -83,16 +94,27 @@ async def test_full_lifecycle(client: Client) -> None:
     await client.wait_state("life-1", "manageable")
     await client.call("PUT", "/v1/nodes/life-1/states/provision", {"target": "provide"}, expect=202)
     await client.wait_state("life-1", "available")
-    await client.call("PATCH", "/v1/nodes/life-1", [
-        {"op": "add", "path": "/instance_info/image_source", "value": "http://images/x.img"},
-        {"op": "add", "path": "/instance_uuid", "value": "5a5a5a5a-0000-4000-8000-000000000001"},
-    ], expect=200)
-    drive = encode_configdrive(build_configdrive({"uuid": "x", "name": "life-1"}, [], {"meta_data": {"hostname": "life-1"}}))
-    status, body, _ = await client.call("PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": "H4sIAAAA"})
+    await client.call(
+        "PATCH",
+        "/v1/nodes/life-1",
+        [
+            {"op": "add", "path": "/instance_info/image_source", "value": "http://images/x.img"},
+            {"op": "add", "path": "/instance_uuid", "value": "5a5a5a5a-0000-4000-8000-000000000001"},
+        ],
+        expect=200,
+    )
+    drive = encode_configdrive(
+        build_configdrive({"uuid": "x", "name": "life-1"}, [], {"meta_data": {"hostname": "life-1"}})
+    )
+    status, body, _ = await client.call(
+        "PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": "H4sIAAAA"}
+    )
     assert status == 400 and "configdrive" in fault(body).lower()  # truncated gzip: refused, nothing changes
     _, still, _ = await client.call("GET", "/v1/nodes/life-1", expect=200)
     assert still["provision_state"] == "available" and "configdrive" not in still["instance_info"]
-    await client.call("PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": drive}, expect=202)
+    await client.call(
+        "PUT", "/v1/nodes/life-1/states/provision", {"target": "active", "configdrive": drive}, expect=202
+    )
     node = await client.wait_state("life-1", "active")
     assert node["instance_info"]["configdrive"] == "******"
     assert node["target_provision_state"] is None and node["last_error"] is None
@@ -123,21 +145,29 @@ async def test_full_lifecycle(client: Client) -> None:
 async def test_error_paths_change_nothing(client: Client) -> None:
     _, node, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "err-1"}, expect=201)
     await client.call("POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52:54:00:00:00:99"}, expect=201)
-    status, body, _ = await client.call("POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52-54-00-00-00-99"})
+    status, body, _ = await client.call(
+        "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": "52-54-00-00-00-99"}
+    )
     assert status == 409 and "already exists" in fault(body)
-    status, body, _ = await client.call("PUT", "/v1/nodes/err-1/states/provision", {"target": "manage", "configdrive": "abc"})
+    status, body, _ = await client.call(
+        "PUT", "/v1/nodes/err-1/states/provision", {"target": "manage", "configdrive": "abc"}
+    )
     assert status == 400 and "only supported when setting provision state to active" in fault(body)
     status, body, _ = await client.call("PUT", "/v1/nodes/err-1/states/provision", {"target": "active"})
     assert status == 400 and "can not be performed" in fault(body)
     status, body, _ = await client.call("PUT", "/v1/nodes/err-1/states/provision", {"target": "fly"})
     assert status == 400 and "could not be understood" in fault(body)
-    status, body, _ = await client.call("PATCH", "/v1/nodes/err-1", [{"op": "replace", "path": "/provision_state", "value": "active"}])
+    status, body, _ = await client.call(
+        "PATCH", "/v1/nodes/err-1", [{"op": "replace", "path": "/provision_state", "value": "active"}]
+    )
     assert status == 400
     status, body, _ = await client.call("PATCH", "/v1/nodes/err-1", [{"op": "add", "path": "/nonsense", "value": 1}])
     assert status == 400
     status, body, _ = await client.call("PATCH", "/v1/nodes/err-1", {"not": "a list"})
     assert status == 400
-    status, body, _ = await client.call("GET", "/v1/nodes/err-1?fields=owner", headers={"X-OpenStack-Ironic-API-Version": "1.40"})
+    status, body, _ = await client.call(
+        "GET", "/v1/nodes/err-1?fields=owner", headers={"X-OpenStack-Ironic-API-Version": "1.40"}
+    )
     assert status == 406
     status, body, _ = await client.call("GET", "/v1/nodes/err-1?fields=bogus")
     assert status == 400
@@ -152,7 +182,9 @@ async def test_error_paths_change_nothing(client: Client) -> None:
         deep = {"a": deep}
     status, body, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "extra": deep})
     assert status == 400 and "deeper" in fault(body)
-    status, body, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "extra": {"x": "y" * (2 * 1024 * 1024)}})
+    status, body, _ = await client.call(
+        "POST", "/v1/nodes", {"driver": "fake-hardware", "extra": {"x": "y" * (2 * 1024 * 1024)}}
+    )
     assert status == 413
     _, after, _ = await client.call("GET", "/v1/nodes/err-1", expect=200)
     assert after["provision_state"] == "enroll" and after["updated_at"] == node["updated_at"]
@@ -163,21 +195,28 @@ async def test_error_paths_change_nothing(client: Client) -> None:
 async def test_locked_node_gives_409_at_once(client: Client, stack) -> None:
     _, node, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "lock-1"}, expect=201)
     pool = stack.pool
-    await pool.execute("UPDATE nodes SET reservation = 'other-host', reservation_expires_at = now() + interval '1 hour' WHERE uuid = $1::uuid", node["uuid"])
+    await pool.execute(
+        "UPDATE nodes SET reservation = 'other-host', reservation_expires_at = now() + interval '1 hour' WHERE uuid = $1::uuid",
+        node["uuid"],
+    )
     started = time.monotonic()
     status, body, _ = await client.call("PUT", "/v1/nodes/lock-1/states/provision", {"target": "manage"})
     assert status == 409 and "locked by host other-host" in fault(body)
     assert time.monotonic() - started < 2
     status, _, _ = await client.call("PATCH", "/v1/nodes/lock-1", [{"op": "add", "path": "/extra/a", "value": 1}])
     assert status == 409
-    await pool.execute("UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL WHERE uuid = $1::uuid", node["uuid"])
+    await pool.execute(
+        "UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL WHERE uuid = $1::uuid", node["uuid"]
+    )
     _, after, _ = await client.call("GET", "/v1/nodes/lock-1", expect=200)
     assert after["provision_state"] == "enroll" and after["extra"] == {}
 
 
 async def test_pagination_and_filters(client: Client) -> None:
     for i in range(7):
-        await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": f"page-{i}", "owner": "pager"}, expect=201)
+        await client.call(
+            "POST", "/v1/nodes", {"driver": "fake-hardware", "name": f"page-{i}", "owner": "pager"}, expect=201
+        )
     seen, path = [], "/v1/nodes?owner=pager&limit=3&sort_key=name&sort_dir=desc"
     while path:
         _, page, _ = await client.call("GET", path, expect=200)
@@ -224,14 +263,26 @@ async def test_volume_connectors_and_targets(client: Client) -> None:
     _, node, _ = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "bfv-1"}, expect=201)
     status, _, _ = await client.call("GET", "/v1/volume/connectors", headers={"X-OpenStack-Ironic-API-Version": "1.31"})
     assert status == 404
-    _, conn, headers = await client.call("POST", "/v1/volume/connectors", {"node_uuid": node["uuid"], "type": "iqn",
-                                         "connector_id": "iqn.2026-11.org.ferrum:bfv-1"}, expect=201)
+    _, conn, headers = await client.call(
+        "POST",
+        "/v1/volume/connectors",
+        {"node_uuid": node["uuid"], "type": "iqn", "connector_id": "iqn.2026-11.org.ferrum:bfv-1"},
+        expect=201,
+    )
     assert headers["Location"].endswith(conn["uuid"])
-    status, body, _ = await client.call("POST", "/v1/volume/connectors", {"node_uuid": node["uuid"], "type": "iqn",
-                                        "connector_id": "iqn.2026-11.org.ferrum:bfv-1"})
+    status, body, _ = await client.call(
+        "POST",
+        "/v1/volume/connectors",
+        {"node_uuid": node["uuid"], "type": "iqn", "connector_id": "iqn.2026-11.org.ferrum:bfv-1"},
+    )
     assert status == 409 and "already exists" in fault(body)
-    target = {"node_uuid": node["uuid"], "volume_type": "iscsi", "boot_index": 0, "volume_id": "vol-1",
-              "properties": {"target_iqn": "iqn.x", "target_lun": 0, "target_portal": "10.0.0.5:3260"}}
+    target = {
+        "node_uuid": node["uuid"],
+        "volume_type": "iscsi",
+        "boot_index": 0,
+        "volume_id": "vol-1",
+        "properties": {"target_iqn": "iqn.x", "target_lun": 0, "target_portal": "10.0.0.5:3260"},
+    }
     _, tgt, _ = await client.call("POST", "/v1/volume/targets", target, expect=201)
     status, body, _ = await client.call("POST", "/v1/volume/targets", {**target, "volume_id": "vol-2"})
     assert status == 409
@@ -244,8 +295,12 @@ async def test_volume_connectors_and_targets(client: Client) -> None:
     _, listing, _ = await client.call("GET", f"/v1/volume/connectors?node={node['uuid']}&detail=true", expect=200)
     assert listing["connectors"][0]["extra"] == {}
     # enroll is a "free" state: updates are allowed even when not powered off
-    _, patched, _ = await client.call("PATCH", f"/v1/volume/targets/{tgt['uuid']}",
-                                      [{"op": "replace", "path": "/volume_id", "value": "vol-9"}], expect=200)
+    _, patched, _ = await client.call(
+        "PATCH",
+        f"/v1/volume/targets/{tgt['uuid']}",
+        [{"op": "replace", "path": "/volume_id", "value": "vol-9"}],
+        expect=200,
+    )
     assert patched["volume_id"] == "vol-9"
     await client.call("DELETE", f"/v1/volume/connectors/{conn['uuid']}", expect=204)
     status, _, _ = await client.call("GET", f"/v1/volume/connectors/{conn['uuid']}")
@@ -288,7 +343,9 @@ async def test_configdrive_refusals_change_nothing(client: Client) -> None:
     await client.call("PUT", "/v1/nodes/cd-err/states/provision", {"target": "manage"}, expect=202)
     await client.wait_state("cd-err", "manageable")
     good = encode_configdrive(build_configdrive({"uuid": node["uuid"]}, [], {"meta_data": {}}))
-    status, body, _ = await client.call("PUT", "/v1/nodes/cd-err/states/provision", {"target": "provide", "configdrive": good})
+    status, body, _ = await client.call(
+        "PUT", "/v1/nodes/cd-err/states/provision", {"target": "provide", "configdrive": good}
+    )
     assert status == 400 and "only supported when setting provision state to active" in fault(body)
     await client.call("PUT", "/v1/nodes/cd-err/states/provision", {"target": "provide"}, expect=202)
     await client.wait_state("cd-err", "available")
@@ -300,8 +357,9 @@ async def test_configdrive_refusals_change_nothing(client: Client) -> None:
         "65 MiB": huge,
     }
     for label, value in cases.items():
-        status, body, _ = await client.call("PUT", "/v1/nodes/cd-err/states/provision",
-                                            {"target": "active", "configdrive": value})
+        status, body, _ = await client.call(
+            "PUT", "/v1/nodes/cd-err/states/provision", {"target": "active", "configdrive": value}
+        )
         assert status == 400, (label, body)
         if label == "65 MiB":
             assert "64" in fault(body) and "MiB" in fault(body), fault(body)

@@ -24,8 +24,14 @@ NODES = 200
 
 
 def start(args: list[str], ports: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "services.cli", *args, "--ports-file", str(ports)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "services.cli", *args, "--ports-file", str(ports)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 async def ports_of(path: Path, process: subprocess.Popen) -> dict[str, str]:
@@ -41,7 +47,8 @@ async def wait_all(pool: asyncpg.Pool, predicate: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while await pool.fetchval(f"SELECT count(*) FROM nodes WHERE NOT ({predicate})"):
         assert time.monotonic() < deadline, await pool.fetch(
-            f"SELECT provision_state, reservation, count(*) FROM nodes WHERE NOT ({predicate}) GROUP BY 1, 2")
+            f"SELECT provision_state, reservation, count(*) FROM nodes WHERE NOT ({predicate}) GROUP BY 1, 2"
+        )
         await asyncio.sleep(0.2)
 
 
@@ -49,14 +56,24 @@ async def wait_all(pool: asyncpg.Pool, predicate: str, timeout: float) -> None:
 async def test_conductor_killed_mid_deploy(database_url: str, tmp_path: Path) -> None:
     os.chmod(tmp_path, 0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")}
-    env.update(FERRUM_DATABASE_URL=database_url, FERRUM_CONDUCTOR_FAKE_DEPLOY_DELAY="1,4",
-               FERRUM_CONDUCTOR_HEARTBEAT_INTERVAL="0.5", FERRUM_CONDUCTOR_HEARTBEAT_TIMEOUT="3",
-               FERRUM_CONDUCTOR_LOCK_LEASE="3", FERRUM_API_RING_REFRESH_INTERVAL="0.5", FERRUM_LOG_LEVEL="WARNING")
+    env.update(
+        FERRUM_DATABASE_URL=database_url,
+        FERRUM_CONDUCTOR_FAKE_DEPLOY_DELAY="1,4",
+        FERRUM_CONDUCTOR_HEARTBEAT_INTERVAL="0.5",
+        FERRUM_CONDUCTOR_HEARTBEAT_TIMEOUT="3",
+        FERRUM_CONDUCTOR_LOCK_LEASE="3",
+        FERRUM_API_RING_REFRESH_INTERVAL="0.5",
+        FERRUM_LOG_LEVEL="WARNING",
+    )
     processes: list[subprocess.Popen] = []
     try:
         conductors = {}
         for name in ("c1", "c2", "c3"):
-            p = start(["conductor", "--hostname", name, "--grpc-port", "0", "--metrics-port", "0"], tmp_path / f"{name}.json", env)
+            p = start(
+                ["conductor", "--hostname", name, "--grpc-port", "0", "--metrics-port", "0"],
+                tmp_path / f"{name}.json",
+                env,
+            )
             processes.append(p)
             conductors[name] = p
         api_process = start(["api", "--port", "0", "--grpc-port", "0"], tmp_path / "api.json", env)
@@ -66,6 +83,7 @@ async def test_conductor_killed_mid_deploy(database_url: str, tmp_path: Path) ->
         api = (await ports_of(tmp_path / "api.json", api_process))["api REST (Ironic v1)"]
         pool = await asyncpg.create_pool(database_url, min_size=1, max_size=4)
         async with aiohttp.ClientSession() as session:
+
             async def call(method: str, path: str, body=None, ok=(200, 201, 202)):
                 for _ in range(50):
                     async with session.request(method, api + path, json=body, headers=V) as r:
@@ -77,12 +95,20 @@ async def test_conductor_killed_mid_deploy(database_url: str, tmp_path: Path) ->
                 raise AssertionError(f"{path} kept failing")
 
             await asyncio.sleep(1.0)  # the api's ring sees all three conductors
-            uuids = [(await call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": f"s{i}",
-                                                       "automated_clean": False}))["uuid"] for i in range(NODES)]
+            uuids = [
+                (
+                    await call(
+                        "POST", "/v1/nodes", {"driver": "fake-hardware", "name": f"s{i}", "automated_clean": False}
+                    )
+                )["uuid"]
+                for i in range(NODES)
+            ]
             await pool.execute("UPDATE nodes SET provision_state = 'available', target_provision_state = NULL")
             await asyncio.gather(*(call("PUT", f"/v1/nodes/{u}/states/provision", {"target": "active"}) for u in uuids))
-            owners = {r["conductor"] for r in await pool.fetch(
-                "SELECT DISTINCT conductor FROM node_events WHERE event = 'deploy'")}
+            owners = {
+                r["conductor"]
+                for r in await pool.fetch("SELECT DISTINCT conductor FROM node_events WHERE event = 'deploy'")
+            }
             assert owners == {"c1", "c2", "c3"}, owners  # the ring spread the nodes
 
             await asyncio.sleep(0.5)
@@ -91,12 +117,17 @@ async def test_conductor_killed_mid_deploy(database_url: str, tmp_path: Path) ->
 
             await wait_all(pool, "provision_state IN ('active', 'deploy failed') AND reservation IS NULL", 60)
             assert await pool.fetchval("SELECT count(*) FROM nodes") == NODES  # none lost
-            failed = [r["uuid"] for r in await pool.fetch(
-                "SELECT uuid, last_error FROM nodes WHERE provision_state = 'deploy failed'")]
+            failed = [
+                r["uuid"]
+                for r in await pool.fetch("SELECT uuid, last_error FROM nodes WHERE provision_state = 'deploy failed'")
+            ]
             assert failed, "the killed conductor held no deploying node: the test proved nothing"
             assert not await pool.fetchval(
-                "SELECT count(*) FROM nodes WHERE provision_state = 'deploy failed' AND last_error NOT LIKE '%c2 went offline%'")
-            await asyncio.gather(*(call("PUT", f"/v1/nodes/{u}/states/provision", {"target": "active"}) for u in failed))
+                "SELECT count(*) FROM nodes WHERE provision_state = 'deploy failed' AND last_error NOT LIKE '%c2 went offline%'"
+            )
+            await asyncio.gather(
+                *(call("PUT", f"/v1/nodes/{u}/states/provision", {"target": "active"}) for u in failed)
+            )
             await wait_all(pool, "provision_state = 'active' AND reservation IS NULL", 60)
         await pool.close()
     finally:

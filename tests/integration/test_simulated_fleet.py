@@ -30,18 +30,33 @@ USER, PASSWORD = "admin", "fleet-secret"
 @pytest.fixture(scope="module")
 async def fleet(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("fleet")
-    settings = test_settings(database_url, tmp / "state", conductor={
-        "hostname": "fleet-conductor", "deploy_callback_timeout": 15.0, "timeout_check_interval": 1.0})
+    settings = test_settings(
+        database_url,
+        tmp / "state",
+        conductor={"hostname": "fleet-conductor", "deploy_callback_timeout": 15.0, "timeout_check_interval": 1.0},
+    )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
-    simulator = Simulator(SimulatorOptions(machines=7, state_dir=str(tmp / "machines"),
-                                           boot_url=stack.endpoints["ipxe HTTP"], username=USER,
-                                           password=PASSWORD, disk_size=160 * 1024 * 1024).validate())
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=7,
+            state_dir=str(tmp / "machines"),
+            boot_url=stack.endpoints["ipxe HTTP"],
+            username=USER,
+            password=PASSWORD,
+            disk_size=160 * 1024 * 1024,
+        ).validate()
+    )
     await simulator.start()
     session = aiohttp.ClientSession()
     try:
-        yield {"stack": stack, "sim": simulator, "api": stack.endpoints["api REST (Ironic v1)"],
-               "tmp": tmp, "session": session}
+        yield {
+            "stack": stack,
+            "sim": simulator,
+            "api": stack.endpoints["api REST (Ironic v1)"],
+            "tmp": tmp,
+            "session": session,
+        }
     finally:
         await session.close()
         await stack.close()
@@ -58,8 +73,11 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
     await store.put_file("fleet", "disk.qcow2", qcow2)
     sources = {
         "raw": (await store.temp_url("fleet", "disk.raw", lifetime=600), image.sha256, "raw"),
-        "qcow2": (await store.temp_url("fleet", "disk.qcow2", lifetime=600),
-                  hashlib.sha256(qcow2.read_bytes()).hexdigest(), "qcow2"),
+        "qcow2": (
+            await store.temp_url("fleet", "disk.qcow2", lifetime=600),
+            hashlib.sha256(qcow2.read_bytes()).hexdigest(),
+            "qcow2",
+        ),
     }
     await store.put_bytes("fleet", "kernel", b"k")
     kernel = await store.temp_url("fleet", "kernel", lifetime=600)
@@ -67,14 +85,32 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
     nodes = []
     for index, machine in enumerate(machines):
         url, sha, fmt = sources["qcow2" if index % 2 else "raw"]
-        _, node = await call(fleet, "POST", "/v1/nodes", {
-            "name": machine.name, "driver": "redfish", "boot_interface": "ipxe", "deploy_interface": "direct",
-            "driver_info": {"redfish_address": fleet["sim"].redfish_url, "redfish_system_id": machine.system_path,
-                            "redfish_username": USER, "redfish_password": PASSWORD,
-                            "deploy_kernel": kernel, "deploy_ramdisk": kernel},
-            "instance_info": {"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": sha,
-                              "image_disk_format": fmt},
-        }, expect=201)
+        _, node = await call(
+            fleet,
+            "POST",
+            "/v1/nodes",
+            {
+                "name": machine.name,
+                "driver": "redfish",
+                "boot_interface": "ipxe",
+                "deploy_interface": "direct",
+                "driver_info": {
+                    "redfish_address": fleet["sim"].redfish_url,
+                    "redfish_system_id": machine.system_path,
+                    "redfish_username": USER,
+                    "redfish_password": PASSWORD,
+                    "deploy_kernel": kernel,
+                    "deploy_ramdisk": kernel,
+                },
+                "instance_info": {
+                    "image_source": url,
+                    "image_os_hash_algo": "sha256",
+                    "image_os_hash_value": sha,
+                    "image_disk_format": fmt,
+                },
+            },
+            expect=201,
+        )
         assert node["driver_info"]["redfish_password"] == "******"
         await call(fleet, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]}, expect=201)
         nodes.append(node)
@@ -83,8 +119,13 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
         for verb, state in (("manage", "manageable"), ("provide", "available")):
             await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": verb}, expect=202)
             await wait_state(fleet, node["uuid"], state)
-        await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {
-            "target": "active", "configdrive": {"meta_data": {"hostname": f"{node['name']}.fleet"}}}, expect=202)
+        await call(
+            fleet,
+            "PUT",
+            f"/v1/nodes/{node['uuid']}/states/provision",
+            {"target": "active", "configdrive": {"meta_data": {"hostname": f"{node['name']}.fleet"}}},
+            expect=202,
+        )
         active = await wait_state(fleet, node["uuid"], "active", timeout=180)
         assert active["power_state"] == "power on" and active["last_error"] is None
 
@@ -104,8 +145,12 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
     # The iPXE chain really ran: each machine fetched its deploy script from the renderer.
     assert all(any("kernel" in json.dumps(e) for e in m.boot_log) for m in machines)
 
-    await asyncio.gather(*(call(fleet, "PUT", f"/v1/nodes/{n['uuid']}/states/provision", {"target": "deleted"},
-                                expect=202) for n in nodes))
+    await asyncio.gather(
+        *(
+            call(fleet, "PUT", f"/v1/nodes/{n['uuid']}/states/provision", {"target": "deleted"}, expect=202)
+            for n in nodes
+        )
+    )
     for node in nodes:
         done = await wait_state(fleet, node["uuid"], "available")
         assert done["power_state"] == "power off" and done["instance_info"] == {}
@@ -118,13 +163,27 @@ async def enroll(fleet: dict[str, Any], machine: Any, *, sha256: str, mac: str |
     if await store.stat("fleet", "small.raw") is None:
         await store.put_bytes("fleet", "small.raw", SMALL_IMAGE)
     url = await store.temp_url("fleet", "small.raw", lifetime=600)
-    _, node = await call(fleet, "POST", "/v1/nodes", {
-        "name": machine.name, "driver": "redfish", "boot_interface": "ipxe", "deploy_interface": "direct",
-        "driver_info": {"redfish_address": fleet["sim"].redfish_url, "redfish_system_id": machine.system_path,
-                        "redfish_username": USER, "redfish_password": PASSWORD,
-                        "deploy_kernel": url, "deploy_ramdisk": url},
-        "instance_info": {"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": sha256},
-    }, expect=201)
+    _, node = await call(
+        fleet,
+        "POST",
+        "/v1/nodes",
+        {
+            "name": machine.name,
+            "driver": "redfish",
+            "boot_interface": "ipxe",
+            "deploy_interface": "direct",
+            "driver_info": {
+                "redfish_address": fleet["sim"].redfish_url,
+                "redfish_system_id": machine.system_path,
+                "redfish_username": USER,
+                "redfish_password": PASSWORD,
+                "deploy_kernel": url,
+                "deploy_ramdisk": url,
+            },
+            "instance_info": {"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": sha256},
+        },
+        expect=201,
+    )
     await call(fleet, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac or machine.macs[0]}, expect=201)
     for verb, state in (("manage", "manageable"), ("provide", "available")):
         await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": verb}, expect=202)
@@ -142,8 +201,13 @@ async def test_bad_checksum_fails_and_redeploy_succeeds(fleet: dict[str, Any]) -
     failed = await wait_state(fleet, node["uuid"], "deploy failed")
     assert "checksum mismatch" in failed["last_error"].lower(), failed["last_error"]
     good = hashlib.sha256(SMALL_IMAGE).hexdigest()
-    await call(fleet, "PATCH", f"/v1/nodes/{node['uuid']}", [
-        {"op": "replace", "path": "/instance_info/image_os_hash_value", "value": good}], expect=200)
+    await call(
+        fleet,
+        "PATCH",
+        f"/v1/nodes/{node['uuid']}",
+        [{"op": "replace", "path": "/instance_info/image_os_hash_value", "value": good}],
+        expect=200,
+    )
     await call(fleet, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"}, expect=202)
     await wait_state(fleet, node["uuid"], "active")
     with open(machine.disk_path, "rb") as disk:

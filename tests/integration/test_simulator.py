@@ -50,15 +50,17 @@ class BootServer:
         self.url = ""
         self.requests: list[str] = []
         self.lookups: list[str] = []
-        self.scripts: dict[str, str] = {}   # mac (hyphenated) -> script; missing -> 404
-        self.blobs: dict[str, bytes] = {}    # /images/<name> contents (default: 4 KiB of zeros)
+        self.scripts: dict[str, str] = {}  # mac (hyphenated) -> script; missing -> 404
+        self.blobs: dict[str, bytes] = {}  # /images/<name> contents (default: 4 KiB of zeros)
         self.runner: web.AppRunner | None = None
 
     def deploy_script(self) -> str:
-        return ("#!ipxe\nimgfree\n"
-                f"kernel {self.url}/images/deploy_kernel nofb selinux=0 ipa-api-url={self.url} "
-                f"ipa-agent-token={TOKEN} BOOTIF=${{mac}} initrd=deploy_ramdisk || goto retry\n"
-                f"initrd {self.url}/images/deploy_ramdisk || goto retry\nboot\n:retry\nexit 1\n")
+        return (
+            "#!ipxe\nimgfree\n"
+            f"kernel {self.url}/images/deploy_kernel nofb selinux=0 ipa-api-url={self.url} "
+            f"ipa-agent-token={TOKEN} BOOTIF=${{mac}} initrd=deploy_ramdisk || goto retry\n"
+            f"initrd {self.url}/images/deploy_ramdisk || goto retry\nboot\n:retry\nexit 1\n"
+        )
 
     async def start(self) -> None:
         app = web.Application()
@@ -122,16 +124,25 @@ async def agents() -> list[StandInAgent]:
 
 
 @pytest.fixture(scope="module")
-async def sim(tmp_path_factory: pytest.TempPathFactory, boot_server: BootServer,
-              agents: list[StandInAgent]) -> AsyncIterator[Simulator]:
+async def sim(
+    tmp_path_factory: pytest.TempPathFactory, boot_server: BootServer, agents: list[StandInAgent]
+) -> AsyncIterator[Simulator]:
     def factory(launch: AgentLaunch) -> StandInAgent:
         agents.append(StandInAgent(launch))
         return agents[-1]
 
-    simulator = Simulator(SimulatorOptions(
-        machines=4, state_dir=str(tmp_path_factory.mktemp("sim")), boot_url=boot_server.url + "/boot.ipxe",
-        disk_size=64 * 1024**2, username=USER, password=PASSWORD, agent_factory=factory, nics_per_machine=2,
-    ))
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=4,
+            state_dir=str(tmp_path_factory.mktemp("sim")),
+            boot_url=boot_server.url + "/boot.ipxe",
+            disk_size=64 * 1024**2,
+            username=USER,
+            password=PASSWORD,
+            agent_factory=factory,
+            nics_per_machine=2,
+        )
+    )
     await simulator.start()
     try:
         yield simulator
@@ -146,6 +157,7 @@ async def redfish(sim: Simulator, fn: Callable[[sushy.Sushy], Any], password: st
     request that may run on the event loop thread, which serves the simulator:
     a deadlock. So clients are always closed explicitly.
     """
+
     def run() -> Any:
         root = sushy.Sushy(sim.redfish_url, username=USER, password=password)
         try:
@@ -169,6 +181,7 @@ async def power_off(sim: Simulator, index: int) -> None:
 
 
 # ---- Redfish as sushy sees it ---------------------------------------------------------
+
 
 async def test_sushy_sees_every_system(sim: Simulator) -> None:
     def read(root: sushy.Sushy) -> list[tuple[str, str, list[str], str]]:
@@ -233,10 +246,13 @@ async def test_bad_requests_change_nothing(sim: Simulator) -> None:
     machine = sim.machines[3]
     url = sim.redfish_url + machine.system_path
     async with aiohttp.ClientSession(headers=basic(USER, PASSWORD)) as session:
-        for body in ({"Boot": {"BootSourceOverrideTarget": "Tape"}},
-                     {"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Sometimes"}},
-                     {"Boot": {"BootSourceOverrideTarget": "Pxe", "Colour": "red"}},
-                     {"AssetTag": "x"}, {"Boot": "Pxe"}):
+        for body in (
+            {"Boot": {"BootSourceOverrideTarget": "Tape"}},
+            {"Boot": {"BootSourceOverrideTarget": "Pxe", "BootSourceOverrideEnabled": "Sometimes"}},
+            {"Boot": {"BootSourceOverrideTarget": "Pxe", "Colour": "red"}},
+            {"AssetTag": "x"},
+            {"Boot": "Pxe"},
+        ):
             async with session.patch(url, json=body) as resp:
                 assert resp.status == 400, body
                 assert "error" in await resp.json()
@@ -260,15 +276,19 @@ async def test_boot_override_once_and_continuous(sim: Simulator) -> None:
 
         return await on_system(sim, 3, work)
 
-    assert await set_and_read(sushy.BootSource.BIOS_SETUP,
-                              sushy.BootSourceOverrideEnabled.ONCE) == ("BiosSetup", "Once")
+    assert await set_and_read(sushy.BootSource.BIOS_SETUP, sushy.BootSourceOverrideEnabled.ONCE) == (
+        "BiosSetup",
+        "Once",
+    )
     await on_system(sim, 3, lambda s: s.reset_system(sushy.ResetType.ON))
     machine = sim.machines[3]
     await wait_for(lambda: machine.status == "bios_setup", what="BIOS setup")
     # A Once override is used up by the boot that used it.
     assert (machine.boot_target, machine.boot_enabled) == ("None", "Disabled")
-    assert await set_and_read(sushy.BootSource.BIOS_SETUP,
-                              sushy.BootSourceOverrideEnabled.CONTINUOUS) == ("BiosSetup", "Continuous")
+    assert await set_and_read(sushy.BootSource.BIOS_SETUP, sushy.BootSourceOverrideEnabled.CONTINUOUS) == (
+        "BiosSetup",
+        "Continuous",
+    )
     await on_system(sim, 3, lambda s: s.reset_system(sushy.ResetType.FORCE_RESTART))
     await wait_for(lambda: machine.boot_count == 2 and machine.status == "bios_setup", what="second boot")
     assert (machine.boot_target, machine.boot_enabled) == ("BiosSetup", "Continuous")
@@ -291,12 +311,11 @@ async def test_virtual_media_insert_and_eject(sim: Simulator, boot_server: BootS
     slot = sim.machines[1].virtual_media["Cd"]
     assert (slot.image, slot.inserted) == (image, True)
     assert "/images/boot.iso" in boot_server.requests  # it checked the URL answers
-    with pytest.raises(sushy.exceptions.HTTPError):   # a second insert must eject first
+    with pytest.raises(sushy.exceptions.HTTPError):  # a second insert must eject first
         await insert(image)
 
     def read_and_eject(s: Any) -> tuple[str, bool]:
-        cd = s.managers[0].virtual_media.get_member(
-            f"/redfish/v1/Managers/{sim.machines[1].name}/VirtualMedia/Cd")
+        cd = s.managers[0].virtual_media.get_member(f"/redfish/v1/Managers/{sim.machines[1].name}/VirtualMedia/Cd")
         seen = (cd.image, cd.inserted)
         cd.eject_media()
         return seen
@@ -310,8 +329,10 @@ async def test_virtual_media_insert_and_eject(sim: Simulator, boot_server: BootS
 
 # ---- network boot ----------------------------------------------------------------------
 
-async def test_pxe_boot_follows_the_chain_and_starts_an_agent(sim: Simulator, boot_server: BootServer,
-                                                              agents: list[StandInAgent]) -> None:
+
+async def test_pxe_boot_follows_the_chain_and_starts_an_agent(
+    sim: Simulator, boot_server: BootServer, agents: list[StandInAgent]
+) -> None:
     machine = sim.machines[0]
     hyphen = machine.macs[0].replace(":", "-")
     boot_server.scripts[hyphen] = boot_server.deploy_script()
@@ -328,7 +349,7 @@ async def test_pxe_boot_follows_the_chain_and_starts_an_agent(sim: Simulator, bo
     assert agent.started and machine.agent is agent
     launch = agent.launch
     assert launch.api_url == boot_server.url
-    assert launch.macs == machine.macs                    # BOOTIF's MAC first
+    assert launch.macs == machine.macs  # BOOTIF's MAC first
     assert launch.disk_path == machine.disk_path and launch.disk_serial == machine.disk_serial
     assert launch.kernel_args["ipa-agent-token"] == TOKEN
     assert launch.kernel_args["BOOTIF"] == machine.macs[0]  # ${mac} expanded by the interpreter
@@ -382,8 +403,7 @@ async def test_error_and_unknown_scripts_fall_through_to_the_disk(sim: Simulator
     await power_off(sim, 2)
 
 
-async def test_pxe_from_the_second_nic(sim: Simulator, boot_server: BootServer,
-                                       agents: list[StandInAgent]) -> None:
+async def test_pxe_from_the_second_nic(sim: Simulator, boot_server: BootServer, agents: list[StandInAgent]) -> None:
     """The node's port may be the machine's second NIC: firmware gets there after the first fails."""
     machine = sim.machines[2]
     second = machine.macs[1].replace(":", "-")
@@ -392,15 +412,22 @@ async def test_pxe_from_the_second_nic(sim: Simulator, boot_server: BootServer,
     await wait_for(lambda: machine.status == "ramdisk", what="the ramdisk via NIC 1")
     launch = agents[-1].launch
     assert launch.kernel_args["BOOTIF"] == machine.macs[1]
-    assert launch.macs == (machine.macs[1], machine.macs[0])   # the booting NIC first
+    assert launch.macs == (machine.macs[1], machine.macs[0])  # the booting NIC first
     del boot_server.scripts[second]
     await power_off(sim, 2)
 
 
 async def test_pxe_boot_starts_the_real_agent(tmp_path: Path, boot_server: BootServer) -> None:
     """The default factory runs services.agent: it looks itself up with the machine's MAC."""
-    simulator = Simulator(SimulatorOptions(machines=1, state_dir=str(tmp_path), disk_size=8 * 1024**2,
-                                           boot_url=boot_server.url + "/boot.ipxe", first_index=500))
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=1,
+            state_dir=str(tmp_path),
+            disk_size=8 * 1024**2,
+            boot_url=boot_server.url + "/boot.ipxe",
+            first_index=500,
+        )
+    )
     await simulator.start()
     try:
         machine = simulator.machines[0]
@@ -411,9 +438,8 @@ async def test_pxe_boot_starts_the_real_agent(tmp_path: Path, boot_server: BootS
         assert machine.status == "ramdisk", list(machine.boot_log)
         await wait_for(lambda: any(machine.macs[0] in a for a in boot_server.lookups), what="a lookup")
         callback = machine.events("agent_started")[-1]["callback_url"]
-        async with aiohttp.ClientSession() as session:
-            async with session.get(callback + "/v1/status") as resp:
-                assert resp.status == 200
+        async with aiohttp.ClientSession() as session, session.get(callback + "/v1/status") as resp:
+            assert resp.status == 200
         await machine.power_off(reason="test")
         assert machine.agent is None
         async with aiohttp.ClientSession() as session:
@@ -431,8 +457,13 @@ def deploy_iso(config: str) -> bytes:
     iso.new(interchange_level=3, rock_ridge="1.09", joliet=3, vol_ident="VMEDIA_BOOT_ISO")
     iso.add_directory("/ISOLINUX", rr_name="isolinux", joliet_path="/isolinux")
     data = config.encode()
-    iso.add_fp(io.BytesIO(data), len(data), "/ISOLINUX/ISOLINUX.CFG;1", rr_name="isolinux.cfg",
-               joliet_path="/isolinux/isolinux.cfg")
+    iso.add_fp(
+        io.BytesIO(data),
+        len(data),
+        "/ISOLINUX/ISOLINUX.CFG;1",
+        rr_name="isolinux.cfg",
+        joliet_path="/isolinux/isolinux.cfg",
+    )
     iso.add_fp(io.BytesIO(b"kernel"), 6, "/VMLINUZ.;1", rr_name="vmlinuz", joliet_path="/vmlinuz")
     out = io.BytesIO()
     iso.write_fp(out)
@@ -445,23 +476,31 @@ def parameters_floppy(work: Path, text: str) -> bytes:
     image, params = work / "floppy.img", work / "parameters.txt"
     params.write_text(text)
     env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
-    subprocess.run(["mformat", "-C", "-f", "1440", "-v", "ir-vfd-dev", "-i", str(image), "::"], check=True,
-                   capture_output=True, env=env)
-    subprocess.run(["mcopy", "-i", str(image), str(params), "::parameters.txt"], check=True, capture_output=True,
-                   env=env)
+    subprocess.run(
+        ["mformat", "-C", "-f", "1440", "-v", "ir-vfd-dev", "-i", str(image), "::"],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    subprocess.run(
+        ["mcopy", "-i", str(image), str(params), "::parameters.txt"], check=True, capture_output=True, env=env
+    )
     return image.read_bytes()
 
 
-async def test_virtual_media_boot_starts_the_agent(sim: Simulator, boot_server: BootServer,
-                                                   agents: list[StandInAgent], tmp_path: Path) -> None:
+async def test_virtual_media_boot_starts_the_agent(
+    sim: Simulator, boot_server: BootServer, agents: list[StandInAgent], tmp_path: Path
+) -> None:
     machine = sim.machines[2]
     await machine.power_off(reason="test")
     boot_server.blobs["deploy.iso"] = deploy_iso(
         "default deploy\nlabel deploy\n  kernel /vmlinuz\n"
         f"  append initrd=/initrd.img nofb ipa-api-url={boot_server.url} boot_method=vmedia "
-        f"ipa-agent-token=iso-token-that-the-floppy-overrides BOOTIF={machine.macs[1]}\n")
+        f"ipa-agent-token=iso-token-that-the-floppy-overrides BOOTIF={machine.macs[1]}\n"
+    )
     boot_server.blobs["params.img"] = await asyncio.to_thread(
-        parameters_floppy, tmp_path, f"ipa-agent-token={TOKEN}\nipa-global-request-id=req-123\n")
+        parameters_floppy, tmp_path, f"ipa-agent-token={TOKEN}\nipa-global-request-id=req-123\n"
+    )
 
     def insert_and_boot(s: Any) -> None:
         media = {v.identity: v for v in s.managers[0].virtual_media.get_members()}
@@ -475,10 +514,10 @@ async def test_virtual_media_boot_starts_the_agent(sim: Simulator, boot_server: 
     assert machine.status == "ramdisk", list(machine.boot_log)
     launch = agents[-1].launch
     assert launch.api_url == boot_server.url
-    assert launch.kernel_args["ipa-agent-token"] == TOKEN            # the floppy wins
+    assert launch.kernel_args["ipa-agent-token"] == TOKEN  # the floppy wins
     assert launch.kernel_args["ipa-global-request-id"] == "req-123"
     assert launch.kernel_args["boot_method"] == "vmedia" and "initrd" not in launch.kernel_args
-    assert launch.macs[0] == machine.macs[1]                          # BOOTIF names the second NIC
+    assert launch.macs[0] == machine.macs[1]  # BOOTIF names the second NIC
     cd_boot = machine.events("cd_boot")[-1]
     assert cd_boot["config"] == "isolinux/isolinux.cfg"
     assert machine.events("floppy_parameters")[-1]["keys"] == ["ipa-agent-token", "ipa-global-request-id"]
@@ -501,27 +540,56 @@ async def test_virtual_media_boot_starts_the_agent(sim: Simulator, boot_server: 
 
 # ---- booting the OS from the disk ------------------------------------------------------
 
+
 def write_config_drive_disk(disk: Path, work: Path) -> None:
     """GPT: an ext4 root and a config-2 ISO partition, as a deploy leaves them."""
     content = work / "cd" / "openstack" / "latest"
     content.mkdir(parents=True)
-    (content / "meta_data.json").write_text(json.dumps({
-        "uuid": "6a4b8f3e-3a59-4c47-9d3b-1f2e3d4c5b6a", "hostname": "web-1.example",
-        "public_keys": {"mykey": "ssh-ed25519 AAAAC3Nza test@example"}}))
-    (content / "network_data.json").write_text(json.dumps({"links": [{"id": "eth0", "type": "phy"}],
-                                                           "networks": [], "services": []}))
+    (content / "meta_data.json").write_text(
+        json.dumps(
+            {
+                "uuid": "6a4b8f3e-3a59-4c47-9d3b-1f2e3d4c5b6a",
+                "hostname": "web-1.example",
+                "public_keys": {"mykey": "ssh-ed25519 AAAAC3Nza test@example"},
+            }
+        )
+    )
+    (content / "network_data.json").write_text(
+        json.dumps({"links": [{"id": "eth0", "type": "phy"}], "networks": [], "services": []})
+    )
     (content / "user_data").write_text("#cloud-config\nhostname: web-1\n")
     iso = work / "cd.iso"
-    subprocess.run(["genisoimage", "-quiet", "-o", str(iso), "-ldots", "-allow-lowercase", "-allow-multidot",
-                    "-l", "-J", "-r", "-V", "config-2", str(work / "cd")], check=True, capture_output=True)
-    subprocess.run(["sgdisk", "-n1:2048:+16M", "-t1:8300", "-c1:root", "-n2:0:+2M", "-t2:8300", "-c2:config-2",
-                    str(disk)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "genisoimage",
+            "-quiet",
+            "-o",
+            str(iso),
+            "-ldots",
+            "-allow-lowercase",
+            "-allow-multidot",
+            "-l",
+            "-J",
+            "-r",
+            "-V",
+            "config-2",
+            str(work / "cd"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        ["sgdisk", "-n1:2048:+16M", "-t1:8300", "-c1:root", "-n2:0:+2M", "-t2:8300", "-c2:config-2", str(disk)],
+        check=True,
+        capture_output=True,
+    )
     root = work / "root.img"
     with open(root, "wb") as fp:
         fp.truncate(16 * 1024**2)
     subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "cloudimg-rootfs", str(root)], check=True, capture_output=True)
-    table = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True,
-                                      text=True).stdout)["partitiontable"]["partitions"]
+    table = json.loads(
+        subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout
+    )["partitiontable"]["partitions"]
     with open(disk, "r+b") as out:
         out.seek(table[0]["start"] * 512)
         out.write(root.read_bytes())
@@ -543,7 +611,9 @@ async def test_disk_boot_reads_the_partition_table_and_config_drive(sim: Simulat
     assert report is not None and report["table"] == "gpt"
     parts = report["partitions"]
     assert [(p["number"], p["name"], p["filesystem"], p["label"]) for p in parts] == [
-        (1, "root", "ext", "cloudimg-rootfs"), (2, "config-2", "iso9660", "config-2")]
+        (1, "root", "ext", "cloudimg-rootfs"),
+        (2, "config-2", "iso9660", "config-2"),
+    ]
     assert parts[0]["start"] == 2048 * 512 and parts[0]["size"] == 16 * 1024**2
     drive = report["config_drive"]
     assert drive["uuid"] == "6a4b8f3e-3a59-4c47-9d3b-1f2e3d4c5b6a"
@@ -561,6 +631,7 @@ async def test_disk_boot_reads_the_partition_table_and_config_drive(sim: Simulat
 
 
 # ---- scale -----------------------------------------------------------------------------
+
 
 async def test_a_thousand_machines_answer_the_systems_collection(tmp_path: Path) -> None:
     started = time.monotonic()
@@ -583,11 +654,13 @@ async def test_a_thousand_machines_answer_the_systems_collection(tmp_path: Path)
         await simulator.stop()
 
 
-
 async def test_not_found_bodies_are_redfish_errors(sim: Simulator) -> None:
     async with aiohttp.ClientSession(headers=basic(USER, PASSWORD)) as session:
-        for path in ('/redfish/v1/Systems/"quoted"', f"/redfish/v1/Managers/{sim.machines[0].name}/VirtualMedia/Tape",
-                     "/redfish/v1/Nothing"):
+        for path in (
+            '/redfish/v1/Systems/"quoted"',
+            f"/redfish/v1/Managers/{sim.machines[0].name}/VirtualMedia/Tape",
+            "/redfish/v1/Nothing",
+        ):
             async with session.get(sim.redfish_url + path) as resp:
                 assert resp.status == 404, path
                 assert (await resp.json())["error"]["code"] == "Base.1.0.ResourceMissingAtURI"

@@ -28,11 +28,21 @@ def pycdlib_config_drive(meta: dict[str, object], user_data: bytes | None) -> by
         short = "/OPENSTAC/" + version.replace("-", "")[:8]
         iso.add_directory(short, rr_name=version, joliet_path=f"/openstack/{version}")
         payload = json.dumps({**meta, "version": version}).encode()
-        iso.add_fp(io.BytesIO(payload), len(payload), f"{short}/META_DAT.JSO;1", rr_name="meta_data.json",
-                   joliet_path=f"/openstack/{version}/meta_data.json")
+        iso.add_fp(
+            io.BytesIO(payload),
+            len(payload),
+            f"{short}/META_DAT.JSO;1",
+            rr_name="meta_data.json",
+            joliet_path=f"/openstack/{version}/meta_data.json",
+        )
         if user_data is not None:
-            iso.add_fp(io.BytesIO(user_data), len(user_data), f"{short}/USER_DAT.;1", rr_name="user_data",
-                       joliet_path=f"/openstack/{version}/user_data")
+            iso.add_fp(
+                io.BytesIO(user_data),
+                len(user_data),
+                f"{short}/USER_DAT.;1",
+                rr_name="user_data",
+                joliet_path=f"/openstack/{version}/user_data",
+            )
     out = io.BytesIO()
     iso.write_fp(out)
     iso.close()
@@ -41,8 +51,9 @@ def pycdlib_config_drive(meta: dict[str, object], user_data: bytes | None) -> by
 
 def sfdisk(disk: Path, script: str) -> list[dict[str, object]]:
     subprocess.run(["sfdisk", "-q", str(disk)], input=script, text=True, check=True, capture_output=True)
-    return json.loads(subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True,
-                                     text=True).stdout)["partitiontable"]["partitions"]
+    return json.loads(
+        subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout
+    )["partitiontable"]["partitions"]
 
 
 def test_empty_disk_has_no_table(tmp_path: Path) -> None:
@@ -54,14 +65,32 @@ def test_empty_disk_has_no_table(tmp_path: Path) -> None:
 
 def test_gpt_from_sgdisk(tmp_path: Path) -> None:
     disk = blank(tmp_path / "d.img")
-    subprocess.run(["sgdisk", "-n1:2048:+1M", "-t1:ef00", "-c1:EFI System", "-n2:0:+8M", "-t2:8300", "-c2:root",
-                    "-n3:0:+2M", "-t3:8200", str(disk)], check=True, capture_output=True)
-    listed = json.loads(subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True,
-                                       text=True).stdout)["partitiontable"]
+    subprocess.run(
+        [
+            "sgdisk",
+            "-n1:2048:+1M",
+            "-t1:ef00",
+            "-c1:EFI System",
+            "-n2:0:+8M",
+            "-t2:8300",
+            "-c2:root",
+            "-n3:0:+2M",
+            "-t3:8200",
+            str(disk),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    listed = json.loads(
+        subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout
+    )["partitiontable"]
     table = read_partitions(disk)
     assert table["table"] == "gpt" and table["disk_guid"] == listed["id"].lower()
     assert [(p["number"], p["type"], p["name"]) for p in table["partitions"]] == [
-        (1, "efi", "EFI System"), (2, "linux", "root"), (3, "linux_swap", "")]
+        (1, "efi", "EFI System"),
+        (2, "linux", "root"),
+        (3, "linux_swap", ""),
+    ]
     for ours, theirs in zip(table["partitions"], listed["partitions"], strict=True):
         assert ours["start"] == theirs["start"] * 512 and ours["size"] == theirs["size"] * 512
         assert ours["uuid"] == theirs["uuid"].lower()
@@ -72,8 +101,9 @@ def test_mbr_with_logical_partitions_and_a_labelled_config_drive(tmp_path: Path)
     """MBR has no partition names: the config drive is found by its ISO label, in a logical partition."""
     disk = blank(tmp_path / "d.img")
     parts = sfdisk(disk, "label: dos\nlabel-id: 0x1234abcd\n,4M,83\n,4M,83\n,,5\n,2M,83\n,4M,83\n")
-    iso = pycdlib_config_drive({"uuid": "node-uuid-1", "name": "fallback-name", "public_keys": {"a": "ssh-rsa K"}},
-                               b"\xff\xfebinary")
+    iso = pycdlib_config_drive(
+        {"uuid": "node-uuid-1", "name": "fallback-name", "public_keys": {"a": "ssh-rsa K"}}, b"\xff\xfebinary"
+    )
     config = parts[-1]
     assert config["size"] * 512 >= len(iso)
     with open(disk, "r+b") as fp:
@@ -87,9 +117,9 @@ def test_mbr_with_logical_partitions_and_a_labelled_config_drive(tmp_path: Path)
     drive = read_config_drive(disk)
     assert drive is not None and drive["partition"] == 6 and drive["version"] == "2018-08-27"
     assert drive["uuid"] == "node-uuid-1"
-    assert drive["hostname"] == "fallback-name"       # cloud-init falls back to "name"
+    assert drive["hostname"] == "fallback-name"  # cloud-init falls back to "name"
     assert drive["public_keys"] == ["ssh-rsa K"]
-    assert drive["user_data"] == {"base64": "//5iaW5hcnk="}   # binary user data survives
+    assert drive["user_data"] == {"base64": "//5iaW5hcnk="}  # binary user data survives
     assert drive["network_data"] is None
 
 
@@ -104,8 +134,13 @@ def test_corrupt_gpt_header_is_a_finding_not_a_crash(tmp_path: Path) -> None:
     disk = blank(tmp_path / "d.img")
     with open(disk, "r+b") as fp:
         fp.seek(512)
-        fp.write(b"EFI PART" + b"\0" * 64 + (10**6).to_bytes(8, "little") + (5000).to_bytes(4, "little")
-                 + (128).to_bytes(4, "little"))
+        fp.write(
+            b"EFI PART"
+            + b"\0" * 64
+            + (10**6).to_bytes(8, "little")
+            + (5000).to_bytes(4, "little")
+            + (128).to_bytes(4, "little")
+        )
     table = read_partitions(disk)
     assert table["table"] == "gpt" and table["partitions"] == [] and "corrupt" in table["error"]
 
@@ -113,7 +148,7 @@ def test_corrupt_gpt_header_is_a_finding_not_a_crash(tmp_path: Path) -> None:
 def test_partition_beyond_the_end_is_reported(tmp_path: Path) -> None:
     disk = blank(tmp_path / "d.img", 8 * 1024**2)
     sfdisk(disk, "label: dos\n,4M,83\n")
-    with open(disk, "r+b") as fp:   # the disk shrank under its table (a smaller image written over it)
-        fp.truncate(1024**2)   # the partition started at 1 MiB
+    with open(disk, "r+b") as fp:  # the disk shrank under its table (a smaller image written over it)
+        fp.truncate(1024**2)  # the partition started at 1 MiB
     part = read_partitions(disk)["partitions"][0]
     assert part["number"] == 1 and part["filesystem"] == "" and "beyond" in part["error"]

@@ -18,10 +18,30 @@ FERRUM = str(Path(sys.executable).parent / "ferrum")
 def test_simulator_process_serves_redfish_and_stops_on_sigterm(tmp_path: Path) -> None:
     ports = tmp_path / "ports.json"
     proc = subprocess.Popen(
-        [FERRUM, "simulator", "--machines", "3", "--state-dir", str(tmp_path / "state"), "--port", "0",
-         "--ports-file", str(ports), "--username", "admin", "--password", "pw", "--disk-size", "16MiB",
-         "--boot-url", "http://127.0.0.1:9/boot.ipxe"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            FERRUM,
+            "simulator",
+            "--machines",
+            "3",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--port",
+            "0",
+            "--ports-file",
+            str(ports),
+            "--username",
+            "admin",
+            "--password",
+            "pw",
+            "--disk-size",
+            "16MiB",
+            "--boot-url",
+            "http://127.0.0.1:9/boot.ipxe",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (ports.exists() and ports.read_text()):
@@ -36,11 +56,15 @@ def test_simulator_process_serves_redfish_and_stops_on_sigterm(tmp_path: Path) -
         inventory = json.loads((tmp_path / "state" / "machines.json").read_text())
         assert [m["driver_info"]["redfish_username"] for m in inventory["machines"]] == ["admin"] * 3
         assert sorted(p.name for p in (tmp_path / "state" / "disks").iterdir()) == [
-            "sim-0000.img", "sim-0001.img", "sim-0002.img"]
+            "sim-0000.img",
+            "sim-0001.img",
+            "sim-0002.img",
+        ]
         # Power one on: no DHCP server answers at --boot-url, so the firmware falls through to the empty disk.
         first = systems["Members"][0]["@odata.id"]
-        resp = requests.post(url + first + "/Actions/ComputerSystem.Reset", json={"ResetType": "On"},
-                             headers=auth, timeout=10)
+        resp = requests.post(
+            url + first + "/Actions/ComputerSystem.Reset", json={"ResetType": "On"}, headers=auth, timeout=10
+        )
         assert resp.status_code == 204
         deadline = time.monotonic() + 30
         while requests.get(url + "/simulator/machines/sim-0000", timeout=10).json()["status"] != "no_bootable_device":
@@ -58,12 +82,20 @@ def test_simulator_process_serves_redfish_and_stops_on_sigterm(tmp_path: Path) -
 
 
 def test_bad_options_exit_2_with_a_clear_message(tmp_path: Path) -> None:
-    for args, text in ((["--machines", "0"], "--machines"), (["--disk-size", "lots"], "invalid size"),
-                       (["--username", "u"], "both --username and --password"),
-                       (["--boot-url", "tftp://x/boot"], "--boot-url"), (["--power-delay", "5,1"], "power delay"),
-                       (["--power-delay", "soon"], "power delay")):
-        run = subprocess.run([FERRUM, "simulator", "--state-dir", str(tmp_path), "--port", "0", *args],
-                             capture_output=True, text=True, timeout=60)
+    for args, text in (
+        (["--machines", "0"], "--machines"),
+        (["--disk-size", "lots"], "invalid size"),
+        (["--username", "u"], "both --username and --password"),
+        (["--boot-url", "tftp://x/boot"], "--boot-url"),
+        (["--power-delay", "5,1"], "power delay"),
+        (["--power-delay", "soon"], "power delay"),
+    ):
+        run = subprocess.run(
+            [FERRUM, "simulator", "--state-dir", str(tmp_path), "--port", "0", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert run.returncode == 2, (args, run.stderr)
         assert text in run.stderr, (args, run.stderr)
 
@@ -75,9 +107,25 @@ def test_open_files_limit_is_raised_for_many_machines(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
     ports = tmp_path / "ports.json"
-    proc = subprocess.Popen([FERRUM, "simulator", "--machines", "300", "--state-dir", str(tmp_path / "state"),
-                             "--port", "0", "--ports-file", str(ports), "--disk-size", "8MiB"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=low_limit)
+    proc = subprocess.Popen(
+        [
+            FERRUM,
+            "simulator",
+            "--machines",
+            "300",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--port",
+            "0",
+            "--ports-file",
+            str(ports),
+            "--disk-size",
+            "8MiB",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=low_limit,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (ports.exists() and ports.read_text()):

@@ -50,7 +50,11 @@ def stack_process(tmp_path: Path):
     ports = tmp_path / "ports.json"
     process = subprocess.Popen(
         [*FERRUM, "stack", "--ephemeral", "--state-dir", str(tmp_path / "state"), "--ports-file", str(ports)],
-        cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         endpoints = wait_for(ports, process)
@@ -73,10 +77,19 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
         response = requests.get(endpoints[label], timeout=5)
         assert response.status_code == 200 and "ferrum_request" in response.text + "ferrum_request", label
     api = endpoints["api REST (Ironic v1)"]
-    created = requests.post(f"{api}/v1/nodes", json={"driver": "fake-hardware", "name": "n1"},
-                            headers={"X-OpenStack-Ironic-API-Version": "1.56"}, timeout=10)
+    created = requests.post(
+        f"{api}/v1/nodes",
+        json={"driver": "fake-hardware", "name": "n1"},
+        headers={"X-OpenStack-Ironic-API-Version": "1.56"},
+        timeout=10,
+    )
     assert created.status_code == 201, created.text
-    assert requests.get(f"{api}/v1/nodes/n1", headers={"X-OpenStack-Ironic-API-Version": "1.56"}, timeout=5).json()["provision_state"] == "enroll"
+    assert (
+        requests.get(f"{api}/v1/nodes/n1", headers={"X-OpenStack-Ironic-API-Version": "1.56"}, timeout=5).json()[
+            "provision_state"
+        ]
+        == "enroll"
+    )
     assert "ferrum_requests_total" in requests.get(endpoints["api metrics"], timeout=5).text
 
     started = time.monotonic()
@@ -91,16 +104,19 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
 
 def run_ferrum(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     os.chmod(tmp_path, 0o755)
-    return subprocess.run([*FERRUM, *args], cwd=ROOT, env={**clean_env(), **(env or {})},
-                          capture_output=True, text=True, timeout=90)
+    return subprocess.run(
+        [*FERRUM, *args], cwd=ROOT, env={**clean_env(), **(env or {})}, capture_output=True, text=True, timeout=90
+    )
 
 
 def test_malformed_database_url(tmp_path: Path) -> None:
     result = run_ferrum(["stack", "--state-dir", str(tmp_path)], tmp_path, {"FERRUM_DATABASE_URL": "postgres//nope"})
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
-    assert lines == ["ferrum: error: FERRUM_DATABASE_URL 'postgres//nope' is not a PostgreSQL URL "
-                     "(expected postgresql://user[:password]@host[:port]/dbname)"]
+    assert lines == [
+        "ferrum: error: FERRUM_DATABASE_URL 'postgres//nope' is not a PostgreSQL URL "
+        "(expected postgresql://user[:password]@host[:port]/dbname)"
+    ]
 
 
 def test_unknown_option(tmp_path: Path) -> None:
@@ -117,10 +133,20 @@ def test_port_in_use_stops_everything(tmp_path: Path) -> None:
     busy.listen()
     port = busy.getsockname()[1]
     try:
-        result = run_ferrum(["stack", "--state-dir", str(tmp_path / "state")], tmp_path,
-                            {"FERRUM_API_PORT": str(port), "FERRUM_API_GRPC_PORT": "0", "FERRUM_CONDUCTOR_GRPC_PORT": "0",
-                             "FERRUM_CONDUCTOR_METRICS_PORT": "0", "FERRUM_IPXE_PORT": "0", "FERRUM_IPXE_GRPC_PORT": "0",
-                             "FERRUM_OBJECTSTORE_GRPC_PORT": "0", "FERRUM_OBJECTSTORE_HTTP_PORT": "0"})
+        result = run_ferrum(
+            ["stack", "--state-dir", str(tmp_path / "state")],
+            tmp_path,
+            {
+                "FERRUM_API_PORT": str(port),
+                "FERRUM_API_GRPC_PORT": "0",
+                "FERRUM_CONDUCTOR_GRPC_PORT": "0",
+                "FERRUM_CONDUCTOR_METRICS_PORT": "0",
+                "FERRUM_IPXE_PORT": "0",
+                "FERRUM_IPXE_GRPC_PORT": "0",
+                "FERRUM_OBJECTSTORE_GRPC_PORT": "0",
+                "FERRUM_OBJECTSTORE_HTTP_PORT": "0",
+            },
+        )
     finally:
         busy.close()
     assert result.returncode == 1
@@ -130,7 +156,16 @@ def test_port_in_use_stops_everything(tmp_path: Path) -> None:
 
 
 def test_every_subcommand_has_help() -> None:
-    for command in (["stack"], ["api"], ["conductor"], ["ipxe"], ["objectstore"], ["agent"], ["simulator"],
-                    ["demo"], ["db", "upgrade"]):
+    for command in (
+        ["stack"],
+        ["api"],
+        ["conductor"],
+        ["ipxe"],
+        ["objectstore"],
+        ["agent"],
+        ["simulator"],
+        ["demo"],
+        ["db", "upgrade"],
+    ):
         result = subprocess.run([*FERRUM, *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert result.returncode == 0 and "usage: ferrum" in result.stdout, command

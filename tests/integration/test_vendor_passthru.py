@@ -27,8 +27,9 @@ def api(stack: Any) -> str:
     return stack.endpoints["api REST (Ironic v1)"]
 
 
-async def call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None,
-               headers: dict[str, str] | None = None) -> tuple[int, Any, str]:
+async def call(
+    session: aiohttp.ClientSession, method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any, str]:
     async with session.request(method, url, json=body, headers=V if headers is None else headers) as r:
         text = await r.text()
         try:
@@ -43,8 +44,9 @@ def fault(body: dict[str, Any]) -> str:
 
 
 async def make_node(session: aiohttp.ClientSession, api: str, **fields: Any) -> dict[str, Any]:
-    status, node, text = await call(session, "POST", f"{api}/v1/nodes",
-                                    {"driver": "fake-hardware", "name": f"v-{uuid.uuid4().hex[:8]}", **fields})
+    status, node, text = await call(
+        session, "POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": f"v-{uuid.uuid4().hex[:8]}", **fields}
+    )
     assert status == 201, text
     return node
 
@@ -65,8 +67,12 @@ async def test_node_methods_are_listed(session, api) -> None:
     assert status == 200, text
     assert set(methods) == {"second_method", "third_method_sync", "fourth_method_shared_lock", "log_passthrough"}
     assert methods["third_method_sync"] == {
-        "http_methods": ["POST"], "async": False, "description": "Test if the value of bar is meow",
-        "attach": False, "require_exclusive_lock": True}
+        "http_methods": ["POST"],
+        "async": False,
+        "description": "Test if the value of bar is meow",
+        "attach": False,
+        "require_exclusive_lock": True,
+    }
     assert methods["second_method"]["async"] is True
     assert methods["fourth_method_shared_lock"]["require_exclusive_lock"] is False
     # By name too (1.5+).
@@ -124,8 +130,9 @@ async def test_no_vendor_is_unsupported(session, api) -> None:
     node = await make_node(session, api, vendor_interface="no-vendor")
     status, methods, _ = await call(session, "GET", f"{api}/v1/nodes/{node['uuid']}/vendor_passthru/methods")
     assert (status, methods) == (200, {})
-    status, body, _ = await call(session, "POST", f"{api}/v1/nodes/{node['uuid']}/vendor_passthru?method=second_method",
-                                 {"bar": "kazoo"})
+    status, body, _ = await call(
+        session, "POST", f"{api}/v1/nodes/{node['uuid']}/vendor_passthru?method=second_method", {"bar": "kazoo"}
+    )
     assert status == 400 and "Unsupported" in fault(body) and "no-vendor" in fault(body)
 
 
@@ -165,8 +172,12 @@ async def test_unmodified_clients_use_vendor_passthru(session, api) -> None:
 
     async def baremetal(*args: str) -> tuple[int, str, str]:
         process = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).with_name("baremetal")), *args, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            str(Path(sys.executable).with_name("baremetal")),
+            *args,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(process.communicate(), 90)
         return process.returncode or 0, out.decode(), err.decode()
 

@@ -18,26 +18,33 @@ def disk(name: str, size_gib: float, **kw: object) -> hardware.DiskInfo:
     return hardware.DiskInfo(path=f"/tmp/{name[5:]}", name=name, size=int(size_gib * GiB), **base)  # type: ignore[arg-type]
 
 
-DISKS = [disk("/dev/sda", 2), disk("/dev/sdb", 20, serial="S-B", wwn="0x5000b", model="Fast SSD"),
-         disk("/dev/sdc", 10, serial="S-C", rotational=True), disk("/dev/nvme0n1", 40, model="NVMe X")]
+DISKS = [
+    disk("/dev/sda", 2),
+    disk("/dev/sdb", 20, serial="S-B", wwn="0x5000b", model="Fast SSD"),
+    disk("/dev/sdc", 10, serial="S-C", rotational=True),
+    disk("/dev/nvme0n1", 40, model="NVMe X"),
+]
 
 
-@pytest.mark.parametrize("hints, expected", [
-    (None, "/dev/sdc"),                       # smallest disk of at least 4 GiB
-    ({"size": 20}, "/dev/sdb"),
-    ({"size": ">= 15"}, "/dev/sdb"),
-    ({"size": "> 20"}, "/dev/nvme0n1"),
-    ({"size": "<= 5"}, "/dev/sda"),
-    ({"size": "<in> 10 40"}, "/dev/sdc"),
-    ({"serial": "S-C"}, "/dev/sdc"),
-    ({"wwn": "0x5000b"}, "/dev/sdb"),
-    ({"name": "sdc"}, "/dev/sdc"),
-    ({"name": "/dev/nvme*"}, "/dev/nvme0n1"),
-    ({"model": "s== NVMe X"}, "/dev/nvme0n1"),
-    ({"model": "<or> nope <or> Fast SSD"}, "/dev/sdb"),
-    ({"rotational": True}, "/dev/sdc"),
-    ({"rotational": "false", "size": ">= 30"}, "/dev/nvme0n1"),
-])
+@pytest.mark.parametrize(
+    "hints, expected",
+    [
+        (None, "/dev/sdc"),  # smallest disk of at least 4 GiB
+        ({"size": 20}, "/dev/sdb"),
+        ({"size": ">= 15"}, "/dev/sdb"),
+        ({"size": "> 20"}, "/dev/nvme0n1"),
+        ({"size": "<= 5"}, "/dev/sda"),
+        ({"size": "<in> 10 40"}, "/dev/sdc"),
+        ({"serial": "S-C"}, "/dev/sdc"),
+        ({"wwn": "0x5000b"}, "/dev/sdb"),
+        ({"name": "sdc"}, "/dev/sdc"),
+        ({"name": "/dev/nvme*"}, "/dev/nvme0n1"),
+        ({"model": "s== NVMe X"}, "/dev/nvme0n1"),
+        ({"model": "<or> nope <or> Fast SSD"}, "/dev/sdb"),
+        ({"rotational": True}, "/dev/sdc"),
+        ({"rotational": "false", "size": ">= 30"}, "/dev/nvme0n1"),
+    ],
+)
 def test_root_device_hints_pick_the_disk(hints, expected):
     assert hardware.select_root_disk(DISKS, hints).name == expected
 
@@ -58,8 +65,15 @@ def test_unmatched_and_bad_hints_are_clear_errors():
 
 def test_inventory_has_ipa_shape():
     inv = hardware.inventory(DISKS[:2], ["52:54:00:AA:BB:01"])
-    assert inv["disks"][1] == {**inv["disks"][1], "name": "/dev/sdb", "size": 20 * GiB, "serial": "S-B",
-                               "wwn": "0x5000b", "model": "Fast SSD", "rotational": False}
+    assert inv["disks"][1] == {
+        **inv["disks"][1],
+        "name": "/dev/sdb",
+        "size": 20 * GiB,
+        "serial": "S-B",
+        "wwn": "0x5000b",
+        "model": "Fast SSD",
+        "rotational": False,
+    }
     assert inv["interfaces"][0]["mac_address"] == "52:54:00:aa:bb:01" and inv["interfaces"][0]["name"] == "eth0"
 
 
@@ -89,10 +103,15 @@ async def test_resolve_checksum_sources():
         return SUMS.format(h="ab" * 32)
 
     info = {"id": "i", "urls": ["http://h/images/disk.img"]}
-    got = await checksum.resolve_expected({**info, "checksum": "http://h/SHA256SUMS"}, allow_md5=False, fetch_text=fetch)
+    got = await checksum.resolve_expected(
+        {**info, "checksum": "http://h/SHA256SUMS"}, allow_md5=False, fetch_text=fetch
+    )
     assert (got.algo, got.value, fetched) == ("sha256", "ab" * 32, ["http://h/SHA256SUMS"])
-    got = await checksum.resolve_expected({**info, "os_hash_algo": "SHA512", "os_hash_value": "CD" * 64,
-                                           "checksum": "ab" * 32}, allow_md5=False, fetch_text=fetch)
+    got = await checksum.resolve_expected(
+        {**info, "os_hash_algo": "SHA512", "os_hash_value": "CD" * 64, "checksum": "ab" * 32},
+        allow_md5=False,
+        fetch_text=fetch,
+    )
     assert (got.algo, got.value) == ("sha512", "cd" * 64)  # os_hash wins over checksum, lowercased
     with pytest.raises(errors.InvalidParameterValue, match="MD5"):
         await checksum.resolve_expected({**info, "checksum": "a" * 32}, allow_md5=False, fetch_text=fetch)
@@ -100,27 +119,39 @@ async def test_resolve_checksum_sources():
     assert got.algo == "md5"
 
 
-@pytest.mark.parametrize("info, message", [
-    ({"urls": ["http://h/x"], "checksum": "a" * 64}, "'id'"),
-    ({"id": "x", "urls": [], "checksum": "a" * 64}, "non-empty list"),
-    ({"id": "x", "urls": ["ftp://h/x"], "checksum": "a" * 64}, "not an http"),
-    ({"id": "x", "urls": ["http://h/x"]}, "checksum is missing"),
-    ({"id": "x", "urls": ["http://h/x"], "checksum": "xyz"}, "not a hex"),
-    ({"id": "x", "urls": ["http://h/x"], "os_hash_algo": "crc32", "os_hash_value": "1"}, "not supported"),
-])
+@pytest.mark.parametrize(
+    "info, message",
+    [
+        ({"urls": ["http://h/x"], "checksum": "a" * 64}, "'id'"),
+        ({"id": "x", "urls": [], "checksum": "a" * 64}, "non-empty list"),
+        ({"id": "x", "urls": ["ftp://h/x"], "checksum": "a" * 64}, "not an http"),
+        ({"id": "x", "urls": ["http://h/x"]}, "checksum is missing"),
+        ({"id": "x", "urls": ["http://h/x"], "checksum": "xyz"}, "not a hex"),
+        ({"id": "x", "urls": ["http://h/x"], "os_hash_algo": "crc32", "os_hash_value": "1"}, "not supported"),
+    ],
+)
 def test_image_info_validation(info, message):
     with pytest.raises(errors.InvalidParameterValue, match=message):
         checksum.validate_image_info(info, allow_md5=False)
 
 
 def test_kernel_cmdline_as_the_ipxe_script_passes_it():
-    line = ("nofb vga=normal ipa-api-url=http://10.0.0.1:6385,http://10.0.0.2:6385 BOOTIF=01-52-54-00-AB-CD-EF "
-            "ipa-global-request-id=req-1 ipa-node-uuid=1be26c0b-03f2-4d2e-ae87-c02d7f33c123 ipa-listen-port=9999 "
-            "ipa-agent-token=tok initrd=deploy_ramdisk")
+    line = (
+        "nofb vga=normal ipa-api-url=http://10.0.0.1:6385,http://10.0.0.2:6385 BOOTIF=01-52-54-00-AB-CD-EF "
+        "ipa-global-request-id=req-1 ipa-node-uuid=1be26c0b-03f2-4d2e-ae87-c02d7f33c123 ipa-listen-port=9999 "
+        "ipa-agent-token=tok initrd=deploy_ramdisk"
+    )
     opts = options_from_kernel_cmdline(line, disks=(Disk("/tmp/d"),), lookup_timeout=5.0)
-    assert opts == AgentOptions(api_url="http://10.0.0.1:6385", macs=("52:54:00:ab:cd:ef",), disks=(Disk("/tmp/d"),),
-                                node_uuid="1be26c0b-03f2-4d2e-ae87-c02d7f33c123", listen_port=9999,
-                                lookup_timeout=5.0, agent_token="tok", global_request_id="req-1")
+    assert opts == AgentOptions(
+        api_url="http://10.0.0.1:6385",
+        macs=("52:54:00:ab:cd:ef",),
+        disks=(Disk("/tmp/d"),),
+        node_uuid="1be26c0b-03f2-4d2e-ae87-c02d7f33c123",
+        listen_port=9999,
+        lookup_timeout=5.0,
+        agent_token="tok",
+        global_request_id="req-1",
+    )
     assert cmdline.option_values("BOOTIF=52:54:00:12:34:56")["macs"] == ("52:54:00:12:34:56",)
     # explicit MACs win over BOOTIF
     opts = options_from_kernel_cmdline(line, disks=[Disk("/tmp/d")], macs=["AA-BB-CC-DD-EE-FF"])
@@ -132,11 +163,27 @@ def test_kernel_cmdline_as_the_ipxe_script_passes_it():
 
 
 def test_partition_facts_from_sfdisk_tables():
-    gpt = {"label": "gpt", "id": "038AD690-AC15-4EC9-9B9A-1614629BCBE4", "partitions": [
-        {"node": "/x/disk.img1", "start": 2048, "size": 20480, "type": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
-         "uuid": "AD0C45CD-E301-499D-A067-56450D78EB42"},
-        {"node": "/x/disk.img2", "start": 22528, "size": 40960, "type": "0FC63DAF-8483-4772-8E79-3D69D8477DE4",
-         "uuid": "ECCE1A8B-2489-47D7-BBF3-62DDDCF653D3", "name": "root"}]}
+    gpt = {
+        "label": "gpt",
+        "id": "038AD690-AC15-4EC9-9B9A-1614629BCBE4",
+        "partitions": [
+            {
+                "node": "/x/disk.img1",
+                "start": 2048,
+                "size": 20480,
+                "type": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
+                "uuid": "AD0C45CD-E301-499D-A067-56450D78EB42",
+            },
+            {
+                "node": "/x/disk.img2",
+                "start": 22528,
+                "size": 40960,
+                "type": "0FC63DAF-8483-4772-8E79-3D69D8477DE4",
+                "uuid": "ECCE1A8B-2489-47D7-BBF3-62DDDCF653D3",
+                "name": "root",
+            },
+        ],
+    }
     got = partitions.describe(gpt, "/dev/nvme0n1")
     assert got["root uuid"] == "038ad690-ac15-4ec9-9b9a-1614629bcbe4"
     assert got["efi system partition uuid"] == "ad0c45cd-e301-499d-a067-56450d78eb42"

@@ -42,13 +42,15 @@ def move_l2_tables_to_the_end(path: Path) -> None:
     l1_size, l1_offset = struct.unpack(">I", data[36:40])[0], struct.unpack(">Q", data[40:48])[0]
     data += bytes(-len(data) % cluster)
     for i in range(l1_size):
-        entry = struct.unpack(">Q", data[l1_offset + 8 * i:l1_offset + 8 * i + 8])[0]
+        entry = struct.unpack(">Q", data[l1_offset + 8 * i : l1_offset + 8 * i + 8])[0]
         old = entry & qcow2stream.OFFSET_MASK
         if old:
             new = len(data)
-            data += data[old:old + cluster]
-            data[old:old + cluster] = bytes(cluster)
-            data[l1_offset + 8 * i:l1_offset + 8 * i + 8] = struct.pack(">Q", (entry & ~qcow2stream.OFFSET_MASK) | new)
+            data += data[old : old + cluster]
+            data[old : old + cluster] = bytes(cluster)
+            data[l1_offset + 8 * i : l1_offset + 8 * i + 8] = struct.pack(
+                ">Q", (entry & ~qcow2stream.OFFSET_MASK) | new
+            )
     path.write_bytes(bytes(data))
 
 
@@ -57,12 +59,13 @@ def convert(image: Path, disk: Path, *, piece_sizes: tuple[int, ...], seed: int 
         fh.write(b"\xee" * DISK)
     data = image.read_bytes()
     fd = os.open(disk, os.O_WRONLY)
-    converter = qcow2stream.StreamingConverter(qcow2stream.parse_header(data[:512]), fd, DISK,
-                                               spool_dir=str(disk.parent))
+    converter = qcow2stream.StreamingConverter(
+        qcow2stream.parse_header(data[:512]), fd, DISK, spool_dir=str(disk.parent)
+    )
     try:
         rnd, pos = random.Random(seed), 0
         while pos < len(data):
-            piece = memoryview(data)[pos:pos + rnd.choice(piece_sizes)]
+            piece = memoryview(data)[pos : pos + rnd.choice(piece_sizes)]
             converter.feed(piece, pos)
             pos += len(piece)
         size = converter.finish()
@@ -72,22 +75,28 @@ def convert(image: Path, disk: Path, *, piece_sizes: tuple[int, ...], seed: int 
         os.close(fd)
 
 
-@pytest.mark.parametrize("name, create", [
-    ("plain", ["-O", "qcow2"]),
-    ("compressed", ["-O", "qcow2", "-c"]),
-    ("version 2", ["-O", "qcow2", "-o", "compat=0.10"]),
-    ("4k clusters", ["-O", "qcow2", "-o", "cluster_size=4096"]),
-    ("2M compressed clusters", ["-O", "qcow2", "-c", "-o", "cluster_size=2M"]),
-    ("L2 after data", ["-O", "qcow2"]),
-    ("compressed, L2 after data", ["-O", "qcow2", "-c"]),
-    ("rewritten by qemu-io", ["-O", "qcow2"]),
-])
+@pytest.mark.parametrize(
+    "name, create",
+    [
+        ("plain", ["-O", "qcow2"]),
+        ("compressed", ["-O", "qcow2", "-c"]),
+        ("version 2", ["-O", "qcow2", "-o", "compat=0.10"]),
+        ("4k clusters", ["-O", "qcow2", "-o", "cluster_size=4096"]),
+        ("2M compressed clusters", ["-O", "qcow2", "-c", "-o", "cluster_size=2M"]),
+        ("L2 after data", ["-O", "qcow2"]),
+        ("compressed, L2 after data", ["-O", "qcow2", "-c"]),
+        ("rewritten by qemu-io", ["-O", "qcow2"]),
+    ],
+)
 def test_streamed_conversion_matches_qemu_img(source: Path, tmp_path: Path, name: str, create: list[str]) -> None:
     image = tmp_path / "image.qcow2"
     qemu_img("convert", "-f", "raw", *create, str(source), str(image))
     if name.startswith("rewritten"):
-        subprocess.run(["qemu-io", "-c", "write -P 0x55 1M 3M", "-c", "write -z 4M 2M", "-c", "discard 8M 1M",
-                        str(image)], check=True, capture_output=True)
+        subprocess.run(
+            ["qemu-io", "-c", "write -P 0x55 1M 3M", "-c", "write -z 4M 2M", "-c", "discard 8M 1M", str(image)],
+            check=True,
+            capture_output=True,
+        )
     if "L2 after data" in name:
         move_l2_tables_to_the_end(image)
     expected = tmp_path / "expected.raw"
@@ -133,7 +142,8 @@ def test_unsupported_features_and_refusals(source: Path, tmp_path: Path) -> None
     big = tmp_path / "big.qcow2"
     qemu_img("create", "-f", "qcow2", str(big), "1G")
     with pytest.raises(errors.ImageError, match="larger than the disk"):
-        qcow2stream.StreamingConverter(qcow2stream.parse_header(big.read_bytes()[:512]), 0, DISK,
-                                       spool_dir=str(tmp_path))
+        qcow2stream.StreamingConverter(
+            qcow2stream.parse_header(big.read_bytes()[:512]), 0, DISK, spool_dir=str(tmp_path)
+        )
     with pytest.raises(errors.ImageError, match="not a qcow2"):
         qcow2stream.parse_header(b"\0" * 512)

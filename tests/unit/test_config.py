@@ -7,7 +7,9 @@ from services.common.config import ConfigError, load_settings, option_env_names
 
 def test_env_and_toml_layers(tmp_path):
     path = tmp_path / "ferrum.toml"
-    path.write_text('log_level = "DEBUG"\n[api]\nport = 7000\nmax_limit = 50\n[conductor]\nenabled_hardware_types = ["fake-hardware"]\n')
+    path.write_text(
+        'log_level = "DEBUG"\n[api]\nport = 7000\nmax_limit = 50\n[conductor]\nenabled_hardware_types = ["fake-hardware"]\n'
+    )
     settings = load_settings({"FERRUM_API_PORT": "7001"}, config_file=str(path))
     assert settings.api.port == 7001  # environment wins over the file
     assert settings.api.max_limit == 50
@@ -15,16 +17,19 @@ def test_env_and_toml_layers(tmp_path):
     assert settings.conductor.enabled_hardware_types == ("fake-hardware",)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"FERRUM_API_PORTT": "1"}, "unknown environment variable FERRUM_API_PORTT"),
-    ({"FERRUM_API_PORT": "x"}, "expected an integer"),
-    ({"FERRUM_API_PORT": "70000"}, "between 0 and 65535"),
-    ({"FERRUM_DATABASE_URL": "mysql://h/db"}, "is not a PostgreSQL URL"),
-    ({"FERRUM_DATABASE_URL": "postgresql://h:notaport/db"}, "invalid port"),
-    ({"FERRUM_API_AUTH_STRATEGY": "keystone"}, "noauth or http_basic"),
-    ({"FERRUM_IPXE_CACHE_TTL": "-1"}, "CACHE_TTL must be >= 0"),
-    ({"FERRUM_IPXE_CACHE_MAX_ENTRIES": "0"}, "CACHE_MAX_ENTRIES must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"FERRUM_API_PORTT": "1"}, "unknown environment variable FERRUM_API_PORTT"),
+        ({"FERRUM_API_PORT": "x"}, "expected an integer"),
+        ({"FERRUM_API_PORT": "70000"}, "between 0 and 65535"),
+        ({"FERRUM_DATABASE_URL": "mysql://h/db"}, "is not a PostgreSQL URL"),
+        ({"FERRUM_DATABASE_URL": "postgresql://h:notaport/db"}, "invalid port"),
+        ({"FERRUM_API_AUTH_STRATEGY": "keystone"}, "noauth or http_basic"),
+        ({"FERRUM_IPXE_CACHE_TTL": "-1"}, "CACHE_TTL must be >= 0"),
+        ({"FERRUM_IPXE_CACHE_MAX_ENTRIES": "0"}, "CACHE_MAX_ENTRIES must be >= 1"),
+    ],
+)
 def test_bad_values_are_rejected(env, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(env)

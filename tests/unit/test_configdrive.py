@@ -42,18 +42,26 @@ print(json.dumps({"v2": v2, "datasource": via_datasource, "network_config": net}
 
 NODE = {"uuid": "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "name": "node-7"}
 PORTS = [
-    {"uuid": "9f1a7c54-1a52-4bf4-a6a0-2f9d3c0a6b01", "address": "52:54:00:aa:bb:02", "extra": {},
-     "internal_info": {"tenant_vif_port_id": "vif-2"}},
-    {"uuid": "0c2a3b86-4f44-4a4b-9d5e-7e4f1c9b2a00", "address": "52:54:00:AA:BB:01", "extra": {},
-     "internal_info": {}},
+    {
+        "uuid": "9f1a7c54-1a52-4bf4-a6a0-2f9d3c0a6b01",
+        "address": "52:54:00:aa:bb:02",
+        "extra": {},
+        "internal_info": {"tenant_vif_port_id": "vif-2"},
+    },
+    {"uuid": "0c2a3b86-4f44-4a4b-9d5e-7e4f1c9b2a00", "address": "52:54:00:AA:BB:01", "extra": {}, "internal_info": {}},
 ]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFerrumTestKey ferrum@test"
 
 
 def cloud_init_read(directory: str | os.PathLike[str], macs: dict[str, str] | None = None) -> dict[str, Any]:
     """What Debian's cloud-init makes of the config drive files under ``directory``."""
-    done = subprocess.run([SYSTEM_PYTHON, "-c", _CLOUD_INIT_SCRIPT, os.fspath(directory), json.dumps(macs or {})],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [SYSTEM_PYTHON, "-c", _CLOUD_INIT_SCRIPT, os.fspath(directory), json.dumps(macs or {})],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -97,13 +105,26 @@ def test_dict_becomes_an_iso_cloud_init_reads(tmp_path: Path) -> None:
 
 
 def test_user_data_dict_and_given_network_data_kept(tmp_path: Path) -> None:
-    network = {"links": [{"id": "l0", "type": "phy", "ethernet_mac_address": "52:54:00:00:00:09", "mtu": 9000}],
-               "networks": [{"id": "n0", "type": "ipv4", "link": "l0", "ip_address": "192.0.2.9",
-                             "netmask": "255.255.255.0", "network_id": "net"}], "services": []}
+    network = {
+        "links": [{"id": "l0", "type": "phy", "ethernet_mac_address": "52:54:00:00:00:09", "mtu": 9000}],
+        "networks": [
+            {
+                "id": "n0",
+                "type": "ipv4",
+                "link": "l0",
+                "ip_address": "192.0.2.9",
+                "netmask": "255.255.255.0",
+                "network_id": "net",
+            }
+        ],
+        "services": [],
+    }
     user = {"ignition": {"version": "3.0.0"}}
-    iso = configdrive.build_configdrive({"uuid": NODE["uuid"], "name": None}, PORTS,
-                                        {"meta_data": {"uuid": "explicit", "hostname": "h"},
-                                         "network_data": network, "user_data": user})
+    iso = configdrive.build_configdrive(
+        {"uuid": NODE["uuid"], "name": None},
+        PORTS,
+        {"meta_data": {"uuid": "explicit", "hostname": "h"}, "network_data": network, "user_data": user},
+    )
     extract(iso, tmp_path)
     v2 = cloud_init_read(tmp_path)["v2"]
     assert v2["metadata"]["uuid"] == "explicit"
@@ -128,8 +149,9 @@ def test_same_files_as_openstacksdk(tmp_path: Path) -> None:
     meta = {"uuid": NODE["uuid"], "name": "node-7", "hostname": "h", "public_keys": {"k": KEY}}
     network = {"links": [], "networks": [], "services": []}
     vendor = {"a": 1}
-    ours = configdrive.configdrive_files(NODE, PORTS, {"meta_data": meta, "network_data": network,
-                                                       "vendor_data": vendor, "user_data": "text"})
+    ours = configdrive.configdrive_files(
+        NODE, PORTS, {"meta_data": meta, "network_data": network, "vendor_data": vendor, "user_data": "text"}
+    )
     with sdk_configdrive.populate_directory(meta, "text", network_data=network, vendor_data=vendor) as d:
         theirs = {str(p.relative_to(d)): p.read_bytes() for p in Path(d).rglob("*") if p.is_file()}
     assert ours == theirs
@@ -139,19 +161,22 @@ def test_big_user_data_shares_one_extent(tmp_path: Path) -> None:
     blob = os.urandom(3 * 1024 * 1024)
     user_data = base64.b64encode(blob).decode()
     iso = configdrive.build_configdrive(NODE, PORTS, {"user_data": user_data})
-    assert len(iso) < len(user_data) + 1024 * 1024          # both versions point at the same bytes
+    assert len(iso) < len(user_data) + 1024 * 1024  # both versions point at the same bytes
     extract(iso, tmp_path)
     assert (tmp_path / "openstack/2012-08-10/user_data").read_text() == user_data
     assert (tmp_path / "openstack/latest/user_data").read_text() == user_data
     image = tmp_path / "drive.iso"
     image.write_bytes(iso)
-    listing = subprocess.run(["isoinfo", "-R", "-f", "-i", str(image)], capture_output=True,
-                             timeout=60, check=True).stdout.decode().split()
+    listing = (
+        subprocess.run(["isoinfo", "-R", "-f", "-i", str(image)], capture_output=True, timeout=60, check=True)
+        .stdout.decode()
+        .split()
+    )
     assert "/openstack/latest/user_data" in listing and "/openstack/2012-08-10/meta_data.json" in listing
 
 
 def test_oversized_dict_is_refused() -> None:
-    blob = base64.b64encode(os.urandom(49 * 1024 * 1024)).decode()     # 65+ MiB of text
+    blob = base64.b64encode(os.urandom(49 * 1024 * 1024)).decode()  # 65+ MiB of text
     with pytest.raises(errors.InvalidParameterValue, match="64MiB"):
         configdrive.build_configdrive(NODE, [], {"user_data": blob})
 
@@ -163,11 +188,17 @@ def test_bad_dict_is_refused(bad: Any) -> None:
 
 
 def test_openstacksdk_string_decodes_and_cloud_init_reads_it(tmp_path: Path) -> None:
-    network = {"links": [{"id": "p", "type": "phy", "ethernet_mac_address": "52:54:00:aa:bb:01", "mtu": 1500}],
-               "networks": [{"id": "n", "type": "ipv4_dhcp", "link": "p", "network_id": "x"}], "services": []}
-    value = sdk_configdrive.build({"uuid": NODE["uuid"], "hostname": "sdk-host", "public_keys": {"0": KEY}},
-                                  user_data=b"#!/bin/sh\necho sdk\n", network_data=network,
-                                  vendor_data={"v": True})
+    network = {
+        "links": [{"id": "p", "type": "phy", "ethernet_mac_address": "52:54:00:aa:bb:01", "mtu": 1500}],
+        "networks": [{"id": "n", "type": "ipv4_dhcp", "link": "p", "network_id": "x"}],
+        "services": [],
+    }
+    value = sdk_configdrive.build(
+        {"uuid": NODE["uuid"], "hostname": "sdk-host", "public_keys": {"0": KEY}},
+        user_data=b"#!/bin/sh\necho sdk\n",
+        network_data=network,
+        vendor_data={"v": True},
+    )
     iso = configdrive.decode_configdrive(value)
     assert iso9660.volume_labels(io.BytesIO(iso))[0] == "config-2"
     extract(iso, tmp_path)
@@ -184,21 +215,24 @@ def test_encode_decode_round_trip_and_plain_base64() -> None:
     encoded = configdrive.encode_configdrive(iso)
     assert gzip.decompress(base64.b64decode(encoded)) == iso
     assert configdrive.decode_configdrive(encoded) == iso
-    wrapped = "\n".join(encoded[i:i + 76] for i in range(0, len(encoded), 76))   # MIME-style line breaks
+    wrapped = "\n".join(encoded[i : i + 76] for i in range(0, len(encoded), 76))  # MIME-style line breaks
     assert configdrive.decode_configdrive(wrapped) == iso
     assert configdrive.decode_configdrive(base64.b64encode(iso).decode()) == iso
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("not base64 at all!", "not a valid base64 string"),
-    ("YWJ", "not a valid base64 string"),
-    (base64.b64encode(b"\x1f\x8b\x08\x00garbage that is not deflate").decode(), "not valid gzip data"),
-    (base64.b64encode(gzip.compress(random.Random(1).randbytes(100_000))[:-200]).decode(), "truncated gzip data"),
-    (base64.b64encode(gzip.compress(b"hello, not an iso")).decode(), "not an ISO9660 image"),
-    (base64.b64encode(b"\0" * 40_000).decode(), "not an ISO9660 image"),
-    ("", "empty"),
-    ({"meta_data": {}}, "expected a base64 string"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("not base64 at all!", "not a valid base64 string"),
+        ("YWJ", "not a valid base64 string"),
+        (base64.b64encode(b"\x1f\x8b\x08\x00garbage that is not deflate").decode(), "not valid gzip data"),
+        (base64.b64encode(gzip.compress(random.Random(1).randbytes(100_000))[:-200]).decode(), "truncated gzip data"),
+        (base64.b64encode(gzip.compress(b"hello, not an iso")).decode(), "not an ISO9660 image"),
+        (base64.b64encode(b"\0" * 40_000).decode(), "not an ISO9660 image"),
+        ("", "empty"),
+        ({"meta_data": {}}, "expected a base64 string"),
+    ],
+)
 def test_decode_errors_are_clear(value: Any, message: str) -> None:
     with pytest.raises(errors.InvalidParameterValue, match=message) as caught:
         configdrive.decode_configdrive(value)
@@ -207,11 +241,11 @@ def test_decode_errors_are_clear(value: Any, message: str) -> None:
 
 def test_65_mib_after_decompression_is_refused() -> None:
     iso = configdrive.build_configdrive(NODE, [], {})
-    bomb = iso + b"\0" * (65 * 1024 * 1024 - len(iso))          # a valid ISO head, 65 MiB in all
+    bomb = iso + b"\0" * (65 * 1024 * 1024 - len(iso))  # a valid ISO head, 65 MiB in all
     value = base64.b64encode(gzip.compress(bomb, compresslevel=1)).decode()
-    assert len(value) < 1024 * 1024                               # small on the wire ...
+    assert len(value) < 1024 * 1024  # small on the wire ...
     with pytest.raises(errors.InvalidParameterValue, match=r"maximum limit of 64MiB"):
-        configdrive.decode_configdrive(value)                     # ... refused after decompression
+        configdrive.decode_configdrive(value)  # ... refused after decompression
     with pytest.raises(errors.InvalidParameterValue, match=r"maximum limit of 1MiB"):
         configdrive.decode_configdrive(configdrive.encode_configdrive(iso + b"\0" * (2 << 20)), limit=1 << 20)
     plain = base64.b64encode(bomb).decode()
@@ -222,18 +256,25 @@ def test_65_mib_after_decompression_is_refused() -> None:
 def test_looks_like_url() -> None:
     assert configdrive.looks_like_url("https://objects.example/configdrive-x?temp_url_sig=1")
     assert configdrive.looks_like_url("http://10.0.0.1/cd.iso.gz")
-    assert configdrive.looks_like_url("swift://container/object")      # Ironic's rule: contains "://"
+    assert configdrive.looks_like_url("swift://container/object")  # Ironic's rule: contains "://"
     assert not configdrive.looks_like_url("H4sIAAAAAAAA/+3BAQ0AAADCoPdPbQ43oAAAAAAAAAAAAAAAAAAAAAAAAAAA")
     assert configdrive.is_http_url("HTTPS://x/y") and not configdrive.is_http_url("swift://c/o")
 
 
 def test_pure_python_reader_agrees_with_cloud_init(tmp_path: Path) -> None:
-    iso = configdrive.build_configdrive(NODE, PORTS, {"meta_data": {"hostname": "h7", "public_keys": {"a": KEY}},
-                                                      "user_data": "#cloud-config\n", "vendor_data": {"x": 1}})
+    iso = configdrive.build_configdrive(
+        NODE,
+        PORTS,
+        {
+            "meta_data": {"hostname": "h7", "public_keys": {"a": KEY}},
+            "user_data": "#cloud-config\n",
+            "vendor_data": {"x": 1},
+        },
+    )
     extract(iso, tmp_path)
     v2 = cloud_init_read(tmp_path)["v2"]
     ours = configdrive_reader.read_configdrive(iso)
-    assert ours.version == "2012-08-10"            # cloud-init picks the newest dated directory it knows
+    assert ours.version == "2012-08-10"  # cloud-init picks the newest dated directory it knows
     assert ours.meta_data["uuid"] == v2["metadata"]["uuid"] and ours.hostname == v2["metadata"]["local-hostname"]
     assert ours.public_keys == [KEY]
     assert ours.user_data is not None and ours.user_data.decode() == v2["userdata"]

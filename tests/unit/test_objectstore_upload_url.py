@@ -27,8 +27,11 @@ def test_any_change_breaks_the_signature(change: str) -> None:
     target = tempurl.parse_upload_path(unquote(tempurl.build_upload_path(SECRET, "c", "n.img", 2_000_000_000)))
     assert target is not None
     changed = tempurl.UploadTarget(
-        target.expires + (change == "expires"), target.signature,
-        target.container + ("x" if change == "container" else ""), target.name + ("x" if change == "name" else ""))
+        target.expires + (change == "expires"),
+        target.signature,
+        target.container + ("x" if change == "container" else ""),
+        target.name + ("x" if change == "name" else ""),
+    )
     assert not tempurl.verify_upload(SECRET, changed)
 
 
@@ -38,8 +41,18 @@ def test_a_download_signature_is_not_an_upload_signature() -> None:
     assert download != tempurl.upload_signature(SECRET, "c", "n.img", 2_000_000_000)
 
 
-@pytest.mark.parametrize("path", ["/t/1.2.AAAAAAAAAAAAAAAAAAAAAA/c/n", "/u/", "/u/zz/c/n", "/u/1.short/c/n",
-                                  "/u/1.AAAAAAAAAAAAAAAAAAAAAA/c", "/u/1.AAAAAAAAAAAAAAAAAAAAAA/c/",
-                                  "/u/!!.AAAAAAAAAAAAAAAAAAAAAA/c/n", "/u/zzzzzzzzzz.AAAAAAAAAAAAAAAAAAAAAA/c/n"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/t/1.2.AAAAAAAAAAAAAAAAAAAAAA/c/n",
+        "/u/",
+        "/u/zz/c/n",
+        "/u/1.short/c/n",
+        "/u/1.AAAAAAAAAAAAAAAAAAAAAA/c",
+        "/u/1.AAAAAAAAAAAAAAAAAAAAAA/c/",
+        "/u/!!.AAAAAAAAAAAAAAAAAAAAAA/c/n",
+        "/u/zzzzzzzzzz.AAAAAAAAAAAAAAAAAAAAAA/c/n",
+    ],
+)
 def test_malformed_paths_are_not_upload_targets(path: str) -> None:
     assert tempurl.parse_upload_path(path) is None

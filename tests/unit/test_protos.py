@@ -8,7 +8,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_check() -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "scripts/gen_protos.py", "--check"], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "scripts/gen_protos.py", "--check"], cwd=ROOT, capture_output=True, text=True
+    )
 
 
 def test_generated_code_is_fresh() -> None:

@@ -21,9 +21,16 @@ def task(**info: object) -> base.Task:
 
 
 def test_full_driver_info_is_parsed() -> None:
-    info = parse_driver_info(node(redfish_address="https://bmc.example:8443/", redfish_system_id="/redfish/v1/Systems/1/",
-                                  redfish_username="admin", redfish_password="secret", redfish_verify_ca="false",
-                                  redfish_auth_type="Session"))
+    info = parse_driver_info(
+        node(
+            redfish_address="https://bmc.example:8443/",
+            redfish_system_id="/redfish/v1/Systems/1/",
+            redfish_username="admin",
+            redfish_password="secret",
+            redfish_verify_ca="false",
+            redfish_auth_type="Session",
+        )
+    )
     assert info.address == "https://bmc.example:8443"
     assert info.system_id == "/redfish/v1/Systems/1"
     assert (info.username, info.password, info.verify_ca, info.auth_type) == ("admin", "secret", False, "session")
@@ -31,7 +38,7 @@ def test_full_driver_info_is_parsed() -> None:
 
 def test_defaults_and_bare_forms() -> None:
     info = parse_driver_info(node(redfish_address="10.0.0.5", redfish_system_id="abc"))
-    assert info.address == "https://10.0.0.5"          # no scheme: https, as Ironic
+    assert info.address == "https://10.0.0.5"  # no scheme: https, as Ironic
     assert info.system_id == "/redfish/v1/Systems/abc"  # a bare Id becomes the standard path
     assert info.verify_ca is True and info.auth_type == "auto"
     assert info.username is None and info.password is None
@@ -45,19 +52,30 @@ def test_verify_ca_path_must_exist(tmp_path: object) -> None:
         parse_driver_info(node(redfish_address="http://h", redfish_verify_ca="/no/such/ca.pem"))
 
 
-@pytest.mark.parametrize("info, error, text", [
-    ({}, errors.MissingParameter, "redfish_address"),
-    ({"redfish_address": ""}, errors.MissingParameter, "redfish_address"),
-    ({"redfish_address": "ftp://bmc"}, errors.InvalidParameterValue, "http or https"),
-    ({"redfish_address": "http://"}, errors.InvalidParameterValue, "scheme://host"),
-    ({"redfish_address": "http://u:p@bmc"}, errors.InvalidParameterValue, "no credentials"),
-    ({"redfish_address": "http://bmc?x=1"}, errors.InvalidParameterValue, "query"),
-    ({"redfish_address": "http://bmc:99999"}, errors.InvalidParameterValue, "invalid port"),
-    ({"redfish_address": "http://bmc", "redfish_auth_type": "kerberos"}, errors.InvalidParameterValue, "basic, session, auto"),
-    ({"redfish_address": "http://bmc", "redfish_system_id": "/a b"}, errors.InvalidParameterValue, "redfish_system_id"),
-    ({"redfish_address": "http://bmc", "redfish_system_id": 5}, errors.InvalidParameterValue, "redfish_system_id"),
-    ({"redfish_address": "http://bmc", "redfish_password": 5}, errors.InvalidParameterValue, "redfish_password"),
-])
+@pytest.mark.parametrize(
+    "info, error, text",
+    [
+        ({}, errors.MissingParameter, "redfish_address"),
+        ({"redfish_address": ""}, errors.MissingParameter, "redfish_address"),
+        ({"redfish_address": "ftp://bmc"}, errors.InvalidParameterValue, "http or https"),
+        ({"redfish_address": "http://"}, errors.InvalidParameterValue, "scheme://host"),
+        ({"redfish_address": "http://u:p@bmc"}, errors.InvalidParameterValue, "no credentials"),
+        ({"redfish_address": "http://bmc?x=1"}, errors.InvalidParameterValue, "query"),
+        ({"redfish_address": "http://bmc:99999"}, errors.InvalidParameterValue, "invalid port"),
+        (
+            {"redfish_address": "http://bmc", "redfish_auth_type": "kerberos"},
+            errors.InvalidParameterValue,
+            "basic, session, auto",
+        ),
+        (
+            {"redfish_address": "http://bmc", "redfish_system_id": "/a b"},
+            errors.InvalidParameterValue,
+            "redfish_system_id",
+        ),
+        ({"redfish_address": "http://bmc", "redfish_system_id": 5}, errors.InvalidParameterValue, "redfish_system_id"),
+        ({"redfish_address": "http://bmc", "redfish_password": 5}, errors.InvalidParameterValue, "redfish_password"),
+    ],
+)
 def test_bad_driver_info_is_rejected(info: dict[str, object], error: type[Exception], text: str) -> None:
     with pytest.raises(error, match=text):
         parse_driver_info(node(**info))
@@ -76,13 +94,24 @@ async def test_validate_is_offline_and_uses_the_same_checks() -> None:
 def test_properties_and_supported_values() -> None:
     power, management = RedfishPower({}), RedfishManagement({})
     props = power.get_properties()
-    assert set(props) == {"redfish_address", "redfish_system_id", "redfish_username", "redfish_password",
-                          "redfish_verify_ca", "redfish_auth_type"}
+    assert set(props) == {
+        "redfish_address",
+        "redfish_system_id",
+        "redfish_username",
+        "redfish_password",
+        "redfish_verify_ca",
+        "redfish_auth_type",
+    }
     assert "Required" in props["redfish_address"]
     assert management.get_properties() == props
     assert management.get_supported_boot_devices(task()) == ["pxe", "disk", "cdrom", "bios"]
-    assert set(power.get_supported_power_states()) == {"power on", "power off", "rebooting", "soft rebooting",
-                                                       "soft power off"}
+    assert set(power.get_supported_power_states()) == {
+        "power on",
+        "power off",
+        "rebooting",
+        "soft rebooting",
+        "soft power off",
+    }
 
 
 async def test_bad_requests_are_rejected_before_any_call() -> None:
@@ -115,13 +144,12 @@ def test_redfish_hardware_type_composes() -> None:
     assert resolved["power_interface"] == "redfish"
     assert resolved["management_interface"] == "redfish"
     assert resolved["boot_interface"] == "ipxe"
-    assert resolved["deploy_interface"] == "fake"   # direct is preferred when enabled
+    assert resolved["deploy_interface"] == "fake"  # direct is preferred when enabled
     with pytest.raises(errors.InvalidParameterValue, match="Valid interfaces"):
         registry.resolve_interfaces("redfish", {"power_interface": "fake"})
     driver = registry.compose({"driver": "redfish"})
     assert isinstance(driver.power, RedfishPower) and isinstance(driver.management, RedfishManagement)
     assert "redfish_password" in registry.properties("redfish")
-
 
 
 def test_each_interface_has_its_own_bounded_pool() -> None:
@@ -134,5 +162,5 @@ def test_each_interface_has_its_own_bounded_pool() -> None:
 
 async def test_close_releases_the_pool() -> None:
     power = RedfishPower({})
-    await power.close()   # nothing cached: no BMC is contacted
+    await power.close()  # nothing cached: no BMC is contacted
     assert power._executor._shutdown and len(power.connections) == 0

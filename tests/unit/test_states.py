@@ -19,12 +19,36 @@ from services.common import states
 ROOT = Path(__file__).resolve().parents[2]
 
 CONTRACT_STATES = [
-    "enroll", "verifying", "manageable", "available", "deploying", "wait call-back",
-    "deploy failed", "deploy hold", "active", "deleting", "error", "cleaning",
-    "clean wait", "clean failed", "clean hold", "inspecting", "inspect wait",
-    "inspect failed", "adopting", "adopt failed", "rescuing", "rescue wait",
-    "rescue failed", "rescue", "unrescuing", "unrescue failed", "servicing",
-    "service wait", "service failed", "service hold",
+    "enroll",
+    "verifying",
+    "manageable",
+    "available",
+    "deploying",
+    "wait call-back",
+    "deploy failed",
+    "deploy hold",
+    "active",
+    "deleting",
+    "error",
+    "cleaning",
+    "clean wait",
+    "clean failed",
+    "clean hold",
+    "inspecting",
+    "inspect wait",
+    "inspect failed",
+    "adopting",
+    "adopt failed",
+    "rescuing",
+    "rescue wait",
+    "rescue failed",
+    "rescue",
+    "unrescuing",
+    "unrescue failed",
+    "servicing",
+    "service wait",
+    "service failed",
+    "service hold",
 ]
 
 # (source, event) -> (target, target_provision_state on entry; None = stable)
@@ -161,12 +185,9 @@ ALL_TEST_EVENTS = sorted(
 
 
 def test_every_contract_state_is_known() -> None:
-    assert states.ALL_STATES == frozenset(CONTRACT_STATES)
+    assert frozenset(CONTRACT_STATES) == states.ALL_STATES
     assert len(CONTRACT_STATES) == 30
-    constants = {
-        value for name, value in vars(states).items()
-        if name.isupper() and isinstance(value, str)
-    }
+    constants = {value for name, value in vars(states).items() if name.isupper() and isinstance(value, str)}
     for state in CONTRACT_STATES:
         assert state in constants, state
     used = {t.source for t in states.TRANSITIONS} | {t.target for t in states.TRANSITIONS}
@@ -178,15 +199,12 @@ def test_every_contract_state_is_known() -> None:
 
 
 def test_power_constants() -> None:
-    assert states.POWER_TARGETS == {
-        "power on", "power off", "rebooting", "soft rebooting", "soft power off"
-    }
-    assert states.POWER_STATES == {"power on", "power off"}
+    assert {"power on", "power off", "rebooting", "soft rebooting", "soft power off"} == states.POWER_TARGETS
+    assert {"power on", "power off"} == states.POWER_STATES
 
 
 def test_table_matches_contract_exactly() -> None:
-    actual = {(t.source, t.event): (t.target, t.target_provision_state)
-              for t in states.TRANSITIONS}
+    actual = {(t.source, t.event): (t.target, t.target_provision_state) for t in states.TRANSITIONS}
     assert len(actual) == len(states.TRANSITIONS), "duplicate (source, event)"
     missing = CONTRACT_TRANSITIONS.keys() - actual.keys()
     extra = actual.keys() - CONTRACT_TRANSITIONS.keys()
@@ -251,8 +269,7 @@ def test_manual_clean_keeps_manageable_target() -> None:
         ("cleaning", "manageable"),
         ("manageable", None),
     ]
-    assert _walk("manageable", None, ["clean", "wait", "abort"])[-1] == (
-        "clean failed", "manageable")
+    assert _walk("manageable", None, ["clean", "wait", "abort"])[-1] == ("clean failed", "manageable")
 
 
 def test_undeploy_and_deploy_targets() -> None:
@@ -277,36 +294,65 @@ def test_undeploy_and_deploy_targets() -> None:
 
 
 def test_state_groups() -> None:
-    assert states.STABLE_STATES == {
-        "enroll", "manageable", "available", "active", "error", "rescue"}
+    assert {"enroll", "manageable", "available", "active", "error", "rescue"} == states.STABLE_STATES
     for state in CONTRACT_STATES:
         assert states.is_stable(state) == (state in states.STABLE_STATES)
     assert not states.is_stable(None)
-    assert states.LOOKUP_ALLOWED_STATES == {
-        "deploying", "wait call-back", "cleaning", "clean wait", "inspecting",
-        "inspect wait", "rescuing", "rescue wait", "service wait"}
-    assert states.DELETE_ALLOWED_STATES == {"manageable", "enroll", "adopt failed", "available"}
+    assert {
+        "deploying",
+        "wait call-back",
+        "cleaning",
+        "clean wait",
+        "inspecting",
+        "inspect wait",
+        "rescuing",
+        "rescue wait",
+        "service wait",
+    } == states.LOOKUP_ALLOWED_STATES
+    assert {"manageable", "enroll", "adopt failed", "available"} == states.DELETE_ALLOWED_STATES
     assert states.delete_allowed("available")
     assert not states.delete_allowed("available", allow_deleting_available=False)
     assert states.delete_allowed("enroll", allow_deleting_available=False)
     assert not states.delete_allowed("active")
-    assert states.PATCH_ALLOWED_WITH_TARGET == {
-        "deploy failed", "inspecting", "inspect failed", "inspect wait", "clean failed",
-        "error", "verifying", "adopt failed", "rescue failed", "unrescue failed",
-        "service", "service hold", "service failed"}
-    assert states.FAILURE_STATES == {
-        "deploy failed", "clean failed", "inspect failed", "rescue failed",
-        "unrescue failed", "adopt failed", "service failed"}
+    assert {
+        "deploy failed",
+        "inspecting",
+        "inspect failed",
+        "inspect wait",
+        "clean failed",
+        "error",
+        "verifying",
+        "adopt failed",
+        "rescue failed",
+        "unrescue failed",
+        "service",
+        "service hold",
+        "service failed",
+    } == states.PATCH_ALLOWED_WITH_TARGET
+    assert {
+        "deploy failed",
+        "clean failed",
+        "inspect failed",
+        "rescue failed",
+        "unrescue failed",
+        "adopt failed",
+        "service failed",
+    } == states.FAILURE_STATES
 
 
 def test_stuck_on_restart() -> None:
     expected = {
-        "deploying": "deploy failed", "cleaning": "clean failed", "verifying": "enroll",
-        "inspecting": "inspect failed", "adopting": "adopt failed",
-        "rescuing": "rescue failed", "unrescuing": "unrescue failed",
-        "deleting": "error", "servicing": "service failed",
+        "deploying": "deploy failed",
+        "cleaning": "clean failed",
+        "verifying": "enroll",
+        "inspecting": "inspect failed",
+        "adopting": "adopt failed",
+        "rescuing": "rescue failed",
+        "unrescuing": "unrescue failed",
+        "deleting": "error",
+        "servicing": "service failed",
     }
-    assert states.STUCK_ON_RESTART == frozenset(expected)
+    assert frozenset(expected) == states.STUCK_ON_RESTART
     assert dict(states.FAILURE_STATE_OF) == expected
     # The sweeper reaches the failure state through the table's fail event.
     for state, failed in expected.items():
@@ -317,13 +363,20 @@ def test_stuck_on_restart() -> None:
 
 def test_api_verbs() -> None:
     expected = {
-        "active": ("deploy", (1, 1)), "deploy": ("deploy", (1, 73)),
-        "rebuild": ("rebuild", (1, 1)), "deleted": ("delete", (1, 1)),
-        "undeploy": ("delete", (1, 73)), "manage": ("manage", (1, 4)),
-        "provide": ("provide", (1, 4)), "inspect": ("inspect", (1, 6)),
-        "abort": ("abort", (1, 13)), "clean": ("clean", (1, 15)),
-        "adopt": ("adopt", (1, 17)), "rescue": ("rescue", (1, 38)),
-        "unrescue": ("unrescue", (1, 38)), "unhold": ("unhold", (1, 85)),
+        "active": ("deploy", (1, 1)),
+        "deploy": ("deploy", (1, 73)),
+        "rebuild": ("rebuild", (1, 1)),
+        "deleted": ("delete", (1, 1)),
+        "undeploy": ("delete", (1, 73)),
+        "manage": ("manage", (1, 4)),
+        "provide": ("provide", (1, 4)),
+        "inspect": ("inspect", (1, 6)),
+        "abort": ("abort", (1, 13)),
+        "clean": ("clean", (1, 15)),
+        "adopt": ("adopt", (1, 17)),
+        "rescue": ("rescue", (1, 38)),
+        "unrescue": ("unrescue", (1, 38)),
+        "unhold": ("unhold", (1, 85)),
         "service": ("service", (1, 87)),
     }
     assert {k: tuple(v) for k, v in states.API_VERBS.items()} == expected
@@ -363,14 +416,16 @@ def test_mermaid_diagram() -> None:
 def _run_generator(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_states_doc.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def test_docs_up_to_date() -> None:
     result = _run_generator("--check")
-    assert result.returncode == 0, (
-        "docs/states.md is stale; run scripts/gen_states_doc.py\n" + result.stderr)
+    assert result.returncode == 0, "docs/states.md is stale; run scripts/gen_states_doc.py\n" + result.stderr
 
 
 def test_docs_check_detects_stale(tmp_path: Path) -> None:

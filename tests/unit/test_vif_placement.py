@@ -7,9 +7,17 @@ from typing import Any
 from services.conductor.vifs import free_port_like
 
 
-def port(id: int, *, group: int | None = None, pxe: bool = True, vif: str = "", physnet: str | None = None) -> dict[str, Any]:
-    return {"id": id, "uuid": f"p{id}", "portgroup_id": group, "pxe_enabled": pxe, "physical_network": physnet,
-            "internal_info": {"tenant_vif_port_id": vif} if vif else {}}
+def port(
+    id: int, *, group: int | None = None, pxe: bool = True, vif: str = "", physnet: str | None = None
+) -> dict[str, Any]:
+    return {
+        "id": id,
+        "uuid": f"p{id}",
+        "portgroup_id": group,
+        "pxe_enabled": pxe,
+        "physical_network": physnet,
+        "internal_info": {"tenant_vif_port_id": vif} if vif else {},
+    }
 
 
 def group(id: int, *, vif: str = "") -> dict[str, Any]:

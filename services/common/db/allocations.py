@@ -17,11 +17,16 @@ from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "state", "resource_class", "created_at", "updated_at"))
-WRITABLE = frozenset(("uuid", "name", "state", "last_error", "resource_class", "traits", "candidate_nodes",
-                      "extra", "node_id", "owner"))
+WRITABLE = frozenset(
+    ("uuid", "name", "state", "last_error", "resource_class", "traits", "candidate_nodes", "extra", "node_id", "owner")
+)
 PATCHABLE = frozenset(("name", "extra"))  # REST 1.57, as Ironic's PATCH_ALLOWED_FIELDS
-FILTERS = {"state": "a.state = ${}", "resource_class": "a.resource_class = ${}", "node_id": "a.node_id = ${}",
-           "owner": "a.owner = ${}"}
+FILTERS = {
+    "state": "a.state = ${}",
+    "resource_class": "a.resource_class = ${}",
+    "node_id": "a.node_id = ${}",
+    "owner": "a.owner = ${}",
+}
 _SELECT = "SELECT a.*, n.uuid AS node_uuid FROM allocations a LEFT JOIN nodes n ON n.id = a.node_id"
 # Serialises node picking across every api process (it spans a conductor call).
 PICK_LOCK_ID = 0x4665_7272_4163  # "FerrAc"
@@ -48,7 +53,8 @@ class AllocationRepository:
             row = await self._db.fetchrow(
                 f"WITH a AS (INSERT INTO allocations ({', '.join(columns)}) VALUES ({marks}) RETURNING *) "
                 "SELECT a.*, n.uuid AS node_uuid FROM a LEFT JOIN nodes n ON n.id = a.node_id",
-                *[values[c] for c in columns])
+                *[values[c] for c in columns],
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, values) from None
         return row_to_dict(row)  # type: ignore[return-value]
@@ -69,12 +75,21 @@ class AllocationRepository:
             raise errors.NotFound("The node has no allocation.")
         return row_to_dict(row)  # type: ignore[return-value]
 
-    async def list(self, *, filters: Mapping[str, Any], limit: int, marker: str | None = None,
-                   sort_key: str = "id", sort_dir: str = "asc") -> list[dict[str, Any]]:
+    async def list(
+        self,
+        *,
+        filters: Mapping[str, Any],
+        limit: int,
+        marker: str | None = None,
+        sort_key: str = "id",
+        sort_dir: str = "asc",
+    ) -> list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
+            raise errors.InvalidParameterValue(
+                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
+            )
         where: list[str] = []
         args: list[Any] = []
         for name, value in filters.items():
@@ -82,8 +97,11 @@ class AllocationRepository:
             where.append(FILTERS[name].format(len(args)))
         op = ">" if sort_dir == "asc" else "<"
         if marker is not None:
-            row = await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM allocations WHERE uuid = $1::uuid",
-                                          marker) if is_uuid(marker) else None
+            row = (
+                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM allocations WHERE uuid = $1::uuid", marker)
+                if is_uuid(marker)
+                else None
+            )
             if row is None:
                 raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
             if row["k"] is None:
@@ -94,16 +112,23 @@ class AllocationRepository:
                 where.append(f"((a.{sort_key}, a.id) {op} (${len(args) - 1}, ${len(args)}) OR a.{sort_key} IS NULL)")
         args.append(limit)
         clause = (" WHERE " + " AND ".join(where)) if where else ""
-        rows = await self._db.fetch(f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} "
-                                    f"LIMIT ${len(args)}", *args)
+        rows = await self._db.fetch(
+            f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} LIMIT ${len(args)}", *args
+        )
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
-    async def finish(self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None) -> dict[str, Any]:
+    async def finish(
+        self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None
+    ) -> dict[str, Any]:
         try:
             row = await self._db.fetchrow(
                 "WITH a AS (UPDATE allocations SET node_id = $2, state = $3, last_error = $4, updated_at = now() "
                 "WHERE id = $1 RETURNING *) SELECT a.*, n.uuid AS node_uuid FROM a LEFT JOIN nodes n ON n.id = a.node_id",
-                allocation_id, node_id, state, last_error)
+                allocation_id,
+                node_id,
+                state,
+                last_error,
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, {}) from None
         return row_to_dict(row)  # type: ignore[return-value]
@@ -112,13 +137,17 @@ class AllocationRepository:
         """Change an allocation's ``name`` and/or ``extra`` (the only patchable fields)."""
         columns = list(changes)
         if set(columns) - PATCHABLE:
-            raise errors.InvalidParameterValue(f"allocation fields that cannot change: {sorted(set(columns) - PATCHABLE)}")
+            raise errors.InvalidParameterValue(
+                f"allocation fields that cannot change: {sorted(set(columns) - PATCHABLE)}"
+            )
         sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
         try:
             row = await self._db.fetchrow(
                 f"WITH a AS (UPDATE allocations SET {', '.join(sets)} WHERE id = $1 RETURNING *) "
                 "SELECT a.*, n.uuid AS node_uuid FROM a LEFT JOIN nodes n ON n.id = a.node_id",
-                allocation_id, *[changes[c] for c in columns])
+                allocation_id,
+                *[changes[c] for c in columns],
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, changes) from None
         if row is None:
@@ -128,8 +157,9 @@ class AllocationRepository:
     async def delete(self, allocation_id: int) -> None:
         await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
 
-    async def candidates(self, *, resource_class: str, traits: Sequence[str],
-                         node_uuids: Sequence[str] | None, owner: str | None = None) -> list[dict[str, Any]]:
+    async def candidates(
+        self, *, resource_class: str, traits: Sequence[str], node_uuids: Sequence[str] | None, owner: str | None = None
+    ) -> list[dict[str, Any]]:
         """Nodes that could take the allocation, in random order as Ironic tries them:
         available, not in maintenance, not retired, no instance, no allocation, unlocked,
         of the resource class and with every requested trait; with an ``owner``
@@ -146,7 +176,9 @@ class AllocationRepository:
             "SELECT n.* FROM nodes n WHERE n.provision_state = 'available' AND NOT n.maintenance AND NOT n.retired "
             "AND n.instance_uuid IS NULL AND n.reservation IS NULL AND n.resource_class = $1 "
             "AND n.traits @> $2::text[] AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.node_id = n.id)"
-            f"{extra} ORDER BY random() LIMIT 50", *args)
+            f"{extra} ORDER BY random() LIMIT 50",
+            *args,
+        )
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
     async def uuids_for_nodes(self, node_ids: Sequence[int]) -> dict[int, str]:

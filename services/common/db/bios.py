@@ -11,8 +11,17 @@ import asyncpg
 from services.common import errors
 from services.common.db.rows import row_to_dict
 
-REGISTRY_COLUMNS = ("attribute_type", "allowable_values", "lower_bound", "max_length", "min_length", "read_only",
-                    "reset_required", "unique", "upper_bound")
+REGISTRY_COLUMNS = (
+    "attribute_type",
+    "allowable_values",
+    "lower_bound",
+    "max_length",
+    "min_length",
+    "read_only",
+    "reset_required",
+    "unique",
+    "upper_bound",
+)
 
 
 class BiosRepository:
@@ -30,8 +39,9 @@ class BiosRepository:
             raise errors.NotFound(f"BIOS setting {name} could not be found.")
         return row_to_dict(row)  # type: ignore[return-value]
 
-    async def replace(self, node_id: int, settings: Mapping[str, str | None],
-                      registry: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    async def replace(
+        self, node_id: int, settings: Mapping[str, str | None], registry: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> None:
         """Make the cache exactly ``settings`` (name -> value) in one transaction,
         keeping created_at of settings that stay. ``registry`` (name -> some of
         REGISTRY_COLUMNS) is the BIOS attribute registry a Redfish BIOS offers
@@ -43,8 +53,9 @@ class BiosRepository:
                 raise errors.InvalidParameterValue(f"BIOS setting {name}: unknown registry fields {sorted(unknown)}")
 
         async def run(conn: asyncpg.Connection) -> None:
-            await conn.execute("DELETE FROM bios_settings WHERE node_id = $1 AND NOT (name = ANY($2::text[]))",
-                               node_id, list(settings))
+            await conn.execute(
+                "DELETE FROM bios_settings WHERE node_id = $1 AND NOT (name = ANY($2::text[]))", node_id, list(settings)
+            )
             cols = ", ".join(f'"{c}"' for c in REGISTRY_COLUMNS)
             marks = ", ".join(f"${i}" for i in range(4, 4 + len(REGISTRY_COLUMNS)))
             updates = ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in REGISTRY_COLUMNS)
@@ -54,8 +65,11 @@ class BiosRepository:
                 f"INSERT INTO bios_settings (node_id, name, value, {cols}) VALUES ($1, $2, $3, {marks}) "
                 f"ON CONFLICT (node_id, name) DO UPDATE SET value = EXCLUDED.value, {updates}, updated_at = now() "
                 f"WHERE (bios_settings.value, {olds}) IS DISTINCT FROM (EXCLUDED.value, {news})",
-                [(node_id, name, value, *[registry.get(name, {}).get(c) for c in REGISTRY_COLUMNS])
-                 for name, value in settings.items()])
+                [
+                    (node_id, name, value, *[registry.get(name, {}).get(c) for c in REGISTRY_COLUMNS])
+                    for name, value in settings.items()
+                ],
+            )
 
         if isinstance(self._db, asyncpg.Connection):
             async with self._db.transaction():

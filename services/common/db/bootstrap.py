@@ -35,7 +35,8 @@ async def open_database(settings: Settings) -> Database:
     if not url:
         embedded = EmbeddedPostgres(
             Path(settings.state_dir).resolve() / "postgres",
-            port=settings.database.embedded_port, fsync=settings.database.embedded_fsync,
+            port=settings.database.embedded_port,
+            fsync=settings.database.embedded_fsync,
         )
         await asyncio.to_thread(embedded.start)
         try:

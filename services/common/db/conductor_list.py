@@ -14,21 +14,32 @@ from services.common import errors
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "hostname", "conductor_group", "created_at", "heartbeat_at"))
-_SELECT = ("SELECT id, hostname, conductor_group, hardware_types, created_at, heartbeat_at, "
-           "online AND heartbeat_at > now() - make_interval(secs => $1) AS alive FROM conductors")
+_SELECT = (
+    "SELECT id, hostname, conductor_group, hardware_types, created_at, heartbeat_at, "
+    "online AND heartbeat_at > now() - make_interval(secs => $1) AS alive FROM conductors"
+)
 
 
 class ConductorListRepository:
     def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
         self._db = db
 
-    async def list(self, *, heartbeat_timeout: float, limit: int, marker: str | None = None,
-                   sort_key: str = "id", sort_dir: str = "asc") -> list[dict[str, Any]]:
+    async def list(
+        self,
+        *,
+        heartbeat_timeout: float,
+        limit: int,
+        marker: str | None = None,
+        sort_key: str = "id",
+        sort_dir: str = "asc",
+    ) -> list[dict[str, Any]]:
         """One page, keyset-paginated on (sort_key, id); ``marker`` is a hostname."""
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
+            raise errors.InvalidParameterValue(
+                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
+            )
         args: list[Any] = [heartbeat_timeout]
         where = ""
         op = ">" if sort_dir == "asc" else "<"
@@ -40,7 +51,8 @@ class ConductorListRepository:
             where = f" WHERE ({sort_key}, id) {op} ($2, $3)"
         args.append(limit)
         rows = await self._db.fetch(
-            f"{_SELECT}{where} ORDER BY {sort_key} {sort_dir}, id {sort_dir} LIMIT ${len(args)}", *args)
+            f"{_SELECT}{where} ORDER BY {sort_key} {sort_dir}, id {sort_dir} LIMIT ${len(args)}", *args
+        )
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
     async def get(self, hostname: str, *, heartbeat_timeout: float) -> dict[str, Any]:

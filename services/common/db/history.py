@@ -36,7 +36,9 @@ class HistoryRepository:
                 raise errors.NotFound(f"Node history record {marker} could not be found.")
             rows = await self._db.fetch(
                 "SELECT * FROM node_history WHERE node_id = $1 AND id > $2 ORDER BY id LIMIT $3",
-                node_id, after, limit,
+                node_id,
+                after,
+                limit,
             )
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 

@@ -67,7 +67,8 @@ async def upgrade_connection(conn: asyncpg.Connection) -> list[int]:
                 await conn.execute(migration.sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                    migration.version, migration.name,
+                    migration.version,
+                    migration.name,
                 )
             LOG.info("applied migration version=%s name=%s", migration.version, migration.name)
             applied_now.append(migration.version)

@@ -18,31 +18,88 @@ from services.common import errors
 from services.common.db.rows import row_to_dict
 
 INTERFACE_FIELDS = (
-    "boot_interface", "deploy_interface", "power_interface", "management_interface",
-    "storage_interface", "network_interface", "vendor_interface", "inspect_interface",
-    "console_interface", "raid_interface", "rescue_interface", "bios_interface",
+    "boot_interface",
+    "deploy_interface",
+    "power_interface",
+    "management_interface",
+    "storage_interface",
+    "network_interface",
+    "vendor_interface",
+    "inspect_interface",
+    "console_interface",
+    "raid_interface",
+    "rescue_interface",
+    "bios_interface",
     "firmware_interface",
 )
 JSON_FIELDS = (
-    "driver_info", "driver_internal_info", "instance_info", "properties", "extra",
-    "network_data", "raid_config", "target_raid_config", "clean_step", "deploy_step",
+    "driver_info",
+    "driver_internal_info",
+    "instance_info",
+    "properties",
+    "extra",
+    "network_data",
+    "raid_config",
+    "target_raid_config",
+    "clean_step",
+    "deploy_step",
     "service_step",
 )
 # Columns a caller may write through create/update; everything else is managed.
-WRITABLE_FIELDS = frozenset((
-    "uuid", "name", "driver", *INTERFACE_FIELDS, *JSON_FIELDS, "traits",
-    "provision_state", "target_provision_state", "provision_updated_at",
-    "power_state", "target_power_state", "boot_mode", "secure_boot",
-    "maintenance", "maintenance_reason", "fault", "last_error",
-    "conductor_group", "resource_class", "instance_uuid", "owner", "lessee",
-    "automated_clean", "protected", "protected_reason", "retired", "retired_reason",
-    "description", "inspection_started_at", "inspection_finished_at",
-))
-SORT_KEYS = frozenset((
-    "id", "uuid", "name", "driver", "created_at", "updated_at", "provision_state",
-    "provision_updated_at", "power_state", "maintenance", "resource_class",
-    "conductor_group", "owner", "lessee", "instance_uuid", "provision_state",
-))
+WRITABLE_FIELDS = frozenset(
+    (
+        "uuid",
+        "name",
+        "driver",
+        *INTERFACE_FIELDS,
+        *JSON_FIELDS,
+        "traits",
+        "provision_state",
+        "target_provision_state",
+        "provision_updated_at",
+        "power_state",
+        "target_power_state",
+        "boot_mode",
+        "secure_boot",
+        "maintenance",
+        "maintenance_reason",
+        "fault",
+        "last_error",
+        "conductor_group",
+        "resource_class",
+        "instance_uuid",
+        "owner",
+        "lessee",
+        "automated_clean",
+        "protected",
+        "protected_reason",
+        "retired",
+        "retired_reason",
+        "description",
+        "inspection_started_at",
+        "inspection_finished_at",
+    )
+)
+SORT_KEYS = frozenset(
+    (
+        "id",
+        "uuid",
+        "name",
+        "driver",
+        "created_at",
+        "updated_at",
+        "provision_state",
+        "provision_updated_at",
+        "power_state",
+        "maintenance",
+        "resource_class",
+        "conductor_group",
+        "owner",
+        "lessee",
+        "instance_uuid",
+        "provision_state",
+    )
+)
 # Filter name -> SQL predicate on parameter $n (n filled in by _filters).
 _FILTERS = {
     "provision_state": "provision_state = ${}",
@@ -85,10 +142,7 @@ class NodeRepository:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
         columns = list(values)
         placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
-        sql = (
-            f"INSERT INTO nodes ({', '.join(columns)}, updated_at) VALUES ({placeholders}, NULL) "
-            "RETURNING *"
-        )
+        sql = f"INSERT INTO nodes ({', '.join(columns)}, updated_at) VALUES ({placeholders}, NULL) RETURNING *"
         try:
             return _node(await self._db.fetchrow(sql, *[values[c] for c in columns]))  # type: ignore[return-value]
         except asyncpg.UniqueViolationError as exc:
@@ -139,9 +193,7 @@ class NodeRepository:
         """One page of nodes. Keyset pagination on (sort_key, id), so a page of
         10,000 never scans or holds more than ``limit`` rows."""
         if sort_key not in SORT_KEYS:
-            raise errors.InvalidParameterValue(
-                f"The sort_key value {sort_key!r} is an invalid field for sorting"
-            )
+            raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(
                 f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
@@ -157,9 +209,11 @@ class NodeRepository:
             where.append("instance_uuid IS NOT NULL" if associated else "instance_uuid IS NULL")
         op = ">" if sort_dir == "asc" else "<"
         if marker:
-            marker_row = await self._db.fetchrow(
-                f"SELECT id, {sort_key} AS k FROM nodes WHERE uuid = $1::uuid", marker
-            ) if is_uuid(marker) else None
+            marker_row = (
+                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM nodes WHERE uuid = $1::uuid", marker)
+                if is_uuid(marker)
+                else None
+            )
             if marker_row is None:
                 raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
             if sort_key == "id":
@@ -172,10 +226,7 @@ class NodeRepository:
             else:
                 args.extend([marker_row["k"], marker_row["id"]])
                 k, i = len(args) - 1, len(args)
-                where.append(
-                    f"({sort_key} {op} ${k} OR ({sort_key} = ${k} AND id {op} ${i}) "
-                    f"OR {sort_key} IS NULL)"
-                )
+                where.append(f"({sort_key} {op} ${k} OR ({sort_key} = ${k} AND id {op} ${i}) OR {sort_key} IS NULL)")
         args.append(limit)
         select = ", ".join(columns) if columns else "*"
         sql = (
@@ -216,7 +267,11 @@ class NodeRepository:
         return node
 
     async def merge_internal_info(
-        self, node_uuid: str, values: Mapping[str, Any], *, remove: Sequence[str] = (),
+        self,
+        node_uuid: str,
+        values: Mapping[str, Any],
+        *,
+        remove: Sequence[str] = (),
         touch_provisioning: bool = False,
     ) -> dict[str, Any]:
         """Merge keys into driver_internal_info in one statement, without the lock.
@@ -231,7 +286,9 @@ class NodeRepository:
         row = await self._db.fetchrow(
             "UPDATE nodes SET driver_internal_info = (driver_internal_info || $2::jsonb) - $3::text[], "
             f"updated_at = now(){touch} WHERE uuid = $1::uuid RETURNING *",
-            node_uuid, dict(values), list(remove),
+            node_uuid,
+            dict(values),
+            list(remove),
         )
         node = _node(row)
         if node is None:
@@ -244,7 +301,8 @@ class NodeRepository:
             "UPDATE nodes SET driver_internal_info = driver_internal_info || "
             "jsonb_build_object('agent_secret_token', $2::text), updated_at = now() "
             "WHERE uuid = $1::uuid AND NOT (driver_internal_info ? 'agent_secret_token') RETURNING *",
-            node_uuid, token,
+            node_uuid,
+            token,
         )
         if row is not None:
             return _node(row), True  # type: ignore[return-value]
@@ -268,13 +326,13 @@ class NodeRepository:
             "reservation_expires_at = now() + make_interval(secs => $3) "
             "WHERE uuid = $1::uuid AND (reservation IS NULL OR reservation = $2 "
             "OR reservation_expires_at < now()) RETURNING *",
-            node_uuid, holder, lease,
+            node_uuid,
+            holder,
+            lease,
         )
         if row is not None:
             return _node(row)  # type: ignore[return-value]
-        current = await self._db.fetchrow(
-            "SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid
-        )
+        current = await self._db.fetchrow("SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid)
         if current is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         raise errors.NodeLocked(
@@ -286,7 +344,8 @@ class NodeRepository:
         result = await self._db.execute(
             "UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL "
             "WHERE uuid = $1::uuid AND reservation = $2",
-            node_uuid, holder,
+            node_uuid,
+            holder,
         )
         return not result.endswith(" 0")
 
@@ -295,7 +354,9 @@ class NodeRepository:
         rows = await self._db.fetch(
             "UPDATE nodes SET reservation_expires_at = now() + make_interval(secs => $3) "
             "WHERE reservation = $1 AND uuid = ANY($2::uuid[]) RETURNING uuid",
-            holder, list(node_uuids), lease,
+            holder,
+            list(node_uuids),
+            lease,
         )
         return [str(r["uuid"]) for r in rows]
 
@@ -308,9 +369,7 @@ class NodeRepository:
         return int(result.split()[-1])
 
     async def list_reserved_by(self, holders: Sequence[str]) -> list[dict[str, Any]]:
-        rows = await self._db.fetch(
-            "SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders)
-        )
+        rows = await self._db.fetch("SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders))
         return [_node(r) for r in rows]  # type: ignore[misc]
 
     async def list_expired_reservations(self) -> list[dict[str, Any]]:
@@ -319,16 +378,16 @@ class NodeRepository:
         )
         return [_node(r) for r in rows]  # type: ignore[misc]
 
-    async def list_in_states(self, states: Sequence[str], *, updated_before: datetime.datetime | None = None) -> list[dict[str, Any]]:
+    async def list_in_states(
+        self, states: Sequence[str], *, updated_before: datetime.datetime | None = None
+    ) -> list[dict[str, Any]]:
         if updated_before is None:
-            rows = await self._db.fetch(
-                "SELECT * FROM nodes WHERE provision_state = ANY($1::text[])", list(states)
-            )
+            rows = await self._db.fetch("SELECT * FROM nodes WHERE provision_state = ANY($1::text[])", list(states))
         else:
             rows = await self._db.fetch(
-                "SELECT * FROM nodes WHERE provision_state = ANY($1::text[]) "
-                "AND provision_updated_at < $2",
-                list(states), updated_before,
+                "SELECT * FROM nodes WHERE provision_state = ANY($1::text[]) AND provision_updated_at < $2",
+                list(states),
+                updated_before,
             )
         return [_node(r) for r in rows]  # type: ignore[misc]
 
@@ -336,7 +395,8 @@ class NodeRepository:
         rows = await self._db.fetch(
             "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 AND NOT maintenance "
             "AND reservation IS NULL ORDER BY id LIMIT $2",
-            after_id, limit,
+            after_id,
+            limit,
         )
         return [_node(r) for r in rows]  # type: ignore[misc]
 
@@ -346,9 +406,7 @@ def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) 
     if "name" in constraint:
         return errors.DuplicateName(f"A node with name {values.get('name')} already exists.")
     if "instance_uuid" in constraint:
-        return errors.InstanceAssociated(
-            f"Instance {values.get('instance_uuid')} is already associated with a node."
-        )
+        return errors.InstanceAssociated(f"Instance {values.get('instance_uuid')} is already associated with a node.")
     if "uuid" in constraint:
         return errors.Conflict(f"A node with UUID {values.get('uuid')} already exists.")
     return errors.Conflict(str(exc))

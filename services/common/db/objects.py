@@ -20,8 +20,10 @@ from services.common import errors
 from services.common.db.rows import row_to_dict
 
 _LIVE = "(delete_at IS NULL OR delete_at > now())"
-_COLUMNS = ("id, container, name, size, sha256, content_type, backend_key, delete_at, usage_count, "
-            "metadata, created_at, updated_at")
+_COLUMNS = (
+    "id, container, name, size, sha256, content_type, backend_key, delete_at, usage_count, "
+    "metadata, created_at, updated_at"
+)
 
 
 class ObjectRepository:
@@ -30,29 +32,44 @@ class ObjectRepository:
 
     async def get(self, container: str, name: str) -> dict[str, Any] | None:
         """The live object, or None when it is unknown or expired."""
-        return row_to_dict(await self._db.fetchrow(
-            f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND name = $2 AND {_LIVE}", container, name))
+        return row_to_dict(
+            await self._db.fetchrow(
+                f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND name = $2 AND {_LIVE}", container, name
+            )
+        )
 
     async def get_by_id(self, object_id: int) -> dict[str, Any] | None:
-        return row_to_dict(await self._db.fetchrow(
-            f"SELECT {_COLUMNS} FROM objects WHERE id = $1 AND {_LIVE}", object_id))
+        return row_to_dict(
+            await self._db.fetchrow(f"SELECT {_COLUMNS} FROM objects WHERE id = $1 AND {_LIVE}", object_id)
+        )
 
     async def container_exists(self, container: str) -> bool:
-        return bool(await self._db.fetchval(
-            f"SELECT EXISTS (SELECT 1 FROM objects WHERE container = $1 AND {_LIVE})", container))
+        return bool(
+            await self._db.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM objects WHERE container = $1 AND {_LIVE})", container
+            )
+        )
 
     async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> list[dict[str, Any]]:
         rows = await self._db.fetch(
             f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND starts_with(name, $2) AND {_LIVE} "
-            "ORDER BY name LIMIT $3", container, prefix, limit)
+            "ORDER BY name LIMIT $3",
+            container,
+            prefix,
+            limit,
+        )
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
     async def container_usage(self, container: str, *, excluding: str = "") -> int:
         """Bytes held by the live objects of a container, not counting ``excluding``
         (the object an upload is about to replace)."""
-        return int(await self._db.fetchval(
-            f"SELECT coalesce(sum(size), 0) FROM objects WHERE container = $1 AND name <> $2 AND {_LIVE}",
-            container, excluding))
+        return int(
+            await self._db.fetchval(
+                f"SELECT coalesce(sum(size), 0) FROM objects WHERE container = $1 AND name <> $2 AND {_LIVE}",
+                container,
+                excluding,
+            )
+        )
 
     async def upsert(
         self,
@@ -69,15 +86,21 @@ class ObjectRepository:
         async with self._db.acquire() as conn, conn.transaction():
             container, name = values["container"], values["name"]
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('objects:' || $1))", container)
-            used = int(await conn.fetchval(
-                f"SELECT coalesce(sum(size), 0) FROM objects WHERE container = $1 AND name <> $2 AND {_LIVE}",
-                container, name))
+            used = int(
+                await conn.fetchval(
+                    f"SELECT coalesce(sum(size), 0) FROM objects WHERE container = $1 AND name <> $2 AND {_LIVE}",
+                    container,
+                    name,
+                )
+            )
             if used + values["size"] > max_container_size:
                 raise errors.PayloadTooLarge(
                     f"container {container!r} would hold {used + values['size']} bytes, "
-                    f"over its limit of {max_container_size}")
+                    f"over its limit of {max_container_size}"
+                )
             old = await conn.fetchval(
-                "SELECT backend_key FROM objects WHERE container = $1 AND name = $2 FOR UPDATE", container, name)
+                "SELECT backend_key FROM objects WHERE container = $1 AND name = $2 FOR UPDATE", container, name
+            )
             row = await conn.fetchrow(
                 "INSERT INTO objects (container, name, size, sha256, content_type, backend_key, delete_at, "
                 " usage_count, metadata) "
@@ -88,8 +111,15 @@ class ObjectRepository:
                 " delete_at = EXCLUDED.delete_at, usage_count = EXCLUDED.usage_count, "
                 " metadata = EXCLUDED.metadata, created_at = now(), updated_at = NULL "
                 f"RETURNING {_COLUMNS}",
-                container, name, values["size"], values["sha256"], values["content_type"], values["backend_key"],
-                delete_after, values["usage_count"], dict(values["metadata"]),
+                container,
+                name,
+                values["size"],
+                values["sha256"],
+                values["content_type"],
+                values["backend_key"],
+                delete_after,
+                values["usage_count"],
+                dict(values["metadata"]),
             )
         return row_to_dict(row), old  # type: ignore[return-value]
 
@@ -97,7 +127,9 @@ class ObjectRepository:
         """Remove a row; returns (its backend key or None, whether it was live)."""
         row = await self._db.fetchrow(
             f"DELETE FROM objects WHERE container = $1 AND name = $2 RETURNING backend_key, {_LIVE} AS live",
-            container, name)
+            container,
+            name,
+        )
         if row is None:
             return None, False
         return row["backend_key"], bool(row["live"])
@@ -125,17 +157,23 @@ class ObjectRepository:
                 f"WHERE container = $1 AND name = $2 AND {_LIVE} "
                 " AND ($6::bigint IS NULL OR usage_count = $6::bigint) "
                 f"RETURNING {_COLUMNS}",
-                container, name, usage_delta, dict(set_metadata or {}), list(remove_keys), expected_usage)
+                container,
+                name,
+                usage_delta,
+                dict(set_metadata or {}),
+                list(remove_keys),
+                expected_usage,
+            )
         except asyncpg.CheckViolationError:
-            raise errors.InvalidParameterValue(
-                f"usage_count of {container}/{name} cannot go below zero") from None
+            raise errors.InvalidParameterValue(f"usage_count of {container}/{name} cannot go below zero") from None
         if row is not None:
             return row_to_dict(row)  # type: ignore[return-value]
         current = await self.get(container, name)
         if current is None:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
         raise errors.InvalidState(
-            f"usage_count of {container}/{name} is {current['usage_count']}, not the expected {expected_usage}")
+            f"usage_count of {container}/{name} is {current['usage_count']}, not the expected {expected_usage}"
+        )
 
     async def release(self, container: str, name: str) -> tuple[int, bool, str | None]:
         """Decrement usage_count; at zero delete the row.
@@ -147,15 +185,19 @@ class ObjectRepository:
         async with self._db.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(
                 f"SELECT id, usage_count, backend_key FROM objects WHERE container = $1 AND name = $2 AND {_LIVE} "
-                "FOR UPDATE", container, name)
+                "FOR UPDATE",
+                container,
+                name,
+            )
             if row is None:
                 raise errors.ObjectNotFound(f"object {container}/{name} not found")
             count = max(int(row["usage_count"]) - 1, 0)
             if count == 0:
                 await conn.execute("DELETE FROM objects WHERE id = $1", row["id"])
                 return 0, True, row["backend_key"]
-            await conn.execute("UPDATE objects SET usage_count = $2, updated_at = now() WHERE id = $1",
-                               row["id"], count)
+            await conn.execute(
+                "UPDATE objects SET usage_count = $2, updated_at = now() WHERE id = $1", row["id"], count
+            )
             return count, False, None
 
     async def delete_expired(self, *, limit: int = 500) -> list[str]:
@@ -166,7 +208,9 @@ class ObjectRepository:
         """
         rows = await self._db.fetch(
             "DELETE FROM objects WHERE id IN (SELECT id FROM objects WHERE delete_at <= now() "
-            " ORDER BY delete_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING backend_key", limit)
+            " ORDER BY delete_at LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING backend_key",
+            limit,
+        )
         return [r["backend_key"] for r in rows]
 
     async def referenced_keys(self, keys: Sequence[str]) -> set[str]:
@@ -182,6 +226,9 @@ class ObjectRepository:
         """The stored secret of that name; the first caller's ``candidate`` wins."""
         await self._db.execute(
             "INSERT INTO objectstore_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            name, candidate)
+            name,
+            candidate,
+        )
         return await self._db.fetchval(  # type: ignore[no-any-return]
-            "SELECT value FROM objectstore_secrets WHERE name = $1", name)
+            "SELECT value FROM objectstore_secrets WHERE name = $1", name
+        )

@@ -19,6 +19,4 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10, **kwar
     Statement caching stays on: repositories use a fixed set of named queries,
     so every hot query is prepared once per connection.
     """
-    return await asyncpg.create_pool(
-        url, min_size=min_size, max_size=max_size, init=_init_connection, **kwargs
-    )
+    return await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=_init_connection, **kwargs)

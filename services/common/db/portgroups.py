@@ -16,8 +16,9 @@ from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "address", "created_at", "updated_at"))
-WRITABLE = frozenset(("uuid", "node_id", "name", "address", "mode", "properties", "extra",
-                      "standalone_ports_supported"))
+WRITABLE = frozenset(
+    ("uuid", "node_id", "name", "address", "mode", "properties", "extra", "standalone_ports_supported")
+)
 _SELECT = "SELECT g.*, n.uuid AS node_uuid FROM portgroups g JOIN nodes n ON n.id = g.node_id"
 _PORTS = "SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p.node_id"
 
@@ -31,8 +32,20 @@ def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> e
     return errors.Conflict(f"A port group with UUID {values.get('uuid')} already exists.")
 
 
-async def _page(db: Any, select: str, table: str, alias: str, where: list[str], args: list[Any], *, limit: int,
-                marker: str | None, sort_key: str, sort_dir: str, sort_keys: frozenset[str]) -> list[dict[str, Any]]:
+async def _page(
+    db: Any,
+    select: str,
+    table: str,
+    alias: str,
+    where: list[str],
+    args: list[Any],
+    *,
+    limit: int,
+    marker: str | None,
+    sort_key: str,
+    sort_dir: str,
+    sort_keys: frozenset[str],
+) -> list[dict[str, Any]]:
     """Keyset page of ``select`` (``table`` aliased ``alias``), NULL sort values last in both directions."""
     if sort_key not in sort_keys:
         raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
@@ -40,8 +53,11 @@ async def _page(db: Any, select: str, table: str, alias: str, where: list[str], 
         raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
     op = ">" if sort_dir == "asc" else "<"
     if marker is not None:
-        row = await db.fetchrow(f"SELECT id, {sort_key} AS k FROM {table} WHERE uuid = $1::uuid", marker) \
-            if is_uuid(marker) else None
+        row = (
+            await db.fetchrow(f"SELECT id, {sort_key} AS k FROM {table} WHERE uuid = $1::uuid", marker)
+            if is_uuid(marker)
+            else None
+        )
         if row is None:
             raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
         if row["k"] is None:
@@ -49,12 +65,16 @@ async def _page(db: Any, select: str, table: str, alias: str, where: list[str], 
             where.append(f"({alias}.{sort_key} IS NULL AND {alias}.id {op} ${len(args)})")
         else:
             args += [row["k"], row["id"]]
-            where.append(f"(({alias}.{sort_key}, {alias}.id) {op} (${len(args) - 1}, ${len(args)}) "
-                         f"OR {alias}.{sort_key} IS NULL)")
+            where.append(
+                f"(({alias}.{sort_key}, {alias}.id) {op} (${len(args) - 1}, ${len(args)}) "
+                f"OR {alias}.{sort_key} IS NULL)"
+            )
     args.append(limit)
     clause = (" WHERE " + " AND ".join(where)) if where else ""
-    rows = await db.fetch(f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, "
-                          f"{alias}.id {sort_dir} LIMIT ${len(args)}", *args)
+    rows = await db.fetch(
+        f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, {alias}.id {sort_dir} LIMIT ${len(args)}",
+        *args,
+    )
     return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
 
@@ -72,7 +92,8 @@ class PortgroupRepository:
             row = await self._db.fetchrow(
                 f"WITH g AS (INSERT INTO portgroups ({', '.join(columns)}) VALUES ({marks}) RETURNING *) "
                 "SELECT g.*, n.uuid AS node_uuid FROM g JOIN nodes n ON n.id = g.node_id",
-                *[values[c] for c in columns])
+                *[values[c] for c in columns],
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, values) from None
         except asyncpg.ForeignKeyViolationError:
@@ -89,8 +110,16 @@ class PortgroupRepository:
             raise errors.NotFound(f"Port group {ident} could not be found.")
         return row_to_dict(row)  # type: ignore[return-value]
 
-    async def list(self, *, node_id: int | None = None, address: str | None = None, limit: int,
-                   marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc") -> list[dict[str, Any]]:
+    async def list(
+        self,
+        *,
+        node_id: int | None = None,
+        address: str | None = None,
+        limit: int,
+        marker: str | None = None,
+        sort_key: str = "id",
+        sort_dir: str = "asc",
+    ) -> list[dict[str, Any]]:
         where: list[str] = []
         args: list[Any] = []
         if node_id is not None:
@@ -99,8 +128,19 @@ class PortgroupRepository:
         if address is not None:
             args.append(address)
             where.append(f"g.address = ${len(args)}")
-        return await _page(self._db, _SELECT, "portgroups", "g", where, args, limit=limit, marker=marker,
-                           sort_key=sort_key, sort_dir=sort_dir, sort_keys=SORT_KEYS)
+        return await _page(
+            self._db,
+            _SELECT,
+            "portgroups",
+            "g",
+            where,
+            args,
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=SORT_KEYS,
+        )
 
     async def update(self, portgroup_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(changes) - WRITABLE
@@ -112,7 +152,9 @@ class PortgroupRepository:
             row = await self._db.fetchrow(
                 f"WITH g AS (UPDATE portgroups SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *) "
                 "SELECT g.*, n.uuid AS node_uuid FROM g JOIN nodes n ON n.id = g.node_id",
-                portgroup_uuid, *[changes[c] for c in columns])
+                portgroup_uuid,
+                *[changes[c] for c in columns],
+            )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, changes) from None
         if row is None:
@@ -123,23 +165,37 @@ class PortgroupRepository:
         """Delete a group that has no ports; one with ports is a 409, as in Ironic."""
         result = await self._db.execute(
             "DELETE FROM portgroups g WHERE uuid = $1::uuid "
-            "AND NOT EXISTS (SELECT 1 FROM ports p WHERE p.portgroup_id = g.id)", portgroup_uuid)
+            "AND NOT EXISTS (SELECT 1 FROM ports p WHERE p.portgroup_id = g.id)",
+            portgroup_uuid,
+        )
         if result.endswith(" 0"):
             if await self._db.fetchval("SELECT 1 FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid):
                 raise errors.InvalidState(f"Port group {portgroup_uuid} cannot be deleted because it contains ports.")
             raise errors.NotFound(f"Port group {portgroup_uuid} could not be found.")
 
-    async def ports(self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id",
-                    sort_dir: str = "asc") -> list[dict[str, Any]]:
+    async def ports(
+        self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
+    ) -> list[dict[str, Any]]:
         """A page of the group's ports, as the ports API renders them."""
-        return await _page(self._db, _PORTS, "ports", "p", ["p.portgroup_id = $1"], [portgroup_id], limit=limit,
-                           marker=marker, sort_key=sort_key, sort_dir=sort_dir,
-                           sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")))
+        return await _page(
+            self._db,
+            _PORTS,
+            "ports",
+            "p",
+            ["p.portgroup_id = $1"],
+            [portgroup_id],
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")),
+        )
 
     async def set_port_group(self, port_uuid: str, portgroup_id: int | None) -> None:
         """Put a port in a group (or take it out with None)."""
-        await self._db.execute("UPDATE ports SET portgroup_id = $2, updated_at = now() WHERE uuid = $1::uuid",
-                               port_uuid, portgroup_id)
+        await self._db.execute(
+            "UPDATE ports SET portgroup_id = $2, updated_at = now() WHERE uuid = $1::uuid", port_uuid, portgroup_id
+        )
 
     async def uuids_by_id(self, portgroup_ids: Sequence[int]) -> dict[int, str]:
         """Group UUIDs for the ports' ``portgroup_id`` values, in one query."""
@@ -164,5 +220,6 @@ class PortgroupRepository:
             raise errors.InvalidParameterValue(f"Port group {portgroup_uuid} could not be found.")
         if row["node_id"] != node_id:
             raise errors.InvalidParameterValue(
-                f"Port group {portgroup_uuid} belongs to another node; a port can only join its own node's groups.")
+                f"Port group {portgroup_uuid} belongs to another node; a port can only join its own node's groups."
+            )
         return int(row["id"])

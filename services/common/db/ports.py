@@ -11,10 +11,21 @@ from services.common import errors
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
-WRITABLE_FIELDS = frozenset((
-    "uuid", "node_id", "address", "name", "pxe_enabled", "extra", "internal_info",
-    "local_link_connection", "physical_network", "is_smartnic", "description",
-))
+WRITABLE_FIELDS = frozenset(
+    (
+        "uuid",
+        "node_id",
+        "address",
+        "name",
+        "pxe_enabled",
+        "extra",
+        "internal_info",
+        "local_link_connection",
+        "physical_network",
+        "is_smartnic",
+        "description",
+    )
+)
 SORT_KEYS = frozenset(("id", "uuid", "address", "created_at", "updated_at", "name"))
 _SELECT = "SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p.node_id"
 
@@ -77,9 +88,11 @@ class PortRepository:
             where.append(f"p.address = ${len(args)}")
         op = ">" if sort_dir == "asc" else "<"
         if marker:
-            row = await self._db.fetchrow(
-                f"SELECT id, {sort_key} AS k FROM ports WHERE uuid = $1::uuid", marker
-            ) if is_uuid(marker) else None
+            row = (
+                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM ports WHERE uuid = $1::uuid", marker)
+                if is_uuid(marker)
+                else None
+            )
             if row is None:
                 raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
             if sort_key == "id":
@@ -90,15 +103,14 @@ class PortRepository:
                 where.append(f"((p.{sort_key}, p.id) {op} (${len(args) - 1}, ${len(args)}))")
         args.append(limit)
         sql = (
-            _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+            _SELECT
+            + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY p.{sort_key} {sort_dir.upper()}, p.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
         return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
 
     async def list_for_node_ids(self, node_ids: Sequence[int]) -> list[dict[str, Any]]:
-        rows = await self._db.fetch(
-            _SELECT + " WHERE p.node_id = ANY($1::bigint[]) ORDER BY p.id", list(node_ids)
-        )
+        rows = await self._db.fetch(_SELECT + " WHERE p.node_id = ANY($1::bigint[]) ORDER BY p.id", list(node_ids))
         return [row_to_dict(r) for r in rows]  # type: ignore[misc]
 
     async def update(self, port_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,7 +123,8 @@ class PortRepository:
             row = await self._db.fetchrow(
                 f"WITH p AS (UPDATE ports SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *) "
                 "SELECT p.*, n.uuid AS node_uuid FROM p JOIN nodes n ON n.id = p.node_id",
-                port_uuid, *[changes[c] for c in columns],
+                port_uuid,
+                *[changes[c] for c in columns],
             )
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, changes) from None
@@ -130,9 +143,7 @@ class PortRepository:
 def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.FerrumError:
     constraint = exc.constraint_name or ""
     if "address" in constraint:
-        return errors.MACAlreadyExists(
-            f"A port with MAC address {values.get('address')} already exists."
-        )
+        return errors.MACAlreadyExists(f"A port with MAC address {values.get('address')} already exists.")
     if "name" in constraint:
         return errors.DuplicateName(f"A port with name {values.get('name')} already exists.")
     return errors.Conflict(f"A port with UUID {values.get('uuid')} already exists.")

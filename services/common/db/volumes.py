@@ -13,7 +13,10 @@ from services.common.db.rows import row_to_dict
 
 _SPECS = {
     "connector": ("volume_connectors", frozenset(("uuid", "node_id", "type", "connector_id", "extra"))),
-    "target": ("volume_targets", frozenset(("uuid", "node_id", "volume_type", "boot_index", "volume_id", "properties", "extra"))),
+    "target": (
+        "volume_targets",
+        frozenset(("uuid", "node_id", "volume_type", "boot_index", "volume_id", "properties", "extra")),
+    ),
 }
 
 
@@ -29,9 +32,11 @@ class VolumeRepository:
     def _conflict(self, values: Mapping[str, Any]) -> errors.FerrumError:
         if self.kind == "connector":
             return errors.VolumeConnectorExists(
-                f"A volume connector with type {values.get('type')} and connector ID {values.get('connector_id')} already exists.")
+                f"A volume connector with type {values.get('type')} and connector ID {values.get('connector_id')} already exists."
+            )
         return errors.VolumeTargetBootIndexExists(
-            f"A volume target with boot index '{values.get('boot_index')}' for the same node already exists.")
+            f"A volume target with boot index '{values.get('boot_index')}' for the same node already exists."
+        )
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
         columns = [c for c in values if c in self.writable]
@@ -40,7 +45,8 @@ class VolumeRepository:
             row = await self._db.fetchrow(
                 f"WITH v AS (INSERT INTO {self.table} ({', '.join(columns)}) VALUES ({placeholders}) RETURNING *) "
                 "SELECT v.*, n.uuid AS node_uuid FROM v JOIN nodes n ON n.id = v.node_id",
-                *[values[c] for c in columns])
+                *[values[c] for c in columns],
+            )
         except asyncpg.UniqueViolationError:
             raise self._conflict(values) from None
         except asyncpg.CheckViolationError as exc:
@@ -53,8 +59,9 @@ class VolumeRepository:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
         return row_to_dict(row)  # type: ignore[return-value]
 
-    async def list(self, *, node_id: int | None = None, limit: int = 1000, marker: str | None = None,
-                   sort_dir: str = "asc") -> list[dict[str, Any]]:
+    async def list(
+        self, *, node_id: int | None = None, limit: int = 1000, marker: str | None = None, sort_dir: str = "asc"
+    ) -> list[dict[str, Any]]:
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
         where, args = [], []
@@ -62,13 +69,21 @@ class VolumeRepository:
             args.append(node_id)
             where.append(f"v.node_id = ${len(args)}")
         if marker:
-            marker_id = await self._db.fetchval(f"SELECT id FROM {self.table} WHERE uuid = $1::uuid", marker) if is_uuid(marker) else None
+            marker_id = (
+                await self._db.fetchval(f"SELECT id FROM {self.table} WHERE uuid = $1::uuid", marker)
+                if is_uuid(marker)
+                else None
+            )
             if marker_id is None:
                 raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
             args.append(marker_id)
             where.append(f"v.id {'>' if sort_dir == 'asc' else '<'} ${len(args)}")
         args.append(limit)
-        sql = self._select + (f" WHERE {' AND '.join(where)}" if where else "") + f" ORDER BY v.id {sort_dir.upper()} LIMIT ${len(args)}"
+        sql = (
+            self._select
+            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + f" ORDER BY v.id {sort_dir.upper()} LIMIT ${len(args)}"
+        )
         return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
 
     async def update(self, ident: str, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -78,7 +93,9 @@ class VolumeRepository:
             row = await self._db.fetchrow(
                 f"WITH v AS (UPDATE {self.table} SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *) "
                 "SELECT v.*, n.uuid AS node_uuid FROM v JOIN nodes n ON n.id = v.node_id",
-                ident, *[changes[c] for c in columns])
+                ident,
+                *[changes[c] for c in columns],
+            )
         except asyncpg.UniqueViolationError:
             raise self._conflict(changes) from None
         if row is None:

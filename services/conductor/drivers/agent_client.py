@@ -25,8 +25,9 @@ LOG = logging.getLogger(__name__)
 class AgentClient:
     """Talks to one node's agent at its callback URL."""
 
-    def __init__(self, callback_url: str, token: str, *, timeout: float = 60.0, attempts: int = 3,
-                 verify_ca: str = "") -> None:
+    def __init__(
+        self, callback_url: str, token: str, *, timeout: float = 60.0, attempts: int = 3, verify_ca: str = ""
+    ) -> None:
         self.base = callback_url.rstrip("/")
         self.token = token
         self.timeout = timeout
@@ -35,24 +36,27 @@ class AgentClient:
         # heartbeat (API 1.68), else against the system's trust store.
         self.ssl: ssl.SSLContext | bool = ssl.create_default_context(cadata=verify_ca) if verify_ca else True
 
-    async def _request(self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None) -> Any:
+    async def _request(
+        self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None
+    ) -> Any:
         params = {"agent_token": self.token, **(query or {})}
         last: Exception | None = None
         for attempt in range(1, self.attempts + 1):
             try:
                 timeout = aiohttp.ClientTimeout(total=self.timeout)
-                async with aiohttp.ClientSession(timeout=timeout) as session:
-                    async with session.request(method, self.base + path, json=body, params=params,
-                                               ssl=self.ssl) as response:
-                        data = await response.json(content_type=None)
-                        if response.status == 409:
-                            raise errors.AgentBusy(f"Agent at {self.base} is busy: {_fault(data)}")
-                        if response.status >= 400:
-                            raise errors.AgentError(
-                                f"Agent at {self.base} answered {response.status} to {method} {path}: {_fault(data)}"
-                            )
-                        return data
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                async with (
+                    aiohttp.ClientSession(timeout=timeout) as session,
+                    session.request(method, self.base + path, json=body, params=params, ssl=self.ssl) as response,
+                ):
+                    data = await response.json(content_type=None)
+                    if response.status == 409:
+                        raise errors.AgentBusy(f"Agent at {self.base} is busy: {_fault(data)}")
+                    if response.status >= 400:
+                        raise errors.AgentError(
+                            f"Agent at {self.base} answered {response.status} to {method} {path}: {_fault(data)}"
+                        )
+                    return data
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 last = exc
                 LOG.info("agent call failed url=%s attempt=%d reason=%s", self.base + path, attempt, exc)
                 await asyncio.sleep(min(0.5 * attempt, 2.0))
@@ -61,7 +65,9 @@ class AgentClient:
     async def execute(self, name: str, params: Mapping[str, Any], *, wait: bool = False) -> dict[str, Any]:
         """Start ``extension.command``; with ``wait`` the agent answers when it is done."""
         return await self._request(
-            "POST", "/v1/commands/", body={"name": name, "params": dict(params)},
+            "POST",
+            "/v1/commands/",
+            body={"name": name, "params": dict(params)},
             query={"wait": "true" if wait else "false"},
         )
 

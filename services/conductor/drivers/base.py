@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 INTERFACE_KINDS = (
-    "power", "management", "boot", "deploy", "storage", "network", "vendor", "inspect",
+    "power",
+    "management",
+    "boot",
+    "deploy",
+    "storage",
+    "network",
+    "vendor",
+    "inspect",
 )
 
 
@@ -26,7 +33,7 @@ class Task:
 
     node: dict[str, Any]
     ports: list[dict[str, Any]]
-    driver: "ComposedDriver"
+    driver: ComposedDriver
     conductor: str
     volume_targets: list[dict[str, Any]] = field(default_factory=list)
     volume_connectors: list[dict[str, Any]] = field(default_factory=list)
@@ -34,7 +41,7 @@ class Task:
     # ``node``), so interfaces can keep step bookkeeping without SQL.
     merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
     # Set by the conductor: the config drive as an ISO behind a temp URL (virtual media).
-    publish_configdrive: Callable[["Task"], Awaitable[str]] | None = None
+    publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
@@ -100,7 +107,8 @@ def unsupported(interface: BaseInterface, what: str) -> Exception:
 
     return errors.InvalidParameterValue(
         f"Unsupported: the {interface.kind} interface {interface.name!r} does not support {what} "
-        "(disabled or not implemented).")
+        "(disabled or not implemented)."
+    )
 
 
 class ManagementInterface(BaseInterface):
@@ -218,8 +226,13 @@ class VendorMethod:
     require_exclusive_lock: bool = True
 
     def describe(self) -> dict[str, Any]:
-        return {"http_methods": list(self.http_methods), "async": self.is_async, "description": self.description,
-                "attach": self.attach, "require_exclusive_lock": self.require_exclusive_lock}
+        return {
+            "http_methods": list(self.http_methods),
+            "async": self.is_async,
+            "description": self.description,
+            "attach": self.attach,
+            "require_exclusive_lock": self.require_exclusive_lock,
+        }
 
 
 class VendorInterface(BaseInterface):

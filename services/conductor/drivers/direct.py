@@ -24,8 +24,15 @@ LOG = logging.getLogger(__name__)
 
 # driver_internal_info keys owned by the agent dance; cleared on every new deploy.
 AGENT_KEYS = (
-    "agent_secret_token", "agent_url", "agent_version", "agent_last_heartbeat", "deploy_phase",
-    "agent_command_id", "deploy_progress", "agent_hardware", "agent_verify_ca",
+    "agent_secret_token",
+    "agent_url",
+    "agent_version",
+    "agent_last_heartbeat",
+    "deploy_phase",
+    "agent_command_id",
+    "deploy_progress",
+    "agent_hardware",
+    "agent_verify_ca",
 )
 HASH_ALGORITHMS = ("sha256", "sha512", "md5")
 
@@ -93,17 +100,32 @@ class DirectDeploy(base.DeployInterface):
     def get_deploy_steps(self, task: base.Task) -> list[dict[str, Any]]:
         """Ironic's agent deploy steps; ``deploy.deploy`` boots the ramdisk and
         the agent's heartbeats then run write_image and the steps after it."""
-        return [{"interface": "deploy", "step": name, "priority": priority, "argsinfo": None,
-                 **({"fixed": True} if name != "deploy" else {})}
-                for name, priority in (("deploy", 100), ("write_image", 80), ("prepare_instance_boot", 60),
-                                       ("tear_down_agent", 40), ("switch_to_tenant_network", 30),
-                                       ("boot_instance", 20))]
+        return [
+            {
+                "interface": "deploy",
+                "step": name,
+                "priority": priority,
+                "argsinfo": None,
+                **({"fixed": True} if name != "deploy" else {}),
+            }
+            for name, priority in (
+                ("deploy", 100),
+                ("write_image", 80),
+                ("prepare_instance_boot", 60),
+                ("tear_down_agent", 40),
+                ("switch_to_tenant_network", 30),
+                ("boot_instance", 20),
+            )
+        ]
 
     def _client(self, task: base.Task) -> AgentClient:
         info = task.node["driver_internal_info"]
-        return AgentClient(info["agent_url"], info.get("agent_secret_token") or "",
-                           timeout=float(self.options.get("agent_command_timeout", 60.0)),
-                           verify_ca=info.get("agent_verify_ca") or "")
+        return AgentClient(
+            info["agent_url"],
+            info.get("agent_secret_token") or "",
+            timeout=float(self.options.get("agent_command_timeout", 60.0)),
+            verify_ca=info.get("agent_verify_ca") or "",
+        )
 
     async def heartbeat(self, task: base.Task, callback_url: str, agent_version: str) -> str | None:
         """One step of the deploy per heartbeat; ``resume`` once the image is on disk."""
@@ -111,14 +133,27 @@ class DirectDeploy(base.DeployInterface):
         client = self._client(task)
         phase = info.get("deploy_phase")
         if phase is None:
-            step = {"interface": "deploy", "step": "write_image", "priority": 80,
-                    "args": {"image_info": image_info(task.node), "configdrive": task.node["instance_info"].get("configdrive")}}
-            result = await client.execute("deploy.execute_deploy_step", {
-                "step": step, "node": _agent_node(task.node), "ports": [_agent_port(p) for p in task.ports],
-                "deploy_version": "1",
-            })
-            await task.save_internal_info({"deploy_phase": "write_image", "agent_command_id": result.get("id"),
-                                           "deploy_started_at": time.time()})
+            step = {
+                "interface": "deploy",
+                "step": "write_image",
+                "priority": 80,
+                "args": {
+                    "image_info": image_info(task.node),
+                    "configdrive": task.node["instance_info"].get("configdrive"),
+                },
+            }
+            result = await client.execute(
+                "deploy.execute_deploy_step",
+                {
+                    "step": step,
+                    "node": _agent_node(task.node),
+                    "ports": [_agent_port(p) for p in task.ports],
+                    "deploy_version": "1",
+                },
+            )
+            await task.save_internal_info(
+                {"deploy_phase": "write_image", "agent_command_id": result.get("id"), "deploy_started_at": time.time()}
+            )
             LOG.info("image write started node_uuid=%s command=%s", task.node["uuid"], result.get("id"))
             return self._outcome(task, result)
         if phase == "write_image":
@@ -145,10 +180,12 @@ class DirectDeploy(base.DeployInterface):
     async def prepare_instance_boot(self, task: base.Task) -> None:
         """Partition UUIDs from the agent, then the boot device for the instance."""
         uuids = await self._client(task).run_sync("standby.get_partition_uuids", {}) or {}
-        await task.save_internal_info({
-            "is_whole_disk_image": True,
-            "root_uuid_or_disk_id": uuids.get("root uuid"),
-        })
+        await task.save_internal_info(
+            {
+                "is_whole_disk_image": True,
+                "root_uuid_or_disk_id": uuids.get("root uuid"),
+            }
+        )
         await task.driver.boot.prepare_instance(task)
 
     async def tear_down_agent(self, task: base.Task) -> None:
@@ -176,18 +213,22 @@ class DirectDeploy(base.DeployInterface):
     async def tear_down(self, task: base.Task) -> str:
         await task.driver.power.set_power_state(task, states.POWER_OFF)
         await task.save_fields({"power_state": states.POWER_OFF})
-        await task.save_internal_info({}, remove=AGENT_KEYS + ("is_whole_disk_image", "root_uuid_or_disk_id",
-                                                               "deploy_started_at"))
+        await task.save_internal_info(
+            {}, remove=AGENT_KEYS + ("is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
+        )
         return "deleted"
 
 
 def _agent_node(node: dict[str, Any]) -> dict[str, Any]:
     """The node fields the agent reads (secrets left out, as Ironic masks them)."""
     return {
-        "uuid": node["uuid"], "name": node.get("name"), "properties": node.get("properties") or {},
+        "uuid": node["uuid"],
+        "name": node.get("name"),
+        "properties": node.get("properties") or {},
         "instance_info": {k: v for k, v in (node.get("instance_info") or {}).items() if k != "configdrive"},
-        "driver_internal_info": {k: v for k, v in (node.get("driver_internal_info") or {}).items()
-                                 if k != "agent_secret_token"},
+        "driver_internal_info": {
+            k: v for k, v in (node.get("driver_internal_info") or {}).items() if k != "agent_secret_token"
+        },
     }
 
 

@@ -93,7 +93,8 @@ class FakeManagement(_Delayed, base.ManagementInterface):
             raise errors.InvalidParameterValue(f"Indicator {indicator}@{component} is read-only.")
         if state not in spec["states"]:
             raise errors.InvalidParameterValue(
-                f"Invalid state {state!r} for indicator {indicator}@{component}; valid: {spec['states']}")
+                f"Invalid state {state!r} for indicator {indicator}@{component}; valid: {spec['states']}"
+            )
         await self._sleep()
         current = dict(task.node["driver_internal_info"].get("fake_indicators", {}))
         current[f"{indicator}@{component}"] = state
@@ -137,14 +138,22 @@ class FakeDeploy(_Delayed, base.DeployInterface):
         """Ironic's fake deploy offers deploy.deploy; Ferrum adds ``fake_step``
         (priority 0: runs only when a user asks for it, API 1.69), which waits
         ``args.delay`` seconds (at most 10) so its run can be watched."""
-        return [*super().get_deploy_steps(task),
-                {"interface": "deploy", "step": "fake_step", "priority": 0,
-                 "argsinfo": {"delay": {"description": "seconds to wait (0-10)", "required": False}}}]
+        return [
+            *super().get_deploy_steps(task),
+            {
+                "interface": "deploy",
+                "step": "fake_step",
+                "priority": 0,
+                "argsinfo": {"delay": {"description": "seconds to wait (0-10)", "required": False}},
+            },
+        ]
 
     async def execute_deploy_step(self, task: base.Task, step: Any) -> None:
         delay = (step.get("args") or {}).get("delay", 0)
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 10:
-            raise errors.InvalidParameterValue(f"fake_step: delay must be a number of seconds from 0 to 10, not {delay!r}")
+            raise errors.InvalidParameterValue(
+                f"fake_step: delay must be a number of seconds from 0 to 10, not {delay!r}"
+            )
         await asyncio.sleep(delay)
 
     async def tear_down(self, task: base.Task) -> str:
@@ -172,9 +181,12 @@ class FakeVendor(_Delayed, base.VendorInterface):
     WORDS = {"second_method": "kazoo", "third_method_sync": "meow", "fourth_method_shared_lock": "woof"}
     methods = {
         "second_method": base.VendorMethod(("POST",), description="Test if the value of bar is kazoo"),
-        "third_method_sync": base.VendorMethod(("POST",), is_async=False, description="Test if the value of bar is meow"),
-        "fourth_method_shared_lock": base.VendorMethod(("POST",), require_exclusive_lock=False,
-                                                       description="Test if the value of bar is woof"),
+        "third_method_sync": base.VendorMethod(
+            ("POST",), is_async=False, description="Test if the value of bar is meow"
+        ),
+        "fourth_method_shared_lock": base.VendorMethod(
+            ("POST",), require_exclusive_lock=False, description="Test if the value of bar is woof"
+        ),
         "log_passthrough": base.VendorMethod(("POST",), description="Test pass-through to wait."),
     }
 

@@ -30,13 +30,9 @@ class IpxeBoot(base.BootInterface):
         info = task.node.get("driver_info") or {}
         missing = [k for k in REQUIRED_DEPLOY_KEYS if not info.get(k)]
         if missing:
-            raise errors.MissingParameter(
-                f"Node {task.node['uuid']} is missing driver_info: {', '.join(missing)}"
-            )
+            raise errors.MissingParameter(f"Node {task.node['uuid']} is missing driver_info: {', '.join(missing)}")
         if not any(p.get("pxe_enabled") for p in task.ports):
-            raise errors.InvalidParameterValue(
-                f"Node {task.node['uuid']} has no PXE-enabled port to boot from"
-            )
+            raise errors.InvalidParameterValue(f"Node {task.node['uuid']} has no PXE-enabled port to boot from")
 
     async def prepare_ramdisk(self, task: base.Task, ramdisk_params: Any) -> None:
         await task.driver.management.set_boot_device(task, "pxe", persistent=False)

@@ -80,8 +80,9 @@ def _media_devices(system: Any) -> list[Any]:
 
 def _media_for(system: Any, device: str) -> list[Any]:
     if device not in VIRTUAL_MEDIA_TYPES:
-        raise errors.InvalidParameterValue(f"Invalid virtual media device {device}; supported: "
-                                           f"{', '.join(VIRTUAL_MEDIA_TYPES)}")
+        raise errors.InvalidParameterValue(
+            f"Invalid virtual media device {device}; supported: {', '.join(VIRTUAL_MEDIA_TYPES)}"
+        )
     wanted = set(VIRTUAL_MEDIA_TYPES[device])
     return [m for m in _media_devices(system) if wanted & set(m.media_types or ())]
 
@@ -104,8 +105,7 @@ class _RedfishBase:
         self.power_timeout = _float_option(self.options, "redfish_power_timeout", DEFAULT_POWER_TIMEOUT)
         self.poll_interval = _float_option(self.options, "redfish_poll_interval", DEFAULT_POLL_INTERVAL)
         request_timeout = _float_option(self.options, "redfish_request_timeout", 30.0)
-        self.connections = ConnectionCache(request_timeout=request_timeout,
-                                           connect_timeout=min(10.0, request_timeout))
+        self.connections = ConnectionCache(request_timeout=request_timeout, connect_timeout=min(10.0, request_timeout))
         workers = int(_float_option(self.options, "redfish_workers", DEFAULT_WORKERS))
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"redfish-{self.kind}")
 
@@ -117,9 +117,10 @@ class _RedfishBase:
         loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(loop.run_in_executor(self._executor, self.connections.close), CLOSE_TIMEOUT)
-        except asyncio.TimeoutError:
-            LOG.warning("redfish %s interface: BMC logouts still running after %ss; not waiting", self.kind,
-                        CLOSE_TIMEOUT)
+        except TimeoutError:
+            LOG.warning(
+                "redfish %s interface: BMC logouts still running after %ss; not waiting", self.kind, CLOSE_TIMEOUT
+            )
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def validate(self, task: base.Task) -> None:
@@ -138,8 +139,7 @@ class _RedfishBase:
 def _read_power(system: Any) -> str:
     state = GET_POWER_STATE.get(system.power_state)
     if state is None:
-        raise errors.BMCError(f"Redfish system {system.identity} reports an unknown power state "
-                              f"{system.power_state!r}")
+        raise errors.BMCError(f"Redfish system {system.identity} reports an unknown power state {system.power_state!r}")
     return state
 
 
@@ -158,8 +158,9 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
 
     async def set_power_state(self, task: base.Task, state: str, timeout: int | None = None) -> None:
         if state not in SET_POWER_STATE:
-            raise errors.InvalidParameterValue(f"redfish power cannot set {state!r}; supported: "
-                                               f"{self.get_supported_power_states()}")
+            raise errors.InvalidParameterValue(
+                f"redfish power cannot set {state!r}; supported: {self.get_supported_power_states()}"
+            )
         if state == states.REBOOT:
             await self.reboot(task, timeout)
             return
@@ -223,21 +224,23 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
             raise errors.InvalidParameterValue(
                 f"Invalid boot device {device} specified; supported: {', '.join(BOOT_DEVICES)}"
             )
-        enabled = (sushy.BootSourceOverrideEnabled.CONTINUOUS if persistent
-                   else sushy.BootSourceOverrideEnabled.ONCE)
-        LOG.info("redfish boot device node_uuid=%s device=%s persistent=%s",
-                 task.node.get("uuid"), device, persistent)
-        await self._call(task, f"set the boot device to {device}",
-                         lambda system: system.set_system_boot_options(target=BOOT_DEVICES[device],
-                                                                       enabled=enabled))
+        enabled = sushy.BootSourceOverrideEnabled.CONTINUOUS if persistent else sushy.BootSourceOverrideEnabled.ONCE
+        LOG.info("redfish boot device node_uuid=%s device=%s persistent=%s", task.node.get("uuid"), device, persistent)
+        await self._call(
+            task,
+            f"set the boot device to {device}",
+            lambda system: system.set_system_boot_options(target=BOOT_DEVICES[device], enabled=enabled),
+        )
 
     async def get_boot_device(self, task: base.Task) -> dict[str, Any]:
         def read(system: Any) -> dict[str, Any]:
             boot = system.boot
             target = boot.target if boot else None
             enabled = boot.enabled if boot else None
-            return {"boot_device": BOOT_DEVICES_REV.get(target),
-                    "persistent": enabled == sushy.BootSourceOverrideEnabled.CONTINUOUS}
+            return {
+                "boot_device": BOOT_DEVICES_REV.get(target),
+                "persistent": enabled == sushy.BootSourceOverrideEnabled.CONTINUOUS,
+            }
 
         return await self._call(task, "read the boot device", read)
 
@@ -257,16 +260,20 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
         if mode not in BOOT_MODES:
             raise errors.InvalidParameterValue(f"Invalid boot mode {mode!r}; supported: {', '.join(BOOT_MODES)}")
         LOG.info("redfish boot mode node_uuid=%s mode=%s", task.node.get("uuid"), mode)
-        await self._call(task, f"set the boot mode to {mode}",
-                         lambda system: system.set_system_boot_options(mode=BOOT_MODES[mode]))
+        await self._call(
+            task, f"set the boot mode to {mode}", lambda system: system.set_system_boot_options(mode=BOOT_MODES[mode])
+        )
 
     async def get_secure_boot_state(self, task: base.Task) -> bool | None:
         return await self._call(task, "read the secure boot state", lambda system: bool(system.secure_boot.enabled))
 
     async def set_secure_boot_state(self, task: base.Task, state: bool) -> None:
         LOG.info("redfish secure boot node_uuid=%s enabled=%s", task.node.get("uuid"), state)
-        await self._call(task, f"{'enable' if state else 'disable'} secure boot",
-                         lambda system: system.secure_boot.set_enabled(state))
+        await self._call(
+            task,
+            f"{'enable' if state else 'disable'} secure boot",
+            lambda system: system.secure_boot.set_enabled(state),
+        )
 
     async def get_supported_indicators(self, task: base.Task, component: str | None = None) -> dict[str, Any]:
         def read(system: Any) -> dict[str, Any]:
@@ -280,7 +287,8 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
     def _check_indicator(self, component: str, indicator: str) -> None:
         if (component, indicator) != ("system", "led"):
             raise errors.InvalidParameterValue(
-                f"Invalid indicator {indicator}@{component}: the redfish interface manages led@system only")
+                f"Invalid indicator {indicator}@{component}: the redfish interface manages led@system only"
+            )
 
     async def get_indicator_state(self, task: base.Task, component: str, indicator: str) -> str:
         self._check_indicator(component, indicator)
@@ -293,9 +301,12 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
     async def set_indicator_state(self, task: base.Task, component: str, indicator: str, state: str) -> None:
         self._check_indicator(component, indicator)
         if state not in INDICATOR_LEDS:
-            raise errors.InvalidParameterValue(f"Invalid state {state!r} for led@system; valid: {sorted(INDICATOR_LEDS)}")
-        await self._call(task, f"set the indicator LED to {state}",
-                         lambda system: system.set_indicator_led(INDICATOR_LEDS[state]))
+            raise errors.InvalidParameterValue(
+                f"Invalid state {state!r} for led@system; valid: {sorted(INDICATOR_LEDS)}"
+            )
+        await self._call(
+            task, f"set the indicator LED to {state}", lambda system: system.set_indicator_led(INDICATOR_LEDS[state])
+        )
 
     async def get_system_uuid(self, task: base.Task) -> str | None:
         """The system's UUID as the BMC reports it (inspection uses it)."""
@@ -303,6 +314,7 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
 
     async def get_mac_addresses(self, task: base.Task) -> list[str]:
         """Lower-case MACs of the system's Ethernet interfaces, in BMC order."""
+
         def read(system: Any) -> list[str]:
             macs = []
             for nic in system.ethernet_interfaces.get_members():
@@ -326,8 +338,9 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
                 raise errors.BMCError(f"Redfish system {system.identity} has no virtual {device} device")
             free = [m for m in slots if not m.inserted]
             if not free:
-                raise errors.BMCError(f"every virtual {device} of system {system.identity} already holds media; "
-                                      "eject it first")
+                raise errors.BMCError(
+                    f"every virtual {device} of system {system.identity} already holds media; eject it first"
+                )
             free[0].insert_media(url, inserted=True, write_protected=True)
 
         LOG.info("redfish insert virtual media node_uuid=%s device=%s", task.node.get("uuid"), device)
@@ -335,6 +348,7 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
 
     async def eject_virtual_media(self, task: base.Task, device: str | None = None) -> None:
         """Eject every inserted medium of ``device`` (all devices when None)."""
+
         def eject(system: Any) -> None:
             slots = _media_devices(system) if device is None else _media_for(system, device)
             for medium in slots:
@@ -345,8 +359,16 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
 
     async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
         """What each virtual media slot holds: id, media types, image, inserted."""
+
         def read(system: Any) -> list[dict[str, Any]]:
-            return [{"id": m.identity, "media_types": sorted(t.value for t in (m.media_types or ())),
-                     "image": m.image or None, "inserted": bool(m.inserted)} for m in _media_devices(system)]
+            return [
+                {
+                    "id": m.identity,
+                    "media_types": sorted(t.value for t in (m.media_types or ())),
+                    "image": m.image or None,
+                    "inserted": bool(m.inserted),
+                }
+                for m in _media_devices(system)
+            ]
 
         return await self._call(task, "read the virtual media", read)

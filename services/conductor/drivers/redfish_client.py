@@ -37,7 +37,7 @@ _FALSE = ("0", "false", "no", "off")
 DRIVER_INFO_PROPERTIES = {
     "redfish_address": "URL of the Redfish service (http or https; https when no scheme is given). Required.",
     "redfish_system_id": "Path of the ComputerSystem (e.g. /redfish/v1/Systems/1) or its Id. Optional when "
-                         "the service has exactly one system.",
+    "the service has exactly one system.",
     "redfish_username": "User name for the BMC. Optional.",
     "redfish_password": "Password for the BMC (masked on reads). Optional.",
     "redfish_verify_ca": "true/false, or the path of a CA bundle file or directory. Default true.",
@@ -133,8 +133,14 @@ def parse_driver_info(node: Mapping[str, Any]) -> RedfishInfo:
             f"Node {uuid}: redfish_auth_type {info.get('redfish_auth_type')!r} must be one of {', '.join(AUTH_TYPES)}"
         )
     verify = _bool_or_path(info.get("redfish_verify_ca", True), uuid)
-    return RedfishInfo(address=address, system_id=system_id, username=username or None,
-                       password=password or None, verify_ca=verify, auth_type=auth_type)
+    return RedfishInfo(
+        address=address,
+        system_id=system_id,
+        username=username or None,
+        password=password or None,
+        verify_ca=verify,
+        auth_type=auth_type,
+    )
 
 
 @contextlib.contextmanager
@@ -144,19 +150,20 @@ def bmc_errors(info: RedfishInfo, action: str) -> Iterator[None]:
     try:
         yield
     except sushy_exc.ConnectionError as exc:
-        raise errors.BMCError(f"Redfish BMC at {info.address} is unreachable while trying to {action}: "
-                              f"{_short(exc)}") from exc
+        raise errors.BMCError(
+            f"Redfish BMC at {info.address} is unreachable while trying to {action}: {_short(exc)}"
+        ) from exc
     except sushy_exc.AccessError as exc:
-        raise errors.BMCError(f"Redfish authentication failed for {where} while trying to {action} "
-                              f"(HTTP {getattr(exc, 'status_code', '401')}): check redfish_username and "
-                              "redfish_password") from exc
+        raise errors.BMCError(
+            f"Redfish authentication failed for {where} while trying to {action} "
+            f"(HTTP {getattr(exc, 'status_code', '401')}): check redfish_username and "
+            "redfish_password"
+        ) from exc
     except sushy_exc.ResourceNotFoundError as exc:
-        raise errors.BMCError(f"Redfish resource not found at {where} while trying to {action}: "
-                              f"{_short(exc)}") from exc
+        raise errors.BMCError(f"Redfish resource not found at {where} while trying to {action}: {_short(exc)}") from exc
     except sushy_exc.UnknownDefaultError as exc:
         raise errors.InvalidParameterValue(
-            f"Redfish service at {info.address} does not have exactly one system: set "
-            "driver_info redfish_system_id"
+            f"Redfish service at {info.address} does not have exactly one system: set driver_info redfish_system_id"
         ) from exc
     except sushy_exc.InvalidParameterValueError as exc:
         raise errors.InvalidParameterValue(f"Redfish BMC at {where} cannot {action}: {_short(exc)}") from exc
@@ -205,8 +212,9 @@ class ConnectionCache:
         self._connect_timeout = connect_timeout
 
     def _auth(self, info: RedfishInfo) -> Any:
-        cls = {"basic": sushy_auth.BasicAuth, "session": sushy_auth.SessionAuth,
-               "auto": sushy_auth.SessionOrBasicAuth}[info.auth_type]
+        cls = {"basic": sushy_auth.BasicAuth, "session": sushy_auth.SessionAuth, "auto": sushy_auth.SessionOrBasicAuth}[
+            info.auth_type
+        ]
         return cls(username=info.username, password=info.password)
 
     def root(self, info: RedfishInfo) -> sushy.Sushy:
@@ -218,9 +226,13 @@ class ConnectionCache:
             return found
         LOG.debug("redfish connect address=%s user=%s auth=%s", info.address, info.username, info.auth_type)
         root = sushy.Sushy(
-            info.address, auth=self._auth(info), verify=info.verify_ca,
-            read_timeout=max(1, int(self._request_timeout)), connect_timeout=max(1, int(self._connect_timeout)),
-            server_side_retries=2, server_side_retries_delay=1,
+            info.address,
+            auth=self._auth(info),
+            verify=info.verify_ca,
+            read_timeout=max(1, int(self._request_timeout)),
+            connect_timeout=max(1, int(self._connect_timeout)),
+            server_side_retries=2,
+            server_side_retries_delay=1,
         )
         with self._lock:
             kept = self._roots.setdefault(key, root)
@@ -259,8 +271,9 @@ class ConnectionCache:
         if roots:
             self._roots = {}
             try:
-                threading.Thread(target=lambda: [close_root(r) for r in roots], name="redfish-close",
-                                 daemon=True).start()
+                threading.Thread(
+                    target=lambda: [close_root(r) for r in roots], name="redfish-close", daemon=True
+                ).start()
             except RuntimeError:  # interpreter shutdown: nothing can wait on a BMC any more
                 pass
 

@@ -45,8 +45,7 @@ class DriverRegistry:
             for name in getattr(config, f"enabled_{kind}_interfaces"):
                 if name not in eps:
                     raise errors.InvalidParameterValue(
-                        f"enabled {kind} interface {name!r} is not installed "
-                        f"(known: {', '.join(sorted(eps))})"
+                        f"enabled {kind} interface {name!r} is not installed (known: {', '.join(sorted(eps))})"
                     )
                 chosen[name] = eps[name].load()(options)
             self.enabled[kind] = chosen
@@ -66,7 +65,7 @@ class DriverRegistry:
         except KeyError:
             raise errors.DriverNotFound(
                 f"No valid host was found. Reason: No conductor service registered which supports "
-                f"driver {hardware_type} for conductor group \"\"."
+                f'driver {hardware_type} for conductor group "".'
             ) from None
 
     def resolve_interfaces(self, hardware_type: str, requested: Mapping[str, str | None]) -> dict[str, str]:
@@ -98,10 +97,7 @@ class DriverRegistry:
 
     def describe(self) -> dict[str, Any]:
         """What gets published in the conductors table for the api's driver views."""
-        return {
-            hw: {kind: self.supported(hw, kind) for kind in base.INTERFACE_KINDS}
-            for hw in self.hardware_types
-        }
+        return {hw: {kind: self.supported(hw, kind) for kind in base.INTERFACE_KINDS} for hw in self.hardware_types}
 
     def properties(self, hardware_type: str) -> dict[str, str]:
         props: dict[str, str] = {}

@@ -52,11 +52,13 @@ def _user_data_bytes(user_data: Any) -> bytes | None:
     if isinstance(user_data, (bytes, bytearray)):
         return bytes(user_data)
     raise errors.InvalidParameterValue(
-        f"Invalid configdrive format: user_data must be an object, array or string, not {type(user_data).__name__}")
+        f"Invalid configdrive format: user_data must be an object, array or string, not {type(user_data).__name__}"
+    )
 
 
-def configdrive_files(node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]],
-                      contents: Mapping[str, Any]) -> dict[str, bytes]:
+def configdrive_files(
+    node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]], contents: Mapping[str, Any]
+) -> dict[str, bytes]:
     """The files of the drive (relative path -> bytes) for the API dict ``contents``.
 
     Separate from :func:`build_configdrive` so the benchmark (and anyone
@@ -66,8 +68,7 @@ def configdrive_files(node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]
         raise errors.InvalidParameterValue("Invalid configdrive format: expected an object")
     unknown = set(contents) - {"meta_data", "network_data", "user_data", "vendor_data"}
     if unknown:
-        raise errors.InvalidParameterValue(
-            f"Invalid configdrive format: unexpected keys {', '.join(sorted(unknown))}")
+        raise errors.InvalidParameterValue(f"Invalid configdrive format: unexpected keys {', '.join(sorted(unknown))}")
     for key in ("meta_data", "network_data", "vendor_data"):
         value = contents.get(key)
         if value is not None and not isinstance(value, Mapping):
@@ -94,8 +95,9 @@ def configdrive_files(node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]
     return files
 
 
-def build_configdrive(node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]],
-                      contents: Mapping[str, Any]) -> bytes:
+def build_configdrive(
+    node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]], contents: Mapping[str, Any]
+) -> bytes:
     """The config drive ISO for the API dict ``contents`` (``meta_data``, ``network_data``,
     ``user_data``, ``vendor_data``), as Ironic builds it (CONTRACT 3.3).
 
@@ -111,7 +113,8 @@ def build_configdrive(node: Mapping[str, Any], ports: Sequence[Mapping[str, Any]
     if len(iso) > MAX_CONFIGDRIVE_BYTES:
         raise errors.InvalidParameterValue(
             f"Config drive size exceeds maximum limit of {_mib(MAX_CONFIGDRIVE_BYTES)} "
-            f"(the built image is {len(iso)} bytes)")
+            f"(the built image is {len(iso)} bytes)"
+        )
     return iso
 
 
@@ -149,14 +152,15 @@ def _inflate(data: bytes, limit: int) -> bytes:
             if total > limit:
                 raise errors.InvalidParameterValue(
                     f"Config drive size exceeds maximum limit of {_mib(limit)} "
-                    f"(more than {limit} bytes after decompression)")
+                    f"(more than {limit} bytes after decompression)"
+                )
             out.write(piece)
             pending = inflater.unconsumed_tail
             if not piece and not pending and not inflater.eof:
                 raise errors.InvalidParameterValue("Invalid configdrive: truncated gzip data")
         pending = inflater.unused_data
         if not pending.startswith(_GZIP_MAGIC):
-            break   # trailing zero padding is tolerated, as by gzip(1)
+            break  # trailing zero padding is tolerated, as by gzip(1)
     if pending.strip(b"\x00"):
         raise errors.InvalidParameterValue("Invalid configdrive: trailing garbage after the gzip data")
     return out.getvalue()
@@ -170,8 +174,7 @@ def decode_configdrive(value: str, *, limit: int = MAX_CONFIGDRIVE_BYTES) -> byt
     message gives the limit in MiB, like IPA's).
     """
     if not isinstance(value, (str, bytes, bytearray)):
-        raise errors.InvalidParameterValue(
-            f"Invalid configdrive: expected a base64 string, not {type(value).__name__}")
+        raise errors.InvalidParameterValue(f"Invalid configdrive: expected a base64 string, not {type(value).__name__}")
     raw = value.encode("ascii", "replace") if isinstance(value, str) else bytes(value)
     compact = raw.translate(None, b" \t\r\n")
     if not compact:
@@ -181,7 +184,8 @@ def decode_configdrive(value: str, *, limit: int = MAX_CONFIGDRIVE_BYTES) -> byt
     if len(compact) // 4 * 3 > limit + limit // 100 + 64 * 1024:
         raise errors.InvalidParameterValue(
             f"Config drive size exceeds maximum limit of {_mib(limit)} "
-            f"(the encoded value alone is {len(compact)} bytes)")
+            f"(the encoded value alone is {len(compact)} bytes)"
+        )
     try:
         payload = base64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -192,9 +196,11 @@ def decode_configdrive(value: str, *, limit: int = MAX_CONFIGDRIVE_BYTES) -> byt
         iso = payload
         if len(iso) > limit:
             raise errors.InvalidParameterValue(
-                f"Config drive size exceeds maximum limit of {_mib(limit)} ({len(iso)} bytes)")
+                f"Config drive size exceeds maximum limit of {_mib(limit)} ({len(iso)} bytes)"
+            )
     if not iso9660.is_iso9660(iso):
         raise errors.InvalidParameterValue(
             "Invalid configdrive: the decoded data is not an ISO9660 image "
-            "(expected base64 of a gzip-compressed ISO9660 image)")
+            "(expected base64 of a gzip-compressed ISO9660 image)"
+        )
     return iso

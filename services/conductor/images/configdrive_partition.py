@@ -35,21 +35,21 @@ LOG = logging.getLogger(__name__)
 ConfigDriveError = errors.ConfigDriveError
 
 MiB = 1024 * 1024
-REGION_BYTES = 64 * MiB                       # "the last 64 MiB of the disk"
-MBR_LIMIT_BYTES = 2 * 1024 * 1024 * MiB       # 2 TiB: what 32-bit MBR sector fields reach with 512-byte sectors
-GPT_TYPE = "8300"                             # Linux filesystem data, sgdisk's default (as IPA leaves it)
-MBR_TYPE = "c"                                # W95 FAT32 (LBA), what IPA's "parted mkpart primary fat32" sets
+REGION_BYTES = 64 * MiB  # "the last 64 MiB of the disk"
+MBR_LIMIT_BYTES = 2 * 1024 * 1024 * MiB  # 2 TiB: what 32-bit MBR sector fields reach with 512-byte sectors
+GPT_TYPE = "8300"  # Linux filesystem data, sgdisk's default (as IPA leaves it)
+MBR_TYPE = "c"  # W95 FAT32 (LBA), what IPA's "parted mkpart primary fat32" sets
 _TOOL_TIMEOUT = 120
 _WRITE_CHUNK = 4 * MiB
 
 
 @dataclass(frozen=True)
 class ConfigDrivePlacement:
-    table: str            # "gpt" | "mbr"
+    table: str  # "gpt" | "mbr"
     partition_number: int
     start_byte: int
     size_bytes: int
-    created: bool         # False when an existing config-2 partition was reused
+    created: bool  # False when an existing config-2 partition was reused
 
 
 def _is_config2(part: Partition) -> bool:
@@ -60,8 +60,9 @@ def _is_config2(part: Partition) -> bool:
 def _iso_bytes(iso: bytes | str | os.PathLike[str]) -> bytes:
     data = bytes(iso) if isinstance(iso, (bytes, bytearray, memoryview)) else Path(iso).read_bytes()
     if len(data) > MAX_CONFIGDRIVE_BYTES:
-        raise ConfigDriveError(f"Config drive size exceeds maximum limit of {MAX_CONFIGDRIVE_BYTES // MiB}MiB "
-                               f"({len(data)} bytes)")
+        raise ConfigDriveError(
+            f"Config drive size exceeds maximum limit of {MAX_CONFIGDRIVE_BYTES // MiB}MiB ({len(data)} bytes)"
+        )
     if not iso9660.is_iso9660(data):
         raise ConfigDriveError("the config drive to write is not an ISO9660 image")
     return data
@@ -90,11 +91,12 @@ def plan_new_partition(table: PartitionTable, iso_size: int) -> tuple[int, int, 
     need = -(-iso_size // ss)
     if table.table == "gpt":
         if not table.free_slots:
-            raise ConfigDriveError(f"all {table.entry_count} GPT partition entries are in use; "
-                                   "no entry is left for the config drive")
+            raise ConfigDriveError(
+                f"all {table.entry_count} GPT partition entries are in use; no entry is left for the config drive"
+            )
         number = table.free_slots[0]
         entry_sectors = -(-table.entry_count * table.entry_size // ss)
-        end_excl = table.disk_sectors - 1 - entry_sectors     # after moving the backup header to the end
+        end_excl = table.disk_sectors - 1 - entry_sectors  # after moving the backup header to the end
         want = _align_down(table.disk_sectors - REGION_BYTES // ss, align)
         floor = table.first_usable
     else:
@@ -104,11 +106,12 @@ def plan_new_partition(table: PartitionTable, iso_size: int) -> tuple[int, int, 
             raise ConfigDriveError(
                 "cannot create the config drive partition: all four primary partition slots of the MBR "
                 f"partition table are in use ({described}); the image must leave one free or carry a "
-                f"partition labelled {LABEL}")
+                f"partition labelled {LABEL}"
+            )
         number = table.free_slots[0]
         limit_sectors = MBR_LIMIT_BYTES // ss
         if table.disk_sectors > limit_sectors:
-            end_excl = limit_sectors - align                    # 2097151 MiB
+            end_excl = limit_sectors - align  # 2097151 MiB
         else:
             end_excl = table.disk_sectors
         want = _align_down(end_excl - REGION_BYTES // ss, align)
@@ -124,10 +127,12 @@ def plan_new_partition(table: PartitionTable, iso_size: int) -> tuple[int, int, 
             raise ConfigDriveError(
                 f"no room for the config drive at the end of the disk: it needs {need * ss} bytes but only "
                 f"{free} bytes are free after partition(s) {culprit} "
-                f"(disk {table.disk_sectors * ss} bytes)")
+                f"(disk {table.disk_sectors * ss} bytes)"
+            )
     if start < floor or start + need > end_excl:
-        raise ConfigDriveError(f"the disk ({table.disk_sectors * ss} bytes) is too small for a config drive "
-                               f"of {iso_size} bytes")
+        raise ConfigDriveError(
+            f"the disk ({table.disk_sectors * ss} bytes) is too small for a config drive of {iso_size} bytes"
+        )
     return number, start, end_excl - start
 
 
@@ -139,8 +144,9 @@ def _run(argv: list[str], *, stdin: str | None = None) -> str:
     except subprocess.TimeoutExpired as exc:
         raise ConfigDriveError(f"{argv[0]} did not finish within {_TOOL_TIMEOUT}s") from exc
     if done.returncode != 0:
-        raise ConfigDriveError(f"{' '.join(argv)} failed (exit {done.returncode}): "
-                               f"{(done.stderr or done.stdout).strip()[-500:]}")
+        raise ConfigDriveError(
+            f"{' '.join(argv)} failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[-500:]}"
+        )
     return done.stdout
 
 
@@ -149,8 +155,9 @@ def _read_table(device: str) -> PartitionTable:
         return read_partition_table(fp, sector_size=sector_size_of(fp.fileno()))
 
 
-def write_configdrive_partition(device: str | os.PathLike[str],
-                                iso: bytes | str | os.PathLike[str]) -> ConfigDrivePlacement:
+def write_configdrive_partition(
+    device: str | os.PathLike[str], iso: bytes | str | os.PathLike[str]
+) -> ConfigDrivePlacement:
     """Find or make the ``config-2`` partition on ``device`` and write the ISO into it.
 
     ``device`` is a disk image file or a block device that already holds the
@@ -169,39 +176,68 @@ def write_configdrive_partition(device: str | os.PathLike[str],
     found = [p for p in table.partitions if _is_config2(p)]
     if len(found) > 1:
         raise ConfigDriveError(
-            f"more than one partition labelled {LABEL} on {path}: "
-            + ", ".join(f"partition {p.number}" for p in found))
+            f"more than one partition labelled {LABEL} on {path}: " + ", ".join(f"partition {p.number}" for p in found)
+        )
     if found:
         part = found[0]
         if len(data) > part.sectors * ss:
             raise ConfigDriveError(
                 f"the config drive ({len(data)} bytes) is larger than the existing {LABEL} partition "
-                f"{part.number} ({part.sectors * ss} bytes)")
+                f"{part.number} ({part.sectors * ss} bytes)"
+            )
         if not table.backup_at_end:
             _run(["sgdisk", "-e", path])
         number, start, sectors, created = part.number, part.start, part.sectors, False
-        LOG.info("configdrive_partition device=%s action=reuse partition=%s start=%s size=%s",
-                 path, number, start * ss, sectors * ss)
+        LOG.info(
+            "configdrive_partition device=%s action=reuse partition=%s start=%s size=%s",
+            path,
+            number,
+            start * ss,
+            sectors * ss,
+        )
     else:
         number, start, sectors = plan_new_partition(table, len(data))
         created = True
         if table.table == "gpt":
-            _run(["sgdisk", "-e", "-n", f"{number}:{start}:{start + sectors - 1}",
-                  "-c", f"{number}:{LABEL}", "-t", f"{number}:{GPT_TYPE}", path])
+            _run(
+                [
+                    "sgdisk",
+                    "-e",
+                    "-n",
+                    f"{number}:{start}:{start + sectors - 1}",
+                    "-c",
+                    f"{number}:{LABEL}",
+                    "-t",
+                    f"{number}:{GPT_TYPE}",
+                    path,
+                ]
+            )
         else:
             quiet = ["--no-reread", "--no-tell-kernel"] if is_file else []
-            _run(["sfdisk", *quiet, "--wipe", "never", "--wipe-partitions", "never", "-N", str(number), path],
-                 stdin=f"start={start}, size={sectors}, type={MBR_TYPE}\n")
+            _run(
+                ["sfdisk", *quiet, "--wipe", "never", "--wipe-partitions", "never", "-N", str(number), path],
+                stdin=f"start={start}, size={sectors}, type={MBR_TYPE}\n",
+            )
         after = _read_table(path)
         made = [p for p in after.partitions if p.number == number]
         if not made or made[0].start != start or made[0].sectors != sectors or not after.backup_at_end:
-            raise ConfigDriveError(f"the new {LABEL} partition {number} is not where it was planned "
-                                   f"(start sector {start}, {sectors} sectors)")
-        LOG.info("configdrive_partition device=%s action=create table=%s partition=%s start=%s size=%s "
-                 "reason=no_existing_config2", path, table.table, number, start * ss, sectors * ss)
+            raise ConfigDriveError(
+                f"the new {LABEL} partition {number} is not where it was planned "
+                f"(start sector {start}, {sectors} sectors)"
+            )
+        LOG.info(
+            "configdrive_partition device=%s action=create table=%s partition=%s start=%s size=%s "
+            "reason=no_existing_config2",
+            path,
+            table.table,
+            number,
+            start * ss,
+            sectors * ss,
+        )
     _write_at(path, start * ss, data)
-    return ConfigDrivePlacement(table=table.table, partition_number=number, start_byte=start * ss,
-                                size_bytes=sectors * ss, created=created)
+    return ConfigDrivePlacement(
+        table=table.table, partition_number=number, start_byte=start * ss, size_bytes=sectors * ss, created=created
+    )
 
 
 def _write_at(path: str, offset: int, data: bytes) -> None:
@@ -210,7 +246,7 @@ def _write_at(path: str, offset: int, data: bytes) -> None:
         view = memoryview(data)
         done = 0
         while done < len(view):
-            done += os.pwrite(fd, view[done:done + _WRITE_CHUNK], offset + done)
+            done += os.pwrite(fd, view[done : done + _WRITE_CHUNK], offset + done)
         os.fsync(fd)
     finally:
         os.close(fd)

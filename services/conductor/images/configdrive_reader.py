@@ -19,17 +19,25 @@ from services.common import errors
 from services.conductor.images import iso9660
 
 # cloud-init's OS_VERSIONS, oldest first
-KNOWN_VERSIONS = ("2012-08-10", "2013-04-04", "2013-10-17", "2015-10-15", "2016-06-30", "2016-10-06",
-                  "2017-02-22", "2018-08-27")
+KNOWN_VERSIONS = (
+    "2012-08-10",
+    "2013-04-04",
+    "2013-10-17",
+    "2015-10-15",
+    "2016-06-30",
+    "2016-10-06",
+    "2017-02-22",
+    "2018-08-27",
+)
 
 
 @dataclass(frozen=True)
 class ConfigDriveData:
-    version: str                      # the openstack/<version> directory read
+    version: str  # the openstack/<version> directory read
     meta_data: dict[str, Any]
     user_data: bytes | None
     network_data: Any | None
-    vendor_data: Any | None           # vendor_data2.json
+    vendor_data: Any | None  # vendor_data2.json
 
     @property
     def hostname(self) -> str | None:
@@ -49,8 +57,11 @@ class ConfigDriveData:
     def macs(self) -> list[str]:
         links = self.network_data.get("links") if isinstance(self.network_data, dict) else None
         links = links if isinstance(links, list) else []
-        return [str(link["ethernet_mac_address"]).lower() for link in links
-                if isinstance(link, dict) and link.get("ethernet_mac_address")]
+        return [
+            str(link["ethernet_mac_address"]).lower()
+            for link in links
+            if isinstance(link, dict) and link.get("ethernet_mac_address")
+        ]
 
 
 def _json(files: Mapping[str, bytes], path: str) -> Any | None:
@@ -71,9 +82,13 @@ def parse_configdrive_files(files: Mapping[str, bytes]) -> ConfigDriveData:
     meta = _json(files, f"{base}/meta_data.json")
     if not isinstance(meta, dict):
         raise errors.ConfigDriveInvalid(f"config drive has no {base}/meta_data.json object")
-    return ConfigDriveData(version=version, meta_data=meta, user_data=files.get(f"{base}/user_data"),
-                           network_data=_json(files, f"{base}/network_data.json"),
-                           vendor_data=_json(files, f"{base}/vendor_data2.json"))
+    return ConfigDriveData(
+        version=version,
+        meta_data=meta,
+        user_data=files.get(f"{base}/user_data"),
+        network_data=_json(files, f"{base}/network_data.json"),
+        vendor_data=_json(files, f"{base}/vendor_data2.json"),
+    )
 
 
 def read_configdrive(iso: bytes) -> ConfigDriveData:

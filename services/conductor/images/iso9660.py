@@ -19,17 +19,18 @@ from typing import BinaryIO
 import pycdlib
 
 SECTOR = 2048
-PVD_OFFSET = 16 * SECTOR          # the first volume descriptor follows a 32 KiB system area
+PVD_OFFSET = 16 * SECTOR  # the first volume descriptor follows a 32 KiB system area
 _STANDARD_ID = b"CD001"
-_MAX_DESCRIPTORS = 32             # a bound on the volume descriptor set we are willing to walk
-_COPY_BLOCK = 4 * 1024 * 1024       # pycdlib copies file data in blocks of this size
+_MAX_DESCRIPTORS = 32  # a bound on the volume descriptor set we are willing to walk
+_COPY_BLOCK = 4 * 1024 * 1024  # pycdlib copies file data in blocks of this size
 _NOT_D_CHARS = re.compile(r"[^A-Z0-9_]")
 
 
 def is_iso9660(head: bytes) -> bool:
     """True when ``head`` (at least the first 34 KiB of a volume) starts an ISO9660 image."""
-    return (len(head) >= PVD_OFFSET + 7 and head[PVD_OFFSET] == 1
-            and head[PVD_OFFSET + 1:PVD_OFFSET + 6] == _STANDARD_ID)
+    return (
+        len(head) >= PVD_OFFSET + 7 and head[PVD_OFFSET] == 1 and head[PVD_OFFSET + 1 : PVD_OFFSET + 6] == _STANDARD_ID
+    )
 
 
 def volume_labels(fp: BinaryIO, offset: int = 0) -> list[str]:
@@ -45,11 +46,11 @@ def volume_labels(fp: BinaryIO, offset: int = 0) -> list[str]:
         if len(desc) < SECTOR or desc[1:6] != _STANDARD_ID:
             break
         kind = desc[0]
-        if kind == 255:              # set terminator
+        if kind == 255:  # set terminator
             break
         if kind == 1:
             labels.append(desc[40:72].decode("ascii", "replace").strip(" \x00"))
-        elif kind == 2 and desc[88:91] in (b"%/@", b"%/C", b"%/E"):   # Joliet escape sequences
+        elif kind == 2 and desc[88:91] in (b"%/@", b"%/C", b"%/E"):  # Joliet escape sequences
             labels.append(desc[40:72].decode("utf-16-be", "replace").strip(" \x00"))
     return labels
 
@@ -74,11 +75,12 @@ def _iso_name(name: str, *, is_dir: bool) -> str:
         stem, ext = name, ""
     stem = _NOT_D_CHARS.sub("_", stem.upper()) or "_"
     ext = _NOT_D_CHARS.sub("_", ext.upper())[:8]
-    return f"{stem[:30 - len(ext) - 1]}.{ext}"
+    return f"{stem[: 30 - len(ext) - 1]}.{ext}"
 
 
-def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferrum",
-              share_identical: bool = True) -> bytes:
+def write_iso(
+    files: Mapping[str, bytes], *, label: str, publisher: str = "Ferrum", share_identical: bool = True
+) -> bytes:
     """An ISO9660 image (Rock Ridge 1.09 + Joliet) holding ``files`` (relative POSIX path -> bytes).
 
     Directories are created as needed. Names longer than ISO9660 allows keep
@@ -86,8 +88,14 @@ def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferru
     With ``share_identical`` files with the same bytes are stored once.
     """
     iso = pycdlib.PyCdlib()
-    iso.new(interchange_level=3, vol_ident=label, joliet=3, rock_ridge="1.09",
-            pub_ident_str=publisher, app_ident_str="Ferrum config drive builder")
+    iso.new(
+        interchange_level=3,
+        vol_ident=label,
+        joliet=3,
+        rock_ridge="1.09",
+        pub_ident_str=publisher,
+        app_ident_str="Ferrum config drive builder",
+    )
     iso_dirs: dict[str, str] = {"": ""}
     used: set[str] = set()
     stored: dict[tuple[int, bytes, bytes], list[tuple[bytes, str]]] = {}
@@ -98,7 +106,7 @@ def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferru
                 raise ValueError(f"invalid path in ISO: {rel_path!r}")
             parent = ""
             for depth, part in enumerate(parts[:-1]):
-                key = "/".join(parts[:depth + 1])
+                key = "/".join(parts[: depth + 1])
                 if key not in iso_dirs:
                     iso_path = _unique(f"{iso_dirs[parent]}/{_iso_name(part, is_dir=True)}", used, "")
                     iso.add_directory(iso_path, rr_name=part, joliet_path="/" + key)
@@ -108,8 +116,7 @@ def write_iso(files: Mapping[str, bytes], *, label: str, publisher: str = "Ferru
             data = files[rel_path]
             first = _stored_copy(stored, data) if share_identical else None
             if first is None:
-                iso.add_fp(io.BytesIO(data), len(data), iso_path, rr_name=parts[-1],
-                           joliet_path="/" + "/".join(parts))
+                iso.add_fp(io.BytesIO(data), len(data), iso_path, rr_name=parts[-1], joliet_path="/" + "/".join(parts))
                 stored.setdefault(_content_key(data), []).append((data, iso_path))
             else:
                 iso.add_hard_link(iso_old_path=first, iso_new_path=iso_path, rr_name=parts[-1])
@@ -143,9 +150,9 @@ def _unique(path: str, used: set[str], suffix: str) -> str:
         stem, dot, ext = tail.rpartition(".")
         tag = f"_{number}"
         if dot:
-            candidate = f"{head}/{stem[:max(1, len(stem) - len(tag))]}{tag}.{ext}{suffix}"
+            candidate = f"{head}/{stem[: max(1, len(stem) - len(tag))]}{tag}.{ext}{suffix}"
         else:
-            candidate = f"{head}/{tail[:max(1, len(tail) - len(tag))]}{tag}{suffix}"
+            candidate = f"{head}/{tail[: max(1, len(tail) - len(tag))]}{tag}{suffix}"
     used.add(candidate.upper())
     return candidate
 

@@ -38,10 +38,12 @@ def generate_network_data(ports: Sequence[Mapping[str, Any]], *, mtu: int = DEFA
         if vif:
             link["vif_id"] = str(vif)
         links.append(link)
-        networks.append({
-            "id": f"network{index}",
-            "type": "ipv4_dhcp",
-            "link": port_id,
-            "network_id": str(vif or port_id),
-        })
+        networks.append(
+            {
+                "id": f"network{index}",
+                "type": "ipv4_dhcp",
+                "link": port_id,
+                "network_id": str(vif or port_id),
+            }
+        )
     return {"links": links, "networks": networks, "services": []}

@@ -21,21 +21,21 @@ from typing import BinaryIO
 from services.common import errors
 from services.conductor.images import iso9660
 
-_BLKSSZGET = 0x1268               # logical sector size of a block device
+_BLKSSZGET = 0x1268  # logical sector size of a block device
 _GPT_SIGNATURE = b"EFI PART"
 _MBR_EXTENDED = frozenset({0x05, 0x0F, 0x85})
 _MBR_PROTECTIVE = 0xEE
-_MAX_LOGICAL = 128                # bound on an EBR chain (a loop in it must not hang us)
+_MAX_LOGICAL = 128  # bound on an EBR chain (a loop in it must not hang us)
 
 
 @dataclass(frozen=True)
 class Partition:
-    number: int                   # 1-based, as the kernel numbers it (GPT entry index + 1, MBR slot + 1, logicals from 5)
-    start: int                    # first sector
+    number: int  # 1-based, as the kernel numbers it (GPT entry index + 1, MBR slot + 1, logicals from 5)
+    start: int  # first sector
     sectors: int
-    kind: str                     # "gpt" | "primary" | "extended" | "logical"
-    type_id: str                  # GPT type GUID or MBR type byte as two hex digits
-    name: str = ""                # GPT partition name
+    kind: str  # "gpt" | "primary" | "extended" | "logical"
+    type_id: str  # GPT type GUID or MBR type byte as two hex digits
+    name: str = ""  # GPT partition name
     labels: tuple[str, ...] = ()  # filesystem labels found in the content
 
     @property
@@ -46,11 +46,11 @@ class Partition:
 
 @dataclass(frozen=True)
 class PartitionTable:
-    table: str                    # "gpt" | "mbr"
+    table: str  # "gpt" | "mbr"
     sector_size: int
     disk_sectors: int
     partitions: tuple[Partition, ...] = field(default_factory=tuple)
-    free_slots: tuple[int, ...] = ()   # GPT entry numbers or MBR primary slots (1-4) not in use
+    free_slots: tuple[int, ...] = ()  # GPT entry numbers or MBR primary slots (1-4) not in use
     # GPT only:
     first_usable: int = 0
     last_usable: int = 0
@@ -82,7 +82,7 @@ def read_partition_table(fp: BinaryIO, *, sector_size: int = 512) -> PartitionTa
     mbr = fp.read(512)
     if len(mbr) < 512 or mbr[510:512] != b"\x55\xaa":
         raise errors.ConfigDriveError("the disk has no partition table (no MBR signature in sector 0)")
-    entries = [mbr[446 + 16 * i:462 + 16 * i] for i in range(4)]
+    entries = [mbr[446 + 16 * i : 462 + 16 * i] for i in range(4)]
     if any(e[4] == _MBR_PROTECTIVE for e in entries):
         return _read_gpt(fp, sector_size, disk_sectors)
     return _read_mbr(fp, entries, sector_size, disk_sectors)
@@ -104,7 +104,8 @@ def _read_gpt(fp: BinaryIO, ss: int, disk_sectors: int) -> PartitionTable:
     if backup_lba >= disk_sectors:
         raise errors.ConfigDriveError(
             f"the GPT says the disk has {backup_lba + 1} sectors but it has only {disk_sectors}: "
-            "the image is larger than the disk")
+            "the image is larger than the disk"
+        )
     if esize < 128 or count > 4096:
         raise errors.ConfigDriveError(f"unsupported GPT entry layout ({count} entries of {esize} bytes)")
     fp.seek(entries_lba * ss)
@@ -113,19 +114,36 @@ def _read_gpt(fp: BinaryIO, ss: int, disk_sectors: int) -> PartitionTable:
         raise errors.ConfigDriveError("the GPT partition entry array is corrupt (bad CRC)")
     parts, free = [], []
     for index in range(count):
-        entry = raw[index * esize:(index + 1) * esize]
+        entry = raw[index * esize : (index + 1) * esize]
         type_guid = uuid.UUID(bytes_le=entry[:16])
         if type_guid.int == 0:
             free.append(index + 1)
             continue
         first, last = struct.unpack_from("<QQ", entry, 32)
         name = entry[56:128].decode("utf-16-le", "replace").split("\x00", 1)[0]
-        parts.append(Partition(number=index + 1, start=first, sectors=last - first + 1, kind="gpt",
-                               type_id=str(type_guid).upper(), name=name,
-                               labels=probe_labels(fp, first * ss)))
-    return PartitionTable(table="gpt", sector_size=ss, disk_sectors=disk_sectors, partitions=tuple(parts),
-                          free_slots=tuple(free), first_usable=first_usable, last_usable=last_usable,
-                          backup_lba=backup_lba, entry_count=count, entry_size=esize)
+        parts.append(
+            Partition(
+                number=index + 1,
+                start=first,
+                sectors=last - first + 1,
+                kind="gpt",
+                type_id=str(type_guid).upper(),
+                name=name,
+                labels=probe_labels(fp, first * ss),
+            )
+        )
+    return PartitionTable(
+        table="gpt",
+        sector_size=ss,
+        disk_sectors=disk_sectors,
+        partitions=tuple(parts),
+        free_slots=tuple(free),
+        first_usable=first_usable,
+        last_usable=last_usable,
+        backup_lba=backup_lba,
+        entry_count=count,
+        entry_size=esize,
+    )
 
 
 def _read_mbr(fp: BinaryIO, entries: list[bytes], ss: int, disk_sectors: int) -> PartitionTable:
@@ -140,10 +158,19 @@ def _read_mbr(fp: BinaryIO, entries: list[bytes], ss: int, disk_sectors: int) ->
             parts.append(Partition(number=slot, start=start, sectors=count, kind="extended", type_id=f"{ptype:02x}"))
             parts.extend(_read_logicals(fp, start, ss))
         else:
-            parts.append(Partition(number=slot, start=start, sectors=count, kind="primary",
-                                   type_id=f"{ptype:02x}", labels=probe_labels(fp, start * ss)))
-    return PartitionTable(table="mbr", sector_size=ss, disk_sectors=disk_sectors,
-                          partitions=tuple(parts), free_slots=tuple(free))
+            parts.append(
+                Partition(
+                    number=slot,
+                    start=start,
+                    sectors=count,
+                    kind="primary",
+                    type_id=f"{ptype:02x}",
+                    labels=probe_labels(fp, start * ss),
+                )
+            )
+    return PartitionTable(
+        table="mbr", sector_size=ss, disk_sectors=disk_sectors, partitions=tuple(parts), free_slots=tuple(free)
+    )
 
 
 def _read_logicals(fp: BinaryIO, ext_start: int, ss: int) -> list[Partition]:
@@ -161,8 +188,16 @@ def _read_logicals(fp: BinaryIO, ext_start: int, ss: int) -> list[Partition]:
         rel, count = struct.unpack_from("<II", ebr, 446 + 8)
         if ptype and count:
             start = ebr_lba + rel
-            found.append(Partition(number=5 + len(found), start=start, sectors=count, kind="logical",
-                                   type_id=f"{ptype:02x}", labels=probe_labels(fp, start * ss)))
+            found.append(
+                Partition(
+                    number=5 + len(found),
+                    start=start,
+                    sectors=count,
+                    kind="logical",
+                    type_id=f"{ptype:02x}",
+                    labels=probe_labels(fp, start * ss),
+                )
+            )
         next_rel, next_count = struct.unpack_from("<II", ebr, 462 + 8)
         if not ebr[462 + 4] or not next_count:
             break
@@ -202,14 +237,14 @@ def _fat_labels(fp: BinaryIO, offset: int) -> list[str]:
     fp.seek(root_at)
     root = fp.read(min(root_len, 64 * 1024))
     for pos in range(0, len(root) - 31, 32):
-        dirent = root[pos:pos + 32]
+        dirent = root[pos : pos + 32]
         if dirent[0] == 0:
             break
         if dirent[0] != 0xE5 and dirent[11] & 0x08 and dirent[11] & 0x0F != 0x0F:
             labels.append(dirent[:11].decode("ascii", "replace").rstrip())
             break
     if boot[ext] == 0x29:
-        label = boot[ext + 5:ext + 16].decode("ascii", "replace").rstrip()
+        label = boot[ext + 5 : ext + 16].decode("ascii", "replace").rstrip()
         if label and label != "NO NAME":
             labels.append(label)
     return labels

@@ -102,7 +102,7 @@ class ReadBackHasher:
                         return
                     end = self._written
                 while offset < end:
-                    count = os.preadv(fd, [view[:min(self.READ_SIZE, end - offset)]], offset)
+                    count = os.preadv(fd, [view[: min(self.READ_SIZE, end - offset)]], offset)
                     if not count:
                         raise OSError(f"{self._path} is shorter than the {end} bytes written")
                     self._hash.update(view[:count])
@@ -172,7 +172,7 @@ class FileUpload:
         if written < total:  # a short write: finish it piece by piece
             rest = memoryview(b"".join(batch))[written:]
             while rest:
-                rest = rest[os.write(fd, rest):]
+                rest = rest[os.write(fd, rest) :]
         self._hasher.advance(total)
         self._writeback.written(fd, total)
 
@@ -282,9 +282,11 @@ class FilesystemBackend:
 
     async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
         return web.FileResponse(
-            self.path(obj["backend_key"]), chunk_size=SENDFILE_CHUNK,
-            headers={"Content-Type": obj["content_type"], "Cache-Control": "private, no-transform",
-                     "X-Object-Sha256": obj["sha256"]},
+            self.path(obj["backend_key"]),
+            chunk_size=SENDFILE_CHUNK,
+            headers={
+                "Content-Type": obj["content_type"],
+                "Cache-Control": "private, no-transform",
+                "X-Object-Sha256": obj["sha256"],
+            },
         )
-
-

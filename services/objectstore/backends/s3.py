@@ -54,8 +54,12 @@ class S3Upload:
 
     async def _upload_part(self, number: int, body: bytes) -> None:
         reply = await self._backend.client.upload_part(
-            Bucket=self._backend.bucket, Key=self._backend.full_key(self._key), UploadId=self._upload_id,
-            PartNumber=number, Body=body)
+            Bucket=self._backend.bucket,
+            Key=self._backend.full_key(self._key),
+            UploadId=self._upload_id,
+            PartNumber=number,
+            Body=body,
+        )
         self._parts.append({"PartNumber": number, "ETag": reply["ETag"]})
 
     async def _start_part(self, body: bytes) -> None:
@@ -64,7 +68,8 @@ class S3Upload:
             self._inflight = None
         if self._upload_id is None:
             reply = await self._backend.client.create_multipart_upload(
-                Bucket=self._backend.bucket, Key=self._backend.full_key(self._key))
+                Bucket=self._backend.bucket, Key=self._backend.full_key(self._key)
+            )
             self._upload_id = reply["UploadId"]
         number = len(self._parts) + 1
         self._inflight = asyncio.create_task(self._upload_part(number, body))
@@ -95,7 +100,8 @@ class S3Upload:
                 self._inflight = None
             parts = sorted(self._parts, key=lambda p: p["PartNumber"])
             await client.complete_multipart_upload(
-                Bucket=bucket, Key=key, UploadId=self._upload_id, MultipartUpload={"Parts": parts})
+                Bucket=bucket, Key=key, UploadId=self._upload_id, MultipartUpload={"Parts": parts}
+            )
         self._buffer.clear()
         self._done = True
         return self._pipeline.size, digest
@@ -113,7 +119,8 @@ class S3Upload:
         if self._upload_id is not None:
             try:
                 await self._backend.client.abort_multipart_upload(
-                    Bucket=self._backend.bucket, Key=self._backend.full_key(self._key), UploadId=self._upload_id)
+                    Bucket=self._backend.bucket, Key=self._backend.full_key(self._key), UploadId=self._upload_id
+                )
             except ClientError as exc:
                 LOG.warning("aborting multipart upload failed key=%s error=%s", self._key, exc)
         if self._finishing:
@@ -142,22 +149,35 @@ class S3Backend:
 
         def client(signature_version: str) -> Any:
             return session.client(
-                "s3", endpoint_url=c.s3_endpoint_url or None, region_name=c.s3_region or None,
-                aws_access_key_id=c.s3_access_key or None, aws_secret_access_key=c.s3_secret_key or None,
-                config=BotoConfig(signature_version=signature_version, s3={"addressing_style": "path"},
-                                  retries={"max_attempts": 3, "mode": "standard"}))
+                "s3",
+                endpoint_url=c.s3_endpoint_url or None,
+                region_name=c.s3_region or None,
+                aws_access_key_id=c.s3_access_key or None,
+                aws_secret_access_key=c.s3_secret_key or None,
+                config=BotoConfig(
+                    signature_version=signature_version,
+                    s3={"addressing_style": "path"},
+                    retries={"max_attempts": 3, "mode": "standard"},
+                ),
+            )
 
         self.client = await self._stack.enter_async_context(client("s3v4"))
         # Presigned URLs may need another signature version (V2 query strings for old gateways).
-        self._presigner = (self.client if c.s3_presign_version == "s3v4"
-                           else await self._stack.enter_async_context(client(c.s3_presign_version)))
+        self._presigner = (
+            self.client
+            if c.s3_presign_version == "s3v4"
+            else await self._stack.enter_async_context(client(c.s3_presign_version))
+        )
         try:
             await self.client.head_bucket(Bucket=self.bucket)
         except ClientError as exc:
             if not _missing(exc):
                 raise
-            extra = {} if c.s3_region in ("", "us-east-1") else {
-                "CreateBucketConfiguration": {"LocationConstraint": c.s3_region}}
+            extra = (
+                {}
+                if c.s3_region in ("", "us-east-1")
+                else {"CreateBucketConfiguration": {"LocationConstraint": c.s3_region}}
+            )
             await self.client.create_bucket(Bucket=self.bucket, **extra)
             LOG.info("created bucket bucket=%s endpoint=%s", self.bucket, c.s3_endpoint_url or "aws")
 
@@ -205,29 +225,34 @@ class S3Backend:
         async for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
             for item in page.get("Contents", ()):
                 if item["LastModified"] < cutoff:
-                    found.append(item["Key"][len(self.prefix):])
+                    found.append(item["Key"][len(self.prefix) :])
         try:
             uploads = await self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
         except ClientError as exc:  # e.g. s3rver: NotImplemented
             LOG.debug("cannot list multipart uploads bucket=%s error=%s", self.bucket, exc)
             return found
         for upload in uploads.get("Uploads", ()):
-            ours = re.fullmatch(r"[0-9a-f]{32}", upload["Key"][len(self.prefix):]) is not None
+            ours = re.fullmatch(r"[0-9a-f]{32}", upload["Key"][len(self.prefix) :]) is not None
             if ours and upload["Initiated"] < cutoff:
                 with contextlib.suppress(ClientError):
                     await self.client.abort_multipart_upload(
-                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
         return found
 
     async def presigned_url(self, key: str, *, lifetime: int) -> str:
         return await self._presigner.generate_presigned_url(  # type: ignore[no-any-return]
-            "get_object", Params={"Bucket": self.bucket, "Key": self.full_key(key)}, ExpiresIn=max(lifetime, 1))
+            "get_object", Params={"Bucket": self.bucket, "Key": self.full_key(key)}, ExpiresIn=max(lifetime, 1)
+        )
 
     async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
         size = int(obj["size"])
         headers = {
-            "Content-Type": obj["content_type"], "ETag": f'"{obj["sha256"]}"', "Accept-Ranges": "bytes",
-            "Last-Modified": _http_date(obj["created_at"]), "Cache-Control": "private, no-transform",
+            "Content-Type": obj["content_type"],
+            "ETag": f'"{obj["sha256"]}"',
+            "Accept-Ranges": "bytes",
+            "Last-Modified": _http_date(obj["created_at"]),
+            "Cache-Control": "private, no-transform",
             "X-Object-Sha256": obj["sha256"],
         }
         if self.presigned and request.method == "GET":
