@@ -24,10 +24,10 @@ from aiohttp import web
 
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.common.config import Settings
+from services.common.console_text import sanitize_text
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
-from services.ipxe.address import record_api_url, renderer_address
-from services.ipxe.safety import sanitize_text
+from services.common.recorded_addresses import record_api_url, renderer_address
 
 LOG = logging.getLogger(__name__)
 ROUTE = "/v1/drivers/{driver}/vendor_passthru/ipxe_config"

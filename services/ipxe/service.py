@@ -18,7 +18,7 @@ from services.common.config import Settings
 from services.common.db.bootdata import BootDataRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.metrics import ServiceMetrics
-from services.ipxe.address import forget_address, record_address
+from services.common.recorded_addresses import forget_address, record_address
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
 from services.ipxe.handlers import ScriptReplies
 from services.ipxe.http_server import ScriptHttpServer
