@@ -9,17 +9,18 @@ import asyncpg
 from aiohttp import web
 
 from ferrum.v1 import api_pb2, api_pb2_grpc
-from services.api.events import EventHub
+from services.api.conductor_router import ConductorRouter
+from services.api.context import ApiContext
+from services.api.event_hub import EventHub
 from services.api.grpc_api import NodeServicer
-from services.api.ipxe_passthru import record_api_url, register_ipxe_passthru
-from services.api.rest import RestApi
-from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
-from services.api.router import ConductorRouter
-from services.api.volumes import VolumeApi
+from services.api.ipxe_passthru import IpxePassthru, install_public_route
+from services.api.middlewares import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
+from services.api.routes import add_routes
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
+from services.common.recorded_addresses import record_api_url
 
 
 def build_app(
@@ -31,10 +32,8 @@ def build_app(
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
-    rest = RestApi(pool, router, config)
-    rest.routes(app)
-    VolumeApi(rest).routes(app)
-    register_ipxe_passthru(app, settings)
+    resources = add_routes(app, ApiContext(pool, router, settings))
+    install_public_route(app, resources[IpxePassthru])
     return app
 
 
