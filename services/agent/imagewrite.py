@@ -39,9 +39,10 @@ from typing import Any
 import aiohttp
 
 from services.agent import checksum as checksums
-from services.agent import download, qcow2stream
+from services.agent import download, erase
 from services.agent.hardware import DiskInfo
 from services.common import errors
+from services.common.images import qcow2stream
 
 LOG = logging.getLogger(__name__)
 QCOW2_MAGIC = b"QFI\xfb"
@@ -355,7 +356,7 @@ class _ImageSink:
             fd = self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             try:
                 converter = self._converter = qcow2stream.StreamingConverter(
-                    header, fd, self.disk.size, spool_dir=self.tmp_dir
+                    header, fd, self.disk.size, spool_dir=self.tmp_dir, zero_range=erase.zero_range
                 )
             except errors.ImageError as exc:
                 raise errors.ImageError(f"Image {image_id}: {exc.message}") from None

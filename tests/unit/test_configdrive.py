@@ -21,7 +21,7 @@ import pytest
 from openstack.baremetal import configdrive as sdk_configdrive
 
 from services.common import errors
-from services.conductor.images import configdrive, configdrive_reader, iso9660
+from services.common.images import configdrive, configdrive_reader, iso9660
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 

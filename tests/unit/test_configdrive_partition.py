@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from services.common import errors
-from services.conductor.images import configdrive, iso9660
-from services.conductor.images.configdrive_partition import (
+from services.common.images import configdrive, iso9660
+from services.common.images.configdrive_partition import (
     ConfigDrivePlacement,
     read_configdrive_partition,
     write_configdrive_partition,
 )
-from services.conductor.images.partition_table import read_partition_table
+from services.common.images.partition_table import read_partition_table
 from tests.unit.test_configdrive import KEY, NODE, PORTS, cloud_init_read
 
 MiB = 1024 * 1024

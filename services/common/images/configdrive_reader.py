@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import errors
-from services.conductor.images import iso9660
+from services.common.images import iso9660
 
 # cloud-init's OS_VERSIONS, oldest first
 KNOWN_VERSIONS = (

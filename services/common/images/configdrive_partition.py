@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common import errors
-from services.conductor.images import iso9660
-from services.conductor.images.configdrive import LABEL, MAX_CONFIGDRIVE_BYTES
-from services.conductor.images.partition_table import (
+from services.common.images import iso9660
+from services.common.images.configdrive import LABEL, MAX_CONFIGDRIVE_BYTES
+from services.common.images.partition_table import (
     Partition,
     PartitionTable,
     read_partition_table,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from services.common import errors
-from services.conductor.images import iso9660
+from services.common.images import iso9660
 
 _BLKSSZGET = 0x1268  # logical sector size of a block device
 _GPT_SIGNATURE = b"EFI PART"

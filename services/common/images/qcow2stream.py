@@ -30,7 +30,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.agent.erase import zero_range
 from services.common import errors
 
 MAGIC = b"QFI\xfb"
@@ -39,6 +38,17 @@ COMPRESSED = 1 << 62
 ZERO_FLAG = 1
 INCOMPAT_DIRTY = 1
 KNOWN_HEADER = 104  # bytes of the v3 header this reader needs
+_ZEROS = bytes(1024 * 1024)
+
+
+def write_zeros(fd: int, offset: int, length: int) -> None:
+    """Write zeros over [offset, offset+length): the plain way to clear what the image leaves unallocated.
+
+    The agent passes its own ``zero_range``, which punches holes in file-backed disks instead.
+    """
+    end = offset + length
+    while offset < end:
+        offset += os.pwrite(fd, memoryview(_ZEROS)[: min(len(_ZEROS), end - offset)], offset)
 
 
 class Unsupported(Exception):
@@ -109,14 +119,22 @@ class StreamingConverter:
     Not thread-safe: call from one thread at a time (the agent calls it from
     worker threads, one block after another)."""
 
-    def __init__(self, header: Header, fd: int, disk_size: int, *, spool_dir: str) -> None:
+    def __init__(
+        self,
+        header: Header,
+        fd: int,
+        disk_size: int,
+        *,
+        spool_dir: str,
+        zero_range: Callable[[int, int, int], None] = write_zeros,
+    ) -> None:
         if header.backing_file_offset:
             raise errors.ImageError("qcow2 image has a backing file; refused")
         if header.virtual_size > disk_size:
             raise errors.ImageError(
                 f"qcow2 virtual size {header.virtual_size} is larger than the disk ({disk_size} bytes)"
             )
-        self.h, self.fd, self.spool_dir = header, fd, spool_dir
+        self.h, self.fd, self.spool_dir, self._zero_range = header, fd, spool_dir, zero_range
         self.cs = header.cluster_size
         self.entries_per_l2 = self.cs // 8
         self.pos = 0
@@ -298,7 +316,7 @@ class StreamingConverter:
             stop = marks.find(1, index)
             stop = len(marks) if stop < 0 else stop
             start = index * self.cs
-            zero_range(self.fd, start, min(stop * self.cs, self.h.virtual_size) - start)
+            self._zero_range(self.fd, start, min(stop * self.cs, self.h.virtual_size) - start)
             index = stop
         return self.h.virtual_size
 
