@@ -152,7 +152,10 @@ def _run(argv: list[str], *, stdin: str | None = None) -> str:
 
 def _read_table(device: str) -> PartitionTable:
     with open(device, "rb") as fp:
-        return read_partition_table(fp, sector_size=sector_size_of(fp.fileno()))
+        try:
+            return read_partition_table(fp, sector_size=sector_size_of(fp.fileno()))
+        except errors.ImageFormatError as exc:
+            raise ConfigDriveError(exc.message) from None
 
 
 def write_configdrive_partition(
