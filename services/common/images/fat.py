@@ -168,9 +168,9 @@ def write_image(
                 raise ValueError(f"invalid path in FAT image: {rel!r}")
             for depth in range(1, len(parts)):
                 folder = "/".join(parts[:depth])
-                if folder not in made:
+                if folder.casefold() not in made:  # FAT names ignore case: OPENSTACK is openstack
                     _run(["mmd", "-i", str(image), f"::/{folder}"])
-                    made.add(folder)
+                    made.add(folder.casefold())
             source = Path(tmp) / "file"
             source.write_bytes(files[rel])
             try:
@@ -178,3 +178,52 @@ def write_image(
             except errors.ImageFormatError as exc:
                 raise errors.ImageError(f"cannot add {rel} to the FAT image: {exc.message}") from None
         return image.read_bytes()
+
+
+class FatVolume:
+    """The FAT volume at ``offset`` of an image file, read the way Linux's vfat shows it.
+
+    Names keep their case, lookups ignore it (vfat's default), which is what
+    a reader of a mounted config drive sees. One ``mdir`` lists the tree at
+    open; files are read one at a time with ``mtype``, each up to a limit.
+    """
+
+    def __init__(self, image: str | os.PathLike[str], *, offset: int = 0) -> None:
+        self._image, self._offset = os.fspath(image), offset
+        out = _run(["mdir", "-/", "-b", "-a", "-i", _image_spec(self._image, offset), "::/"], limit=4 * 1024 * 1024)
+        self._entries: dict[str, tuple[str, bool]] = {"": ("", True)}  # folded path -> (path as stored, is dir)
+        for line in out.decode("utf-8", "replace").splitlines():
+            line = line.strip()
+            if line.startswith("::/") and len(line) > 3:
+                path = line[3:]
+                is_dir = path.endswith("/")
+                path = path.rstrip("/")
+                self._entries[path.casefold()] = (path, is_dir)
+                parts = path.split("/")
+                for depth in range(1, len(parts)):  # parents of a listed file are directories
+                    folder = "/".join(parts[:depth])
+                    self._entries.setdefault(folder.casefold(), (folder, True))
+
+    def files(self) -> list[str]:
+        return sorted(path for path, is_dir in self._entries.values() if not is_dir)
+
+    def is_dir(self, path: str) -> bool:
+        entry = self._entries.get(path.strip("/").casefold())
+        return entry is not None and entry[1]
+
+    def listdir(self, path: str) -> list[str]:
+        path = path.strip("/").casefold()
+        if not self.is_dir(path):
+            raise FileNotFoundError(path)
+        prefix = f"{path}/" if path else ""
+        return sorted(
+            stored.rsplit("/", 1)[-1]
+            for folded, (stored, _) in self._entries.items()
+            if folded and folded.startswith(prefix) and "/" not in folded[len(prefix) :]
+        )
+
+    def read(self, path: str, *, limit: int = MAX_FILE_BYTES) -> bytes:
+        entry = self._entries.get(path.strip("/").casefold())
+        if entry is None or entry[1]:
+            raise FileNotFoundError(path)
+        return read_file(self._image, entry[0], offset=self._offset, limit=limit)
