@@ -123,6 +123,7 @@ class _Pending:
     on_complete: Callable[[bytes], None]
     buf: bytearray | None = None
     got: int = 0
+    may_end_early: bool = False  # a compressed cluster's declared length may run past the end of the file
 
     def take(self, block: memoryview, block_start: int) -> bool:
         lo, hi = max(self.start, block_start), min(self.end, block_start + len(block))
@@ -179,8 +180,8 @@ class StreamingConverter:
 
     # ---- tables -------------------------------------------------------------------------
 
-    def _want(self, start: int, end: int, on_complete: Callable[[bytes], None]) -> None:
-        pending = _Pending(start, end, on_complete)
+    def _want(self, start: int, end: int, on_complete: Callable[[bytes], None], *, may_end_early: bool = False) -> None:
+        pending = _Pending(start, end, on_complete, may_end_early=may_end_early)
         if start < self.pos:  # partly streamed past already: that part must be in the spool
             have = min(end, self.pos) - start
             pending.buf = bytearray(end - start)
@@ -240,7 +241,7 @@ class StreamingConverter:
                 raise errors.ImageError(f"short compressed qcow2 cluster at {offset}")
             self._write_guest(raw, guest)
 
-        self._want(offset, offset + length, inflate)
+        self._want(offset, offset + length, inflate, may_end_early=True)
 
     # ---- data ---------------------------------------------------------------------------
 
@@ -346,7 +347,7 @@ class StreamingConverter:
     def finish(self) -> int:
         """Check nothing is missing, zero what the image leaves unallocated; returns the virtual size."""
         for pending in self._active + [p for _, _, p in self._heap]:
-            if pending.got and pending.start + pending.got == self.pos and pending.buf is not None:
+            if pending.may_end_early and pending.got and pending.start + pending.got == self.pos and pending.buf:
                 # A compressed run may be declared longer than what is left of the file.
                 pending.on_complete(bytes(pending.buf[: pending.got]))
             else:
