@@ -48,12 +48,15 @@ async def download(
     ) as response:
         if response.status >= 300:
             raise RuntimeError(f"HTTP {response.status}")
-        with open(dest, "wb") as out:
+        out = await asyncio.to_thread(open, dest, "wb")
+        try:
             async for chunk in response.content.iter_chunked(CHUNK):
                 written += len(chunk)
                 if written > limit:
                     raise RuntimeError(f"media larger than {limit} bytes")
                 await asyncio.to_thread(out.write, chunk)
+        finally:
+            await asyncio.to_thread(out.close)
     return written
 
 
