@@ -313,6 +313,7 @@ def test_passwords_and_socket_directory_are_private(secured: EmbeddedPostgres) -
     assert secured.superuser_password_file.read_text() != secured.service_password_file.read_text()
     socket_dir = secured.socket_dir.stat()
     assert stat.S_IMODE(socket_dir.st_mode) == 0o700  # was 0755 before start
+    assert secured.pid is not None
     assert socket_dir.st_uid == _real_uid(secured.pid)  # the server's user
     assert (secured.pgdata / "pg_hba.conf").read_text() == embedded_access.HBA_CONF
     # Only the IPv4 loopback address is listened on (state 0A = LISTEN).
@@ -340,6 +341,7 @@ def test_service_role_is_not_a_superuser(secured: EmbeddedPostgres) -> None:
         conn = await asyncpg.connect(url, timeout=10)
         try:
             role = await conn.fetchrow("SELECT * FROM pg_roles WHERE rolname = current_user")
+            assert role is not None
             assert role["rolname"] == "ferrum"
             assert not any(
                 role[k] for k in ("rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication", "rolbypassrls")

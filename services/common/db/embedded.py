@@ -756,16 +756,14 @@ class EmbeddedPostgres:
         self, cmd: list[str], *, timeout: float, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         """Run a server-side binary, dropping to the server user if we are root."""
-        kwargs: dict[str, object] = {}
+        user: int | None = None
+        group: int | None = None
+        extra_groups: list[int] | None = None
         if os.geteuid() == 0:
             if self._user is None:
                 self._user = _ensure_system_user(PG_SYSTEM_USER)
-            kwargs = {
-                "user": self._user.pw_uid,
-                "group": self._user.pw_gid,
-                # Without this the child keeps root's supplementary groups.
-                "extra_groups": [],
-            }
+            user, group = self._user.pw_uid, self._user.pw_gid
+            extra_groups = []  # without this the child keeps root's supplementary groups
         env = _clean_env()
         if self._user is not None:
             env.update(HOME=str(self.data_dir), USER=self._user.pw_name, LOGNAME=self._user.pw_name)
@@ -776,9 +774,12 @@ class EmbeddedPostgres:
             timeout=timeout,
             env=env,
             cwd=self.data_dir,
+            input=input,
+            stdin=subprocess.DEVNULL if input is None else None,
             check=False,
-            **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),
-            **kwargs,  # type: ignore[arg-type]
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
         )
 
     def _role_url(self, role: str, password: str | None, database: str) -> str:
@@ -818,7 +819,8 @@ class EmbeddedPostgres:
                 timeout=60,
                 env=env,
                 check=False,
-                **({"input": input} if input is not None else {"stdin": subprocess.DEVNULL}),  # type: ignore[arg-type]
+                input=input,
+                stdin=subprocess.DEVNULL if input is None else None,
             )
         except subprocess.TimeoutExpired:
             raise EmbeddedPostgresError(f"could not {what}: timed out") from None
