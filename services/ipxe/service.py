@@ -47,7 +47,8 @@ class IpxeService:
                 max_entries=settings.ipxe.cache_max_entries,
             )
             reader = self.cache
-        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))
+        # A lambda on purpose: self.replies is made from the renderer, on the next line.
+        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))  # noqa: PLW0108
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)
         self.grpc_address = ""
         self._http: ScriptHttpServer | None = None
