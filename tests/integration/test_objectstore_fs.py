@@ -21,6 +21,7 @@ from services.objectstore.backends.base import COALESCE_BYTES
 from services.objectstore.tempurl import to_base36
 from services.objectstore.testing import running_objectstore, wait_until
 from tests.conftest import test_settings
+from tests.thread_hold import threads_held_at_start
 
 MiB = 1024 * 1024
 
@@ -321,6 +322,29 @@ async def test_cancelled_upload_leaves_nothing(client: ObjectStoreClient, root: 
         assert await conn.fetchval("SELECT count(*) FROM objects WHERE container = 'cancel'") == 0
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("via", ["grpc", "http"])
+async def test_upload_survives_a_hasher_that_first_runs_after_the_rename(
+    client: ObjectStoreClient, root: Path, tmp_path: Path, via: str
+) -> None:
+    """Issue 14 as a deploy saw it: a config drive upload failed with
+    "object store failure: FileNotFoundError" when the nice-19 hasher thread
+    got no CPU until commit had renamed the temp file. Here it never does."""
+    data = os.urandom(395_264)
+    source = tmp_path / "configdrive.img"
+    source.write_bytes(data)
+    before = files_under(root)
+
+    def renamed() -> bool:
+        return not any(p.name.endswith(".part") for p in (root / "tmp").iterdir())
+
+    with threads_held_at_start("objectstore-hash", until=renamed) as holds:
+        info = await client.put_file("race", f"configdrive-{via}.img", source, via=via)
+    assert holds.outcomes == [True]
+    assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert await client.get_bytes("race", f"configdrive-{via}.img") == data
+    assert len(files_under(root)) == len(before) + 1
 
 
 async def test_orphan_sweep_removes_only_unreferenced_bytes(service, client: ObjectStoreClient, root: Path) -> None:
