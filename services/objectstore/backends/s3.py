@@ -47,6 +47,7 @@ class S3Upload:
         # The worker thread only hashes; the buffer is touched on the event loop only.
         self._pipeline = HashingPipeline(None)
         self._upload_id: str | None = None
+        self._creating: asyncio.Future[Any] | None = None
         self._parts: list[dict[str, Any]] = []
         self._inflight: asyncio.Task[None] | None = None
         self._done = False
@@ -67,12 +68,22 @@ class S3Upload:
             await asyncio.shield(self._inflight)  # cleared only once done, so abort() still sees it
             self._inflight = None
         if self._upload_id is None:
-            reply = await self._backend.client.create_multipart_upload(
-                Bucket=self._backend.bucket, Key=self._backend.full_key(self._key)
-            )
-            self._upload_id = reply["UploadId"]
+            self._upload_id = await self._create_multipart()
         number = len(self._parts) + 1
         self._inflight = asyncio.create_task(self._upload_part(number, body))
+
+    async def _create_multipart(self) -> str:
+        """The upload id. The creation runs to its end even if the caller is
+        cancelled meanwhile, and abort() waits for it: S3 may have created the
+        upload already, and only its id lets abort() remove it."""
+        if self._creating is None:
+            self._creating = asyncio.ensure_future(
+                self._backend.client.create_multipart_upload(
+                    Bucket=self._backend.bucket, Key=self._backend.full_key(self._key)
+                )
+            )
+        reply = await asyncio.shield(self._creating)
+        return str(reply["UploadId"])
 
     async def _flush_full_parts(self) -> None:
         while len(self._buffer) >= self._part_size:
@@ -116,6 +127,9 @@ class S3Upload:
             self._inflight.cancel()
             with contextlib.suppress(BaseException):
                 await self._inflight
+        if self._upload_id is None and self._creating is not None:
+            with contextlib.suppress(Exception):  # a failed creation left nothing to abort
+                self._upload_id = str((await self._creating)["UploadId"])
         if self._upload_id is not None:
             try:
                 await self._backend.client.abort_multipart_upload(
