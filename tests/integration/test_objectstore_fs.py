@@ -10,6 +10,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from stat import S_IMODE
 
 import aiohttp
 import asyncpg
@@ -76,6 +77,7 @@ async def test_round_trip_stat_list_delete(client: ObjectStoreClient, root: Path
         delete_after=3600,
     )
     assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert {S_IMODE(p.stat().st_mode) for p in files_under(root / "data")} == {0o600}  # issue 16
     assert info.usage_count == 2 and dict(info.metadata) == {"node": "n1"}
     assert info.delete_at is not None and 3500 < (info.delete_at - info.created_at).total_seconds() <= 3601
     assert await client.get_bytes("rt", "boot-1.iso") == data

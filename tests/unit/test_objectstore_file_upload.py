@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
+from services.objectstore.backends.base import COALESCE_BYTES
 from services.objectstore.backends.filesystem import FilesystemBackend, FileUpload, ReadBackHasher
+from services.objectstore.testing import wait_until
 from tests.thread_hold import threads_held_at_start
 
 
@@ -101,3 +104,41 @@ async def test_abort_after_a_failed_commit_removes_the_renamed_bytes(tmp_path: P
     await upload.abort()
     assert files_under(tmp_path / "objects") == [] and hasher_threads() == 0
     assert "shorter" in str(failed.value)  # the cut, not some other failure
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_objects_are_readable_by_the_service_user_alone(tmp_path: Path) -> None:
+    """Issue 16: config drives were 0644 in 0755 directories."""
+    backend = await started_backend(tmp_path)
+    root, key = tmp_path / "objects", uuid.uuid4().hex
+    upload = backend.begin_upload(key)
+    await upload.write(os.urandom(COALESCE_BYTES + 1))  # a full batch: the temp file is made now
+    part = root / "tmp" / f"{key}.part"
+    await wait_until(part.exists)
+    assert mode(part) == 0o600
+    await upload.commit()
+    final = backend.path(key)
+    assert mode(final) == 0o600
+    assert {folder.name: mode(folder) for folder in (root, root / "data", root / "tmp", final.parent)} == {
+        "objects": 0o700,
+        "data": 0o700,
+        "tmp": 0o700,
+        key[:2]: 0o700,
+    }
+
+
+async def test_start_closes_directories_an_older_version_left_open(tmp_path: Path) -> None:
+    root = tmp_path / "objects"
+    old_file = root / "data" / "ab" / ("ab" + "0" * 30)
+    old_file.parent.mkdir(parents=True)
+    (root / "tmp").mkdir()
+    old_file.write_bytes(b"old config drive")
+    for path in (root, root / "data", root / "data" / "ab", root / "tmp"):
+        os.chmod(path, 0o755)
+    await FilesystemBackend(root).start()
+    assert mode(root / "data") == 0o700 and mode(root / "tmp") == 0o700
+    assert mode(root) == 0o755  # the root may be the operator's; data/ and tmp/ are enough
+    assert old_file.read_bytes() == b"old config drive"

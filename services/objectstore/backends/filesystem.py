@@ -5,6 +5,8 @@ Layout: ``<root>/data/<key[:2]>/<key>`` for committed objects and
 its temp file, fsynced, renamed into place and the directory fsynced, so a
 crash leaves either the whole object or an unreferenced temp file that the
 orphan sweep removes later; never half an object under a live key.
+Files are 0600 and the backend's directories 0700: objects include config
+drives, which carry secrets.
 Downloads go through aiohttp's FileResponse, which uses sendfile(2) and
 handles HEAD, single ranges (206/416) and conditional requests.
 """
@@ -17,6 +19,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import stat
 import threading
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -29,6 +32,9 @@ from services.objectstore.backends.base import HashingPipeline
 
 LOG = logging.getLogger(__name__)
 SENDFILE_CHUNK = 1024 * 1024
+# Objects hold config drives (passwords, keys): readable by the service's user alone (issue 16).
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 
 
 def _fsync_dir(path: Path) -> None:
@@ -37,6 +43,16 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _make_private(folder: Path) -> None:
+    """Tighten a directory made by an older version (0755): without search
+    permission on data/ and tmp/, nobody else reaches the files below, whatever
+    their own mode."""
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o077:
+        os.chmod(folder, mode & ~0o077)
+        LOG.info("closed an object directory to other users path=%s mode=%o", folder, mode & ~0o077)
 
 
 class ReadBackHasher:
@@ -171,7 +187,7 @@ class FileUpload:
         self._done = False
 
     def _create(self) -> int:
-        fd = os.open(self._tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(self._tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         self._fd = fd
         # A descriptor of its own for the hasher: the file's name changes at commit, the inode does not.
         self._hasher = ReadBackHasher(os.dup(fd), label=str(self._tmp))
@@ -197,7 +213,7 @@ class FileUpload:
         os.fsync(self._fd)
         fd, self._fd = self._fd, None
         os.close(fd)
-        self._final.parent.mkdir(parents=True, exist_ok=True)
+        self._final.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.rename(self._tmp, self._final)
         _fsync_dir(self._final.parent)
 
@@ -246,8 +262,11 @@ class FilesystemBackend:
 
     async def start(self) -> None:
         def prepare() -> None:
-            self._data.mkdir(parents=True, exist_ok=True)
-            self._tmp.mkdir(parents=True, exist_ok=True)
+            # The root's own parents (a state directory, say) keep the default mode: they are not ours.
+            self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            for folder in (self._data, self._tmp):
+                folder.mkdir(mode=DIR_MODE, exist_ok=True)
+                _make_private(folder)
 
         await asyncio.to_thread(prepare)
 
