@@ -7,8 +7,8 @@ crash leaves either the whole object or an unreferenced temp file that the
 orphan sweep removes later; never half an object under a live key.
 Files are 0600 and the backend's directories 0700: objects include config
 drives, which carry secrets.
-Downloads go through aiohttp's FileResponse, which uses sendfile(2) and
-handles HEAD, single ranges (206/416) and conditional requests.
+Downloads are answered by ``download_response`` (preconditions, ranges),
+with each span sent by sendfile(2).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from aiohttp import web
 
 from services.common import errors
 from services.objectstore.backends.base import HashingPipeline
+from services.objectstore.backends.download_response import ObjectVersion, answer_download
 
 LOG = logging.getLogger(__name__)
-SENDFILE_CHUNK = 1024 * 1024
 # Objects hold config drives (passwords, keys): readable by the service's user alone (issue 16).
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -325,12 +325,20 @@ class FilesystemBackend:
         return await asyncio.to_thread(scan)
 
     async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
-        return web.FileResponse(
-            self.path(obj["backend_key"]),
-            chunk_size=SENDFILE_CHUNK,
-            headers={
-                "Content-Type": obj["content_type"],
-                "Cache-Control": "private, no-transform",
-                "X-Object-Sha256": obj["sha256"],
-            },
-        )
+        try:
+            handle = await asyncio.to_thread(open, self.path(obj["backend_key"]), "rb")
+        except FileNotFoundError:  # deleted or replaced since the row was read
+            return web.Response(status=404, text="not found\n", headers={"Cache-Control": "no-store"})
+
+        async def send_span(response: web.StreamResponse, offset: int, count: int) -> None:
+            transport = request.transport
+            if transport is None:
+                raise ConnectionResetError("the client went away")
+            # sendfile(2): the kernel moves the pages (docs/objectstore.md, figures). asyncio waits
+            # for what the response wrote before (headers, a multipart head) to leave first.
+            await asyncio.get_running_loop().sendfile(transport, handle, offset, count)
+
+        try:
+            return await answer_download(request, ObjectVersion.from_row(obj), send_span)
+        finally:
+            await asyncio.to_thread(handle.close)
