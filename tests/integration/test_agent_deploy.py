@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from services.agent.agent import Agent, AgentOptions, Disk
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
