@@ -47,4 +47,4 @@ def threads_held_at_start(name: str, until: Callable[[], bool], *, timeout: floa
     try:
         yield holds
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)

@@ -66,10 +66,10 @@ def _part_heads(spans: tuple[Span, ...], version: ObjectVersion, boundary: str) 
             ("\r\n" if index else "")
             + f"--{boundary}\r\nContent-Type: {version.content_type}\r\n"
             + f"Content-Range: bytes {span.start}-{span.last}/{version.size}\r\n\r\n"
-        ).encode("latin-1")
+        ).encode()  # as aiohttp encodes the response's own headers
         for index, span in enumerate(spans)
     ]
-    return heads, f"\r\n--{boundary}--\r\n".encode("latin-1")
+    return heads, f"\r\n--{boundary}--\r\n".encode()
 
 
 async def answer_download(request: web.Request, version: ObjectVersion, send_span: SendSpan) -> web.StreamResponse:
