@@ -16,9 +16,9 @@ from services.api.grpc_api import NodeServicer
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
 from services.api.middlewares import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
 from services.api.routes import add_routes
+from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
 from services.common.recorded_addresses import record_api_url
 

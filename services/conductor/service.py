@@ -14,10 +14,10 @@ from aiohttp import web
 from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
 from services.common import errors, states
+from services.common.aiohttp_serving import start_http_site
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import start_http_site
 from services.common.jsonutil import dumps
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
@@ -269,13 +269,13 @@ class ConductorService:
         app.router.add_get("/metrics", self.metrics.handle)
         self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
         address = f"{c.host}:{grpc_port}"
-        registration = dict(
-            hostname=self.hostname,
-            grpc_address=address,
-            conductor_group=c.conductor_group,
-            hardware_types=list(self.registry.hardware_types),
-            interfaces=self.registry.describe(),
-        )
+        registration: dict[str, Any] = {
+            "hostname": self.hostname,
+            "grpc_address": address,
+            "conductor_group": c.conductor_group,
+            "hardware_types": list(self.registry.hardware_types),
+            "interfaces": self.registry.describe(),
+        }
         await self._recover_own_locks()
         await ConductorRepository(self.pool).register(**registration)
         self.manager.tasks.start()
