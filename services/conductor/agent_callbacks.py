@@ -16,15 +16,13 @@ import hmac
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common import errors, states
-from services.conductor import deploy_steps as steps
-from services.conductor.drivers.base import Task
-from services.conductor.drivers.direct import AGENT_KEYS
-
-if TYPE_CHECKING:
-    from services.conductor.manager import ConductorManager
+from services.common.db.nodes import NodeRepository
+from services.conductor.flows import deploy
+from services.conductor.node_states import NodeStates
+from services.conductor.taskmanager import TaskManager
 
 LOG = logging.getLogger(__name__)
 MASK = "******"
@@ -37,9 +35,10 @@ def _now_iso() -> str:
 class AgentCallbacks:
     """Lookup and heartbeat handling for one conductor."""
 
-    def __init__(self, manager: ConductorManager) -> None:
-        self.manager = manager
-        self.nodes = manager.nodes
+    def __init__(self, tasks: TaskManager, node_states: NodeStates) -> None:
+        self.tasks = tasks
+        self.states = node_states
+        self.nodes = NodeRepository(node_states.pool)
         self._retries: dict[str, asyncio.Task[None]] = {}
 
     async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
@@ -52,7 +51,7 @@ class AgentCallbacks:
         node, created = await self.nodes.set_agent_token_once(node_uuid, secrets.token_urlsafe(32))
         if not created:
             return MASK, node
-        await self.manager.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
+        await self.states.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
         return node["driver_internal_info"]["agent_secret_token"], node
 
     async def heartbeat(
@@ -115,14 +114,13 @@ class AgentCallbacks:
     async def _try_continue(self, node_uuid: str) -> bool:
         """Take the lock and run the next step; False when the node is busy."""
         try:
-            task = await self.manager.tasks.acquire(node_uuid)
+            async with self.tasks.acquire(node_uuid, "agent heartbeat") as task:
+                if task.node["provision_state"] != states.DEPLOYWAIT:
+                    return task.node["provision_state"] != states.DEPLOYING
+                task.spawn(lambda t: deploy.continue_after_callback(self.states, t), name="heartbeat")
+                return True
         except errors.NodeLocked:
             return False
-        if task.node["provision_state"] != states.DEPLOYWAIT:
-            await self.manager.tasks.release(node_uuid)
-            return task.node["provision_state"] != states.DEPLOYING
-        self.manager.tasks.spawn(task, self.continue_deploy, name="heartbeat")
-        return True
 
     async def _retry_continue(self, node_uuid: str, *, attempts: int = 20, delay: float = 0.5) -> None:
         for _ in range(attempts):
@@ -142,34 +140,3 @@ class AgentCallbacks:
         for retry in pending:
             retry.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-    async def continue_deploy(self, task: Task) -> None:
-        """The next deploy step for a locked node in ``wait call-back``."""
-        manager = self.manager
-        deploy = task.driver.deploy
-        info = task.node["driver_internal_info"]
-
-        async def run() -> None:
-            starting = info.get("deploy_phase") is None
-            if starting:  # this heartbeat sends write_image: show it as the running step
-                await steps.mark(manager, task, self._planned(task, "write_image"))
-            event = await deploy.heartbeat(task, info.get("agent_url", ""), info.get("agent_version", ""))
-            if event != "resume":
-                return
-            await manager.transition(task, "resume")
-            # The agent steps after write_image, each shown and recorded as it runs.
-            for name in getattr(deploy, "FINISH_STEPS", ()):
-                await steps.mark(manager, task, self._planned(task, name))
-                await getattr(deploy, name)(task)
-            await task.save_internal_info({}, remove=tuple(k for k in AGENT_KEYS if k != "deploy_progress"))
-            await manager.transition(task, "done", changes={"deploy_step": {}})
-
-        await manager.guard(task, "Deploy", run())
-
-    @staticmethod
-    def _planned(task: Task, name: str) -> dict[str, Any]:
-        """The step as planned for this deploy (its priority), else the interface's default."""
-        for step in task.node["driver_internal_info"].get("deploy_steps") or []:
-            if step.get("interface") == "deploy" and step.get("step") == name:
-                return {k: step[k] for k in ("interface", "step", "priority", "args") if k in step}
-        return {"interface": "deploy", "step": name, "priority": 0, "args": {}}
