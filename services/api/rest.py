@@ -457,7 +457,7 @@ class RestApi:
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         if "driver" in values:
-            self.router.conductor_for(node["uuid"], values["driver"], node["conductor_group"])
+            await self.router.route(node["uuid"], values["driver"], node["conductor_group"])
         reply = await self.rpc(
             node,
             "UpdateNode",

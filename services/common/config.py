@@ -55,6 +55,7 @@ class ApiConfig:
     max_limit: int = 1000
     conductor_timeout: float = 30.0
     ring_refresh_interval: float = 2.0
+    ready_timeout: float = 30.0
     renderer_address: str = ""
     ramdisk_heartbeat_timeout: int = 300
 

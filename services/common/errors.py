@@ -168,6 +168,7 @@ class ServiceUnavailable(FerrumError):
     http_status = 503
     grpc_code = grpc.StatusCode.UNAVAILABLE
     retryable = True
+    retry_after = 1  # seconds, sent as Retry-After on REST
 
 
 class NoFreeConductorWorker(ServiceUnavailable):

@@ -112,7 +112,16 @@ class AgentCallbacks:
                 retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
 
     async def _try_continue(self, node_uuid: str) -> bool:
-        """Take the lock and run the next step; False when the node is busy."""
+        """Take the lock and run the next step; False when the node is busy.
+
+        The state is read before the lock is taken: a heartbeat that arrives
+        after the deploy finished must not lock an ``active`` node (an operator's
+        next call would get a 409 for nothing)."""
+        state = (await self.nodes.get(node_uuid))["provision_state"]
+        if state == states.DEPLOYING:
+            return False  # the deploy flow still holds the node: try again shortly
+        if state != states.DEPLOYWAIT:
+            return True  # nothing left for a heartbeat to do
         try:
             async with self.tasks.acquire(node_uuid, "agent heartbeat") as task:
                 if task.node["provision_state"] != states.DEPLOYWAIT:

@@ -299,7 +299,9 @@ class ConductorManager:
             try:
                 node = await self.nodes.get(node_uuid)
                 if node["reservation"] != self.hostname:
-                    LOG.warning("lock lost during the database outage node_uuid=%s; its new holder resumes it", node_uuid)
+                    LOG.warning(
+                        "lock lost during the database outage node_uuid=%s; its new holder resumes it", node_uuid
+                    )
                     return
                 task.node = node
                 await resume.resume(self.states, task, reason="the database connection was lost")

@@ -136,4 +136,3 @@ class PeriodicWork:
                         event_type="power",
                     )
                     changed += 1
-

@@ -199,9 +199,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
 
     async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
-        result = await self._run(
-            context, request.node_uuid, self.manager.indicators.supported(request.node_uuid)
-        )
+        result = await self._run(context, request.node_uuid, self.manager.indicators.supported(request.node_uuid))
         return pb.JsonReply(json=dumps(result))
 
     async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
@@ -216,9 +214,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         await self._run(
             context,
             request.node_uuid,
-            self.manager.indicators.set_state(
-                request.node_uuid, request.component, request.indicator, request.state
-            ),
+            self.manager.indicators.set_state(request.node_uuid, request.component, request.indicator, request.state),
         )
         return pb.Empty()
 
@@ -230,7 +226,9 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
 
     async def SetSecureBootState(self, request: pb.SecureBootRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(
-            context, request.node_uuid, self.manager.boot_settings.set_secure_boot_state(request.node_uuid, request.target)
+            context,
+            request.node_uuid,
+            self.manager.boot_settings.set_secure_boot_state(request.node_uuid, request.target),
         )
         return pb.Empty()
 

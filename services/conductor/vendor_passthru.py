@@ -83,7 +83,9 @@ class VendorPassthru:
             except Exception as exc:  # an async method has no caller to answer to: log and record it
                 text = error_text(exc)
                 LOG.warning("vendor passthru failed node_uuid=%s method=%s reason=%s", node_uuid, method, text)
-                await self.states.record_event(task.node, "vendor-passthru", f"{method} failed: {text}", severity="ERROR")
+                await self.states.record_event(
+                    task.node, "vendor-passthru", f"{method} failed: {text}", severity="ERROR"
+                )
 
         # Async methods run in the background under the node lock (shared-lock
         # ones too: Ferrum does not run two operations on a node at once).

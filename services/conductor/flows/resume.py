@@ -45,11 +45,13 @@ async def resume(ctx: FlowContext, task: Task, *, reason: str) -> None:
         return
     if flow is not None:
         LOG.warning("resuming node_uuid=%s state=%s reason=%s", node["uuid"], state, reason)
-        await ctx.record_event(node, "resume", f"{reason}; resuming \"{state}\" on {ctx.hostname}", severity="WARNING")
+        await ctx.record_event(node, "resume", f'{reason}; resuming "{state}" on {ctx.hostname}', severity="WARNING")
         await flow(ctx, task)
         return
     if node["target_power_state"]:
-        LOG.warning("resuming power change node_uuid=%s target=%s reason=%s", node["uuid"], node["target_power_state"], reason)
+        LOG.warning(
+            "resuming power change node_uuid=%s target=%s reason=%s", node["uuid"], node["target_power_state"], reason
+        )
         await power.resume(ctx, task)
         return
     await sync_power_state(ctx, task, reason=reason)
