@@ -184,10 +184,10 @@ async def _wait_os(machines: list[Any], timeout: float = 60) -> None:
 
 
 def _config_drive_seen(machine: Any) -> str:
+    """The hostname cloud-init would set from the config drive (its ``local-hostname``), or "-"."""
     report = machine.os_report or {}
     drive = report.get("config_drive") or {}
-    meta = drive.get("meta_data") or {}
-    return str(meta.get("hostname") or "-")
+    return str(drive.get("hostname") or "-")
 
 
 async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:

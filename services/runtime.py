@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from services.common.config import Settings
 from services.common.db.bootstrap import Database, open_database
+from services.common.db.credentials import mask_password
 from services.common.db.pool import create_pool
 
 LOG = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ class RunningStack:
         try:
             self.database = await open_database(settings)
             if self.database.embedded is not None:
-                self.endpoints["PostgreSQL (embedded)"] = self.database.url
+                # Printed and written to the ports file: never the password (it is in the state directory).
+                self.endpoints["PostgreSQL (embedded)"] = mask_password(self.database.url)
             self.pool = await create_pool(
                 self.database.url, min_size=settings.database.pool_min, max_size=settings.database.pool_max
             )

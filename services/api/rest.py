@@ -1218,6 +1218,6 @@ async def check_configdrive_payload(configdrive: Any) -> None:
     payload or one over 64 MiB is a 400 now rather than a failed deploy later."""
     if not isinstance(configdrive, str) or not configdrive or "://" in configdrive:
         return
-    from services.conductor.images.configdrive import decode_configdrive
+    from services.common.images.configdrive import decode_configdrive
 
     await asyncio.to_thread(decode_configdrive, configdrive)

@@ -19,7 +19,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
-    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError
+    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
 
@@ -204,6 +204,10 @@ class ChecksumMismatch(ImageError):
 
 class ConfigDriveError(ImageError):
     """The config drive could not be placed on the disk (no slot, no room, two config-2)."""
+
+
+class ImageFormatError(ImageError):
+    """Bytes read from a disk or an image do not hold the format they claim (partition table, ISO9660, FAT)."""
 
 
 class AgentError(HardwareError):

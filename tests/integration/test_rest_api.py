@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.conductor.images.configdrive import build_configdrive, encode_configdrive
+from services.common.images.configdrive import build_configdrive, encode_configdrive
 
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 

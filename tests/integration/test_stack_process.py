@@ -58,7 +58,7 @@ def stack_process(tmp_path: Path):
     )
     try:
         endpoints = wait_for(ports, process)
-        yield process, endpoints, tmp_path / "state"
+        yield process, endpoints, tmp_path
     finally:
         if process.poll() is None:
             process.kill()
@@ -66,7 +66,8 @@ def stack_process(tmp_path: Path):
 
 
 def test_stack_serves_and_stops_cleanly(stack_process) -> None:
-    process, endpoints, state = stack_process
+    process, endpoints, tmp_path = stack_process
+    state = tmp_path / "state"
     pg_pid = int((state / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
     assert alive(pg_pid)
     for label in ("api gRPC", "conductor gRPC", "ipxe gRPC", "objectstore gRPC"):
@@ -92,9 +93,17 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
     )
     assert "ferrum_requests_total" in requests.get(endpoints["api metrics"], timeout=5).text
 
+    # The database endpoint is printed and written to the ports file without its password (issue 16).
+    password = (state / "postgres" / "ferrum.password").read_text().strip()
+    database = endpoints["PostgreSQL (embedded)"]
+    assert database.startswith("postgresql://ferrum:******@127.0.0.1:") and database.endswith("/ferrum")
+    assert password not in (tmp_path / "ports.json").read_text()
+
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert process.wait(20) == 0
+    output = process.stdout.read() + process.stderr.read()
+    assert "postgresql://ferrum:******@" in output and password not in output
     assert time.monotonic() - started < 15
     deadline = time.monotonic() + 10
     while alive(pg_pid) and time.monotonic() < deadline:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common import errors
-from services.conductor.images import iso9660
-from services.conductor.images.configdrive import LABEL, MAX_CONFIGDRIVE_BYTES
-from services.conductor.images.partition_table import (
+from services.common.images import iso9660
+from services.common.images.configdrive import LABEL, MAX_CONFIGDRIVE_BYTES
+from services.common.images.partition_table import (
     Partition,
     PartitionTable,
     read_partition_table,
@@ -152,7 +152,10 @@ def _run(argv: list[str], *, stdin: str | None = None) -> str:
 
 def _read_table(device: str) -> PartitionTable:
     with open(device, "rb") as fp:
-        return read_partition_table(fp, sector_size=sector_size_of(fp.fileno()))
+        try:
+            return read_partition_table(fp, sector_size=sector_size_of(fp.fileno()))
+        except errors.ImageFormatError as exc:
+            raise ConfigDriveError(exc.message) from None
 
 
 def write_configdrive_partition(

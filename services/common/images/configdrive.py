@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common import errors
-from services.conductor.images import iso9660
-from services.conductor.images.network_data import generate_network_data
+from services.common.images import iso9660
+from services.common.images.network_data import generate_network_data
 
 MAX_CONFIGDRIVE_BYTES = 64 * 1024 * 1024
 LABEL = "config-2"

@@ -1,4 +1,4 @@
-"""ISO9660 images in pure Python (pycdlib): write a file tree, read one back.
+"""ISO9660 images in pure Python (pycdlib): write a file tree, read one back with bounds.
 
 Config drives must be readable by the Linux kernel's isofs (cloud-init mounts
 the ``config-2`` device) and by tools that only know Joliet (cloudbase-init),
@@ -9,14 +9,19 @@ directories hold the same files), which halves the size of big drives.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
-from collections.abc import Iterator, Mapping
+import struct
+from collections.abc import Mapping
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Self
 
 import pycdlib
+import pycdlib.pycdlibexception
+
+from services.common import errors
 
 SECTOR = 2048
 PVD_OFFSET = 16 * SECTOR  # the first volume descriptor follows a 32 KiB system area
@@ -24,6 +29,23 @@ _STANDARD_ID = b"CD001"
 _MAX_DESCRIPTORS = 32  # a bound on the volume descriptor set we are willing to walk
 _COPY_BLOCK = 4 * 1024 * 1024  # pycdlib copies file data in blocks of this size
 _NOT_D_CHARS = re.compile(r"[^A-Z0-9_]")
+MAX_ENTRIES = 100_000  # names in one image we are willing to index (a config drive has a dozen)
+MAX_FILE_BYTES = 64 * 1024 * 1024  # default bound on one file read whole (the config drive limit)
+MAX_TOTAL_BYTES = 128 * 1024 * 1024  # default bound on all files read whole from one image
+# What pycdlib raises on malformed images besides its own exceptions (found by the fuzz tests).
+_PARSE_ERRORS = (
+    pycdlib.pycdlibexception.PyCdlibException,
+    ValueError,
+    IndexError,
+    KeyError,
+    struct.error,
+    UnicodeError,
+    AttributeError,
+    TypeError,
+    OverflowError,
+    RecursionError,
+    OSError,
+)
 
 
 def is_iso9660(head: bytes) -> bool:
@@ -157,42 +179,133 @@ def _unique(path: str, used: set[str], suffix: str) -> str:
     return candidate
 
 
-def _walk(iso: pycdlib.PyCdlib) -> Iterator[tuple[str, str, str]]:
-    """(kind, path in the image, path to write) for every file, best naming first."""
-    if iso.has_rock_ridge():
-        kind = "rr_path"
-    elif iso.has_joliet():
-        kind = "joliet_path"
-    else:
-        kind = "iso_path"
-    for dirpath, _dirs, filenames in iso.walk(**{kind: "/"}):
-        for name in filenames:
-            source = f"{dirpath.rstrip('/')}/{name}"
-            if kind == "iso_path":
-                name = name.split(";", 1)[0].rstrip(".").lower()
-                rel = f"{dirpath.rstrip('/')}/{name}".lower()
-            else:
-                rel = source
-            yield kind, source, rel.lstrip("/")
+class IsoVolume:
+    """An ISO9660 image opened for reading, with the names the Linux kernel shows.
 
-
-def read_iso_files(fp: BinaryIO) -> dict[str, bytes]:
-    """Every file of the ISO9660 image in ``fp`` as relative path -> bytes.
-
-    Rock Ridge names are preferred, then Joliet, then ISO9660 names folded to
-    lower case: the order in which the Linux kernel picks them.
+    Rock Ridge names are used when present, then Joliet, then ISO9660 names
+    folded to lower case without their ``;1`` version (``map=normal``): the
+    order in which the kernel's isofs picks them, and so what cloud-init sees
+    on a mounted config drive. The image is untrusted: parsing failures of any
+    kind become ImageFormatError, the directory tree is capped at
+    ``max_entries`` names, and a file is read only up to a caller's limit.
+    Use as a context manager (or call ``close``).
     """
-    iso = pycdlib.PyCdlib()
-    iso.open_fp(fp)
-    try:
+
+    def __init__(self, fp: BinaryIO, *, max_entries: int = MAX_ENTRIES) -> None:
+        self._iso = pycdlib.PyCdlib()
+        try:
+            self._iso.open_fp(fp)
+        except _PARSE_ERRORS as exc:
+            raise errors.ImageFormatError(f"not a readable ISO9660 image: {exc}") from None
+        try:
+            self._kind, self._entries = self._index(max_entries)
+        except BaseException:
+            self.close()
+            raise
+
+    def _index(self, max_entries: int) -> tuple[str, dict[str, tuple[str, bool]]]:
+        iso = self._iso
+        try:
+            kind = "rr_path" if iso.has_rock_ridge() else "joliet_path" if iso.has_joliet() else "iso_path"
+            entries: dict[str, tuple[str, bool]] = {"": ("/", True)}
+            for dirpath, dirnames, filenames in iso.walk(**{kind: "/"}):
+                base = dirpath.rstrip("/")
+                for name, is_dir in [*((d, True) for d in dirnames), *((f, False) for f in filenames)]:
+                    source = f"{base}/{name}"
+                    rel = source.lstrip("/")
+                    if kind == "iso_path":
+                        rel = "/".join(_plain_name(part) for part in rel.split("/"))
+                    entries.setdefault(rel, (source, is_dir))
+                    if len(entries) > max_entries:
+                        raise errors.ImageFormatError(f"the ISO9660 image has more than {max_entries} names")
+            return kind, entries
+        except _PARSE_ERRORS as exc:
+            raise errors.ImageFormatError(f"the ISO9660 directory tree is corrupt: {exc}") from None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(_PARSE_ERRORS):  # closing a half-opened image: nothing to release
+            self._iso.close()
+
+    def files(self) -> list[str]:
+        """Every file's relative path."""
+        return sorted(rel for rel, (_, is_dir) in self._entries.items() if not is_dir)
+
+    def is_dir(self, path: str) -> bool:
+        entry = self._entries.get(path.strip("/"))
+        return entry is not None and entry[1]
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in the directory ``path`` (relative, ``""`` for the root); FileNotFoundError when absent."""
+        path = path.strip("/")
+        if not self.is_dir(path):
+            raise FileNotFoundError(path)
+        prefix = f"{path}/" if path else ""
+        return sorted(
+            rel[len(prefix) :]
+            for rel in self._entries
+            if rel.startswith(prefix) and "/" not in rel[len(prefix) :] and rel
+        )
+
+    def size(self, path: str) -> int:
+        """The file's length in bytes; FileNotFoundError when there is no such file."""
+        source, _ = self._file(path)
+        try:
+            return int(self._iso.get_record(**{self._kind: source}).get_data_length())
+        except _PARSE_ERRORS as exc:
+            raise errors.ImageFormatError(f"cannot read the ISO9660 record of {path}: {exc}") from None
+
+    def read(self, path: str, *, limit: int = MAX_FILE_BYTES) -> bytes:
+        """The bytes of file ``path``; ImageFormatError when it is larger than ``limit`` or unreadable."""
+        length = self.size(path)
+        if length > limit:
+            raise errors.ImageFormatError(f"{path} in the ISO9660 image is {length} bytes, more than {limit}")
+        source, _ = self._file(path)
+        out = io.BytesIO()
+        try:
+            self._iso.get_file_from_iso_fp(out, **{self._kind: source})
+        except _PARSE_ERRORS as exc:
+            raise errors.ImageFormatError(f"cannot read {path} from the ISO9660 image: {exc}") from None
+        return out.getvalue()[:length]
+
+    def _file(self, path: str) -> tuple[str, bool]:
+        entry = self._entries.get(path.strip("/"))
+        if entry is None or entry[1]:
+            raise FileNotFoundError(path)
+        return entry
+
+
+def _plain_name(name: str) -> str:
+    """An ISO9660 name as Linux shows it without Rock Ridge/Joliet: lower case, no ``;1``, no trailing dot."""
+    return name.split(";", 1)[0].rstrip(".").lower()
+
+
+def read_iso_files(
+    fp: BinaryIO, *, max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES
+) -> dict[str, bytes]:
+    """Every file of the ISO9660 image in ``fp`` as relative path -> bytes (see :class:`IsoVolume` for names).
+
+    Files are read whole, so the sizes are bounded: one file at most
+    ``max_file_bytes``, all of them at most ``max_total_bytes`` (hard links
+    make a small image claim many large files). Raises ImageFormatError past
+    either bound or when the image does not parse.
+    """
+    with IsoVolume(fp) as volume:
         found: dict[str, bytes] = {}
-        for kind, source, rel in _walk(iso):
-            buf = io.BytesIO()
-            iso.get_file_from_iso_fp(buf, **{kind: source})
-            found[rel] = buf.getvalue()
+        total = 0
+        for rel in volume.files():
+            total += volume.size(rel)
+            if total > max_total_bytes:
+                raise errors.ImageFormatError(
+                    f"the files of the ISO9660 image add up to more than {max_total_bytes} bytes"
+                )
+            found[rel] = volume.read(rel, limit=max_file_bytes)
         return found
-    finally:
-        iso.close()
 
 
 def extract_iso(fp: BinaryIO, dest: str | os.PathLike[str]) -> list[str]:

@@ -21,6 +21,7 @@ data file, no extended L2 entries, zlib compression. ``parse_header`` raises
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -30,7 +31,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.agent.erase import zero_range
 from services.common import errors
 
 MAGIC = b"QFI\xfb"
@@ -39,6 +39,19 @@ COMPRESSED = 1 << 62
 ZERO_FLAG = 1
 INCOMPAT_DIRTY = 1
 KNOWN_HEADER = 104  # bytes of the v3 header this reader needs
+MAX_L1_BYTES = 32 * 1024 * 1024  # qemu's QCOW_MAX_L1_SIZE: a bigger L1 table is refused, as qemu refuses it
+MAX_HELD_BYTES = 64 * 1024 * 1024  # tables and compressed clusters held at once (an L1 + a few clusters)
+_ZEROS = bytes(1024 * 1024)
+
+
+def write_zeros(fd: int, offset: int, length: int) -> None:
+    """Write zeros over [offset, offset+length): the plain way to clear what the image leaves unallocated.
+
+    The agent passes its own ``zero_range``, which punches holes in file-backed disks instead.
+    """
+    end = offset + length
+    while offset < end:
+        offset += os.pwrite(fd, memoryview(_ZEROS)[: min(len(_ZEROS), end - offset)], offset)
 
 
 class Unsupported(Exception):
@@ -80,7 +93,25 @@ def parse_header(head: bytes) -> Header:
             raise Unsupported(f"qcow2 incompatible features {incompatible:#x}")
         if header_length > 104 and len(head) > 104 and head[104] != 0:
             raise Unsupported("qcow2 compression type other than zlib")
+        if not KNOWN_HEADER <= header_length <= 1 << cluster_bits:
+            raise errors.ImageError(f"qcow2 header length {header_length} is invalid")
+    _check_l1(size, cluster_bits, l1_size, l1_off)
     return Header(version, cluster_bits, size, l1_size, l1_off, backing_off)
+
+
+def _check_l1(size: int, cluster_bits: int, l1_size: int, l1_off: int) -> None:
+    """The L1 table must fit qemu's limit, cover the virtual size and start on a cluster, as qemu checks.
+
+    ``l1_size`` comes straight from the image: it sizes the one allocation
+    the reader makes from the header, so it is bounded before anything else.
+    """
+    if 8 * l1_size > MAX_L1_BYTES:
+        raise errors.ImageError(f"qcow2 L1 table of {l1_size} entries is larger than {MAX_L1_BYTES} bytes")
+    per_l1_entry = 1 << (2 * cluster_bits - 3)  # guest bytes one L2 table maps
+    if l1_size < -(-size // per_l1_entry):
+        raise errors.ImageError(f"qcow2 L1 table of {l1_size} entries is too small for the virtual size {size}")
+    if l1_size and l1_off % (1 << cluster_bits):
+        raise errors.ImageError(f"qcow2 L1 table offset {l1_off} is not aligned to a cluster")
 
 
 @dataclass
@@ -92,6 +123,7 @@ class _Pending:
     on_complete: Callable[[bytes], None]
     buf: bytearray | None = None
     got: int = 0
+    may_end_early: bool = False  # a compressed cluster's declared length may run past the end of the file
 
     def take(self, block: memoryview, block_start: int) -> bool:
         lo, hi = max(self.start, block_start), min(self.end, block_start + len(block))
@@ -109,14 +141,22 @@ class StreamingConverter:
     Not thread-safe: call from one thread at a time (the agent calls it from
     worker threads, one block after another)."""
 
-    def __init__(self, header: Header, fd: int, disk_size: int, *, spool_dir: str) -> None:
+    def __init__(
+        self,
+        header: Header,
+        fd: int,
+        disk_size: int,
+        *,
+        spool_dir: str,
+        zero_range: Callable[[int, int, int], None] = write_zeros,
+    ) -> None:
         if header.backing_file_offset:
             raise errors.ImageError("qcow2 image has a backing file; refused")
         if header.virtual_size > disk_size:
             raise errors.ImageError(
                 f"qcow2 virtual size {header.virtual_size} is larger than the disk ({disk_size} bytes)"
             )
-        self.h, self.fd, self.spool_dir = header, fd, spool_dir
+        self.h, self.fd, self.spool_dir, self._zero_range = header, fd, spool_dir, zero_range
         self.cs = header.cluster_size
         self.entries_per_l2 = self.cs // 8
         self.pos = 0
@@ -128,6 +168,8 @@ class StreamingConverter:
         self._seq = itertools.count()
         self._l1_done = False
         self._l2_waiting = 0
+        self._l2_offsets: set[int] = set()
+        self._held = 0  # bytes of the pending tables and compressed clusters being filled
         self._spool_fd: int | None = None
         self._spool_path: str | None = None
         self._spool_index: dict[int, int] = {}  # host cluster index -> offset in the spool
@@ -138,8 +180,8 @@ class StreamingConverter:
 
     # ---- tables -------------------------------------------------------------------------
 
-    def _want(self, start: int, end: int, on_complete: Callable[[bytes], None]) -> None:
-        pending = _Pending(start, end, on_complete)
+    def _want(self, start: int, end: int, on_complete: Callable[[bytes], None], *, may_end_early: bool = False) -> None:
+        pending = _Pending(start, end, on_complete, may_end_early=may_end_early)
         if start < self.pos:  # partly streamed past already: that part must be in the spool
             have = min(end, self.pos) - start
             pending.buf = bytearray(end - start)
@@ -155,6 +197,9 @@ class StreamingConverter:
         for index, entry in enumerate(struct.unpack(f">{self.h.l1_size}Q", table)):
             l2_offset = entry & OFFSET_MASK
             if l2_offset:
+                if l2_offset in self._l2_offsets:
+                    raise errors.ImageError(f"qcow2 L2 table at {l2_offset} is used by two L1 entries")
+                self._l2_offsets.add(l2_offset)
                 self._l2_waiting += 1
                 self._want(l2_offset, l2_offset + self.cs, self._l2_handler(index))
 
@@ -196,7 +241,7 @@ class StreamingConverter:
                 raise errors.ImageError(f"short compressed qcow2 cluster at {offset}")
             self._write_guest(raw, guest)
 
-        self._want(offset, offset + length, inflate)
+        self._want(offset, offset + length, inflate, may_end_early=True)
 
     # ---- data ---------------------------------------------------------------------------
 
@@ -232,6 +277,25 @@ class StreamingConverter:
             out += os.pread(self._spool_fd, want, slot + within)
         return bytes(out)
 
+    def _hold(self, pending: _Pending) -> _Pending:
+        """Account for a pending range about to be filled; refuse images that need too many at once.
+
+        A valid image never has overlapping tables or compressed clusters, so
+        at any file offset only a few are being filled. A hostile one can
+        point thousands of L1 or L2 entries at the same bytes.
+        """
+        self._held += pending.end - pending.start
+        if self._held > MAX_HELD_BYTES:
+            raise errors.ImageError(
+                f"qcow2 image needs more than {MAX_HELD_BYTES} bytes of tables and compressed clusters at "
+                f"offset {pending.start} (overlapping tables or clusters)"
+            )
+        return pending
+
+    def _complete(self, pending: _Pending) -> None:
+        self._held -= pending.end - pending.start
+        pending.on_complete(bytes(pending.buf or b""))
+
     def _mapping_complete(self) -> bool:
         return self._l1_done and self._l2_waiting == 0
 
@@ -246,19 +310,19 @@ class StreamingConverter:
             lo, hi = max(cluster_start, offset), min(cluster_start + self.cs, end)
             piece = block[lo - offset : hi - offset]
             while self._heap and self._heap[0][0] < hi:
-                self._active.append(heapq.heappop(self._heap)[2])
+                self._active.append(self._hold(heapq.heappop(self._heap)[2]))
             if self._active:
                 still = []
                 for pending in self._active:
                     if pending.take(piece, lo):
-                        pending.on_complete(bytes(pending.buf or b""))
+                        self._complete(pending)
                     else:
                         still.append(pending)
                 self._active = still
                 while self._heap and self._heap[0][0] < hi:  # tables found by a table just completed
-                    pending = heapq.heappop(self._heap)[2]
+                    pending = self._hold(heapq.heappop(self._heap)[2])
                     if pending.take(piece, lo):
-                        pending.on_complete(bytes(pending.buf or b""))
+                        self._complete(pending)
                     else:
                         self._active.append(pending)
             cluster = cluster_start >> self.h.cluster_bits
@@ -283,7 +347,7 @@ class StreamingConverter:
     def finish(self) -> int:
         """Check nothing is missing, zero what the image leaves unallocated; returns the virtual size."""
         for pending in self._active + [p for _, _, p in self._heap]:
-            if pending.got and pending.start + pending.got == self.pos and pending.buf is not None:
+            if pending.may_end_early and pending.got and pending.start + pending.got == self.pos and pending.buf:
                 # A compressed run may be declared longer than what is left of the file.
                 pending.on_complete(bytes(pending.buf[: pending.got]))
             else:
@@ -298,7 +362,7 @@ class StreamingConverter:
             stop = marks.find(1, index)
             stop = len(marks) if stop < 0 else stop
             start = index * self.cs
-            zero_range(self.fd, start, min(stop * self.cs, self.h.virtual_size) - start)
+            self._zero_range(self.fd, start, min(stop * self.cs, self.h.virtual_size) - start)
             index = stop
         return self.h.virtual_size
 
@@ -307,8 +371,6 @@ class StreamingConverter:
             os.close(self._spool_fd)
             self._spool_fd = None
         if self._spool_path:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._spool_path)
-            except FileNotFoundError:
-                pass
             self._spool_path = None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from services.agent import qcow2stream
 from services.common import errors
+from services.common.images import qcow2stream
 
 MiB = 1024 * 1024
 DISK = 12 * MiB
