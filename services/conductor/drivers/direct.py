@@ -133,6 +133,15 @@ class DirectDeploy(base.DeployInterface):
         client = self._client(task)
         phase = info.get("deploy_phase")
         if phase is None:
+            running = await _write_image_command(client)
+            if running is not None:
+                # A conductor that died after sending write_image (before it could
+                # record that) left the agent writing: adopt that command.
+                await task.save_internal_info(
+                    {"deploy_phase": "write_image", "agent_command_id": running.get("id")}
+                )
+                LOG.info("adopted running image write node_uuid=%s command=%s", task.node["uuid"], running.get("id"))
+                return self._outcome(task, running)
             step = {
                 "interface": "deploy",
                 "step": "write_image",
@@ -217,6 +226,15 @@ class DirectDeploy(base.DeployInterface):
             {}, remove=AGENT_KEYS + ("is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
         )
         return "deleted"
+
+
+async def _write_image_command(client: AgentClient) -> dict[str, Any] | None:
+    """This ramdisk's write_image command, if one was already sent (the agent
+    keeps its commands until it reboots, and a reboot starts a new deploy)."""
+    for command in await client.commands():
+        if command.get("command_name") == "execute_deploy_step":
+            return command
+    return None
 
 
 def _agent_node(node: dict[str, Any]) -> dict[str, Any]:
