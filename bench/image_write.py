@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -43,7 +44,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.common.httpserver import start_http_site  # noqa: E402
+from services.common.aiohttp_serving import start_http_site  # noqa: E402
 
 MiB = 1024 * 1024
 TOKEN = "b" * 43
@@ -171,10 +172,8 @@ async def run_agent(
                 nonlocal child_peak
                 while not done.is_set():
                     for child in ps.children(recursive=True):
-                        try:
+                        with contextlib.suppress(psutil.Error):
                             child_peak = max(child_peak, child.memory_info().rss)
-                        except psutil.Error:
-                            pass
                     await asyncio.sleep(0.05)
 
             while True:  # the token is known once the agent has looked itself up

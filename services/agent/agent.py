@@ -27,7 +27,7 @@ from aiohttp import web
 from services.agent import callbacks, cmdline, hardware, imagewrite, server
 from services.agent.commands import COMMANDS, CommandResult
 from services.common import errors
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 
 LOG = logging.getLogger(__name__)
 AGENT_VERSION = "10.0.0"  # the IPA release whose behaviour this agent follows

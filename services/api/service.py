@@ -18,9 +18,9 @@ from services.api.rest import RestApi
 from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
 from services.api.router import ConductorRouter
 from services.api.volumes import VolumeApi
+from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
 
 

@@ -14,11 +14,11 @@ from aiohttp import web
 from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
 from services.common import errors
+from services.common.aiohttp_serving import start_http_site
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import start_http_site
 from services.common.jsonutil import dumps
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
@@ -285,14 +285,14 @@ class ConductorService:
             start_timeout=max(c.heartbeat_timeout, 5.0),
         )
         await self._liveness.start()
-        registration: dict[str, Any] = dict(
-            hostname=self.hostname,
-            grpc_address=address,
-            conductor_group=c.conductor_group,
-            hardware_types=list(self.registry.hardware_types),
-            interfaces=self.registry.describe(),
-            liveness_lock=True,
-        )
+        registration: dict[str, Any] = {
+            "hostname": self.hostname,
+            "grpc_address": address,
+            "conductor_group": c.conductor_group,
+            "hardware_types": list(self.registry.hardware_types),
+            "interfaces": self.registry.describe(),
+            "liveness_lock": True,
+        }
         await conductors.register(**registration)
         self.manager.tasks.start()
         await self._resume_own_locks()

@@ -18,12 +18,12 @@ import resource
 import uuid as uuidlib
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
 
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 from services.simulator.machine import Machine, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
 from services.simulator.redfish import RedfishService
@@ -129,7 +129,7 @@ class Simulator:
             await self._session.close()
             self._session = None
 
-    async def __aenter__(self) -> Simulator:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from services.agent.agent import Agent, AgentOptions, Disk
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -729,7 +729,7 @@ async def test_masked_token_locks_down_unless_pregenerated(env):
     ironic.lookup = lookup  # type: ignore[method-assign]
     app_runner, port = await start_http_site(ironic.app(), "127.0.0.1", 0)
     try:
-        options = {
+        options: dict[str, Any] = {
             "api_url": f"http://127.0.0.1:{port}",
             "macs": ("52:54:00:00:00:01",),
             "lookup_interval": 0.05,

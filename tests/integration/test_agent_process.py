@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 from tests.integration.test_agent_deploy import TOKEN, FakeIronic, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,6 +92,7 @@ def test_agent_cli_rejects_missing_settings(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert run.returncode == 2 and "missing: macs, disks" in run.stderr
     run = subprocess.run(
@@ -111,5 +112,6 @@ def test_agent_cli_rejects_missing_settings(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert run.returncode == 2 and "bad --disk field" in run.stderr

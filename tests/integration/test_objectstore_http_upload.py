@@ -7,6 +7,7 @@ uploads, and put_file's fallback to gRPC."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ import pytest
 
 from services.common import errors
 from services.common.objectstore_client import ObjectStoreClient
-from services.objectstore import upload_server
+from services.objectstore import upload_front_door
 from services.objectstore.tempurl import to_base36
 from services.objectstore.testing import free_port, running_objectstore, wait_until
 from tests.conftest import test_settings
@@ -235,7 +236,7 @@ async def test_cancelled_or_stalled_upload_leaves_nothing(
     assert await client.stat("cut", "half.iso") is None
 
     # A client that stops sending is cut off after the stall timeout.
-    monkeypatch.setattr(upload_server, "BODY_STALL_TIMEOUT", 1.0)
+    monkeypatch.setattr(upload_front_door, "BODY_STALL_TIMEOUT", 1.0)
     reader, writer = await asyncio.open_connection(split.hostname, split.port)
     writer.write(put_head(url, 8 * MiB) + os.urandom(MiB))
     await writer.drain()
@@ -367,10 +368,8 @@ async def test_stopping_the_service_mid_upload_leaves_nothing(
         await wait_until(lambda: len(files_under(root / "tmp")) == 1, timeout=5)
     # The service has stopped with the upload half done.
     assert files_under(root) == []
-    try:
+    with contextlib.suppress(ConnectionResetError):
         assert await asyncio.wait_for(reader.read(), 5) == b""
-    except ConnectionResetError:
-        pass
     writer.close()
     async with running_objectstore(settings) as svc:
         store = ObjectStoreClient(svc.grpc_address)

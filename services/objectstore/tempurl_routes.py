@@ -1,6 +1,6 @@
 """The object store's aiohttp routes: temp-URL downloads (GET and HEAD on
 ``/t/<id>.<expires>.<sig>/<name>``) and the PUT upload route for the requests
-the fast front door (``upload_server``) hands over, such as chunked bodies.
+the fast front door (``upload_front_door``) hands over, such as chunked bodies.
 Download refusals carry a fixed short body and never say whether the object
 exists."""
 
@@ -10,8 +10,8 @@ import logging
 
 from aiohttp import web
 
-from services.objectstore.http_upload import HttpUploads, Reply
 from services.objectstore.store import ObjectStore
+from services.objectstore.upload_requests import HttpUploads, Reply
 
 LOG = logging.getLogger(__name__)
 _REFUSALS = {401: "temp URL expired\n", 403: "temp URL signature invalid\n", 404: "not found\n"}

@@ -16,7 +16,7 @@ The request, Swift style:
 
 The answer is ``201`` with the object as JSON (and ``ETag``/``X-Object-Sha256``
 headers), or an error status with ``{"error": {"name", "message"}}``. The
-logic here is shared by the fast front door (``upload_server``) and the
+logic here is shared by the fast front door (``upload_front_door``) and the
 aiohttp route that takes chunked bodies.
 """
 

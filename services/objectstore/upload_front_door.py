@@ -33,7 +33,7 @@ from urllib.parse import unquote
 import httptools
 
 from services.common.metrics import ServiceMetrics
-from services.objectstore.http_upload import HttpUploads, Reply
+from services.objectstore.upload_requests import HttpUploads, Reply
 
 LOG = logging.getLogger(__name__)
 HEAD_LIMIT = 64 * 1024

@@ -1,4 +1,5 @@
-"""aiohttp bootstrap shared by the HTTP-facing services."""
+"""Serving an aiohttp app, shared by the HTTP-facing services: the middleware
+that gives every request an id and times it, and starting a site on a port."""
 
 from __future__ import annotations
 
