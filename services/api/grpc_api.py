@@ -35,9 +35,9 @@ from services.api.rest import (
 from services.api.router import ConductorRouter
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
-from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.events import EventRepository
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
+from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
 

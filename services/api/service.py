@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-
 from typing import Any
 
 import asyncpg
@@ -22,7 +21,6 @@ from services.common.aiohttp_serving import request_context_middleware, start_ht
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.metrics import ServiceMetrics
-
 
 LOG = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from services.common import errors, states
 from services.common.db.nodes import NodeRepository
+from services.common.db.outage import is_unavailable
 from services.conductor.flows import deploy
 from services.conductor.node_states import NodeStates
 from services.conductor.taskmanager import TaskManager
@@ -139,7 +140,9 @@ class AgentCallbacks:
                     return
             except errors.NodeNotFound:
                 return
-            except Exception:  # the next heartbeat tries again; a retry must not crash
+            except Exception as exc:  # the next heartbeat tries again; a retry must not crash
+                if is_unavailable(exc):
+                    continue  # PostgreSQL is restarting: keep trying, with the same budget
                 LOG.exception("continuing the deploy after a heartbeat failed node_uuid=%s", node_uuid)
                 return
 

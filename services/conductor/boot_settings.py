@@ -41,7 +41,7 @@ class BootSettings:
                 await apply(task)
                 await task.save_fields({field: value})
                 await self.states.record_event(task.node, what.replace(" ", "-"), f"{what} set to {value}")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any driver failure is recorded as the node's last_error
                 text = error_text(exc)
                 message = f"Failed to set the {what} of node {node_uuid} to {value}: {text}"
                 LOG.warning("management change failed node_uuid=%s what=%s reason=%s", node_uuid, what, text)

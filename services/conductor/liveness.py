@@ -83,7 +83,7 @@ class LivenessLock:
                 continue
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure of the check means the session is gone
                 if self.held:
                     LOG.warning("liveness lock lost hostname=%s reason=%s; taking it again", self.hostname, exc)
                 self.held = False
@@ -99,7 +99,7 @@ class LivenessLock:
                     delay = min(delay * 2, 5.0)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # the database is still away: back off
+            except Exception as exc:  # noqa: BLE001 - the database is still away: back off and retry
                 LOG.info("liveness lock: database unavailable (%s); retrying", type(exc).__name__)
                 delay = min(max(delay, 0.2) * 2, 5.0)
 
@@ -117,5 +117,5 @@ class LivenessLock:
 async def _close(conn: asyncpg.Connection) -> None:
     try:
         await asyncio.wait_for(conn.close(), 2.0)
-    except Exception:  # a connection to a dead server: drop it without the goodbye
+    except Exception:  # noqa: BLE001 - a connection to a dead server: drop it without the goodbye
         conn.terminate()

@@ -168,8 +168,11 @@ class TaskManager:
         self._held.discard(node_uuid)
         try:
             await self.nodes.release(node_uuid, self.hostname)
-        except Exception:  # the lease will expire; recovery handles it
-            LOG.exception("could not release lock node_uuid=%s", node_uuid)
+        except Exception as exc:  # the lease will expire; take-over handles it
+            if is_unavailable(exc):
+                LOG.warning("could not release lock node_uuid=%s: database unavailable", node_uuid)
+            else:
+                LOG.exception("could not release lock node_uuid=%s", node_uuid)
 
     def _spawn(self, task: Task, work: Work, name: str) -> None:
         """Run ``work`` in the background; the lock is released when it ends.

@@ -80,7 +80,7 @@ class VendorPassthru:
             try:
                 await task.driver.vendor.call_method(task, method, http_method, data)
                 LOG.info("vendor passthru done node_uuid=%s method=%s", node_uuid, method)
-            except Exception as exc:  # an async method has no caller to answer to: log and record it
+            except Exception as exc:  # noqa: BLE001 - an async method has no caller to answer to: log and record it
                 text = error_text(exc)
                 LOG.warning("vendor passthru failed node_uuid=%s method=%s reason=%s", node_uuid, method, text)
                 await self.states.record_event(

@@ -44,27 +44,26 @@ async def new_node(
 async def test_two_conductors_never_both_hold_a_node(pool) -> None:
     a, b = manager(pool, "race-a"), manager(pool, "race-b")
     node = await new_node(a)
-    for _ in range(25):
-        tried = 0
-        both_tried = asyncio.Event()
 
+    async def hold(m: ConductorManager, tried: list[int], both_tried: asyncio.Event) -> str:
         def one_tried() -> None:
-            nonlocal tried
-            tried += 1
-            if tried == 2:
+            tried.append(1)
+            if len(tried) == 2:
                 both_tried.set()
 
-        async def hold(m: ConductorManager) -> str:
-            try:
-                async with m.tasks.acquire(node["uuid"], "race") as task:
-                    one_tried()
-                    await asyncio.wait_for(both_tried.wait(), 10)  # still holding while the other tries
-                    return task.conductor
-            except errors.NodeLocked:
+        try:
+            async with m.tasks.acquire(node["uuid"], "race") as task:
                 one_tried()
-                raise
+                await asyncio.wait_for(both_tried.wait(), 10)  # still holding while the other tries
+                return task.conductor
+        except errors.NodeLocked:
+            one_tried()
+            raise
 
-        results = await asyncio.gather(hold(a), hold(b), return_exceptions=True)
+    for _ in range(25):
+        tried: list[int] = []
+        both_tried = asyncio.Event()
+        results = await asyncio.gather(hold(a, tried, both_tried), hold(b, tried, both_tried), return_exceptions=True)
         winners = [r for r in results if not isinstance(r, BaseException)]
         assert len(winners) == 1, results
         assert all(isinstance(r, errors.NodeLocked) for r in results if isinstance(r, BaseException))

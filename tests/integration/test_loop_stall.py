@@ -43,7 +43,7 @@ async def test_routable_again_within_seconds_after_a_40_second_stall(database_ur
                     return r.status, await r.text()
 
             assert (await create("before"))[0] == 201
-            time.sleep(STALL)  # noqa: ASYNC251 - the point: nothing in this process runs for 40 s
+            time.sleep(STALL)  # the point: nothing in this process runs for 40 s
             stalled_at = time.monotonic()
             answers: list[tuple[int, str]] = []
             while time.monotonic() - stalled_at < 5.0:

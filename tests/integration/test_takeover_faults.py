@@ -92,7 +92,9 @@ async def test_conductor_killed_mid_deploy_then_database_restart(tmp_path: Path)
                 "WHERE e.event = 'fail' OR e.provision_state = 'deploy failed'"
             )
             assert not failures, failures  # nothing failed because a conductor died
-            resumed = await fleet.pool.fetchval("SELECT count(*) FROM node_events WHERE event IN ('resume', 'take-over')")
+            resumed = await fleet.pool.fetchval(
+                "SELECT count(*) FROM node_events WHERE event IN ('flow-resume', 'take-over')"
+            )
             assert resumed > 0, "the killed conductor held no in-flight node: the test proved nothing"
 
             for node in await fleet.pool.fetch("SELECT name, power_state FROM nodes"):

@@ -124,10 +124,10 @@ async def _resume(ctx: FlowContext, task: Task) -> None:
         await ctx.transition(task, "wait", note="resumed after take-over; the agent is already running")
         await _agent_step(ctx, task)
         return
-    # The first half was cut short: run it again from the top. The ramdisk
-    # boots anew, so the last boot's token (if it was issued) is forgotten.
-    await task.save_internal_info({}, remove=AGENT_KEYS)
-    await ctx.record_event(task.node, "deploy-resumed", f"deploy resumed by {ctx.hostname}: booting the ramdisk again")
+    # The first half was cut short: run it again from the top. Each step is
+    # safe to repeat; deploy.deploy powers on a machine whose ramdisk boot was
+    # already requested only if it is still off (DirectDeploy.deploy), so an
+    # agent already booting keeps its token.
     await _first_half(ctx, task)
 
 

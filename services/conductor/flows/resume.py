@@ -45,7 +45,9 @@ async def resume(ctx: FlowContext, task: Task, *, reason: str) -> None:
         return
     if flow is not None:
         LOG.warning("resuming node_uuid=%s state=%s reason=%s", node["uuid"], state, reason)
-        await ctx.record_event(node, "resume", f'{reason}; resuming "{state}" on {ctx.hostname}', severity="WARNING")
+        await ctx.record_event(
+            node, "flow-resume", f'{reason}; resuming "{state}" on {ctx.hostname}', severity="WARNING"
+        )
         await flow(ctx, task)
         return
     if node["target_power_state"]:
@@ -62,7 +64,7 @@ async def sync_power_state(ctx: FlowContext, task: Task, *, reason: str) -> None
     off by its dead conductor after the database last heard of it)."""
     try:
         actual = await task.driver.power.get_power_state(task)
-    except Exception as exc:  # an unreachable BMC is power sync's business, not take-over's
+    except Exception as exc:  # noqa: BLE001 - an unreachable BMC is power sync's business, not take-over's
         LOG.warning("power state after take-over unknown node_uuid=%s reason=%s", task.node["uuid"], error_text(exc))
         return
     if actual != task.node["power_state"]:
