@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from services.common import errors
-from services.common.db.conductors import LIVENESS_LOCK_CLASS
+from services.common.db.conductors import ConductorRepository
 
 LOG = logging.getLogger(__name__)
 
@@ -58,9 +58,7 @@ class LivenessLock:
     async def _try_lock(self) -> bool:
         conn = await self._connect()
         try:
-            got = await conn.fetchval(
-                "SELECT pg_try_advisory_lock($1::int, $2::int)", LIVENESS_LOCK_CLASS, self.conductor_id
-            )
+            got = await ConductorRepository(conn).try_liveness_lock(self.conductor_id)
         except BaseException:
             await _close(conn)
             raise
@@ -78,7 +76,7 @@ class LivenessLock:
             try:
                 if self._conn is None or self._conn.is_closed():
                     raise ConnectionError("liveness connection closed")
-                await self._conn.fetchval("SELECT 1", timeout=max(self.check_interval * 5, 5.0))
+                await ConductorRepository(self._conn).ping(timeout=max(self.check_interval * 5, 5.0))
                 delay = self.check_interval
                 continue
             except asyncio.CancelledError:

@@ -70,6 +70,17 @@ class ConductorRepository:
             )
         )
 
+    async def try_liveness_lock(self, conductor_id: int) -> bool:
+        """Take this conductor's liveness lock for the session (on a connection
+        of its own: the lock lives exactly as long as that session)."""
+        return bool(
+            await self._db.fetchval("SELECT pg_try_advisory_lock($1::int, $2::int)", LIVENESS_LOCK_CLASS, conductor_id)
+        )
+
+    async def ping(self, *, timeout: float) -> None:
+        """A round trip on the liveness session: fails when the session is gone."""
+        await self._db.fetchval("SELECT 1", timeout=timeout)
+
     async def heartbeat(self, hostname: str) -> bool:
         result = await self._db.execute(
             "UPDATE conductors SET heartbeat_at = now(), online = true WHERE hostname = $1", hostname
