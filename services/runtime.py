@@ -77,6 +77,11 @@ class RunningStack:
                 self.services.append(service)
                 self.endpoints.update(await service.start())
                 settings = self.settings = wire_started(settings, name, service)
+            if "api" in names:
+                # Ready only once the api can route a node to a conductor.
+                api = next(s for s in self.services if s.name == "api")
+                own = settings.conductor_hostname() if "conductor" in names else None
+                await api.wait_routable(conductor=own)  # type: ignore[attr-defined]
         except BaseException:
             await self.close()
             raise

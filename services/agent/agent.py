@@ -343,6 +343,8 @@ class Agent:
                 found, reason = None, str(exc) or type(exc).__name__
                 if isinstance(exc, callbacks.CallbackError) and exc.status == 409:
                     delay = min(30.0, max(delay * 2, 5.0))  # IPA backs off 5, 10, 30 s on lock contention
+                elif isinstance(exc, callbacks.CallbackError) and exc.status == 503:
+                    delay = min(30.0, max(delay * 2, 1.0))  # the api's database is restarting: back off
             if found is not None:
                 return self._accept_lookup(found)
             if time.monotonic() + delay > deadline:

@@ -28,15 +28,23 @@ LOG = logging.getLogger(__name__)
 
 class ConductorRouter:
     def __init__(
-        self, pool: asyncpg.Pool, *, refresh_interval: float, heartbeat_timeout: float, timeout: float
+        self,
+        pool: asyncpg.Pool,
+        *,
+        refresh_interval: float,
+        heartbeat_timeout: float,
+        timeout: float,
+        restart_grace: float = 10.0,
     ) -> None:
         self.repo = ConductorRepository(pool)
         self.refresh_interval = refresh_interval
         self.heartbeat_timeout = heartbeat_timeout
+        self.restart_grace = restart_grace
         self.timeout = timeout
         self.rings = ConductorRings([])
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._refreshed = 0.0
+        self._read_started = 0.0
         self._job: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -61,11 +69,41 @@ class ConductorRouter:
                 LOG.exception("conductor ring refresh failed; keeping the previous ring")
 
     async def refresh(self) -> None:
-        self.rings = ConductorRings(await self.repo.list_alive(self.heartbeat_timeout))
-        self._refreshed = time.monotonic()
+        """Read the live conductors again. Refreshes may overlap (the periodic one
+        and one caused by a routing miss): only a read that started after the
+        ring in use was read replaces it, so an older, slower read can never put
+        back a ring from before a conductor re-registered."""
+        started = time.monotonic()
+        alive = await self.repo.list_alive(self.heartbeat_timeout, restart_grace=self.restart_grace)
+        if started >= self._read_started:
+            self._read_started = started
+            self.rings = ConductorRings(alive)
+            self._refreshed = time.monotonic()
+
+    async def wait_routable(self, *, conductor: str | None, timeout: float) -> bool:
+        """Until the ring holds ``conductor`` (or any conductor when None); False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self.refresh()
+            members = self.rings.conductors
+            if (conductor in members) if conductor else bool(members):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
 
     def hardware_types(self) -> dict[str, list[str]]:
         return self.rings.drivers()
+
+    async def route(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+        """The node's conductor. A ring that has none for it is read again first,
+        so a conductor that has just registered again (after a restart, or an
+        event-loop stall that outlasted its heartbeat) is routed to at once,
+        not a refresh interval later. (One read per unroutable request: such a
+        request costs a database read anyway.)"""
+        if self.rings.owner(node_uuid, driver, group) is None:
+            await self.refresh()
+        return self.conductor_for(node_uuid, driver, group)
 
     def conductor_for(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
         owner = self.rings.owner(node_uuid, driver, group)
@@ -89,7 +127,7 @@ class ConductorRouter:
     async def call(self, node_uuid: str, driver: str, group: str, method: str, request: Any) -> Any:
         """Call the owner; on an unreachable owner refresh the ring and retry once."""
         for attempt in (1, 2):
-            owner = self.conductor_for(node_uuid, driver, group)
+            owner = await self.route(node_uuid, driver, group)
             rpc = getattr(self.stub(owner["grpc_address"]), method)
             try:
                 return await rpc(request, timeout=self.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))

@@ -36,6 +36,7 @@ from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.db.events import EventRepository
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
+from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
 
@@ -157,6 +158,10 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             return await coro
         except errors.FerrumError as exc:
             await errors.abort_with(context, exc)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            await errors.abort_with(context, unavailable(exc))
 
     async def _rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
         return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)

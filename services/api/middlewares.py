@@ -13,6 +13,7 @@ from aiohttp import web
 
 from services.api import versions
 from services.common import errors
+from services.common.db.outage import is_unavailable, unavailable
 
 LOG = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -33,10 +34,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except errors.FerrumError as exc:
         if exc.http_status >= 500 and not exc.retryable:
             LOG.error("request failed: %s", exc.message)
-        response = error_response(exc.http_status, exc.message, exc.faultcode)
-        if isinstance(exc, errors.Unauthorized):
-            response.headers["WWW-Authenticate"] = 'Basic realm="Baremetal API"'
-        return _with_version(request, response)
+        return _with_version(request, _ferrum_error_response(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -50,9 +48,23 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         # limit) that a handler's own checks let through: still the client's.
         LOG.warning("unchecked bad input on %s %s: %s", request.method, request.path, exc)
         return _with_version(request, error_response(400, f"Invalid input: {exc}"))
-    except Exception:
+    except Exception as exc:
+        if is_unavailable(exc):
+            # PostgreSQL is restarting or unreachable: nothing was changed, retry shortly.
+            LOG.warning("database unavailable serving %s %s: %s", request.method, request.path, type(exc).__name__)
+            return _with_version(request, _ferrum_error_response(unavailable(exc)))
         LOG.exception("unexpected error serving %s %s", request.method, request.path)
         return _with_version(request, error_response(500, "Internal Server Error", "Server"))
+
+
+def _ferrum_error_response(exc: errors.FerrumError) -> web.Response:
+    response = error_response(exc.http_status, exc.message, exc.faultcode)
+    if isinstance(exc, errors.Unauthorized):
+        response.headers["WWW-Authenticate"] = 'Basic realm="Baremetal API"'
+    if isinstance(exc, errors.ServiceUnavailable):
+        # Agents and clients back off for this long before they try again.
+        response.headers["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def _with_version(request: web.Request, response: web.Response) -> web.Response:

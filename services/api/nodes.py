@@ -172,7 +172,7 @@ class NodesApi:
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         if "driver" in values:
-            self.ctx.router.conductor_for(node["uuid"], values["driver"], node["conductor_group"])
+            await self.ctx.router.route(node["uuid"], values["driver"], node["conductor_group"])
         reply = await self.ctx.rpc(
             node,
             "UpdateNode",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import asyncpg
@@ -21,6 +22,8 @@ from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.metrics import ServiceMetrics
 from services.common.recorded_addresses import record_api_url
+
+LOG = logging.getLogger(__name__)
 
 
 def build_app(
@@ -49,6 +52,7 @@ class ApiService:
             refresh_interval=settings.api.ring_refresh_interval,
             heartbeat_timeout=settings.conductor.heartbeat_timeout,
             timeout=settings.api.conductor_timeout,
+            restart_grace=settings.conductor.liveness_restart_grace,
         )
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
@@ -78,6 +82,19 @@ class ApiService:
             "api gRPC": f"{c.host}:{grpc_port}",
             "api metrics": f"http://{c.host}:{port}/metrics",
         }
+
+    async def wait_routable(self, *, conductor: str | None) -> None:
+        """Ready means a node can be routed: the ring holds the conductor started in
+        this process (a stack), or any conductor (an api on its own). A stack whose
+        own conductor never shows up fails; a lone api waits at most
+        ``ready_timeout`` and then serves anyway, with a warning (its conductors
+        may start later)."""
+        timeout = self.settings.api.ready_timeout
+        if await self.router.wait_routable(conductor=conductor, timeout=timeout):
+            return
+        if conductor:
+            raise RuntimeError(f"the api cannot route to conductor {conductor!r} after {timeout:.0f} s")
+        LOG.warning("no live conductor after %.0f s: node operations answer 503 until one registers", timeout)
 
     async def stop(self) -> None:
         if self._http is not None:

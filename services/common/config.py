@@ -57,6 +57,7 @@ class ApiConfig:
     max_limit: int = 1000
     conductor_timeout: float = 30.0
     ring_refresh_interval: float = 2.0
+    ready_timeout: float = 30.0
     renderer_address: str = ""
     ramdisk_heartbeat_timeout: int = 300
 
@@ -79,6 +80,8 @@ class ConductorConfig:
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
+    liveness_check_interval: float = 1.0
+    liveness_restart_grace: float = 10.0
     lock_lease: float = 60.0
     workers: int = 200
     automated_clean: bool = True

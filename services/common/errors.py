@@ -18,7 +18,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     │   └── VolumeConnectorExists, VolumeTargetBootIndexExists
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
-    │   ├── NoFreeConductorWorker, NoConductorAvailable
+    │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
@@ -168,6 +168,7 @@ class ServiceUnavailable(FerrumError):
     http_status = 503
     grpc_code = grpc.StatusCode.UNAVAILABLE
     retryable = True
+    retry_after = 1  # seconds, sent as Retry-After on REST
 
 
 class NoFreeConductorWorker(ServiceUnavailable):
@@ -176,6 +177,13 @@ class NoFreeConductorWorker(ServiceUnavailable):
 
 class NoConductorAvailable(ServiceUnavailable):
     pass
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """PostgreSQL cannot be reached (restarting, failing over). Nothing was
+    changed; the client retries after ``retry_after`` seconds."""
+
+    retry_after = 2
 
 
 class HardwareError(FerrumError):

@@ -68,6 +68,16 @@ def stack_process(tmp_path: Path):
 def test_stack_serves_and_stops_cleanly(stack_process) -> None:
     process, endpoints, tmp_path = stack_process
     state = tmp_path / "state"
+    api = endpoints["api REST (Ironic v1)"]
+    # Ready means routable (issue 14): the very first call after the ports file
+    # appears reaches a conductor, with no retry.
+    created = requests.post(
+        f"{api}/v1/nodes",
+        json={"driver": "fake-hardware", "name": "n1"},
+        headers={"X-OpenStack-Ironic-API-Version": "1.56"},
+        timeout=10,
+    )
+    assert created.status_code == 201, created.text
     pg_pid = int((state / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
     assert alive(pg_pid)
     for label in ("api gRPC", "conductor gRPC", "ipxe gRPC", "objectstore gRPC"):
@@ -77,14 +87,6 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
     for label in ("api metrics", "conductor metrics", "ipxe metrics", "objectstore metrics"):
         response = requests.get(endpoints[label], timeout=5)
         assert response.status_code == 200 and "ferrum_request" in response.text + "ferrum_request", label
-    api = endpoints["api REST (Ironic v1)"]
-    created = requests.post(
-        f"{api}/v1/nodes",
-        json={"driver": "fake-hardware", "name": "n1"},
-        headers={"X-OpenStack-Ironic-API-Version": "1.56"},
-        timeout=10,
-    )
-    assert created.status_code == 201, created.text
     assert (
         requests.get(f"{api}/v1/nodes/n1", headers={"X-OpenStack-Ironic-API-Version": "1.56"}, timeout=5).json()[
             "provision_state"
