@@ -18,7 +18,9 @@ from services.api.conductor_router import ConductorRouter
 from services.api.json_body import read_json
 from services.common import errors
 from services.common.config import ApiConfig, Settings
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository, is_uuid
+from services.common.keyring import Keyring
 
 NAMES_SINCE = (1, 5)
 
@@ -29,7 +31,7 @@ class ApiContext:
         self.router = router
         self.settings = settings
         self.internal_token = internal_token  # presented to Ferrum's own gRPC services
-        self.nodes = NodeRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=NodeSecrets(Keyring.from_config(settings.security)))
 
     @property
     def config(self) -> ApiConfig:

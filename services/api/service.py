@@ -23,7 +23,9 @@ from services.common.aiohttp_serving import request_context_middleware, start_ht
 from services.common.config import Settings
 from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.db.node_secrets import NodeSecrets
 from services.common.internal_token import internal_token
+from services.common.keyring import Keyring
 from services.common.metrics import ServiceMetrics
 from services.common.recorded_addresses import record_api_url
 
@@ -86,7 +88,8 @@ class ApiService:
         await self.router.start(token=self.internal_token)
         self.hub = EventHub(self.pool)
         await self.hub.start()
-        servicer = NodeServicer(self.pool, self.router, self.hub)
+        secrets = NodeSecrets(Keyring.from_config(self.settings.security))
+        servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,

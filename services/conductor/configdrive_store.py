@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from services.common import errors
+from services.common.objectstore_client import ENCRYPT_AT_REST
 from services.conductor.drivers.base import Task
 
 LOG = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class ConfigDriveStore:
                 iso,
                 delete_after=self.lifetime,
                 content_type="application/octet-stream",
-                metadata={"node_uuid": task.node["uuid"]},
+                metadata={"node_uuid": task.node["uuid"], ENCRYPT_AT_REST: "true"},
             )
             url = await self.objectstore.temp_url(self.container, name, lifetime=self.lifetime)
             LOG.info("config drive stored node_uuid=%s bytes=%d object=%s", task.node["uuid"], len(iso), name)

@@ -17,10 +17,12 @@ from services.common import errors
 from services.common.aiohttp_serving import start_http_site
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
+from services.common.keyring import Keyring
 from services.common.jsonutil import dumps
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
@@ -253,7 +255,12 @@ class ConductorService:
 
             self.objectstore = ObjectStoreClient(self.config.objectstore_address)
         self.manager = ConductorManager(
-            pool, self.registry, self.config, hostname=self.hostname, objectstore=self.objectstore
+            pool,
+            self.registry,
+            self.config,
+            hostname=self.hostname,
+            secrets=NodeSecrets(Keyring.from_config(settings.security)),
+            objectstore=self.objectstore,
         )
         self.endpoints: dict[str, str] = {}
         self._grpc: Any = None
