@@ -21,9 +21,9 @@ from services.api.middlewares import basic_auth_middleware, error_middleware, lo
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
+from services.common.db.node_secrets import NodeSecrets
 from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.db.node_secrets import NodeSecrets
 from services.common.internal_token import internal_token
 from services.common.keyring import Keyring
 from services.common.metrics import ServiceMetrics

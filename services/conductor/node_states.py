@@ -77,7 +77,9 @@ class NodeStates:
         update.update(changes or {})
         message = last_error or f"{node['provision_state']} -> {move.target} ({event})" + (f": {note}" if note else "")
         async with self.pool.acquire() as conn, conn.transaction():
-            saved = await NodeRepository(conn, secrets=self.secrets).update(node["uuid"], update, expect_reservation=self.hostname)
+            saved = await NodeRepository(conn, secrets=self.secrets).update(
+                node["uuid"], update, expect_reservation=self.hostname
+            )
             await EventRepository(conn).record(
                 saved,
                 event=event,
@@ -127,7 +129,9 @@ class NodeStates:
     ) -> dict[str, Any]:
         """Node fields and their event in one transaction, under the lock."""
         async with self.pool.acquire() as conn, conn.transaction():
-            saved = await NodeRepository(conn, secrets=self.secrets).update(task.node["uuid"], changes, expect_reservation=self.hostname)
+            saved = await NodeRepository(conn, secrets=self.secrets).update(
+                task.node["uuid"], changes, expect_reservation=self.hostname
+            )
             await EventRepository(conn).record(
                 saved, event=event, message=message, severity=severity, conductor=self.hostname, event_type=event_type
             )

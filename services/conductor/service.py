@@ -22,8 +22,8 @@ from services.common.db.outage import is_unavailable, unavailable
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
-from services.common.keyring import Keyring
 from services.common.jsonutil import dumps
+from services.common.keyring import Keyring
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
 from services.conductor.drivers.registry import DriverRegistry

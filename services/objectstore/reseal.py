@@ -26,7 +26,9 @@ from services.objectstore.sealed_objects import READ_CHUNK, SEAL_METADATA_KEY, O
 LOG = logging.getLogger(__name__)
 
 
-async def reseal_object(repo: ObjectRepository, backend: Backend, sealing: ObjectSealing, row: Mapping[str, Any]) -> bool:
+async def reseal_object(
+    repo: ObjectRepository, backend: Backend, sealing: ObjectSealing, row: Mapping[str, Any]
+) -> bool:
     """Rewrite one object's bytes under the current key; False when the object
     changed or went away meanwhile (nothing to do then)."""
     new_key = uuid.uuid4().hex

@@ -174,9 +174,7 @@ class ObjectSealing:
         assert cipher is not None
         return cipher
 
-    async def read(
-        self, backend: Backend, row: Mapping[str, Any], *, offset: int, length: int
-    ) -> AsyncIterator[bytes]:
+    async def read(self, backend: Backend, row: Mapping[str, Any], *, offset: int, length: int) -> AsyncIterator[bytes]:
         """Plaintext bytes [offset, offset + length) of a sealed object, decrypting
         only the records that cover them. Raises SecretUnreadable for a missing
         key or bytes that do not authenticate (altered, truncated, moved)."""
@@ -252,6 +250,5 @@ class ObjectSealing:
                 index += count
         if index <= last:
             raise errors.SecretUnreadable(
-                f"object {row['container']}/{row['name']}: the stored bytes end before record {index} "
-                "(truncated)"
+                f"object {row['container']}/{row['name']}: the stored bytes end before record {index} (truncated)"
             )

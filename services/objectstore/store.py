@@ -337,7 +337,9 @@ class ObjectStore:
             self.sealing.check_readable(row)
         except errors.SecretUnreadable as exc:
             LOG.error("temp URL download refused container=%s name=%s reason=%s", row["container"], row["name"], exc)
-            return web.Response(status=500, text="the object cannot be decrypted\n", headers={"Cache-Control": "no-store"})
+            return web.Response(
+                status=500, text="the object cannot be decrypted\n", headers={"Cache-Control": "no-store"}
+            )
 
         async def send_span(response: web.StreamResponse, offset: int, count: int) -> None:
             async for data in self.sealing.read(self.backend, row, offset=offset, length=count):

@@ -95,7 +95,7 @@ async def test_an_altered_byte_fails_only_the_records_it_is_in(backend: Filesyst
     raw[-5] ^= 1  # inside the last record
     path.write_bytes(bytes(raw))
     assert await read(backend, seal, row, 0, RECORD_BYTES) == data[:RECORD_BYTES]  # a range before it still reads
-    with pytest.raises(errors.SecretUnreadable, match="record 2 does not decrypt .* altered, truncated or moved"):
+    with pytest.raises(errors.SecretUnreadable, match=r"record 2 does not decrypt .* altered, truncated or moved"):
         await read(backend, seal, row, 0, len(data))
 
 
@@ -121,7 +121,7 @@ async def test_bytes_moved_under_another_name_do_not_decrypt(backend: Filesystem
 
 async def test_a_missing_or_wrong_key_fails_clearly(backend: FilesystemBackend) -> None:
     row = await store(backend, sealing(), b"secret bytes")
-    with pytest.raises(errors.SecretUnreadable, match="key 'k1', which is not configured .*keys held: k2"):
+    with pytest.raises(errors.SecretUnreadable, match=r"key 'k1', which is not configured .*keys held: k2"):
         await read(backend, sealing(("k2", KEY)), row, 0, row["size"])
     with pytest.raises(errors.SecretUnreadable, match="does not decrypt with key 'k1'"):
         await read(backend, sealing(("k1", os.urandom(32))), row, 0, row["size"])

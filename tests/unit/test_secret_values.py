@@ -95,7 +95,7 @@ def test_key_file_mode(tmp_path: Path, mode: int, ok: bool) -> None:
 
 
 def test_missing_key_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(KeyringError, match="cannot open the secret key file .*/nope"):
+    with pytest.raises(KeyringError, match=r"cannot open the secret key file .*/nope"):
         load_keyring(secret_key="", secret_key_file=str(tmp_path / "nope"))
 
 
@@ -137,7 +137,7 @@ def test_a_wrong_key_fails_clearly_not_garbage() -> None:
     sealed = seal(keyring(("a", KEY_A)), "s3cr3t", context="c")
     with pytest.raises(errors.SecretUnreadable, match="does not decrypt with key 'a'"):
         open_sealed(keyring(("a", KEY_B)), sealed, context="c", where="w")  # same id, other key bytes
-    with pytest.raises(errors.SecretUnreadable, match="key 'a', which is not configured .*keys held: b"):
+    with pytest.raises(errors.SecretUnreadable, match=r"key 'a', which is not configured .*keys held: b"):
         open_sealed(keyring(("b", KEY_B)), sealed, context="c", where="w")
     with pytest.raises(errors.SecretUnreadable, match="no secret key is configured"):
         open_sealed(Keyring(), sealed, context="c", where="w")
@@ -202,7 +202,7 @@ def test_plaintext_rows_still_read_and_no_key_changes_nothing() -> None:
 def test_ciphertext_shaped_input_is_refused_under_secret_keys_only() -> None:
     planted = {"driver_info": {"redfish_password": PREFIX + "a:AAAA"}}
     for secrets in (NodeSecrets(keyring(("a", KEY_A))), NodeSecrets(Keyring())):
-        with pytest.raises(errors.InvalidParameterValue, match="driver_info.redfish_password may not start"):
+        with pytest.raises(errors.InvalidParameterValue, match=r"driver_info\.redfish_password may not start"):
             secrets.seal(NODE, planted)
     # Under an ordinary key it is just a string, stored and read back as it is.
     secrets = NodeSecrets(keyring(("a", KEY_A)))

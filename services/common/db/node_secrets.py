@@ -27,8 +27,8 @@ from typing import Any
 
 from services.common import errors
 from services.common.keyring import Keyring
-from services.common.secret_keys import is_secret_key
 from services.common.sealed_values import looks_sealed, open_sealed, seal, sealed_key_id
+from services.common.secret_keys import is_secret_key
 
 SEALED_FIELDS = ("driver_info", "driver_internal_info", "instance_info")
 Path = tuple[str | int, ...]
@@ -126,9 +126,7 @@ class NodeSecrets:
         """Whether a stored row (as read, not opened) holds a secret that is in
         the clear or sealed under a key other than the current one."""
         current = self.keyring.current_id
-        return any(
-            _stale(row.get(field), current) for field in SEALED_FIELDS if isinstance(row.get(field), dict)
-        )
+        return any(_stale(row.get(field), current) for field in SEALED_FIELDS if isinstance(row.get(field), dict))
 
     def reseal(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The sealed fields of a stored row, opened and sealed again under the current key."""
