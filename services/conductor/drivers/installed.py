@@ -14,9 +14,9 @@ start with its imports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from services.common import errors
@@ -41,12 +41,18 @@ class Installed:
     interfaces: Mapping[str, Mapping[str, Loader]] = field(default_factory=dict)
 
     @classmethod
-    def from_entry_points(cls) -> Installed:
+    def from_entry_points(cls, extra: Iterable[EntryPoint] = ()) -> Installed:
+        """The installed packages' entry points, plus ``extra`` ones (which win
+        on a name both provide): a package's declarations, loaded as pip would."""
+        found = [*entry_points(group=TYPE_GROUP)]
+        for kind in INTERFACE_KINDS:
+            found.extend(entry_points(group=interface_group(kind)))
+        by_group: dict[str, dict[str, Loader]] = {}
+        for ep in [*found, *extra]:
+            by_group.setdefault(ep.group, {})[ep.name] = ep.load
         return cls(
-            hardware_types={ep.name: ep.load for ep in entry_points(group=TYPE_GROUP)},
-            interfaces={
-                kind: {ep.name: ep.load for ep in entry_points(group=interface_group(kind))} for kind in INTERFACE_KINDS
-            },
+            hardware_types=by_group.get(TYPE_GROUP, {}),
+            interfaces={kind: by_group.get(interface_group(kind), {}) for kind in INTERFACE_KINDS},
         )
 
     @classmethod
