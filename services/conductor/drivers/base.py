@@ -1,11 +1,13 @@
 """Hardware interface contracts (Ironic's driver composition, asyncio).
 
-Every interface has a fast, side-effect-free ``validate``, ``get_properties``
-(the driver_info keys it reads), ``capabilities`` (seed 004: what neighbouring
-interfaces may rely on, e.g. ``iscsi_volume_boot``) and ``take_over`` (called
-when another conductor adopts an active node). Methods take the ``task`` first:
-it carries the node, its ports and volumes, and the composed driver, so
-signatures stay stable as features grow.
+A node has one implementation of each kind in ``INTERFACE_KINDS``, Ironic's
+thirteen. Every interface has a fast, side-effect-free ``validate``,
+``get_properties`` (the driver_info keys it reads), ``capabilities`` (seed
+004: what neighbouring interfaces may rely on, e.g. ``iscsi_volume_boot``;
+see capabilities.py) and ``take_over`` (called when another conductor adopts
+an active node). Methods take the ``task`` first: it carries the node, its
+ports and volumes, and the composed driver, so signatures stay stable as
+features grow. docs/drivers.md describes the model and how to extend it.
 """
 
 from __future__ import annotations
