@@ -22,6 +22,7 @@ from services.common.aiohttp_serving import request_context_middleware
 from services.common.config import Settings
 from services.common.db.service_secrets import SecretRepository
 from services.common.db.objects import ObjectRepository
+from services.common.endpoints import Endpoints
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
@@ -42,9 +43,10 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ObjectStore"].full_name
 class ObjectStoreService:
     name = "objectstore"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.metrics = ServiceMetrics("objectstore")
         self.grpc_address = ""
         self.http_url = ""
@@ -108,6 +110,7 @@ class ObjectStoreService:
             authenticate=internal_token_authenticator(self.internal_token),
         )
         self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
+        self.endpoints.objectstore_grpc = self.grpc_address
         self._sweeper = Sweeper(self.store, interval=c.sweep_interval, orphan_grace=c.orphan_grace)
         self._sweeper.start()
         LOG.info(
