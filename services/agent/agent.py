@@ -28,6 +28,7 @@ from services.agent import callbacks, cmdline, hardware, imagewrite, server
 from services.agent.commands import COMMANDS, CommandResult
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
+from services.common.connection_guard import ListenerLimits
 
 LOG = logging.getLogger(__name__)
 AGENT_VERSION = "10.0.0"  # the IPA release whose behaviour this agent follows
@@ -71,6 +72,9 @@ class AgentOptions:
     ca_file: str = ""  # extra CA bundle for https api/image/config drive URLs (ipa-cafile)
     insecure: bool = False  # skip TLS verification of those URLs (ipa-insecure)
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
+    # The command API's connection bounds (services/common/connection_guard.py): the conductor needs a few.
+    max_connections: int = 128
+    header_timeout: float = 10.0
 
 
 def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOptions:
@@ -126,6 +130,8 @@ class Agent:
     def __init__(self, options: AgentOptions, *, session: aiohttp.ClientSession | None = None) -> None:
         if not options.macs or not options.disks:
             raise errors.InvalidParameterValue("an agent needs at least one MAC and one disk")
+        if options.max_connections < 1 or options.header_timeout <= 0:
+            raise errors.InvalidParameterValue("an agent needs max_connections >= 1 and header_timeout > 0")
         self.options = options
         self.node_uuid: str | None = None
         self.node: dict[str, Any] = {}
@@ -160,7 +166,13 @@ class Agent:
             self._session = aiohttp.ClientSession()
         try:
             self._runner, self._port = await start_http_site(
-                server.build_app(self), self.options.listen_host, self.options.listen_port
+                server.build_app(self),
+                self.options.listen_host,
+                self.options.listen_port,
+                listener="agent",
+                limits=ListenerLimits(
+                    max_connections=self.options.max_connections, header_timeout=self.options.header_timeout
+                ),
             )
         except OSError:
             if self._own_session:  # nothing may be left open when start fails

@@ -19,6 +19,7 @@ from services.api.middlewares import basic_auth_middleware, error_middleware, lo
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.metrics import ServiceMetrics
 from services.common.recorded_addresses import record_api_url
@@ -74,7 +75,11 @@ class ApiService:
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
         )
         self._http, port = await start_http_site(
-            build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port
+            build_app(self.settings, self.pool, self.router, self.metrics),
+            c.host,
+            c.port,
+            listener="api",
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
         )
         record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
         return {
