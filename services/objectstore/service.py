@@ -21,8 +21,8 @@ from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common.aiohttp_serving import IDLE_TIMEOUT, request_context_middleware
 from services.common.config import Settings
 from services.common.connection_guard import ConnectionGuard, ListenerLimits
-from services.common.db.service_secrets import SecretRepository
 from services.common.db.objects import ObjectRepository
+from services.common.db.service_secrets import SecretRepository
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
