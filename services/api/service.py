@@ -21,6 +21,7 @@ from services.api.middlewares import basic_auth_middleware, error_middleware, lo
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
 from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
@@ -113,6 +114,8 @@ class ApiService:
             ),
             c.host,
             c.port,
+            listener="api",
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
         )
         self.endpoints.api_url = f"http://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
         return {

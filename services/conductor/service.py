@@ -281,7 +281,7 @@ class ConductorService:
         )
         app = web.Application()
         app.router.add_get("/metrics", self.metrics.handle)
-        self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
+        self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port, listener="conductor-metrics")
         address = f"{c.host}:{grpc_port}"
         conductors = ConductorRepository(self.pool)
         # The liveness lock first: a second process with our hostname stops here,

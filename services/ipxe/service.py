@@ -15,6 +15,7 @@ import asyncpg
 
 from ferrum.v1 import renderer_pb2_grpc
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
 from services.common.db.bootdata import BootDataRepository
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
@@ -76,7 +77,11 @@ class IpxeService:
             service_names=[SERVICE_NAME],
             authenticate=internal_token_authenticator(await internal_token(self.settings, self.pool)),
         )
-        self._http = ScriptHttpServer(self.replies, self.metrics)
+        self._http = ScriptHttpServer(
+            self.replies,
+            self.metrics,
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
+        )
         port = await self._http.start(c.host, c.port)
         self.replies.bound_port = port
         self.grpc_address = f"{c.host}:{grpc_port}"
