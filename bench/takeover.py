@@ -99,7 +99,9 @@ async def run(machines: int, *, power_delay: str, image_mib: int) -> dict[str, f
                     "SELECT count(DISTINCT node_uuid) FROM node_events WHERE event = 'fail' "
                     "OR provision_state = 'deploy failed'"
                 )
-                resumed = await pool.fetchval("SELECT count(DISTINCT node_uuid) FROM node_events WHERE event = 'flow-resume'")
+                resumed = await pool.fetchval(
+                    "SELECT count(DISTINCT node_uuid) FROM node_events WHERE event = 'flow-resume'"
+                )
                 return {
                     "machines": machines,
                     "owned": len(owned[victim]),

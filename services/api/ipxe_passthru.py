@@ -5,7 +5,7 @@ Ironic never merged this passthru (CONTRACT 4.4); Ferrum answers it by asking
 the stateless renderer over gRPC (``BootScriptRenderer.RenderBootScript``),
 so the api holds no boot logic. Like lookup and heartbeat it is public:
 firmware cannot authenticate. ``http_basic`` checks prefixes, and this path
-has the driver name in the middle, so :func:`register_ipxe_passthru` adds a
+has the driver name in the middle, so :func:`install_public_route` adds a
 middleware (right after the request-context one, so request ids and metrics
 still apply) that sends exactly this route straight to its handler. The
 handler therefore answers every outcome itself, always as a plain-text iPXE
@@ -24,17 +24,15 @@ from aiohttp import web
 
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.common.config import Settings
+from services.common.console_text import sanitize_text
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
-from services.ipxe.address import record_api_url, renderer_address
-from services.ipxe.safety import sanitize_text
+from services.common.endpoints import Endpoints
 
 LOG = logging.getLogger(__name__)
-ROUTE = "/v1/drivers/{driver}/vendor_passthru/ipxe_config"
 PATH = re.compile(r"/v1/drivers/[^/]+/vendor_passthru/ipxe_config")
 _DRIVER = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
 HEADERS = {"Cache-Control": "no-store"}
-__all__ = ["IpxePassthru", "record_api_url", "register_ipxe_passthru"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -47,16 +45,27 @@ def error_script(reason: str, status: int) -> web.Response:
 
 
 class IpxePassthru:
-    def __init__(self, settings: Settings, *, timeout: float = 10.0) -> None:
+    def __init__(self, settings: Settings, *, token: str, endpoints: Endpoints, timeout: float = 10.0) -> None:
         self._settings = settings
+        self._token = token
+        self._endpoints = endpoints
         self._timeout = timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = client_channel(address)
+            channel = self._channels[address] = client_channel(address, token=self._token)
         return renderer_pb2_grpc.BootScriptRendererStub(channel)
+
+    def _renderer_address(self) -> str:
+        """Configured, else the renderer of this process, else the configured ipxe host:grpc_port."""
+        s = self._settings
+        if s.api.renderer_address:
+            return s.api.renderer_address
+        if self._endpoints.renderer_grpc:
+            return self._endpoints.renderer_grpc
+        return f"{s.ipxe.host}:{s.ipxe.grpc_port}" if s.ipxe.grpc_port else ""
 
     async def close(self, _app: web.Application | None = None) -> None:
         for channel in self._channels.values():
@@ -75,7 +84,7 @@ class IpxePassthru:
             if node_uuid is not None
             else renderer_pb2.RenderBootScriptRequest(mac=port_address or "")
         )
-        address = renderer_address(self._settings)
+        address = self._renderer_address()
         if not address:
             LOG.warning("ipxe_config passthru reason=no renderer address configured")
             return error_script("no boot script renderer is configured, try again later", 503)
@@ -105,10 +114,8 @@ def public_route_middleware(handler_of_route: Handler) -> Callable[..., Awaitabl
     return middleware
 
 
-def register_ipxe_passthru(app: web.Application, settings: Settings) -> IpxePassthru:
-    """Add the public ipxe_config route to the api app (call before the app starts)."""
-    passthru = IpxePassthru(settings)
-    app.router.add_get(ROUTE, passthru.handle)
+def install_public_route(app: web.Application, passthru: IpxePassthru) -> None:
+    """Serve ``passthru``'s route without auth and close its channels on cleanup
+    (the routes table registers the route; call before the app starts)."""
     app.middlewares.insert(min(1, len(app.middlewares)), public_route_middleware(passthru.handle))
     app.on_cleanup.append(passthru.close)
-    return passthru

@@ -2,7 +2,7 @@
 
 The deploy agent runs in a ramdisk, the api and the iPXE renderer scale on
 their own, and the simulator plays the machines: none of them may reach into
-the conductor. ``services.common`` itself must not depend on any service, or
+the conductor, and the api does not reach into the renderer either. ``services.common`` itself must not depend on any service, or
 the rule would hold in name only. Every ``import`` statement is checked,
 including the ones inside functions, which a plain "import and look at
 ``sys.modules``" test would miss.
@@ -21,7 +21,7 @@ SERVICES = ("agent", "api", "conductor", "ipxe", "objectstore", "simulator")
 # package -> the service packages it must not import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "agent": ("conductor",),
-    "api": ("conductor",),
+    "api": ("conductor", "ipxe"),  # the ipxe_config passthru asks the renderer over gRPC
     "ipxe": ("conductor",),
     "simulator": ("conductor",),
     "common": SERVICES,

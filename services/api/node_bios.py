@@ -6,7 +6,8 @@ fake hardware has none, as in Ironic. From 1.74 the BIOS registry details
 (attribute_type, allowable_values, bounds, lengths, read_only,
 reset_required, unique) show with ``?detail=true`` on the list and always on
 one setting, and ``?fields=`` picks columns; below 1.74 ``detail`` and
-``fields`` are a 400, as Ironic answers. Below 1.40 both routes are 404.
+``fields`` are a 400, as Ironic answers. Below 1.40 both routes are 404 (the
+routes table gates them).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import views
-from services.api.rest import RestApi, _bool
+from services.api import params, views
+from services.api.context import ApiContext
 from services.common import errors
 from services.common.db.bios import BiosRepository
 from services.common.db.rows import iso
@@ -58,7 +59,7 @@ def setting_document(
 def list_options(request: web.Request) -> tuple[bool, list[str] | None]:
     """``detail`` and ``fields`` of a list request: 400 below 1.74 and together, as in Ironic."""
     q = request.query
-    detail = _bool(q["detail"], "detail") if "detail" in q else None
+    detail = params.optional_bool(request, "detail")
     fields = [f.strip() for f in q["fields"].split(",") if f.strip()] if "fields" in q else None
     if request["version"] < DETAIL_SINCE:
         if detail is not None:
@@ -73,21 +74,15 @@ def list_options(request: web.Request) -> tuple[bool, list[str] | None]:
     return bool(detail), fields or None
 
 
-class BiosApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-        self.repo = BiosRepository(rest.pool)
+class NodeBiosApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.repo = BiosRepository(ctx.pool)
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/nodes/{ident}/bios", self.list)
-        app.router.add_get("/v1/nodes/{ident}/bios/{setting}", self.get)
-
-    async def list(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
+    async def list_settings(self, request: web.Request) -> web.Response:
         detail, fields = list_options(request)
-        node = await self.rest.node_by_ident(request)
-        base = self.rest.base(request)
+        node = await self.ctx.node_by_ident(request)
+        base = self.ctx.base(request)
         rows = await self.repo.list(node["id"])
         return web.json_response(
             {
@@ -98,12 +93,10 @@ class BiosApi:
             dumps=dumps,
         )
 
-    async def get(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
-        node = await self.rest.node_by_ident(request)
+    async def get_setting(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
         row = await self.repo.get(node["id"], request.match_info["setting"])
         doc = setting_document(
-            row, base=self.rest.base(request), node_uuid=node["uuid"], registry=request["version"] >= DETAIL_SINCE
+            row, base=self.ctx.base(request), node_uuid=node["uuid"], registry=request["version"] >= DETAIL_SINCE
         )
         return web.json_response({row["name"]: doc}, dumps=dumps)

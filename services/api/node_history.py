@@ -4,7 +4,8 @@
 Ironic returns ``uuid``, ``created_at``, ``severity`` and ``event`` in the
 list (plus ``conductor``, ``user`` and ``event_type`` with ``detail=true``),
 and the full entry for a single event. Below 1.78 the endpoint does not exist
-(404), as Ironic answers for resources newer than the requested version.
+(404, the routes table gates it), as Ironic answers for resources newer than
+the requested version.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import views
-from services.api.rest import RestApi, _bool
+from services.api import params, views
+from services.api.collection import next_link
+from services.api.context import ApiContext
 from services.common.db.history import HistoryRepository
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
@@ -40,36 +42,28 @@ def history_document(row: dict[str, Any], *, base: str, node_uuid: str, detail: 
     return doc
 
 
-class HistoryApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-        self.repo = HistoryRepository(rest.pool)
+class NodeHistoryApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.repo = HistoryRepository(ctx.pool)
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/nodes/{ident}/history", self.list)
-        app.router.add_get("/v1/nodes/{ident}/history/{event}", self.get)
-
-    async def list(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
+    async def list_history(self, request: web.Request) -> web.Response:
         q = request.query
-        detail = _bool(q["detail"], "detail") if "detail" in q else False
-        limit = self.rest._limit(request)
-        node = await self.rest.node_by_ident(request)
+        detail = params.flag(request, "detail")
+        limit = params.page_limit(request, self.ctx.config.max_limit)
+        node = await self.ctx.node_by_ident(request)
         rows = await self.repo.list(node["id"], limit=limit, marker=q.get("marker"))
-        base = self.rest.base(request)
+        base = self.ctx.base(request)
         body: dict[str, Any] = {
             "history": [history_document(r, base=base, node_uuid=node["uuid"], detail=detail) for r in rows]
         }
-        if len(rows) == limit and rows:
-            extra = "&detail=True" if detail else ""
-            body["next"] = f"{base}/v1/nodes/{node['uuid']}/history?limit={limit}&marker={rows[-1]['uuid']}{extra}"
+        following = next_link(request, rows, base=base, limit=limit, path=f"/v1/nodes/{node['uuid']}/history")
+        if following:
+            body["next"] = following
         return web.json_response(body, dumps=dumps)
 
-    async def get(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
-        node = await self.rest.node_by_ident(request)
+    async def get_event(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
         row = await self.repo.get(node["id"], request.match_info["event"])
-        doc = history_document(row, base=self.rest.base(request), node_uuid=node["uuid"], detail=True)
+        doc = history_document(row, base=self.ctx.base(request), node_uuid=node["uuid"], detail=True)
         return web.json_response(doc, dumps=dumps)

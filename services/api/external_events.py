@@ -3,7 +3,7 @@
 networking-baremetal posts Neutron port events here. Ironic validates them and
 only logs them (it takes no action yet); Ferrum does the same, so a valid
 batch gets 204 and anything malformed gets 400. Below 1.54 the endpoint does
-not exist (404).
+not exist (404; the routes table gates it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api.rest import MAC_RE, RestApi
+from services.api.context import ApiContext
+from services.api.validators import MAC_RE
 from services.common import errors
 from services.common.db.nodes import is_uuid
 
@@ -51,17 +52,12 @@ def validate_event(event: Any) -> dict[str, Any]:
     return event
 
 
-class EventsApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
+class ExternalEventsApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/events", self.post)
-
-    async def post(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
-        body = await self.rest.body(request)
+    async def post_events(self, request: web.Request) -> web.Response:
+        body = await self.ctx.body(request)
         if not isinstance(body, dict) or set(body) != {"events"} or not isinstance(body["events"], list):
             raise errors.InvalidParameterValue('The body must be {"events": [...]}')
         events = [validate_event(e) for e in body["events"]]

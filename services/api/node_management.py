@@ -1,5 +1,9 @@
-"""Node indicators (API 1.63) and boot mode / secure boot changes (1.76).
+"""A node's management interface over REST: the boot device (1.1),
+indicators (1.63) and boot mode / secure boot changes (1.76).
 
+``GET|PUT /v1/nodes/{ident}/management/boot_device`` and
+``GET .../boot_device/supported`` read or set the next boot device through
+the owning conductor (204 once set).
 ``GET /v1/nodes/{ident}/management/indicators`` lists the indicators the
 management interface reports; ``GET|PUT .../indicators/{name}@{component}``
 (Ironic's unique indicator name, e.g. ``led@system``) read or set one.
@@ -7,7 +11,7 @@ management interface reports; ``GET|PUT .../indicators/{name}@{component}``
 and ``PUT .../states/secure_boot`` (``{"target": true|false}``) answer 202;
 the conductor changes the hardware under the node lock and then records
 ``boot_mode``/``secure_boot``. Below their versions these endpoints do not
-exist (404), as Ironic answers.
+exist (404, the routes table gates them), as Ironic answers.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api import views
-from services.api.rest import RestApi, _endpoint_gone
+from services.api.context import ApiContext
+from services.api.node_states import accepted
 from services.common import errors
 
 INDICATORS_SINCE = (1, 63)
@@ -34,23 +39,39 @@ def split_indicator(name: str) -> tuple[str, str]:
     return component, indicator
 
 
-class ManagementApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
+class NodeManagementApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
 
-    def routes(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/nodes/{ident}/management/indicators", self.list_indicators)
-        r.add_get("/v1/nodes/{ident}/management/indicators/{indicator}", self.get_indicator)
-        r.add_put("/v1/nodes/{ident}/management/indicators/{indicator}", self.set_indicator)
-        r.add_put("/v1/nodes/{ident}/states/boot_mode", self.set_boot_mode)
-        r.add_put("/v1/nodes/{ident}/states/secure_boot", self.set_secure_boot)
+    async def get_boot_device(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        reply = await self.ctx.rpc(node, "GetBootDevice", cpb.NodeRef(node_uuid=node["uuid"]))
+        return web.json_response({"boot_device": reply.boot_device or None, "persistent": reply.persistent})
+
+    async def set_boot_device(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        body = await self.ctx.body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("boot_device"), str):
+            raise errors.InvalidParameterValue("boot_device is required")
+        persistent = body.get("persistent", False)
+        if not isinstance(persistent, bool):
+            raise errors.InvalidParameterValue("persistent must be a boolean")
+        await self.ctx.rpc(
+            node,
+            "SetBootDevice",
+            cpb.BootDeviceRequest(node_uuid=node["uuid"], boot_device=body["boot_device"], persistent=persistent),
+        )
+        return web.Response(status=204)
+
+    async def supported_boot_devices(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        reply = await self.ctx.rpc(node, "GetSupportedBootDevices", cpb.NodeRef(node_uuid=node["uuid"]))
+        return web.json_response({"supported_boot_devices": list(reply.boot_devices)})
 
     async def list_indicators(self, request: web.Request) -> web.Response:
-        _endpoint_gone(request, INDICATORS_SINCE)
-        node = await self.rest.node_by_ident(request)
-        reply = await self.rest.rpc(node, "GetSupportedIndicators", cpb.NodeRef(node_uuid=node["uuid"]))
-        base = self.rest.base(request)
+        node = await self.ctx.node_by_ident(request)
+        reply = await self.ctx.rpc(node, "GetSupportedIndicators", cpb.NodeRef(node_uuid=node["uuid"]))
+        base = self.ctx.base(request)
         docs: list[dict[str, Any]] = []
         for component, names in json.loads(reply.json).items():
             for name, fields in names.items():
@@ -67,10 +88,9 @@ class ManagementApi:
         return web.json_response({"indicators": docs})
 
     async def get_indicator(self, request: web.Request) -> web.Response:
-        _endpoint_gone(request, INDICATORS_SINCE)
-        node = await self.rest.node_by_ident(request)
+        node = await self.ctx.node_by_ident(request)
         component, indicator = split_indicator(request.match_info["indicator"])
-        reply = await self.rest.rpc(
+        reply = await self.ctx.rpc(
             node,
             "GetIndicatorState",
             cpb.IndicatorRequest(node_uuid=node["uuid"], component=component, indicator=indicator),
@@ -78,18 +98,17 @@ class ManagementApi:
         return web.json_response({"state": json.loads(reply.json)})
 
     async def set_indicator(self, request: web.Request) -> web.Response:
-        _endpoint_gone(request, INDICATORS_SINCE)
-        node = await self.rest.node_by_ident(request)
+        node = await self.ctx.node_by_ident(request)
         component, indicator = split_indicator(request.match_info["indicator"])
         state = request.query.get("state")
         if request.can_read_body:
-            body = await self.rest.body(request)
+            body = await self.ctx.body(request)
             if not isinstance(body, dict) or set(body) - {"state"}:
                 raise errors.InvalidParameterValue('The body must be {"state": "<indicator state>"}')
             state = body.get("state", state)
         if not isinstance(state, str) or not state:
             raise errors.InvalidParameterValue("An indicator 'state' string is required")
-        await self.rest.rpc(
+        await self.ctx.rpc(
             node,
             "SetIndicatorState",
             cpb.IndicatorRequest(node_uuid=node["uuid"], component=component, indicator=indicator, state=state),
@@ -97,30 +116,23 @@ class ManagementApi:
         return web.Response(status=204)
 
     async def _target(self, request: web.Request) -> Any:
-        body = await self.rest.body(request)
+        body = await self.ctx.body(request)
         if not isinstance(body, dict) or set(body) != {"target"}:
             raise errors.InvalidParameterValue('The body must be {"target": ...}')
         return body["target"]
 
-    def _accepted(self, request: web.Request, node: dict[str, Any]) -> web.Response:
-        return web.Response(
-            status=202, headers={"Location": f"{self.rest.base(request)}/v1/nodes/{node['uuid']}/states"}
-        )
-
     async def set_boot_mode(self, request: web.Request) -> web.Response:
-        _endpoint_gone(request, BOOT_MODE_SINCE)
-        node = await self.rest.node_by_ident(request)
+        node = await self.ctx.node_by_ident(request)
         target = await self._target(request)
         if target not in ("uefi", "bios"):
             raise errors.InvalidParameterValue(f"Invalid boot mode {target!r}: must be one of bios, uefi")
-        await self.rest.rpc(node, "SetBootMode", cpb.BootModeRequest(node_uuid=node["uuid"], target=target))
-        return self._accepted(request, node)
+        await self.ctx.rpc(node, "SetBootMode", cpb.BootModeRequest(node_uuid=node["uuid"], target=target))
+        return accepted(self.ctx.base(request), node)
 
     async def set_secure_boot(self, request: web.Request) -> web.Response:
-        _endpoint_gone(request, BOOT_MODE_SINCE)
-        node = await self.rest.node_by_ident(request)
+        node = await self.ctx.node_by_ident(request)
         target = await self._target(request)
         if not isinstance(target, bool):
             raise errors.InvalidParameterValue(f"Invalid secure boot target {target!r}: must be true or false")
-        await self.rest.rpc(node, "SetSecureBootState", cpb.SecureBootRequest(node_uuid=node["uuid"], target=target))
-        return self._accepted(request, node)
+        await self.ctx.rpc(node, "SetSecureBootState", cpb.SecureBootRequest(node_uuid=node["uuid"], target=target))
+        return accepted(self.ctx.base(request), node)

@@ -22,7 +22,7 @@ import grpc
 from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
-from services.api.rest import RestApi
+from services.api.context import ApiContext
 from services.common import errors
 from services.common.grpcserver import REQUEST_ID_KEY
 from services.common.jsonutil import dumps
@@ -32,25 +32,12 @@ HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 class VendorPassthruApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-
-    def routes(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/nodes/{ident}/vendor_passthru/methods", self.node_methods)
-        r.add_get("/v1/drivers/{driver}/vendor_passthru/methods", self.driver_methods)
-        for method in HTTP_METHODS:
-            r.add_route(method, "/v1/nodes/{ident}/vendor_passthru", self.node_call)
-            r.add_route(method, "/v1/drivers/{driver}/vendor_passthru", self.driver_call)
-        # python-ironicclient puts the method in the path (Ironic's pecan _default
-        # accepts both); registered after /methods, which therefore wins for GET.
-        for method in HTTP_METHODS:
-            r.add_route(method, "/v1/nodes/{ident}/vendor_passthru/{method}", self.node_call)
-            r.add_route(method, "/v1/drivers/{driver}/vendor_passthru/{method}", self.driver_call)
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
 
     async def _driver_rpc(self, driver: str, name: str, message: Any) -> Any:
         """Call one conductor that runs ``driver`` (driver methods have no node to route by)."""
-        router = self.rest.router
+        router = self.ctx.router
         hosts = router.hardware_types().get(driver)
         if not hosts:
             raise errors.NotFound(f"Driver {driver} could not be found.")
@@ -65,7 +52,7 @@ class VendorPassthruApi:
     async def _data(self, request: web.Request) -> Any:
         if not request.can_read_body:
             return {}
-        return await self.rest.body(request)
+        return await self.ctx.body(request)
 
     @staticmethod
     def _method(request: web.Request) -> str:
@@ -83,15 +70,15 @@ class VendorPassthruApi:
         return web.json_response(value, status=status, dumps=dumps)
 
     async def node_methods(self, request: web.Request) -> web.Response:
-        node = await self.rest.node_by_ident(request)
-        reply = await self.rest.rpc(node, "GetVendorMethods", cpb.VendorMethodsRequest(node_uuid=node["uuid"]))
+        node = await self.ctx.node_by_ident(request)
+        reply = await self.ctx.rpc(node, "GetVendorMethods", cpb.VendorMethodsRequest(node_uuid=node["uuid"]))
         return web.json_response(json.loads(reply.methods_json))
 
     async def node_call(self, request: web.Request) -> web.Response:
-        node = await self.rest.node_by_ident(request)
+        node = await self.ctx.node_by_ident(request)
         method = self._method(request)
         data = await self._data(request)
-        reply = await self.rest.rpc(
+        reply = await self.ctx.rpc(
             node,
             "VendorPassthru",
             cpb.VendorPassthruRequest(
