@@ -21,7 +21,6 @@ plaintext or old-key values that must stay readable until
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,8 +34,10 @@ Path = tuple[str | int, ...]
 
 
 def _context(node_uuid: str, path: Path) -> str:
-    # JSON: unambiguous whatever the keys hold ("/", ":", quotes).
-    return json.dumps(["node", str(node_uuid), *path], separators=(",", ":"))
+    """The associated data binding a value to its node and path. NUL separates
+    the parts (PostgreSQL's jsonb cannot hold one in a key), and each part says
+    whether it is an object key or a list index, so no two paths share one."""
+    return "\x00".join(("node", node_uuid, *(f"k{p}" if isinstance(p, str) else f"i{p}" for p in path)))
 
 
 def _where(node_uuid: str, path: Path) -> str:
