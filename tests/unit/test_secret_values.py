@@ -180,6 +180,12 @@ def test_node_secrets_are_sealed_everywhere_and_open_back() -> None:
     assert secrets.open({"uuid": NODE, **stored}) == {"uuid": NODE, **node_values()}
 
 
+def test_the_node_uuid_binds_in_its_canonical_form() -> None:
+    secrets = NodeSecrets(keyring(("a", KEY_A)))
+    stored = secrets.seal(NODE.upper(), node_values())  # a caller may write the uuid in capitals
+    assert secrets.open({"uuid": NODE, **stored})["driver_info"] == node_values()["driver_info"]
+
+
 def test_a_sealed_value_moved_to_another_node_or_key_does_not_open() -> None:
     secrets = NodeSecrets(keyring(("a", KEY_A)))
     password = secrets.seal(NODE, node_values())["driver_info"]["redfish_password"]

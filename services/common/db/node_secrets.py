@@ -21,6 +21,7 @@ plaintext or old-key values that must stay readable until
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,14 @@ def _context(node_uuid: str, path: Path) -> str:
     the parts (PostgreSQL's jsonb cannot hold one in a key), and each part says
     whether it is an object key or a list index, so no two paths share one."""
     return "\x00".join(("node", node_uuid, *(f"k{p}" if isinstance(p, str) else f"i{p}" for p in path)))
+
+
+def _canonical(node_uuid: str) -> str:
+    """The uuid as PostgreSQL gives it back (lower case, hyphens), whatever form a caller wrote."""
+    try:
+        return str(uuidlib.UUID(str(node_uuid)))
+    except ValueError:
+        return str(node_uuid)
 
 
 def _where(node_uuid: str, path: Path) -> str:
@@ -60,6 +69,7 @@ class NodeSecrets:
         unreadable for everybody (every read tries to open it).
         """
         out = dict(values)
+        node_uuid = _canonical(node_uuid)
         for field in SEALED_FIELDS:
             if isinstance(out.get(field), dict):
                 out[field] = self._seal_tree(node_uuid, out[field], (field,))
@@ -100,7 +110,7 @@ class NodeSecrets:
                     if _has_sealed(value):
                         raise errors.SecretUnreadable(f"{field} holds encrypted values but the row has no uuid")
                     continue
-                row[field] = self._open_tree(str(node_uuid), value, (field,))
+                row[field] = self._open_tree(_canonical(node_uuid), value, (field,))
         return row
 
     def _open_tree(self, node_uuid: str, value: Any, path: Path) -> Any:
