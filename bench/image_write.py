@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -171,10 +172,8 @@ async def run_agent(
                 nonlocal child_peak
                 while not done.is_set():
                     for child in ps.children(recursive=True):
-                        try:
+                        with contextlib.suppress(psutil.Error):
                             child_peak = max(child_peak, child.memory_info().rss)
-                        except psutil.Error:
-                            pass
                     await asyncio.sleep(0.05)
 
             while True:  # the token is known once the agent has looked itself up

@@ -146,24 +146,25 @@ def start_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
         "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
         "FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": str(64 * 1024 * MiB),
     }
-    proc = subprocess.Popen(
-        [
-            str(REPO / ".venv" / "bin" / "ferrum"),
-            "objectstore",
-            "--state-dir",
-            str(tmp / "state"),
-            "--grpc-port",
-            "0",
-            "--http-port",
-            "0",
-            "--ports-file",
-            str(ports),
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "service.log", "wb"),
-    )
+    with open(tmp / "service.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [
+                str(REPO / ".venv" / "bin" / "ferrum"),
+                "objectstore",
+                "--state-dir",
+                str(tmp / "state"),
+                "--grpc-port",
+                "0",
+                "--http-port",
+                "0",
+                "--ports-file",
+                str(ports),
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     deadline = time.monotonic() + 180
     while not ports.exists():
         if proc.poll() is not None or time.monotonic() > deadline:

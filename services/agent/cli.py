@@ -131,7 +131,7 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     if args.ports_file:
-        Path(args.ports_file).write_text(json.dumps({"agent": agent.callback_url}))
+        await asyncio.to_thread(Path(args.ports_file).write_text, json.dumps({"agent": agent.callback_url}))
     print(f"agent command API at {agent.callback_url}", flush=True)
     try:
         await stopping.wait()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -215,10 +216,9 @@ class BlockWriter:
     async def abort(self) -> None:
         """Wait for the lanes (threads cannot be cancelled) and drop the buffers."""
         while self._inflight:
-            try:
+            # The error that caused the abort is already being raised; a lane's own error adds nothing.
+            with contextlib.suppress(Exception):
                 await self._inflight.popleft()[1]
-            except Exception:  # the error that caused the abort is already being raised
-                pass
         self._current, self._spare = None, []
 
 
@@ -421,10 +421,8 @@ class _ImageSink:
 
     def remove_tmp(self) -> None:
         if self.tmp_path:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.tmp_path)
-            except FileNotFoundError:
-                pass
             self.tmp_path = None
 
 

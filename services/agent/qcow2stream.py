@@ -21,6 +21,7 @@ data file, no extended L2 entries, zlib compression. ``parse_header`` raises
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -307,8 +308,6 @@ class StreamingConverter:
             os.close(self._spool_fd)
             self._spool_fd = None
         if self._spool_path:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._spool_path)
-            except FileNotFoundError:
-                pass
             self._spool_path = None

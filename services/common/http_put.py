@@ -13,6 +13,7 @@ a ``Content-Length`` body, on a connection used for one request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import ssl
@@ -93,10 +94,8 @@ async def put_file(
                 status, reply_headers = await asyncio.wait_for(_read_reply_head(reader), reply_timeout)
                 if status != 100:  # refused before the body
                     return await _read_reply(reader, status, reply_headers)
-                try:
+                with contextlib.suppress(ConnectionError):  # the server stopped reading; its answer says why
                     await asyncio.get_running_loop().sendfile(writer.transport, handle, 0, size)
-                except ConnectionError:
-                    pass  # the server stopped reading; its answer (if any) says why
             status, reply_headers = await asyncio.wait_for(_read_reply_head(reader), reply_timeout)
             return await _read_reply(reader, status, reply_headers)
         finally:

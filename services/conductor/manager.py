@@ -338,7 +338,7 @@ class ConductorManager:
         try:
             await coro
             return True
-        except Exception as exc:  # a driver error must never leave the node in an *ing state
+        except Exception as exc:  # noqa: BLE001 - a driver error must never leave the node in an *ing state
             message = exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
             await self.fail(task, f"{what} failed for node {task.node['uuid']}: {message}")
             return False
@@ -475,7 +475,7 @@ class ConductorManager:
                 changes = {"power_state": final, "target_power_state": None}
                 message = f"power state changed to {final}"
                 severity = "INFO"
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any driver failure is recorded as the node's last_error
                 text = exc.message if isinstance(exc, errors.FerrumError) else str(exc)
                 message = f"Failed to change power state to '{target}' by '{target}': {text}"
                 changes = {"target_power_state": None, "last_error": message}

@@ -97,7 +97,7 @@ class NodeExtras:
             try:
                 await task.driver.vendor.call_method(task, method, http_method, data)
                 LOG.info("vendor passthru done node_uuid=%s method=%s", node_uuid, method)
-            except Exception as exc:  # an async method has no caller to answer to: log and record it
+            except Exception as exc:  # noqa: BLE001 - an async method has no caller to answer to: log and record it
                 text = exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
                 LOG.warning("vendor passthru failed node_uuid=%s method=%s reason=%s", node_uuid, method, text)
                 await self.manager.record_event(
@@ -170,7 +170,7 @@ class NodeExtras:
                 await apply(task)
                 await task.save_fields({field: value})
                 await self.manager.record_event(task.node, what.replace(" ", "-"), f"{what} set to {value}")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a background change has no caller: record any failure on the node
                 text = exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
                 message = f"Failed to set the {what} of node {node_uuid} to {value}: {text}"
                 LOG.warning("management change failed node_uuid=%s what=%s reason=%s", node_uuid, what, text)

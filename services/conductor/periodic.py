@@ -215,7 +215,7 @@ class PeriodicWork:
                     node = await self.manager.nodes.get(row["uuid"])
                     task = await self.manager.tasks.build_task(node)
                     actual = await task.driver.power.get_power_state(task)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - one unreachable BMC must not stop the sync of the others
                     LOG.warning("power sync failed node_uuid=%s reason=%s", row["uuid"], exc)
                     continue
                 if actual != node["power_state"] and not node["reservation"]:

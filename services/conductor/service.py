@@ -269,13 +269,13 @@ class ConductorService:
         app.router.add_get("/metrics", self.metrics.handle)
         self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
         address = f"{c.host}:{grpc_port}"
-        registration = dict(
-            hostname=self.hostname,
-            grpc_address=address,
-            conductor_group=c.conductor_group,
-            hardware_types=list(self.registry.hardware_types),
-            interfaces=self.registry.describe(),
-        )
+        registration: dict[str, Any] = {
+            "hostname": self.hostname,
+            "grpc_address": address,
+            "conductor_group": c.conductor_group,
+            "hardware_types": list(self.registry.hardware_types),
+            "interfaces": self.registry.describe(),
+        }
         await self._recover_own_locks()
         await ConductorRepository(self.pool).register(**registration)
         self.manager.tasks.start()

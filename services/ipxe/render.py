@@ -121,7 +121,7 @@ class ScriptRenderer:
         selector = f"mac={mac}" if mac is not None else f"uuid={uuid}"
         try:
             data = await self._reader.read(mac=mac, uuid=uuid)
-        except Exception as exc:  # the database is down or overloaded: say so, do not 500
+        except Exception as exc:  # noqa: BLE001 - the database is down or overloaded: say so, do not 500
             LOG.warning("ipxe render failed %s reason=boot data unavailable error=%s", selector, type(exc).__name__)
             return self.error_script("boot data is unavailable right now (database error), try again later")
         if data is None:

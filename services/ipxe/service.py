@@ -47,7 +47,7 @@ class IpxeService:
                 max_entries=settings.ipxe.cache_max_entries,
             )
             reader = self.cache
-        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))
+        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))  # noqa: PLW0108 - self.replies is made next
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)
         self.grpc_address = ""
         self._http: ScriptHttpServer | None = None

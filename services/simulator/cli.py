@@ -75,7 +75,7 @@ async def serve(args: argparse.Namespace) -> int:
     await simulator.start()
     try:
         if args.ports_file:
-            Path(args.ports_file).write_text(json.dumps({"simulator": simulator.redfish_url}))
+            await asyncio.to_thread(Path(args.ports_file).write_text, json.dumps({"simulator": simulator.redfish_url}))
         print(
             f"simulator: {len(simulator.machines)} machines, Redfish at {simulator.redfish_url}/redfish/v1, "
             f"status at {simulator.redfish_url}/simulator/machines, "

@@ -320,7 +320,7 @@ def read_config_drive(disk_path: str | os.PathLike[str], table: dict[str, Any] |
     with open(disk_path, "rb") as fp:
         try:
             return {**base, **_read_config_iso(_Window(fp, part["start"], part["size"]))}
-        except Exception as exc:  # a corrupt ISO is a finding, not a simulator crash
+        except Exception as exc:  # noqa: BLE001 - a corrupt ISO is a finding, not a simulator crash
             return {**base, "error": f"cannot read the ISO: {exc}"}
 
 

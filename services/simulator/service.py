@@ -18,7 +18,7 @@ import resource
 import uuid as uuidlib
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
@@ -129,7 +129,7 @@ class Simulator:
             await self._session.close()
             self._session = None
 
-    async def __aenter__(self) -> Simulator:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -46,7 +46,7 @@ async def download(
     ) as response:
         if response.status >= 300:
             raise RuntimeError(f"HTTP {response.status}")
-        with open(dest, "wb") as out:
+        with await asyncio.to_thread(open, dest, "wb") as out:
             async for chunk in response.content.iter_chunked(CHUNK):
                 written += len(chunk)
                 if written > limit:
@@ -62,7 +62,7 @@ def iso_kernel_cmdline(path: str | os.PathLike[str]) -> tuple[str, str] | None:
     iso = pycdlib.PyCdlib()
     try:
         iso.open(str(path))
-    except Exception:
+    except Exception:  # noqa: BLE001 - pycdlib raises assorted errors on media that is not an ISO: no boot config
         return None
     try:
         kwarg, files = iso_files(iso)

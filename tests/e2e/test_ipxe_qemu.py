@@ -18,6 +18,7 @@ missing (as root) and caches the kernel and initramfs under
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -50,14 +51,14 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def run(*argv: str, cwd: Path | None = None, timeout: float = 600) -> str:
-    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
     return result.stdout
 
 
 def installed(package: str) -> bool:
-    result = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True)
+    result = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False)
     return result.returncode == 0 and "install ok installed" in result.stdout
 
 
@@ -75,6 +76,7 @@ def ensure_packages(*extra: str) -> None:
             text=True,
             env=env,
             timeout=900,
+            check=False,
         )
         if result.returncode == 0:
             return
@@ -439,11 +441,12 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     disk = work / "disk.img"
     disk.write_bytes(boot_sector(SAN_MARKER) + bytes(16 * 1024 * 1024 - 512))
     port, control = free_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
-    tgtd = subprocess.Popen(
-        ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "tgtd.log", "wb"),
-    )
+    with open(work / "tgtd.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        tgtd = subprocess.Popen(
+            ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
     def adm(*args: str) -> str:
         return run("tgtadm", "-C", str(control), "--lld", "iscsi", *args, timeout=30)
@@ -466,10 +469,8 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         yield {"port": port, "show": lambda: adm("--op", "show", "--mode", "target")}
     finally:
         # tgtd ignores SIGTERM while it holds targets (TOOLING.md): remove them, then stop it by PID.
-        try:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             adm("--op", "delete", "--mode", "target", "--tid", "1", "--force")
-        except (RuntimeError, subprocess.TimeoutExpired):
-            pass
         tgtd.terminate()
         try:
             tgtd.wait(10)

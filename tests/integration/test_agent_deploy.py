@@ -612,7 +612,7 @@ async def test_config_drive_partition_written_after_image(env):
             wait=True,
         )
         assert done["command_status"] == "SUCCEEDED", done
-        part, content = read_configdrive_partition(str(disk))
+        _part, content = read_configdrive_partition(str(disk))
         assert content[: len(iso)] == iso
         uuids = (await command(env, agent, "standby.get_partition_uuids", {}))["command_result"]
         assert len(uuids["partitions"]) == 3  # ESP, root and the new config-2
@@ -729,13 +729,13 @@ async def test_masked_token_locks_down_unless_pregenerated(env):
     ironic.lookup = lookup  # type: ignore[method-assign]
     app_runner, port = await start_http_site(ironic.app(), "127.0.0.1", 0)
     try:
-        options = dict(
-            api_url=f"http://127.0.0.1:{port}",
-            macs=("52:54:00:00:00:01",),
-            lookup_interval=0.05,
-            heartbeat_interval=0.2,
-            disks=(Disk(str(make_disk(env["tmp"], "d", MiB))),),
-        )
+        options: dict[str, Any] = {
+            "api_url": f"http://127.0.0.1:{port}",
+            "macs": ("52:54:00:00:00:01",),
+            "lookup_interval": 0.05,
+            "heartbeat_interval": 0.2,
+            "disks": (Disk(str(make_disk(env["tmp"], "d", MiB))),),
+        }
         locked = Agent(AgentOptions(**options))
         await locked.start()
         try:

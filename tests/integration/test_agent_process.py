@@ -92,6 +92,7 @@ def test_agent_cli_rejects_missing_settings(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert run.returncode == 2 and "missing: macs, disks" in run.stderr
     run = subprocess.run(
@@ -111,5 +112,6 @@ def test_agent_cli_rejects_missing_settings(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert run.returncode == 2 and "bad --disk field" in run.stderr

@@ -111,7 +111,7 @@ async def test_boot_ipxe_chains_by_every_mac_then_uuid(stack: Any, http: aiohttp
 
 
 async def test_deploying_node_by_mac_and_uuid(stack: Any, http: aiohttp.ClientSession) -> None:
-    base, api, _ = urls(stack)
+    base, _, _ = urls(stack)
     node = await make_node(
         stack, http, macs=["52:54:00:aa:01:01", "52:54:00:aa:01:02"], state="deploying", name="deploy-me"
     )
@@ -307,7 +307,7 @@ async def test_cache_follows_every_boot_data_change(stack: Any, http: aiohttp.Cl
         await changed("UPDATE nodes SET driver_info = '{}' WHERE uuid = $1::uuid", other)
         assert await kind("52:54:00:aa:08:02") == "error"
         await changed("DELETE FROM ports WHERE address = '52:54:00:aa:08:03'")
-        status, body, _ = await get(http, url, params={"mac": "52:54:00:aa:08:03"})
+        _, body, _ = await get(http, url, params={"mac": "52:54:00:aa:08:03"})
         assert "no node has a port with MAC 52:54:00:aa:08:03" in body
         await changed("DELETE FROM nodes WHERE uuid = $1::uuid", node)
         assert await kind("52:54:00:aa:08:01") == "error"

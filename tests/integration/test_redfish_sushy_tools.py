@@ -56,14 +56,14 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "]\n"
     )
     port = free_port()
-    log = open(tmp / "emulator.log", "wb")
     binary = Path(sys.executable).parent / "sushy-emulator"
-    proc = subprocess.Popen(
-        [str(binary), "--config", str(config), "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(tmp / "emulator.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [str(binary), "--config", str(config), "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -86,7 +86,6 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-        log.close()
 
 
 def make_task(url: str, system: str | None = SYSTEM_A, **extra: object) -> base.Task:
@@ -135,7 +134,7 @@ async def test_power_timeout_is_a_clear_error(emulator: str) -> None:
     impatient = RedfishPower({"redfish_poll_interval": 0.2})
     task = make_task(emulator, system=SYSTEM_B)
     try:
-        with pytest.raises(errors.BMCError, match="Timed out waiting .* 'power on'"):
+        with pytest.raises(errors.BMCError, match=r"Timed out waiting .* 'power on'"):
             await impatient.set_power_state(task, "power on", timeout=0.5)
     finally:
         # The change still lands later; settle the system back to off for other runs.
@@ -211,10 +210,10 @@ async def test_virtual_media(emulator: str, management: RedfishManagement) -> No
         url = f"http://127.0.0.1:{port}/boot.iso"
         await management.insert_virtual_media(task, "cdrom", url)
         assert "/boot.iso" in fetched  # the emulator downloads what is inserted
-        cd = [m for m in await management.get_virtual_media(task) if "CD" in m["media_types"]][0]
+        cd = next(m for m in await management.get_virtual_media(task) if "CD" in m["media_types"])
         assert (cd["image"], cd["inserted"]) == (url, True)
         await management.eject_virtual_media(task, "cdrom")
-        cd = [m for m in await management.get_virtual_media(task) if "CD" in m["media_types"]][0]
+        cd = next(m for m in await management.get_virtual_media(task) if "CD" in m["media_types"])
         assert cd["inserted"] is False
     finally:
         await runner.cleanup()

@@ -302,7 +302,7 @@ async def test_virtual_media_insert_and_eject(sim: Simulator, boot_server: BootS
 
     async def insert(url: str) -> None:
         def work(s: Any) -> None:
-            cd = [v for v in s.managers[0].virtual_media.get_members() if v.identity == "Cd"][0]
+            cd = next(v for v in s.managers[0].virtual_media.get_members() if v.identity == "Cd")
             cd.insert_media(url)
 
         await on_system(sim, 1, work)
@@ -624,9 +624,11 @@ async def test_disk_boot_reads_the_partition_table_and_config_drive(sim: Simulat
     assert machine.events("os_booted")[-1]["hostname"] == "web-1.example"
     # The firmware never touched the network for an Hdd boot.
     assert machine.events("pxe_fetch") == [] or machine.events("pxe_fetch")[-1]["boot"] != machine.boot_count
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{sim.redfish_url}/simulator/machines/{machine.uuid}") as resp:
-            assert (await resp.json())["os_report"]["config_drive"]["hostname"] == "web-1.example"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{sim.redfish_url}/simulator/machines/{machine.uuid}") as resp,
+    ):
+        assert (await resp.json())["os_report"]["config_drive"]["hostname"] == "web-1.example"
     await power_off(sim, 1)
 
 

@@ -105,7 +105,13 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
 def run_ferrum(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     os.chmod(tmp_path, 0o755)
     return subprocess.run(
-        [*FERRUM, *args], cwd=ROOT, env={**clean_env(), **(env or {})}, capture_output=True, text=True, timeout=90
+        [*FERRUM, *args],
+        cwd=ROOT,
+        env={**clean_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
 
 
@@ -167,5 +173,7 @@ def test_every_subcommand_has_help() -> None:
         ["demo"],
         ["db", "upgrade"],
     ):
-        result = subprocess.run([*FERRUM, *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [*FERRUM, *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+        )
         assert result.returncode == 0 and "usage: ferrum" in result.stdout, command

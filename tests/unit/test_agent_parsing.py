@@ -91,7 +91,7 @@ def test_checksum_file_picks_the_line_for_the_image():
     assert checksum.parse_checksum_file(SUMS.format(h=h), "disk.qcow2") == "22" * 32
     assert checksum.parse_checksum_file(f"SHA512 (disk.img) = {'cd' * 64}\n", "disk.img") == "cd" * 64
     assert checksum.parse_checksum_file(f"  {'ef' * 32}\n", "anything.img") == "ef" * 32
-    with pytest.raises(errors.ImageError, match="No checksum for image file 'missing.img'"):
+    with pytest.raises(errors.ImageError, match=r"No checksum for image file 'missing\.img'"):
         checksum.parse_checksum_file(SUMS.format(h=h), "missing.img")
 
 

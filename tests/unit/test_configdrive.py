@@ -280,5 +280,5 @@ def test_pure_python_reader_agrees_with_cloud_init(tmp_path: Path) -> None:
     assert ours.user_data is not None and ours.user_data.decode() == v2["userdata"]
     assert ours.network_data == v2["networkdata"] and ours.vendor_data == v2["vendordata2"]
     assert ours.macs == ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
-    with pytest.raises(errors.ConfigDriveInvalid, match="meta_data.json"):
+    with pytest.raises(errors.ConfigDriveInvalid, match=r"meta_data\.json"):
         configdrive_reader.parse_configdrive_files({"openstack/latest/user_data": b"x"})

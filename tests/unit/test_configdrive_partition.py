@@ -22,7 +22,7 @@ from services.conductor.images.configdrive_partition import (
     read_configdrive_partition,
     write_configdrive_partition,
 )
-from services.conductor.images.partition_table import read_partition_table
+from services.conductor.images.partition_table import PartitionTable, read_partition_table
 from tests.unit.test_configdrive import KEY, NODE, PORTS, cloud_init_read
 
 MiB = 1024 * 1024
@@ -109,6 +109,11 @@ def assert_cloud_init_reads(disk: Path, tmp: Path) -> dict[str, Any]:
     return v2
 
 
+def table_of(disk: Path) -> PartitionTable:
+    with open(disk, "rb") as fp:
+        return read_partition_table(fp)
+
+
 def sgdisk_verify(disk: Path) -> str:
     out = run("sgdisk", "-v", str(disk))
     assert "No problems found" in out, out
@@ -150,7 +155,7 @@ def test_gpt_image_on_bigger_disk(work: Path) -> None:
     info = run("sgdisk", "-i", "3", str(disk))
     assert "Partition name: 'config-2'" in info
     assert f"First sector: {placement.start_byte // 512} " in info
-    table = read_partition_table(open(disk, "rb"))
+    table = table_of(disk)
     assert table.backup_lba == disk_sectors - 1 and table.last_usable == disk_sectors - 34
     with open(disk, "rb") as fp:
         fp.seek((disk_sectors - 1) * 512)
@@ -189,11 +194,11 @@ def test_existing_gpt_config2_partition_is_reused(work: Path) -> None:
     disk = work / "disk.img"
     gpt_image(disk, 100, ["-n", "2:0:+60M", "-n", "3:0:+4M", "-c", "3:config-2"])
     grow(disk, 200 * MiB)
-    before = read_partition_table(open(disk, "rb"))
+    before = table_of(disk)
     placement = write_configdrive_partition(disk, the_drive())
     assert placement.created is False and placement.partition_number == 3
     assert placement.start_byte == before.partitions[2].start * 512 and placement.size_bytes == 4 * MiB
-    after = read_partition_table(open(disk, "rb"))
+    after = table_of(disk)
     assert [(p.number, p.start, p.sectors) for p in after.partitions] == [
         (p.number, p.start, p.sectors) for p in before.partitions
     ]
@@ -233,7 +238,7 @@ def test_two_config2_partitions_refused_and_disk_untouched(work: Path) -> None:
     gpt_image(disk, 100, ["-n", "2:0:+60M", "-n", "3:0:+4M", "-c", "3:config-2", "-n", "4:0:+4M", "-c", "4:CONFIG-2"])
     grow(disk, 300 * MiB)
     before = fingerprint(disk)
-    with pytest.raises(errors.ConfigDriveError, match="more than one partition labelled config-2.*3.*4"):
+    with pytest.raises(errors.ConfigDriveError, match=r"more than one partition labelled config-2.*3.*4"):
         write_configdrive_partition(disk, the_drive())
     assert fingerprint(disk) == before
 
@@ -260,7 +265,7 @@ def test_disk_barely_larger_than_the_image(work: Path) -> None:
     gpt_image(disk, 100)
     grow(disk, 102 * MiB)
     placement = write_configdrive_partition(disk, the_drive())
-    root_end = read_partition_table(open(disk, "rb")).partitions[1].end
+    root_end = table_of(disk).partitions[1].end
     assert placement.created and placement.partition_number == 3
     assert placement.start_byte == 100 * MiB > root_end * 512
     assert placement.start_byte + placement.size_bytes == (102 * MiB // 512 - 33) * 512
@@ -279,7 +284,7 @@ def test_no_room_at_all_is_refused(work: Path) -> None:
     disk = work / "disk.img"
     gpt_image(disk, 100)  # root fills the disk
     before = fingerprint(disk)
-    with pytest.raises(errors.ConfigDriveError, match="no room for the config drive.*partition\\(s\\) 2"):
+    with pytest.raises(errors.ConfigDriveError, match=r"no room for the config drive.*partition\(s\) 2"):
         write_configdrive_partition(disk, the_drive())
     assert fingerprint(disk) == before
 
@@ -362,12 +367,12 @@ def test_fat32_label_and_no_label_partitions_probed(work: Path) -> None:
         "config-2",
         "::",
     )
-    table = read_partition_table(open(disk, "rb"))
+    table = table_of(disk)
     assert [p.labels for p in table.partitions] == [("CONFIG-2", "config-2"), ()]
     assert table.free_slots == (3, 4)
     placement = write_configdrive_partition(disk, the_drive())
     assert (placement.partition_number, placement.created) == (1, False)
-    assert read_partition_table(open(disk, "rb")).partitions[0].labels == ("config-2",)  # now the ISO
+    assert table_of(disk).partitions[0].labels == ("config-2",)  # now the ISO
 
 
 def test_image_larger_than_disk_and_corrupt_gpt_refused(work: Path) -> None:

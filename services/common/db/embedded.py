@@ -26,6 +26,7 @@ Layout of ``data_dir``::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -41,6 +42,7 @@ import subprocess
 import tempfile
 import time
 from types import TracebackType
+from typing import Self
 
 logger = logging.getLogger(__name__)
 
@@ -449,7 +451,7 @@ class EmbeddedPostgres:
         cmd += ["--", name]
         self._run_client(cmd, f"drop database {name!r}")
 
-    def __enter__(self) -> EmbeddedPostgres:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -673,10 +675,8 @@ class EmbeddedPostgres:
         """SIGKILL the postmaster ``pid`` and its children; wait until gone."""
         victims = [pid, *_child_pids(pid)]
         for victim in victims:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for victim in victims:
             if not self._wait_gone(victim, 5.0):
                 raise EmbeddedPostgresError(f"embedded PostgreSQL pid {victim} survived SIGKILL")

@@ -8,7 +8,8 @@ be exercised (and benchmarked) without machines.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from services.common import errors, states
 from services.conductor.drivers import base
@@ -66,7 +67,7 @@ class FakeManagement(_Delayed, base.ManagementInterface):
 
     # Ironic's fake indicators: a read-only chassis LED and a settable system LED.
     # Set states live in driver_internal_info["fake_indicators"] ("led@system": "BLINKING").
-    INDICATORS = {
+    INDICATORS: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {
         "chassis": {"led-0": {"readonly": True, "states": ["OFF", "ON"]}},
         "system": {"led": {"readonly": False, "states": ["BLINKING", "OFF", "ON"]}},
     }
@@ -178,8 +179,12 @@ class FakeVendor(_Delayed, base.VendorInterface):
 
     name = "fake"
     delay_option = "fake_vendor_delay"
-    WORDS = {"second_method": "kazoo", "third_method_sync": "meow", "fourth_method_shared_lock": "woof"}
-    methods = {
+    WORDS: ClassVar[dict[str, str]] = {
+        "second_method": "kazoo",
+        "third_method_sync": "meow",
+        "fourth_method_shared_lock": "woof",
+    }
+    methods: ClassVar[Mapping[str, base.VendorMethod]] = {
         "second_method": base.VendorMethod(("POST",), description="Test if the value of bar is kazoo"),
         "third_method_sync": base.VendorMethod(
             ("POST",), is_async=False, description="Test if the value of bar is meow"

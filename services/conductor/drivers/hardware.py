@@ -17,7 +17,7 @@ class HardwareType:
 class FakeHardware(HardwareType):
     name = "fake-hardware"
     accepts_any_enabled = True
-    supported = {
+    supported: ClassVar[dict[str, tuple[str, ...]]] = {
         "power": ("fake",),
         "management": ("fake",),
         "boot": ("fake", "ipxe"),
@@ -33,7 +33,7 @@ class RedfishHardware(HardwareType):
     """Servers with a Redfish BMC (and Ferrum's simulator)."""
 
     name = "redfish"
-    supported = {
+    supported: ClassVar[dict[str, tuple[str, ...]]] = {
         "power": ("redfish",),
         "management": ("redfish",),
         "boot": ("ipxe", "fake"),

@@ -29,7 +29,7 @@ class DriverRegistry:
     """The hardware types and interface implementations this conductor runs."""
 
     def __init__(self, config: ConductorConfig) -> None:
-        options = {k: v for k, v in vars(config).items()}
+        options = dict(vars(config))
         type_eps = _load_group(TYPE_GROUP)
         self.hardware_types: dict[str, type[HardwareType]] = {}
         for name in config.enabled_hardware_types:
