@@ -11,6 +11,7 @@ instead (sendfile, no copy through Python), which is about twice as fast.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import datetime
 import json
@@ -296,7 +297,7 @@ class ObjectStoreClient:
             return None
         return ObjectInfo.from_message(reply)
 
-    async def list(self, container: str, prefix: str = "") -> list[ObjectInfo]:
+    async def list(self, container: str, prefix: str = "") -> builtins.list[ObjectInfo]:
         reply = await self._call("List", pb.ListObjectsRequest(container=container, prefix=prefix))
         return [ObjectInfo.from_message(m) for m in reply.objects]
 

@@ -229,7 +229,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         transport.set_protocol(handler)
         handler.connection_made(transport)
         if data:
-            handler.data_received(data)  # type: ignore[attr-defined]
+            handler.data_received(data)
 
     # -- one upload -----------------------------------------------------------------------------
 

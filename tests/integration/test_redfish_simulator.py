@@ -289,7 +289,7 @@ async def test_slow_bmc_power_changes_are_polled(tmp_path: Path) -> None:
         machine = slow.machines[0]
         task = base.Task(
             node={"uuid": "slow", "driver_info": slow.driver_info(machine)}, ports=[], driver=None, conductor="test"
-        )  # type: ignore[arg-type]
+        )
         async with (
             aiohttp.ClientSession() as http,
             http.post(

@@ -7,6 +7,7 @@ finds candidates and records the outcome.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -67,13 +68,13 @@ class AllocationRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE a.name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Allocation {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def for_node(self, node_id: int) -> dict[str, Any]:
         row = await self._db.fetchrow(_SELECT + " WHERE a.node_id = $1", node_id)
         if row is None:
             raise errors.NotFound("The node has no allocation.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def list(
         self,
@@ -83,7 +84,7 @@ class AllocationRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -115,7 +116,7 @@ class AllocationRepository:
         rows = await self._db.fetch(
             f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} LIMIT ${len(args)}", *args
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def finish(
         self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None
@@ -152,14 +153,14 @@ class AllocationRepository:
             raise _conflict(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete(self, allocation_id: int) -> None:
         await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
 
     async def candidates(
         self, *, resource_class: str, traits: Sequence[str], node_uuids: Sequence[str] | None, owner: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Nodes that could take the allocation, in random order as Ironic tries them:
         available, not in maintenance, not retired, no instance, no allocation, unlocked,
         of the resource class and with every requested trait; with an ``owner``
@@ -179,7 +180,7 @@ class AllocationRepository:
             f"{extra} ORDER BY random() LIMIT 50",
             *args,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def uuids_for_nodes(self, node_ids: Sequence[int]) -> dict[int, str]:
         """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""

@@ -3,6 +3,7 @@ read from the machine with :meth:`BiosRepository.replace`; the api reads."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,16 +29,16 @@ class BiosRepository:
     def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
         self._db = db
 
-    async def list(self, node_id: int) -> list[dict[str, Any]]:
+    async def list(self, node_id: int) -> builtins.list[dict[str, Any]]:
         """Every cached setting of a node, by name (a machine has hundreds at most)."""
         rows = await self._db.fetch("SELECT * FROM bios_settings WHERE node_id = $1 ORDER BY name", node_id)
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def get(self, node_id: int, name: str) -> dict[str, Any]:
         row = await self._db.fetchrow("SELECT * FROM bios_settings WHERE node_id = $1 AND name = $2", node_id, name)
         if row is None:
             raise errors.NotFound(f"BIOS setting {name} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def replace(
         self, node_id: int, settings: Mapping[str, str | None], registry: Mapping[str, Mapping[str, Any]] | None = None

@@ -53,7 +53,7 @@ class ConductorRepository:
             "ORDER BY hostname",
             timeout,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def list_dead(self, timeout: float) -> list[dict[str, Any]]:
         """Conductors that stopped heartbeating or went offline but still exist."""
@@ -62,10 +62,10 @@ class ConductorRepository:
             "ORDER BY hostname",
             timeout,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def mark_offline(self, hostname: str) -> None:
         await self._db.execute("UPDATE conductors SET online = false WHERE hostname = $1", hostname)
 
     async def list_all(self) -> list[dict[str, Any]]:
-        return [row_to_dict(r) for r in await self._db.fetch("SELECT * FROM conductors ORDER BY hostname")]  # type: ignore[misc]
+        return [row_to_dict(r) for r in await self._db.fetch("SELECT * FROM conductors ORDER BY hostname")]

@@ -4,8 +4,9 @@ pool from ``services.common.db.pool`` (its codec maps jsonb to Python values).""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 import asyncpg
 
@@ -17,6 +18,10 @@ SORT_KEYS = frozenset(("id", "uuid", "name", "created_at", "updated_at"))
 WRITABLE = frozenset(("uuid", "name", "steps", "extra"))
 
 
+@overload
+def _row(record: asyncpg.Record) -> dict[str, Any]: ...
+@overload
+def _row(record: asyncpg.Record | None) -> dict[str, Any] | None: ...
 def _row(record: asyncpg.Record | None) -> dict[str, Any] | None:
     return row_to_dict(record)  # the pool's codec turns jsonb into Python values
 
@@ -53,11 +58,11 @@ class DeployTemplateRepository:
             row = await self._db.fetchrow("SELECT * FROM deploy_templates WHERE name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Deploy template {ident} could not be found.")
-        return _row(row)  # type: ignore[return-value]
+        return _row(row)
 
     async def list(
         self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -89,7 +94,7 @@ class DeployTemplateRepository:
             f"LIMIT ${len(args)}",
             *args,
         )
-        return [_row(r) for r in rows]  # type: ignore[misc]
+        return [_row(r) for r in rows]
 
     async def update(self, template_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(changes) - WRITABLE
@@ -111,7 +116,7 @@ class DeployTemplateRepository:
             raise _duplicate(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Deploy template {template_uuid} could not be found.")
-        return _row(row)  # type: ignore[return-value]
+        return _row(row)
 
     async def delete(self, template_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM deploy_templates WHERE uuid = $1::uuid", template_uuid)

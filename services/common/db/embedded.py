@@ -645,7 +645,7 @@ class EmbeddedPostgres:
             cwd=self.data_dir,
             stdin=subprocess.DEVNULL,
             check=False,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
 
     def _client_args(self) -> list[str]:

@@ -77,7 +77,7 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_events WHERE sequence > $1 ORDER BY sequence LIMIT $2", sequence, limit
             )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def latest_sequence(self) -> int:
         return int(await self._db.fetchval("SELECT coalesce(max(sequence), 0) FROM node_events"))
@@ -95,7 +95,7 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_history WHERE node_id = $1 ORDER BY id LIMIT $2", node_id, limit
             )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def history_entry(self, node_id: int, entry_uuid: str) -> dict[str, Any] | None:
         return row_to_dict(

@@ -6,6 +6,7 @@ keyset pagination on (sort_key, id).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -75,7 +76,7 @@ async def _page(
         f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, {alias}.id {sort_dir} LIMIT ${len(args)}",
         *args,
     )
-    return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+    return [row_to_dict(r) for r in rows]
 
 
 class PortgroupRepository:
@@ -108,7 +109,7 @@ class PortgroupRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE g.name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Port group {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def list(
         self,
@@ -119,7 +120,7 @@ class PortgroupRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         where: list[str] = []
         args: list[Any] = []
         if node_id is not None:
@@ -159,7 +160,7 @@ class PortgroupRepository:
             raise _conflict(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Port group {portgroup_uuid} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete_if_empty(self, portgroup_uuid: str) -> None:
         """Delete a group that has no ports; one with ports is a 409, as in Ironic."""
@@ -175,7 +176,7 @@ class PortgroupRepository:
 
     async def ports(
         self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """A page of the group's ports, as the ports API renders them."""
         return await _page(
             self._db,

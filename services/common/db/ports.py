@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,7 +75,7 @@ class PortRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -107,11 +108,11 @@ class PortRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY p.{sort_key} {sort_dir.upper()}, p.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]
 
-    async def list_for_node_ids(self, node_ids: Sequence[int]) -> list[dict[str, Any]]:
+    async def list_for_node_ids(self, node_ids: Sequence[int]) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(_SELECT + " WHERE p.node_id = ANY($1::bigint[]) ORDER BY p.id", list(node_ids))
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def update(self, port_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(changes) - WRITABLE_FIELDS
@@ -132,7 +133,7 @@ class PortRepository:
             raise errors.NodeNotFound("The port's node could not be found.") from None
         if row is None:
             raise errors.PortNotFound(f"Port {port_uuid} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete(self, port_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM ports WHERE uuid = $1::uuid", port_uuid)
