@@ -52,7 +52,7 @@ class IpxePassthru:
         self._timeout = timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererStub:
+    def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = client_channel(address)

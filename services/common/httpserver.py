@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -53,5 +54,5 @@ async def start_http_site(app: web.Application, host: str, port: int) -> tuple[w
         await runner.cleanup()
         raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     server = site._server  # aiohttp exposes no public accessor for the bound socket
-    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port
+    bound = server.sockets[0].getsockname()[1] if isinstance(server, asyncio.Server) and server.sockets else port
     return runner, bound

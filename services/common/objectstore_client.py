@@ -136,9 +136,9 @@ class ObjectStoreClient:
     def __init__(self, address: str) -> None:
         self.address = address
         self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.ObjectStoreStub | None = None
+        self._stub: pb_grpc.ObjectStoreAsyncStub | None = None
 
-    def _api(self) -> pb_grpc.ObjectStoreStub:
+    def _api(self) -> pb_grpc.ObjectStoreAsyncStub:
         if self._stub is None:
             self._channel = client_channel(self.address)
             self._stub = pb_grpc.ObjectStoreStub(self._channel)

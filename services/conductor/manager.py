@@ -573,7 +573,7 @@ class ConductorManager:
                 await self._vif_to_portgroup(task, vif_id, portgroup_uuid)
             else:
                 if port_uuid:
-                    port = next((p for p in task.ports if p["uuid"] == port_uuid), None)
+                    port: Mapping[str, Any] | None = next((p for p in task.ports if p["uuid"] == port_uuid), None)
                     if port is None:
                         raise errors.InvalidParameterValue(
                             f"Unable to attach VIF {vif_id}: port {port_uuid} does not belong to node {node_uuid}."

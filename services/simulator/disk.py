@@ -15,7 +15,7 @@ import json
 import os
 import struct
 import uuid
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 SECTOR = 512
 GPT_SIGNATURE = b"EFI PART"
@@ -252,7 +252,7 @@ def _read_config_iso(window: _Window) -> dict[str, Any]:
     import pycdlib
 
     iso = pycdlib.PyCdlib()
-    iso.open_fp(window)
+    iso.open_fp(cast(BinaryIO, window))  # pycdlib only seeks, tells and reads
     try:
         kwarg, files = iso_files(iso)
         version = _choose_version(files)

@@ -190,3 +190,15 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
         )
     )
     assert retired.retired and retired.retired_reason == "end of lease"
+
+
+async def test_volume_calls_are_unimplemented(nodes) -> None:
+    """api.proto declares them; until they are served the status says so, not UNKNOWN."""
+    for call, request in (
+        (nodes.CreateVolumeConnector, pb.CreateVolumeConnectorRequest()),
+        (nodes.CreateVolumeTarget, pb.CreateVolumeTargetRequest()),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await call(request)
+        assert failure.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "served over REST only" in (failure.value.details() or "")

@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -42,7 +43,7 @@ def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> e
 
 
 class AllocationRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,7 +183,7 @@ class AllocationRepository:
         )
         return [row_to_dict(r) for r in rows]
 
-    async def uuids_for_nodes(self, node_ids: Sequence[int]) -> dict[int, str]:
+    async def uuids_for_nodes(self, node_ids: Sequence[int | None]) -> dict[int | None, str]:
         """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""
         wanted = sorted({i for i in node_ids if i is not None})
         if not wanted:

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 REGISTRY_COLUMNS = (
@@ -26,7 +28,7 @@ REGISTRY_COLUMNS = (
 
 
 class BiosRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def list(self, node_id: int) -> builtins.list[dict[str, Any]]:
@@ -53,7 +55,7 @@ class BiosRepository:
             if unknown:
                 raise errors.InvalidParameterValue(f"BIOS setting {name}: unknown registry fields {sorted(unknown)}")
 
-        async def run(conn: asyncpg.Connection) -> None:
+        async def run(conn: asyncpg.Connection | PoolConnectionProxy) -> None:
             await conn.execute(
                 "DELETE FROM bios_settings WHERE node_id = $1 AND NOT (name = ANY($2::text[]))", node_id, list(settings)
             )
@@ -72,9 +74,9 @@ class BiosRepository:
                 ],
             )
 
-        if isinstance(self._db, asyncpg.Connection):
-            async with self._db.transaction():
-                await run(self._db)
-        else:
+        if isinstance(self._db, asyncpg.Pool):
             async with self._db.acquire() as conn, conn.transaction():
                 await run(conn)
+        else:
+            async with self._db.transaction():
+                await run(self._db)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-import asyncpg
-
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "hostname", "conductor_group", "created_at", "heartbeat_at"))
@@ -22,7 +21,7 @@ _SELECT = (
 
 
 class ConductorListRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def list(

@@ -11,6 +11,7 @@ from typing import Any, overload
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -33,7 +34,7 @@ def _duplicate(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> 
 
 
 class DeployTemplateRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -623,16 +623,14 @@ class EmbeddedPostgres:
 
     def _run_as_pg(self, cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
         """Run a server-side binary, dropping to the server user if we are root."""
-        kwargs: dict[str, object] = {}
+        user: int | None = None
+        group: int | None = None
+        extra_groups: list[int] | None = None
         if os.geteuid() == 0:
             if self._user is None:
                 self._user = _ensure_system_user(PG_SYSTEM_USER)
-            kwargs = {
-                "user": self._user.pw_uid,
-                "group": self._user.pw_gid,
-                # Without this the child keeps root's supplementary groups.
-                "extra_groups": [],
-            }
+            user, group = self._user.pw_uid, self._user.pw_gid
+            extra_groups = []  # without this the child keeps root's supplementary groups
         env = _clean_env()
         if self._user is not None:
             env.update(HOME=str(self.data_dir), USER=self._user.pw_name, LOGNAME=self._user.pw_name)
@@ -645,7 +643,9 @@ class EmbeddedPostgres:
             cwd=self.data_dir,
             stdin=subprocess.DEVNULL,
             check=False,
-            **kwargs,
+            user=user,
+            group=group,
+            extra_groups=extra_groups,
         )
 
     def _client_args(self) -> list[str]:

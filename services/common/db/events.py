@@ -8,13 +8,14 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 NOTIFY_CHANNEL = "ferrum_node_events"
 
 
 class EventRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def record(

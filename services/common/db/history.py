@@ -10,15 +10,14 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-import asyncpg
-
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
 
 class HistoryRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def list(self, node_id: int, *, limit: int, marker: str | None = None) -> builtins.list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any, overload
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 INTERFACE_FIELDS = (
@@ -138,7 +139,7 @@ def is_uuid(value: str) -> bool:
 class NodeRepository:
     """Named node queries over a pool (or one connection inside a transaction)."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -80,7 +81,7 @@ async def _page(
 
 
 class PortgroupRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,7 +199,7 @@ class PortgroupRepository:
             "UPDATE ports SET portgroup_id = $2, updated_at = now() WHERE uuid = $1::uuid", port_uuid, portgroup_id
         )
 
-    async def uuids_by_id(self, portgroup_ids: Sequence[int]) -> dict[int, str]:
+    async def uuids_by_id(self, portgroup_ids: Sequence[int | None]) -> dict[int | None, str]:
         """Group UUIDs for the ports' ``portgroup_id`` values, in one query."""
         wanted = sorted({i for i in portgroup_ids if i is not None})
         if not wanted:

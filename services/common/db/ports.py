@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -32,7 +33,7 @@ _SELECT = "SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p
 
 
 class PortRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -80,7 +81,8 @@ class PortRepository:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if node_id is not None:
             args.append(node_id)
             where.append(f"p.node_id = ${len(args)}")

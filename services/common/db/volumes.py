@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -24,7 +25,7 @@ _SPECS = {
 class VolumeRepository:
     """One repository for both kinds; ``kind`` is ``connector`` or ``target``."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection, kind: str) -> None:
+    def __init__(self, db: Database, kind: str) -> None:
         self._db = db
         self.kind = kind
         self.table, self.writable = _SPECS[kind]

@@ -197,6 +197,11 @@ def close_root(root: Any) -> None:
         LOG.debug("redfish connector close failed: %s", exc)
 
 
+def _close_roots(roots: list[Any]) -> None:
+    for root in roots:
+        close_root(root)
+
+
 class ConnectionCache:
     """sushy root objects per BMC and credentials, owned by one interface instance.
 
@@ -271,9 +276,7 @@ class ConnectionCache:
         if roots:
             self._roots = {}
             with contextlib.suppress(RuntimeError):  # interpreter shutdown: nothing can wait on a BMC any more
-                threading.Thread(
-                    target=lambda: [close_root(r) for r in roots], name="redfish-close", daemon=True
-                ).start()
+                threading.Thread(target=_close_roots, args=(roots,), name="redfish-close", daemon=True).start()
 
     def __len__(self) -> int:
         with self._lock:

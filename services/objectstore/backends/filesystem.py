@@ -19,7 +19,7 @@ import io
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +141,9 @@ class EarlyWriteback:
 
     def __init__(self) -> None:
         try:
-            self._call = ctypes.CDLL(None, use_errno=True).sync_file_range
-            self._call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            call = ctypes.CDLL(None, use_errno=True).sync_file_range
+            call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            self._call: Callable[[int, int, int, int], int] | None = call
         except (AttributeError, OSError):
             self._call = None
         self._offset = 0
@@ -157,7 +158,7 @@ class FileUpload:
     def __init__(self, tmp: Path, final: Path) -> None:
         self._tmp = tmp
         self._final = final
-        self._file: io.BufferedWriter | None = None
+        self._file: io.FileIO | None = None
         self._writeback = EarlyWriteback()
         self._hasher = ReadBackHasher(tmp)
         self._pipeline = HashingPipeline(self._sink, hash_bytes=False)
