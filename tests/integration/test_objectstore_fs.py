@@ -267,6 +267,7 @@ async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
     # 50 concurrent compare-and-set increments: each success moved the counter by exactly one.
     async def cas() -> bool:
         current = await client.stat("usage", "shared.iso")
+        assert current is not None
         try:
             await client.update_metadata("usage", "shared.iso", usage_delta=1, expected_usage=current.usage_count)
             return True
@@ -275,7 +276,7 @@ async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
 
     won = sum(await asyncio.gather(*(cas() for _ in range(50))))
     info = await client.stat("usage", "shared.iso")
-    assert won >= 1 and info.usage_count == 50 + won
+    assert info is not None and won >= 1 and info.usage_count == 50 + won
 
     with pytest.raises(errors.InvalidParameterValue):
         await client.update_metadata("usage", "shared.iso", usage_delta=-10_000)

@@ -39,7 +39,7 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 60) -> dict
         if path.exists() and path.read_text().strip():
             return json.loads(path.read_text())
         if process.poll() is not None:
-            raise AssertionError(f"stack exited early: {process.stderr.read()}")
+            raise AssertionError(f"stack exited early: {process.stderr and process.stderr.read()}")
         time.sleep(0.1)
     raise AssertionError("stack did not start in time")
 
@@ -71,7 +71,9 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
     assert alive(pg_pid)
     for label in ("api gRPC", "conductor gRPC", "ipxe gRPC", "objectstore gRPC"):
         with grpc.insecure_channel(endpoints[label]) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            health = health_pb2_grpc.HealthStub(channel)
+            # types-grpcio-health-checking declares HealthStub without its methods.
+            reply = health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, label
     for label in ("api metrics", "conductor metrics", "ipxe metrics", "objectstore metrics"):
         response = requests.get(endpoints[label], timeout=5)
