@@ -56,6 +56,10 @@ import asyncpg
 import openstack
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from services.common.db.credentials import url_with_password  # noqa: E402
+
 POLL = 0.01  # seconds between get_node polls while a node settles
 SETTLE_TIMEOUT = 120.0
 # Ironic 39 all-in-one, fake hardware, PostgreSQL, openstacksdk, 8-16 workers, this
@@ -474,7 +478,9 @@ def big_list(
     """Page through a large fleet following `next`; under keyset pagination
     the last page costs what the first does and the api's memory stays flat."""
     total = args.big_list
-    database = stack.endpoints["PostgreSQL (embedded)"]
+    # The stack prints the URL without its password; the password is in the state directory.
+    password = (stack.workdir / "state" / "postgres" / "ferrum.password").read_text().strip()
+    database = url_with_password(stack.endpoints["PostgreSQL (embedded)"], password)
 
     async def fill() -> int:
         conn = await asyncpg.connect(database)

@@ -33,7 +33,7 @@ from typing import Any
 
 from openstack.baremetal import configdrive as sdk_configdrive
 
-from services.conductor.images import configdrive, iso9660
+from services.common.images import configdrive, iso9660
 
 NODE = {"uuid": "1be26c0b-03f2-4d2e-ae87-c02d7f33c123", "name": "bench-node"}
 PORTS = [

@@ -44,7 +44,7 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from services.common.httpserver import start_http_site  # noqa: E402
+from services.common.aiohttp_serving import start_http_site  # noqa: E402
 
 MiB = 1024 * 1024
 TOKEN = "b" * 43

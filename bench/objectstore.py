@@ -5,7 +5,7 @@ against baselines on the same disk in the same run.
   sha256 + temp file + fsync + rename) vs a plain file copy + fsync, both
   ways ``put_file`` can send: an HTTP PUT with sendfile (the default) and the
   gRPC ``Put`` stream (``via="grpc"``);
-- temp-URL download (sendfile via aiohttp FileResponse) vs nginx (Debian,
+- temp-URL download (each span sent with sendfile(2)) vs nginx (Debian,
   started here on 127.0.0.1 with ``sendfile on``) serving the very same file;
   both fetched by curl into /dev/null, best of ``--repeat`` runs;
 - the service process RSS (baseline, and peak = VmHWM) to show memory stays

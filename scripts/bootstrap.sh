@@ -32,3 +32,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 echo "bootstrap: generating gRPC code from protos/"
 .venv/bin/python scripts/gen_protos.py
+# The QEMU tests' Debian kernel and busybox initramfs, fetched now rather than
+# while a test's stack is running (a download that stalls the event loop past the
+# heartbeat timeout looks like a dead conductor).
+.venv/bin/python -m tests.e2e.bootfiles >/dev/null || echo "bootstrap: warning: could not fetch the QEMU tests' kernel (tests/e2e/bootfiles.py)"

@@ -34,11 +34,24 @@ class DemoError(RuntimeError):
     """A step of the demo failed; the message says which node and why."""
 
 
+RETRIES = 8  # 409 (node locked for a moment) and 503 (database or conductor restarting)
+
+
 async def _call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
-    async with session.request(method, url, json=body, headers=HEADERS) as response:
-        if response.status >= 400:
-            raise DemoError(f"{method} {url} -> {response.status}: {await response.text()}")
-        return await response.json() if response.status in (200, 201) else None
+    """One REST call, retried with backoff as openstacksdk retries: on 409 and
+    on 503, honouring Retry-After."""
+    delay = 0.2
+    for attempt in range(RETRIES + 1):
+        async with session.request(method, url, json=body, headers=HEADERS) as response:
+            if response.status in (409, 503) and attempt < RETRIES:
+                wait = float(response.headers.get("Retry-After") or delay)
+                await asyncio.sleep(min(wait, 5.0))
+                delay = min(delay * 2, 5.0)
+                continue
+            if response.status >= 400:
+                raise DemoError(f"{method} {url} -> {response.status}: {await response.text()}")
+            return await response.json() if response.status in (200, 201) else None
+    raise AssertionError("unreachable")
 
 
 async def _wait(session: aiohttp.ClientSession, url: str, state: str, timeout: float) -> dict[str, Any]:
@@ -184,10 +197,10 @@ async def _wait_os(machines: list[Any], timeout: float = 60) -> None:
 
 
 def _config_drive_seen(machine: Any) -> str:
+    """The hostname cloud-init would set from the config drive (its ``local-hostname``), or "-"."""
     report = machine.os_report or {}
     drive = report.get("config_drive") or {}
-    meta = drive.get("meta_data") or {}
-    return str(meta.get("hostname") or "-")
+    return str(drive.get("hostname") or "-")
 
 
 async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from services.common.config import Settings
 from services.common.db.bootstrap import Database, open_database
+from services.common.db.credentials import mask_password
 from services.common.db.pool import create_pool
 
 LOG = logging.getLogger(__name__)
@@ -59,7 +60,8 @@ class RunningStack:
         try:
             self.database = await open_database(settings)
             if self.database.embedded is not None:
-                self.endpoints["PostgreSQL (embedded)"] = self.database.url
+                # Printed and written to the ports file: never the password (it is in the state directory).
+                self.endpoints["PostgreSQL (embedded)"] = mask_password(self.database.url)
             self.pool = await create_pool(
                 self.database.url, min_size=settings.database.pool_min, max_size=settings.database.pool_max
             )
@@ -75,6 +77,11 @@ class RunningStack:
                 self.services.append(service)
                 self.endpoints.update(await service.start())
                 settings = self.settings = wire_started(settings, name, service)
+            if "api" in names:
+                # Ready only once the api can route a node to a conductor.
+                api = next(s for s in self.services if s.name == "api")
+                own = settings.conductor_hostname() if "conductor" in names else None
+                await api.wait_routable(conductor=own)  # type: ignore[attr-defined]
         except BaseException:
             await self.close()
             raise

@@ -27,7 +27,7 @@ from aiohttp import web
 from services.agent import callbacks, cmdline, hardware, imagewrite, server
 from services.agent.commands import COMMANDS, CommandResult
 from services.common import errors
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 
 LOG = logging.getLogger(__name__)
 AGENT_VERSION = "10.0.0"  # the IPA release whose behaviour this agent follows
@@ -343,6 +343,8 @@ class Agent:
                 found, reason = None, str(exc) or type(exc).__name__
                 if isinstance(exc, callbacks.CallbackError) and exc.status == 409:
                     delay = min(30.0, max(delay * 2, 5.0))  # IPA backs off 5, 10, 30 s on lock contention
+                elif isinstance(exc, callbacks.CallbackError) and exc.status == 503:
+                    delay = min(30.0, max(delay * 2, 1.0))  # the api's database is restarting: back off
             if found is not None:
                 return self._accept_lookup(found)
             if time.monotonic() + delay > deadline:

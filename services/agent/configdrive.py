@@ -1,33 +1,25 @@
 """Putting the config drive onto the deployed disk (CONTRACT 3.4).
 
 The value is a URL (downloaded with retries; the body is base64+gzip or a raw
-ISO) or the base64+gzip string itself. Decoding and the partition work belong
-to the conductor's image package (``services.conductor.images``), shared with
-the other deploy paths; they are imported when a config drive is actually
-written, so the agent runs without them for image-only deploys.
+ISO) or the base64+gzip string itself. Decoding and the partition work live
+in the shared disk-and-image package (``services.common.images``), which the
+api and the conductor use too, so the ramdisk never imports the conductor.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import aiohttp
 
 from services.agent import download
 from services.agent.checksum import is_url
 from services.common import errors
+from services.common.images.configdrive import decode_configdrive
+from services.common.images.configdrive_partition import ConfigDrivePlacement, write_configdrive_partition
 
 MAX_DOWNLOAD = 128 * 1024 * 1024  # the gzip+base64 text of a 64 MiB ISO fits well under this
 ISO_MAGIC_OFFSET = 32769  # "CD001" of the primary volume descriptor
-
-
-def _decode(text: str) -> bytes:
-    try:
-        from services.conductor.images.configdrive import decode_configdrive
-    except ImportError as exc:
-        raise errors.ImageError(f"config drive decoding is not available in this build: {exc}") from None
-    return decode_configdrive(text)
 
 
 async def config_drive_iso(
@@ -46,8 +38,8 @@ async def config_drive_iso(
             text = body.decode("ascii")
         except UnicodeDecodeError:
             return body  # IPA: what is not base64 is used as a raw image
-        return await asyncio.to_thread(_decode, text)
-    return await asyncio.to_thread(_decode, value)
+        return await asyncio.to_thread(decode_configdrive, text)
+    return await asyncio.to_thread(decode_configdrive, value)
 
 
 async def write_config_drive(
@@ -57,13 +49,9 @@ async def write_config_drive(
     *,
     policy: download.RetryPolicy = download.DEFAULT_POLICY,
     tls: download.TLS = True,
-) -> Any:
+) -> ConfigDrivePlacement:
     """Decode or download the config drive and write its partition; returns the placement."""
     if not isinstance(value, str) or not value:
         raise errors.InvalidParameterValue("configdrive must be a URL or a gzip+base64 string")
     iso = await config_drive_iso(session, value, policy=policy, tls=tls)
-    try:
-        from services.conductor.images.configdrive_partition import write_configdrive_partition
-    except ImportError as exc:
-        raise errors.ImageError(f"config drive writing is not available in this build: {exc}") from None
     return await asyncio.to_thread(write_configdrive_partition, disk_path, iso)

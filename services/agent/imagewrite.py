@@ -40,9 +40,10 @@ from typing import Any
 import aiohttp
 
 from services.agent import checksum as checksums
-from services.agent import download, qcow2stream
+from services.agent import download, erase
 from services.agent.hardware import DiskInfo
 from services.common import errors
+from services.common.images import qcow2stream
 
 LOG = logging.getLogger(__name__)
 QCOW2_MAGIC = b"QFI\xfb"
@@ -216,8 +217,7 @@ class BlockWriter:
     async def abort(self) -> None:
         """Wait for the lanes (threads cannot be cancelled) and drop the buffers."""
         while self._inflight:
-            # The error that caused the abort is already being raised; a lane's own error adds nothing.
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # the error that caused the abort is already being raised
                 await self._inflight.popleft()[1]
         self._current, self._spare = None, []
 
@@ -355,7 +355,7 @@ class _ImageSink:
             fd = self._fd = os.open(self.disk.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
             try:
                 converter = self._converter = qcow2stream.StreamingConverter(
-                    header, fd, self.disk.size, spool_dir=self.tmp_dir
+                    header, fd, self.disk.size, spool_dir=self.tmp_dir, zero_range=erase.zero_range
                 )
             except errors.ImageError as exc:
                 raise errors.ImageError(f"Image {image_id}: {exc.message}") from None

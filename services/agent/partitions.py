@@ -2,39 +2,38 @@
 
 For a whole-disk image IPA reports the disk identifier as ``root uuid`` (the
 conductor only uses it to point the boot loader at the right disk) and the
-EFI system partition if the image has one. ``sfdisk --json`` reads both GPT
-and MBR tables from a plain file or a block device without needing the
-kernel to re-read anything, which suits file-backed disks.
+EFI system partition if the image has one. The table is read by the shared
+pure-Python reader (``services.common.images.partition_table``), the same one
+the config-drive placement uses, on a plain file as well as on a block
+device. The values are spelt the way IPA's ``sfdisk --json`` based code
+spells them: GUIDs in lower case, MBR types as bare hex (``c``, ``ef``), an
+MBR disk id as ``0x`` + 8 hex digits and its partitions' UUIDs as blkid's
+``<disk id>-<number in hex>``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 from typing import Any
 
 from services.agent.hardware import partition_device_name
+from services.common import errors
+from services.common.images.partition_table import PartitionTable, read_partition_table, sector_size_of
 
 ESP_TYPES = frozenset(("C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "EF"))
 PREP_TYPES = frozenset(("9E1A2D38-C612-4316-AA26-8B49521E5A8B", "41"))
 
 
-async def read_partition_table(path: str) -> dict[str, Any] | None:
-    """``sfdisk --json`` of the disk, or None when it has no partition table."""
-    proc = await asyncio.create_subprocess_exec(
-        "sfdisk", "--json", path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, _ = await proc.communicate()
-    if proc.returncode:
-        return None
-    try:
-        return json.loads(out).get("partitiontable")
-    except ValueError:
-        return None
+def read_table(path: str) -> PartitionTable | None:
+    """The disk's partition table, or None when it has none or it is corrupt (blocking)."""
+    with open(path, "rb") as fp:
+        try:
+            return read_partition_table(fp, sector_size=sector_size_of(fp.fileno()))
+        except errors.ImageFormatError:
+            return None
 
 
-def describe(table: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
+def describe(table: PartitionTable | None, device_name: str) -> dict[str, Any]:
     """IPA's result dict from a parsed table (pure: unit-testable)."""
     result: dict[str, Any] = {
         "root uuid": None,
@@ -43,34 +42,27 @@ def describe(table: dict[str, Any] | None, device_name: str) -> dict[str, Any]:
         "partitions": {},
         "label": None,
     }
-    if not table:
+    if table is None:
         return result
-    label = table.get("label")
-    result["label"] = label
-    disk_id = str(table.get("id") or "")
-    result["root uuid"] = disk_id.lower() if label == "gpt" else (disk_id.lower() or None)
-    for part in table.get("partitions") or []:
-        match = re.search(r"(\d+)$", str(part.get("node", "")))
-        number = int(match.group(1)) if match else 0
-        ptype = str(part.get("type", "")).upper()
-        if label == "dos":
-            uuid = f"{disk_id.lower().removeprefix('0x')}-{number:02x}" if disk_id else None
-        else:
-            uuid = str(part.get("uuid", "")).lower() or None
-        name = partition_device_name(device_name, number)
+    gpt = table.table == "gpt"
+    result["label"] = "gpt" if gpt else "dos"
+    result["root uuid"] = table.disk_id.lower() if gpt else f"0x{table.disk_id}"
+    for part in table.partitions:
+        ptype = part.type_id.upper() if gpt else f"{int(part.type_id, 16):X}"
+        name = partition_device_name(device_name, part.number)
         result["partitions"][name] = {
-            "uuid": uuid,
+            "uuid": part.uuid.lower() or None,
             "type": ptype.lower(),
-            "start": part.get("start"),
-            "size": part.get("size"),
-            "name": part.get("name"),
+            "start": part.start,
+            "size": part.sectors,
+            "name": (part.name or None) if gpt else None,
         }
         if ptype in ESP_TYPES and result["efi system partition uuid"] is None:
-            result["efi system partition uuid"] = uuid
+            result["efi system partition uuid"] = part.uuid.lower()
         if ptype in PREP_TYPES and result["PReP Boot partition uuid"] is None:
-            result["PReP Boot partition uuid"] = uuid
+            result["PReP Boot partition uuid"] = part.uuid.lower()
     return result
 
 
 async def partition_uuids(path: str, device_name: str) -> dict[str, Any]:
-    return describe(await read_partition_table(path), device_name)
+    return describe(await asyncio.to_thread(read_table, path), device_name)

@@ -28,10 +28,13 @@ from typing import Any
 from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
-from services.api import views
-from services.api.rest import NAME_RE, RestApi, apply_patch, validate_trait
+from services.api import params, views
+from services.api.collection import next_link
+from services.api.context import ApiContext
+from services.api.json_patch import apply_patch
+from services.api.validators import MAX_TRAITS, is_valid_name, validate_trait
 from services.common import errors, states
-from services.common.db.allocations import PICK_LOCK_ID, AllocationRepository
+from services.common.db.allocations import AllocationRepository
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
@@ -102,28 +105,9 @@ def allocation_document(
 
 
 class AllocationsApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-        self.repo = AllocationRepository(rest.pool)
-
-    def routes(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/allocations", self._gate(self.list))
-        r.add_post("/v1/allocations", self._gate(self.create))
-        r.add_get("/v1/allocations/{ident}", self._gate(self.get))
-        r.add_patch("/v1/allocations/{ident}", self._gate(self.patch))
-        r.add_delete("/v1/allocations/{ident}", self._gate(self.delete))
-        r.add_get("/v1/nodes/{node}/allocation", self._gate(self.get_for_node))
-        r.add_delete("/v1/nodes/{node}/allocation", self._gate(self.delete_for_node))
-
-    @staticmethod
-    def _gate(method: Any) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            if request["version"] < SINCE:
-                raise web.HTTPNotFound()
-            return await method(request)
-
-        return handler
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.repo = AllocationRepository(ctx.pool)
 
     async def _validate(self, body: dict[str, Any], *, backfill: bool = False) -> dict[str, Any]:
         values = dict(body)
@@ -138,14 +122,12 @@ class AllocationsApi:
         if owner is not None and (not isinstance(owner, str) or len(owner) > 255):
             raise errors.InvalidParameterValue("owner must be a string of at most 255 characters")
         name = values.get("name")
-        if name is not None and (
-            not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255
-        ):
+        if name is not None and not is_valid_name(name):
             raise errors.InvalidParameterValue(f"Cannot use name {name!r}: RFC 3986 unreserved characters, not a UUID")
         if values.get("uuid") is not None and (not isinstance(values["uuid"], str) or not is_uuid(values["uuid"])):
             raise errors.InvalidParameterValue(f"Expected a UUID but received {values['uuid']}.")
         traits = values.get("traits") or []
-        if not isinstance(traits, list) or len(traits) > 50:
+        if not isinstance(traits, list) or len(traits) > MAX_TRAITS:
             raise errors.InvalidParameterValue("traits must be a list of at most 50 traits")
         values["traits"] = sorted({validate_trait(t) for t in traits})
         extra = values.get("extra")
@@ -162,14 +144,14 @@ class AllocationsApi:
             resolved = []
             for ident in candidates:
                 try:
-                    resolved.append((await self.rest.nodes.get_by_ident(ident))["uuid"])
+                    resolved.append((await self.ctx.nodes.get_by_ident(ident))["uuid"])
                 except errors.NotFound:
                     raise errors.InvalidParameterValue(f"Candidate node {ident} could not be found.") from None
             values["candidate_nodes"] = sorted(set(resolved))
         return values
 
-    async def create(self, request: web.Request) -> web.Response:
-        body = await self.rest.create_body(request, "allocation", CREATE_KEYS, FIELDS)
+    async def create_allocation(self, request: web.Request) -> web.Response:
+        body = await self.ctx.create_body(request, "allocation", CREATE_KEYS, FIELDS)
         node_ident = body.pop("node", None)
         node = None
         if node_ident is not None:
@@ -178,7 +160,7 @@ class AllocationsApi:
             if not isinstance(node_ident, str) or not node_ident:
                 raise errors.InvalidParameterValue(f"Expected a node UUID or name but received {node_ident!r}.")
             try:
-                node = await self.rest.nodes.get_by_ident(node_ident)
+                node = await self.ctx.nodes.get_by_ident(node_ident)
             except errors.NotFound:
                 raise errors.InvalidParameterValue(f"Node {node_ident} could not be found.") from None
         values = await self._validate(body, backfill=node is not None)
@@ -192,7 +174,7 @@ class AllocationsApi:
             row = await self._allocate(row)
         else:
             row = await self._backfill(row, node)
-        doc = allocation_document(row, base=self.rest.base(request), version=request["version"])
+        doc = allocation_document(row, base=self.ctx.base(request), version=request["version"])
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
     @staticmethod
@@ -225,7 +207,7 @@ class AllocationsApi:
         """Tie the allocation to its already deployed node; on any failure the record goes again."""
         try:
             if node["instance_uuid"] != row["uuid"]:
-                await self.rest.rpc(
+                await self.ctx.rpc(
                     node,
                     "UpdateNode",
                     cpb.ConductorUpdateNodeRequest(
@@ -237,12 +219,12 @@ class AllocationsApi:
             await self.repo.delete(row["id"])
             raise
 
-    async def patch(self, request: web.Request) -> web.Response:
+    async def patch_allocation(self, request: web.Request) -> web.Response:
         """1.57: only ``name`` and ``extra`` change; 405 before, as Ironic answers."""
         if request["version"] < PATCH_SINCE:
             raise web.HTTPMethodNotAllowed("PATCH", ["GET", "DELETE"])
         row = await self.repo.get(request.match_info["ident"])
-        patch = await self.rest.body(request)
+        patch = await self.ctx.body(request)
         current = json.loads(
             dumps(
                 {k: v for k, v in allocation_document(row, base="", version=request["version"]).items() if k != "links"}
@@ -251,9 +233,7 @@ class AllocationsApi:
         changes = apply_patch(current, patch, PATCH_READONLY, FIELDS, request["version"])
         if "name" in changes:
             name = changes["name"]
-            if name is not None and (
-                not isinstance(name, str) or not NAME_RE.match(name) or is_uuid(name) or len(name) > 255
-            ):
+            if name is not None and not is_valid_name(name):
                 raise errors.InvalidParameterValue(f"Cannot update allocation with invalid name {name!r}")
         if "extra" in changes:
             if changes["extra"] is None:
@@ -263,34 +243,30 @@ class AllocationsApi:
         if changes:
             row = await self.repo.update(row["id"], changes)
         return web.json_response(
-            allocation_document(row, base=self.rest.base(request), version=request["version"]), dumps=dumps
+            allocation_document(row, base=self.ctx.base(request), version=request["version"]), dumps=dumps
         )
 
     async def _allocate(self, row: dict[str, Any]) -> dict[str, Any]:
         """Claim the first candidate the owning conductor lets us update."""
-        async with self.rest.pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock($1)", PICK_LOCK_ID)
-            try:
-                candidates = await self.repo.candidates(
-                    resource_class=row["resource_class"],
-                    traits=row["traits"],
-                    node_uuids=row["candidate_nodes"] or None,
-                    owner=row.get("owner"),
-                )
-                for node in candidates:
-                    try:
-                        await self.rest.rpc(
-                            node,
-                            "UpdateNode",
-                            cpb.ConductorUpdateNodeRequest(
-                                node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})
-                            ),
-                        )
-                    except RETRY_ON:
-                        continue
-                    return await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
+        async with self.repo.pick_lock():
+            candidates = await self.repo.candidates(
+                resource_class=row["resource_class"],
+                traits=row["traits"],
+                node_uuids=row["candidate_nodes"] or None,
+                owner=row.get("owner"),
+            )
+            for node in candidates:
+                try:
+                    await self.ctx.rpc(
+                        node,
+                        "UpdateNode",
+                        cpb.ConductorUpdateNodeRequest(
+                            node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})
+                        ),
+                    )
+                except RETRY_ON:
+                    continue
+                return await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
         wanted = f"resource class {row['resource_class']}" + (
             f" and traits {', '.join(row['traits'])}" if row["traits"] else ""
         )
@@ -301,9 +277,9 @@ class AllocationsApi:
             row["id"], node_id=None, state="error", last_error=f"No available nodes match the {wanted}{where}"
         )
 
-    async def list(self, request: web.Request) -> web.Response:
+    async def list_allocations(self, request: web.Request) -> web.Response:
         q = request.query
-        fields = self.rest._fields(request, FIELDS)
+        fields = params.requested_fields(request, FIELDS)
         filters: dict[str, Any] = {}
         if "state" in q:
             if q["state"] not in ("allocating", "active", "error"):
@@ -312,12 +288,11 @@ class AllocationsApi:
         if "resource_class" in q:
             filters["resource_class"] = q["resource_class"]
         if q.get("node"):
-            filters["node_id"] = (await self.rest.nodes.get_by_ident(q["node"]))["id"]
+            filters["node_id"] = (await self.ctx.nodes.get_by_ident(q["node"]))["id"]
         if "owner" in q:
-            if request["version"] < OWNER_SINCE:
-                raise errors.NotAcceptable("The owner filter requires API version 1.60 or newer")
+            params.require_version(request, OWNER_SINCE, "The owner filter")
             filters["owner"] = q["owner"]
-        limit = self.rest._limit(request)
+        limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.repo.list(
             filters=filters,
             limit=limit,
@@ -325,53 +300,52 @@ class AllocationsApi:
             sort_key=q.get("sort_key", "id"),
             sort_dir=q.get("sort_dir", "asc"),
         )
-        base = self.rest.base(request)
+        base = self.ctx.base(request)
         body: dict[str, Any] = {
             "allocations": [allocation_document(r, base=base, fields=fields, version=request["version"]) for r in rows]
         }
-        if len(rows) == limit and rows:
-            carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
-            carried.update(limit=str(limit), marker=rows[-1]["uuid"])
-            body["next"] = f"{base}/v1/allocations?" + "&".join(f"{k}={v}" for k, v in carried.items())
+        following = next_link(request, rows, base=base, limit=limit)
+        if following:
+            body["next"] = following
         return web.json_response(body, dumps=dumps)
 
-    async def get(self, request: web.Request) -> web.Response:
-        fields = self.rest._fields(request, FIELDS)
+    async def get_allocation(self, request: web.Request) -> web.Response:
+        fields = params.requested_fields(request, FIELDS)
         row = await self.repo.get(request.match_info["ident"])
         return web.json_response(
-            allocation_document(row, base=self.rest.base(request), fields=fields, version=request["version"]),
+            allocation_document(row, base=self.ctx.base(request), fields=fields, version=request["version"]),
             dumps=dumps,
         )
 
-    async def get_for_node(self, request: web.Request) -> web.Response:
-        fields = self.rest._fields(request, FIELDS)
-        node = await self.rest.nodes.get_by_ident(request.match_info["node"])
+    async def get_node_allocation(self, request: web.Request) -> web.Response:
+        fields = params.requested_fields(request, FIELDS)
+        node = await self.ctx.nodes.get_by_ident(request.match_info["node"])
         row = await self.repo.for_node(node["id"])
         return web.json_response(
-            allocation_document(row, base=self.rest.base(request), fields=fields, version=request["version"]),
+            allocation_document(row, base=self.ctx.base(request), fields=fields, version=request["version"]),
             dumps=dumps,
         )
 
-    async def delete(self, request: web.Request) -> web.Response:
+    async def delete_allocation(self, request: web.Request) -> web.Response:
         await self._release(await self.repo.get(request.match_info["ident"]))
         return web.Response(status=204)
 
-    async def delete_for_node(self, request: web.Request) -> web.Response:
-        node = await self.rest.nodes.get_by_ident(request.match_info["node"])
+    async def delete_node_allocation(self, request: web.Request) -> web.Response:
+        node = await self.ctx.nodes.get_by_ident(request.match_info["node"])
         await self._release(await self.repo.for_node(node["id"]))
         return web.Response(status=204)
 
     async def _release(self, row: dict[str, Any]) -> None:
         """Free the node (its instance_uuid, through its conductor), then drop the record."""
         if row["node_uuid"]:
-            node = await self.rest.nodes.get(row["node_uuid"])
+            node = await self.ctx.nodes.get(row["node_uuid"])
             if node["provision_state"] == states.ACTIVE and not node["maintenance"]:
                 raise errors.InvalidState(
                     f"Cannot remove allocation {row['uuid']}: node {node['uuid']} is deployed; "
                     "undeploy it or put it in maintenance first"
                 )
             if node["instance_uuid"] == row["uuid"]:
-                await self.rest.rpc(
+                await self.ctx.rpc(
                     node,
                     "UpdateNode",
                     cpb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": None})),

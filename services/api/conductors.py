@@ -4,7 +4,7 @@
 As in Ironic, a list shows ``hostname``, ``conductor_group``, ``alive`` and
 links; ``detail=true`` and the single-conductor view add ``drivers``,
 ``created_at`` and ``updated_at`` (the last heartbeat). Below 1.49 the
-endpoint does not exist (404).
+endpoint does not exist (404; the routes table gates it).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import views
-from services.api.rest import RestApi, _bool
+from services.api import params, views
+from services.api.collection import next_link
+from services.api.context import ApiContext
 from services.common import errors
 from services.common.db.conductor_list import ConductorListRepository
 from services.common.db.rows import iso
@@ -50,45 +51,36 @@ def conductor_document(row: dict[str, Any], *, base: str, fields: Any = None) ->
 
 
 class ConductorsApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-        self.repo = ConductorListRepository(rest.pool)
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.repo = ConductorListRepository(ctx.pool)
 
-    def routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/conductors", self.list)
-        app.router.add_get("/v1/conductors/{hostname}", self.get)
-
-    async def list(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
+    async def list_conductors(self, request: web.Request) -> web.Response:
         q = request.query
-        fields = self.rest._fields(request, FIELDS)
-        detail = _bool(q["detail"], "detail") if "detail" in q else False
+        fields = params.requested_fields(request, FIELDS)
+        detail = params.flag(request, "detail")
         if detail and fields:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
         sort_key = q.get("sort_key", "id")
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
-        limit = self.rest._limit(request)
+        limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.repo.list(
-            heartbeat_timeout=self.rest.router.heartbeat_timeout,
+            heartbeat_timeout=self.ctx.router.heartbeat_timeout,
             limit=limit,
             marker=q.get("marker"),
             sort_key=SORT_KEYS[sort_key],
             sort_dir=q.get("sort_dir", "asc"),
         )
-        base = self.rest.base(request)
+        base = self.ctx.base(request)
         shown = None if detail else (fields or LIST_FIELDS)
         body: dict[str, Any] = {"conductors": [conductor_document(r, base=base, fields=shown) for r in rows]}
-        if len(rows) == limit and rows:
-            carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
-            carried.update(limit=str(limit), marker=rows[-1]["hostname"])
-            body["next"] = f"{base}/v1/conductors?" + "&".join(f"{k}={v}" for k, v in carried.items())
+        following = next_link(request, rows, base=base, limit=limit, marker_field="hostname")
+        if following:
+            body["next"] = following
         return web.json_response(body, dumps=dumps)
 
-    async def get(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
-        fields = self.rest._fields(request, FIELDS)
-        row = await self.repo.get(request.match_info["hostname"], heartbeat_timeout=self.rest.router.heartbeat_timeout)
-        return web.json_response(conductor_document(row, base=self.rest.base(request), fields=fields), dumps=dumps)
+    async def get_conductor(self, request: web.Request) -> web.Response:
+        fields = params.requested_fields(request, FIELDS)
+        row = await self.repo.get(request.match_info["hostname"], heartbeat_timeout=self.ctx.router.heartbeat_timeout)
+        return web.json_response(conductor_document(row, base=self.ctx.base(request), fields=fields), dumps=dumps)

@@ -4,7 +4,8 @@ node picks up when its instance asks for the matching trait.
 These are records, not hardware actions, so the api writes them itself, as it
 does volume records. The name must be a valid trait (CUSTOM_... or a standard
 one); each step is ``{"interface", "step", "args", "priority"}`` and the same
-(interface, step) may appear only once. Below 1.55 every route is 404.
+(interface, step) may appear only once. Below 1.55 every route is 404 (the
+routes table gates them).
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import views
-from services.api.rest import RestApi, _bool, apply_patch, validate_trait
+from services.api import params, views
+from services.api.collection import next_link
+from services.api.context import ApiContext
+from services.api.json_patch import apply_patch
+from services.api.validators import validate_trait
 from services.common import errors
 from services.common.db.deploy_templates import DeployTemplateRepository
 from services.common.db.nodes import is_uuid
@@ -89,53 +93,35 @@ def template_document(row: dict[str, Any], *, base: str, fields: Any = None) -> 
 
 
 class DeployTemplatesApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-        self.repo = DeployTemplateRepository(rest.pool)
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.repo = DeployTemplateRepository(ctx.pool)
 
-    def routes(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/deploy_templates", self._gate(self.list))
-        r.add_post("/v1/deploy_templates", self._gate(self.create))
-        r.add_get("/v1/deploy_templates/{ident}", self._gate(self.get))
-        r.add_patch("/v1/deploy_templates/{ident}", self._gate(self.patch))
-        r.add_delete("/v1/deploy_templates/{ident}", self._gate(self.delete))
-
-    @staticmethod
-    def _gate(method: Any) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            if request["version"] < SINCE:
-                raise web.HTTPNotFound()
-            return await method(request)
-
-        return handler
-
-    async def list(self, request: web.Request) -> web.Response:
+    async def list_templates(self, request: web.Request) -> web.Response:
         q = request.query
-        fields = self.rest._fields(request, FIELDS)
-        detail = _bool(q["detail"], "detail") if "detail" in q else False
+        fields = params.requested_fields(request, FIELDS)
+        detail = params.flag(request, "detail")
         if detail and fields:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
-        limit = self.rest._limit(request)
+        limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.repo.list(
             limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")
         )
-        base = self.rest.base(request)
+        base = self.ctx.base(request)
         shown = None if detail else (fields or LIST_FIELDS)
         body: dict[str, Any] = {"deploy_templates": [template_document(r, base=base, fields=shown) for r in rows]}
-        if len(rows) == limit and rows:
-            carried = {k: v for k, v in q.items() if k not in ("limit", "marker")}
-            carried.update(limit=str(limit), marker=rows[-1]["uuid"])
-            body["next"] = f"{base}/v1/deploy_templates?" + "&".join(f"{k}={v}" for k, v in carried.items())
+        following = next_link(request, rows, base=base, limit=limit)
+        if following:
+            body["next"] = following
         return web.json_response(body, dumps=dumps)
 
-    async def get(self, request: web.Request) -> web.Response:
-        fields = self.rest._fields(request, FIELDS)
+    async def get_template(self, request: web.Request) -> web.Response:
+        fields = params.requested_fields(request, FIELDS)
         row = await self.repo.get(request.match_info["ident"])
-        return web.json_response(template_document(row, base=self.rest.base(request), fields=fields), dumps=dumps)
+        return web.json_response(template_document(row, base=self.ctx.base(request), fields=fields), dumps=dumps)
 
-    async def create(self, request: web.Request) -> web.Response:
-        body = await self.rest.create_body(request, "deploy template", CREATE_KEYS, FIELDS)
+    async def create_template(self, request: web.Request) -> web.Response:
+        body = await self.ctx.create_body(request, "deploy template", CREATE_KEYS, FIELDS)
         missing = [k for k in ("name", "steps") if k not in body]
         if missing:
             raise errors.InvalidParameterValue(f"Missing mandatory field(s): {', '.join(missing)}")
@@ -144,12 +130,12 @@ class DeployTemplatesApi:
         if values.get("uuid") is None:
             values["uuid"] = str(uuidlib.uuid4())
         row = await self.repo.create(values)
-        doc = template_document(row, base=self.rest.base(request))
+        doc = template_document(row, base=self.ctx.base(request))
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
-    async def patch(self, request: web.Request) -> web.Response:
+    async def patch_template(self, request: web.Request) -> web.Response:
         row = await self.repo.get(request.match_info["ident"])
-        patch = await self.rest.body(request)
+        patch = await self.ctx.body(request)
         current = json.loads(dumps({k: row[k] for k in ("uuid", "name", "steps", "extra")}))
         changes = apply_patch(current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS, request["version"])
         if "extra" in changes and changes["extra"] is None:  # removing /extra empties it
@@ -159,9 +145,9 @@ class DeployTemplatesApi:
             raise errors.PatchError(f"Cannot remove or change {sorted(set(changes) - {'name', 'steps', 'extra'})}")
         if changes:
             row = await self.repo.update(row["uuid"], changes)
-        return web.json_response(template_document(row, base=self.rest.base(request)), dumps=dumps)
+        return web.json_response(template_document(row, base=self.ctx.base(request)), dumps=dumps)
 
-    async def delete(self, request: web.Request) -> web.Response:
+    async def delete_template(self, request: web.Request) -> web.Response:
         row = await self.repo.get(request.match_info["ident"])
         await self.repo.delete(row["uuid"])
         return web.Response(status=204)

@@ -20,36 +20,28 @@ from ferrum.v1 import api_pb2_grpc as pb_grpc
 from ferrum.v1 import common_pb2 as cpb
 from ferrum.v1 import conductor_pb2 as conductor_pb
 from services.api import views
-from services.api.events import EventHub
-from services.api.rest import (
+from services.api.conductor_router import ConductorRouter
+from services.api.event_hub import EventHub
+from services.api.json_patch import apply_patch
+from services.api.node_values import (
     NODE_CREATE_KEYS,
     NODE_READONLY,
-    _validate_node_values,
-    _validate_port_values,
-    apply_patch,
-    check_configdrive,
-    check_deploy_steps,
-    check_disable_ramdisk,
+    NODE_TIMESTAMPS,
     checked_node_changes,
+    validate_node_values,
 )
-from services.api.router import ConductorRouter
+from services.api.port_values import validate_port_values
+from services.api.provision_params import check_configdrive, check_deploy_steps, check_disable_ramdisk
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.db.events import EventRepository
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
+from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
 
 # The native API has no microversions: it speaks the newest REST semantics.
 LATEST = MAX_VERSION
-_TS = (
-    "created_at",
-    "updated_at",
-    "provision_updated_at",
-    "inspection_started_at",
-    "inspection_finished_at",
-    "reservation_expires_at",
-)
 
 
 def _struct(value: dict[str, Any] | None) -> struct_pb2.Struct:
@@ -166,6 +158,10 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             return await coro
         except errors.FerrumError as exc:
             await errors.abort_with(context, exc)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            await errors.abort_with(context, unavailable(exc))
 
     async def _rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
         return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)
@@ -184,7 +180,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 if field not in NODE_CREATE_KEYS:
                     raise errors.InvalidParameterValue(f"unknown interface kind {kind!r}")
                 values[field] = name
-            values = _validate_node_values(values, create=True)
+            values = validate_node_values(values, create=True)
             values.setdefault("uuid", str(uuidlib.uuid4()))
             reply = await self.router.call(
                 values["uuid"],
@@ -193,7 +189,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 "CreateNode",
                 conductor_pb.ConductorCreateNodeRequest(node_json=dumps(values)),
             )
-            return node_message(parse_datetimes(json.loads(reply.node_json), _TS))
+            return node_message(parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS))
 
         return await self._guard(context, run())
 
@@ -244,7 +240,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 "UpdateNode",
                 conductor_pb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps(changes)),
             )
-            return node_message(parse_datetimes(json.loads(reply.node_json), _TS))
+            return node_message(parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS))
 
         return await self._guard(context, run())
 
@@ -349,7 +345,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 values["pxe_enabled"] = request.pxe_enabled
             if request.HasField("extra"):
                 values["extra"] = json_format.MessageToDict(request.extra)
-            values = _validate_port_values(values)
+            values = validate_port_values(values)
             if request.name:
                 values["name"] = request.name
             values.update(node_id=node["id"], uuid=str(uuidlib.uuid4()))
@@ -366,7 +362,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
     async def ListPorts(self, request: pb.ListPortsRequest, context: grpc.aio.ServicerContext) -> pb.ListPortsResponse:
         async def run() -> pb.ListPortsResponse:
             node_id = (await self.nodes.get_by_ident(request.node_ident))["id"] if request.node_ident else None
-            address = _validate_port_values({"address": request.address})["address"] if request.address else None
+            address = validate_port_values({"address": request.address})["address"] if request.address else None
             limit = request.limit or 1000
             rows = await self.ports.list(node_id=node_id, address=address, limit=limit, marker=request.marker or None)
             return pb.ListPortsResponse(

@@ -5,7 +5,7 @@ Ironic never merged this passthru (CONTRACT 4.4); Ferrum answers it by asking
 the stateless renderer over gRPC (``BootScriptRenderer.RenderBootScript``),
 so the api holds no boot logic. Like lookup and heartbeat it is public:
 firmware cannot authenticate. ``http_basic`` checks prefixes, and this path
-has the driver name in the middle, so :func:`register_ipxe_passthru` adds a
+has the driver name in the middle, so :func:`install_public_route` adds a
 middleware (right after the request-context one, so request ids and metrics
 still apply) that sends exactly this route straight to its handler. The
 handler therefore answers every outcome itself, always as a plain-text iPXE
@@ -24,17 +24,15 @@ from aiohttp import web
 
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.common.config import Settings
+from services.common.console_text import sanitize_text
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
-from services.ipxe.address import record_api_url, renderer_address
-from services.ipxe.safety import sanitize_text
+from services.common.recorded_addresses import renderer_address
 
 LOG = logging.getLogger(__name__)
-ROUTE = "/v1/drivers/{driver}/vendor_passthru/ipxe_config"
 PATH = re.compile(r"/v1/drivers/[^/]+/vendor_passthru/ipxe_config")
 _DRIVER = re.compile(r"[A-Za-z0-9_.\-]{1,255}")
 HEADERS = {"Cache-Control": "no-store"}
-__all__ = ["IpxePassthru", "record_api_url", "register_ipxe_passthru"]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -105,10 +103,8 @@ def public_route_middleware(handler_of_route: Handler) -> Callable[..., Awaitabl
     return middleware
 
 
-def register_ipxe_passthru(app: web.Application, settings: Settings) -> IpxePassthru:
-    """Add the public ipxe_config route to the api app (call before the app starts)."""
-    passthru = IpxePassthru(settings)
-    app.router.add_get(ROUTE, passthru.handle)
+def install_public_route(app: web.Application, passthru: IpxePassthru) -> None:
+    """Serve ``passthru``'s route without auth and close its channels on cleanup
+    (the routes table registers the route; call before the app starts)."""
     app.middlewares.insert(min(1, len(app.middlewares)), public_route_middleware(passthru.handle))
     app.on_cleanup.append(passthru.close)
-    return passthru

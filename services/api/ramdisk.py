@@ -5,25 +5,25 @@ that is unknown or not being deployed answers one generic 404, and a
 heartbeat only counts with the node's one-time agent token, which the owning
 conductor checks. Ferrum always requires the token; it accepts
 ``agent_token`` at every version from 1.22 on, because it issues tokens even
-below the 1.62 that introduced them in Ironic (see docs/agent.md).
+below the 1.62 that introduced them in Ironic (see docs/agent.md). Below 1.22
+both are 404 (the routes table gates them).
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api import views
+from services.api.context import ApiContext
+from services.api.validators import MAC_RE
 from services.common import errors, states
 from services.common.db.nodes import is_uuid
 from services.common.jsonutil import dumps
-
-if TYPE_CHECKING:
-    from services.api.rest import RestApi
 
 NOT_FOUND = (
     "Node could not be found. Lookup is only allowed while a node is being deployed, cleaned, inspected or rescued."
@@ -39,24 +39,14 @@ HEARTBEAT_FIELDS = {
     "deploy_progress": (1, 22),
 }
 AGENT_STATUSES = ("start", "end", "error")
+SINCE = (1, 22)
 
 
-class RamdiskEndpoints:
-    def __init__(self, api: RestApi) -> None:
-        self.api = api
-
-    def routes(self, app: web.Application) -> None:
-        app.router.add_get("/v1/lookup", self.lookup)
-        app.router.add_post("/v1/heartbeat/{ident}", self.heartbeat)
-
-    def _gate(self, request: web.Request) -> None:
-        if request["version"] < (1, 22):
-            raise web.HTTPNotFound()
+class RamdiskApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
 
     async def lookup(self, request: web.Request) -> web.Response:
-        self._gate(request)
-        from services.api.rest import MAC_RE
-
         raw = request.query.get("addresses", "")
         macs = [a.strip().lower().replace("-", ":") for a in raw.split(",") if MAC_RE.match(a.strip().lower())]
         node_uuid = request.query.get("node_uuid") or ""
@@ -69,19 +59,19 @@ class RamdiskEndpoints:
         node: dict[str, Any] | None
         if node_uuid:
             try:
-                node = await self.api.nodes.get(node_uuid)
+                node = await self.ctx.nodes.get(node_uuid)
             except errors.NodeNotFound:
                 node = None
         else:
-            node = await self.api.nodes.get_by_port_address(macs)
+            node = await self.ctx.nodes.get_by_port_address(macs)
         if node is None or node["provision_state"] not in states.LOOKUP_ALLOWED_STATES:
             raise errors.NotFound(NOT_FOUND)
         try:
-            reply = await self.api.rpc(node, "LookupToken", cpb.NodeRef(node_uuid=node["uuid"]))
+            reply = await self.ctx.rpc(node, "LookupToken", cpb.NodeRef(node_uuid=node["uuid"]))
         except errors.NotFound:
             raise errors.NotFound(NOT_FOUND) from None
         fresh = json.loads(reply.node_json) if reply.node_json else node
-        base = self.api.base(request)
+        base = self.ctx.base(request)
         doc = {
             "node": {
                 "uuid": fresh["uuid"],
@@ -93,7 +83,7 @@ class RamdiskEndpoints:
                 "links": views.links(base, "nodes", fresh["uuid"]),
             },
             "config": {
-                "heartbeat_timeout": self.api.config.ramdisk_heartbeat_timeout,
+                "heartbeat_timeout": self.ctx.config.ramdisk_heartbeat_timeout,
                 "agent_token": reply.agent_token,
                 "agent_token_required": True,
                 "agent_md5_checksum_enable": False,
@@ -113,8 +103,7 @@ class RamdiskEndpoints:
         return web.Response(text=dumps(doc), content_type="application/json")
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        self._gate(request)
-        body = await self.api.body(request)
+        body = await self.ctx.body(request)
         if not isinstance(body, dict):
             raise errors.InvalidParameterValue("The heartbeat body must be a JSON object")
         for key in body:
@@ -149,13 +138,13 @@ class RamdiskEndpoints:
                 raise errors.InvalidParameterValue(f"{key} must be a string")
         ident = request.match_info["ident"]
         try:
-            node = await self.api.nodes.get_by_ident(ident)
+            node = await self.ctx.nodes.get_by_ident(ident)
         except errors.NodeNotFound:
             raise errors.NotFound(f"Node {ident} could not be found.") from None
         known = node["driver_internal_info"].get("agent_url")
         if known and known != callback_url:
             raise errors.InvalidParameterValue('Detected change in ramdisk provided "callback_url"')
-        await self.api.rpc(
+        await self.ctx.rpc(
             node,
             "Heartbeat",
             cpb.HeartbeatRequest(

@@ -3,23 +3,27 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import asyncpg
 from aiohttp import web
 
 from ferrum.v1 import api_pb2, api_pb2_grpc
-from services.api.events import EventHub
+from services.api.conductor_router import ConductorRouter
+from services.api.context import ApiContext
+from services.api.event_hub import EventHub
 from services.api.grpc_api import NodeServicer
-from services.api.ipxe_passthru import record_api_url, register_ipxe_passthru
-from services.api.rest import RestApi
-from services.api.rest_base import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
-from services.api.router import ConductorRouter
-from services.api.volumes import VolumeApi
+from services.api.ipxe_passthru import IpxePassthru, install_public_route
+from services.api.middlewares import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
+from services.api.routes import add_routes
+from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import request_context_middleware, start_http_site
 from services.common.metrics import ServiceMetrics
+from services.common.recorded_addresses import record_api_url
+
+LOG = logging.getLogger(__name__)
 
 
 def build_app(
@@ -31,10 +35,8 @@ def build_app(
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
-    rest = RestApi(pool, router, config)
-    rest.routes(app)
-    VolumeApi(rest).routes(app)
-    register_ipxe_passthru(app, settings)
+    resources = add_routes(app, ApiContext(pool, router, settings))
+    install_public_route(app, resources[IpxePassthru])
     return app
 
 
@@ -50,6 +52,7 @@ class ApiService:
             refresh_interval=settings.api.ring_refresh_interval,
             heartbeat_timeout=settings.conductor.heartbeat_timeout,
             timeout=settings.api.conductor_timeout,
+            restart_grace=settings.conductor.liveness_restart_grace,
         )
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
@@ -79,6 +82,19 @@ class ApiService:
             "api gRPC": f"{c.host}:{grpc_port}",
             "api metrics": f"http://{c.host}:{port}/metrics",
         }
+
+    async def wait_routable(self, *, conductor: str | None) -> None:
+        """Ready means a node can be routed: the ring holds the conductor started in
+        this process (a stack), or any conductor (an api on its own). A stack whose
+        own conductor never shows up fails; a lone api waits at most
+        ``ready_timeout`` and then serves anyway, with a warning (its conductors
+        may start later)."""
+        timeout = self.settings.api.ready_timeout
+        if await self.router.wait_routable(conductor=conductor, timeout=timeout):
+            return
+        if conductor:
+            raise RuntimeError(f"the api cannot route to conductor {conductor!r} after {timeout:.0f} s")
+        LOG.warning("no live conductor after %.0f s: node operations answer 503 until one registers", timeout)
 
     async def stop(self) -> None:
         if self._http is not None:

@@ -146,7 +146,7 @@ def node_document(
         elif key == "chassis_uuid":
             doc[key] = None
         elif key == "allocation_uuid":
-            doc[key] = row.get("allocation_uuid")  # filled in by RestApi.with_allocations
+            doc[key] = row.get("allocation_uuid")  # filled in by NodesApi.with_allocations
         elif key == "console_enabled":
             doc[key] = False
         elif key == "conductor":
@@ -208,7 +208,7 @@ def port_document(
         elif key in ("created_at", "updated_at"):
             doc[key] = iso(row.get(key))
         elif key == "portgroup_uuid":
-            doc[key] = row.get("portgroup_uuid")  # filled in by RestApi.with_portgroups
+            doc[key] = row.get("portgroup_uuid")  # filled in by ports.with_portgroup_uuids
         else:
             doc[key] = row.get(key)
     if fields is not None:

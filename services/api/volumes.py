@@ -1,8 +1,12 @@
-"""REST volume connectors and targets (CONTRACT.md 7.1, microversion 1.32).
+"""REST volume connectors and targets (CONTRACT.md 7.1, microversion 1.32):
+``/v1/volume``, ``/v1/volume/connectors|targets[/{ident}]`` and a node's
+``/v1/nodes/{node}/volume[/connectors|targets]``.
 
 These are records, not hardware actions, so the api writes them itself; it
 still refuses while the node is locked (409) and applies Ironic's power-state
-rules for updates and deletes."""
+rules for updates and deletes. Connectors and targets differ only in their
+fields, so one class serves both and a subclass names the kind. Below 1.32
+every route is 404 (the routes table gates them)."""
 
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
-from services.api import views
-from services.api.rest import RestApi, _bool, apply_patch
+from services.api import params, views
+from services.api.collection import next_link
+from services.api.context import ApiContext
+from services.api.json_patch import apply_patch
 from services.common import errors, states
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import iso
@@ -57,49 +63,13 @@ FREE_STATES = (states.MANAGEABLE, states.ENROLL, states.ADOPTFAIL)
 
 
 class VolumeApi:
-    def __init__(self, rest: RestApi) -> None:
-        self.rest = rest
-        self.repos = {kind: VolumeRepository(rest.pool, kind) for kind in ("connector", "target")}
+    """``/v1/volume`` and ``/v1/nodes/{node}/volume``: links to the two kinds."""
 
-    def routes(self, app: web.Application) -> None:
-        r = app.router
-        r.add_get("/v1/volume", self.root)
-        r.add_get("/v1/volume/", self.root)
-        for kind in ("connector", "target"):
-            plural = f"{kind}s"
-            r.add_get(f"/v1/volume/{plural}", self._h(self.list, kind))
-            r.add_post(f"/v1/volume/{plural}", self._h(self.create, kind))
-            r.add_get(f"/v1/volume/{plural}/{{ident}}", self._h(self.get, kind))
-            r.add_patch(f"/v1/volume/{plural}/{{ident}}", self._h(self.patch, kind))
-            r.add_delete(f"/v1/volume/{plural}/{{ident}}", self._h(self.delete, kind))
-            r.add_get(f"/v1/nodes/{{node}}/volume/{plural}", self._h(self.list, kind))
-            r.add_post(f"/v1/nodes/{{node}}/volume/{plural}", self._h(self.refuse_node_post, kind))
-        r.add_get("/v1/nodes/{node}/volume", self.root)
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
 
-    def _h(self, method: Any, kind: str) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            if request["version"] < SINCE:
-                raise web.HTTPNotFound()
-            return await method(request, kind)
-
-        return handler
-
-    def doc(self, request: web.Request, kind: str, row: dict[str, Any], fields: Any = None) -> dict[str, Any]:
-        base = self.rest.base(request)
-        doc = {
-            k: (iso(row.get(k)) if k in ("created_at", "updated_at") else row.get(k))
-            for k in FIELDS[kind]
-            if k != "links"
-        }
-        doc["links"] = views.links(base, f"volume/{kind}s", row["uuid"])
-        if fields is not None:
-            doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
-        return doc
-
-    async def root(self, request: web.Request) -> web.Response:
-        if request["version"] < SINCE:
-            raise web.HTTPNotFound()
-        base = self.rest.base(request)
+    async def volume_root(self, request: web.Request) -> web.Response:
+        base = self.ctx.base(request)
         return web.json_response(
             {
                 "links": views.links(base, "volume", "").copy(),
@@ -108,33 +78,59 @@ class VolumeApi:
             }
         )
 
-    async def list(self, request: web.Request, kind: str) -> web.Response:
+
+class VolumeRecordsApi:
+    """One kind of volume record; :class:`VolumeConnectorsApi` and
+    :class:`VolumeTargetsApi` name the kind."""
+
+    KIND = ""
+
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.kind = self.KIND
+        self.repo = VolumeRepository(ctx.pool, self.kind)
+
+    def doc(self, request: web.Request, row: dict[str, Any], fields: Any = None) -> dict[str, Any]:
+        base = self.ctx.base(request)
+        doc = {
+            k: (iso(row.get(k)) if k in ("created_at", "updated_at") else row.get(k))
+            for k in FIELDS[self.kind]
+            if k != "links"
+        }
+        doc["links"] = views.links(base, f"volume/{self.kind}s", row["uuid"])
+        if fields is not None:
+            doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
+        return doc
+
+    async def list_records(self, request: web.Request) -> web.Response:
+        kind = self.kind
         q = request.query
-        fields = self.rest._fields(request, FIELDS[kind])
+        fields = params.requested_fields(request, FIELDS[kind])
         node_ident = request.match_info.get("node") or q.get("node")
-        node_id = (await self.rest.nodes.get_by_ident(node_ident))["id"] if node_ident else None
-        detail = _bool(q["detail"], "detail") if "detail" in q else False
+        node_id = (await self.ctx.nodes.get_by_ident(node_ident))["id"] if node_ident else None
+        detail = params.flag(request, "detail")
         if detail and fields:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
-        limit = self.rest._limit(request)
-        rows = await self.repos[kind].list(
+        limit = params.page_limit(request, self.ctx.config.max_limit)
+        rows = await self.repo.list(
             node_id=node_id, limit=limit, marker=q.get("marker"), sort_dir=q.get("sort_dir", "asc")
         )
-        docs = [self.doc(request, kind, r, None if detail else (fields or LIST_FIELDS[kind])) for r in rows]
+        docs = [self.doc(request, r, None if detail else (fields or LIST_FIELDS[kind])) for r in rows]
         body: dict[str, Any] = {f"{kind}s": docs}
-        if len(rows) == limit and rows:
-            body["next"] = f"{self.rest.base(request)}{request.path}?limit={limit}&marker={rows[-1]['uuid']}"
+        following = next_link(request, rows, base=self.ctx.base(request), limit=limit)
+        if following:
+            body["next"] = following
         return web.json_response(body, dumps=dumps)
 
-    async def get(self, request: web.Request, kind: str) -> web.Response:
-        fields = self.rest._fields(request, FIELDS[kind])
+    async def get_record(self, request: web.Request) -> web.Response:
+        fields = params.requested_fields(request, FIELDS[self.kind])
         return web.json_response(
-            self.doc(request, kind, await self.repos[kind].get(request.match_info["ident"]), fields), dumps=dumps
+            self.doc(request, await self.repo.get(request.match_info["ident"]), fields), dumps=dumps
         )
 
-    async def refuse_node_post(self, request: web.Request, kind: str) -> web.Response:
+    async def refuse_node_post(self, request: web.Request) -> web.Response:
         raise errors.InvalidParameterValue(
-            f"Creating volume {kind}s through a node is not allowed; POST /v1/volume/{kind}s"
+            f"Creating volume {self.kind}s through a node is not allowed; POST /v1/volume/{self.kind}s"
         )
 
     def _validate(self, kind: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +155,7 @@ class VolumeApi:
         return values
 
     async def _node_for_change(self, node_uuid: str, *, need_power_off: bool) -> dict[str, Any]:
-        node = await self.rest.nodes.get(node_uuid)
+        node = await self.ctx.nodes.get(node_uuid)
         if node["reservation"]:
             raise errors.NodeLocked(
                 f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed."
@@ -170,8 +166,9 @@ class VolumeApi:
             )
         return node
 
-    async def create(self, request: web.Request, kind: str) -> web.Response:
-        body = await self.rest.body(request)
+    async def create_record(self, request: web.Request) -> web.Response:
+        kind = self.kind
+        body = await self.ctx.body(request)
         if not isinstance(body, dict):
             raise errors.Invalid(f"A volume {kind} must be a JSON object")
         unknown = set(body) - set(FIELDS[kind]) - {"uuid"} | (set(body) & {"created_at", "updated_at", "links"})
@@ -185,16 +182,17 @@ class VolumeApi:
         if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
             raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
         values = self._validate(kind, dict(body))
-        node = await self.rest.nodes.get(values.pop("node_uuid"))
+        node = await self.ctx.nodes.get(values.pop("node_uuid"))
         values.update(node_id=node["id"])
         values.setdefault("uuid", str(uuidlib.uuid4()))
-        row = await self.repos[kind].create(values)
-        doc = self.doc(request, kind, row)
+        row = await self.repo.create(values)
+        doc = self.doc(request, row)
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
-    async def patch(self, request: web.Request, kind: str) -> web.Response:
-        row = await self.repos[kind].get(request.match_info["ident"])
-        patch = await self.rest.body(request)
+    async def patch_record(self, request: web.Request) -> web.Response:
+        kind = self.kind
+        row = await self.repo.get(request.match_info["ident"])
+        patch = await self.ctx.body(request)
         current = json.loads(dumps({k: row.get(k) for k in FIELDS[kind] if k in row}))
         changes = self._validate(
             kind,
@@ -204,14 +202,22 @@ class VolumeApi:
         )
         node = await self._node_for_change(row["node_uuid"], need_power_off=True)
         if "node_uuid" in changes:
-            node = await self.rest.nodes.get(changes.pop("node_uuid"))
+            node = await self.ctx.nodes.get(changes.pop("node_uuid"))
             changes["node_id"] = node["id"]
         if changes:
-            row = await self.repos[kind].update(row["uuid"], changes)
-        return web.json_response(self.doc(request, kind, row), dumps=dumps)
+            row = await self.repo.update(row["uuid"], changes)
+        return web.json_response(self.doc(request, row), dumps=dumps)
 
-    async def delete(self, request: web.Request, kind: str) -> web.Response:
-        row = await self.repos[kind].get(request.match_info["ident"])
+    async def delete_record(self, request: web.Request) -> web.Response:
+        row = await self.repo.get(request.match_info["ident"])
         await self._node_for_change(row["node_uuid"], need_power_off=True)
-        await self.repos[kind].delete(row["uuid"])
+        await self.repo.delete(row["uuid"])
         return web.Response(status=204)
+
+
+class VolumeConnectorsApi(VolumeRecordsApi):
+    KIND = "connector"
+
+
+class VolumeTargetsApi(VolumeRecordsApi):
+    KIND = "target"

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from services.common.db.credentials import mask_password
+
 
 class ConfigError(Exception):
     """A configuration value is missing, malformed or unknown."""
@@ -55,6 +57,7 @@ class ApiConfig:
     max_limit: int = 1000
     conductor_timeout: float = 30.0
     ring_refresh_interval: float = 2.0
+    ready_timeout: float = 30.0
     renderer_address: str = ""
     ramdisk_heartbeat_timeout: int = 300
 
@@ -77,6 +80,8 @@ class ConductorConfig:
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
+    liveness_check_interval: float = 1.0
+    liveness_restart_grace: float = 10.0
     lock_lease: float = 60.0
     workers: int = 200
     automated_clean: bool = True
@@ -307,16 +312,17 @@ def validate(settings: Settings) -> Settings:
     """Reject values that are well-typed but cannot work."""
     url = settings.database.url
     if url:
+        shown = mask_password(url)  # error messages reach terminals and logs
         parts = urlsplit(url)
         if parts.scheme not in ("postgresql", "postgres") or (not parts.hostname and "host=" not in parts.query):
             raise ConfigError(
-                f"FERRUM_DATABASE_URL {url!r} is not a PostgreSQL URL "
+                f"FERRUM_DATABASE_URL {shown!r} is not a PostgreSQL URL "
                 "(expected postgresql://user[:password]@host[:port]/dbname)"
             )
         try:
             _ = parts.port  # urlsplit validates the port lazily
         except ValueError:
-            raise ConfigError(f"FERRUM_DATABASE_URL {url!r} has an invalid port") from None
+            raise ConfigError(f"FERRUM_DATABASE_URL {shown!r} has an invalid port") from None
     for section in SECTIONS:
         values = getattr(settings, section)
         for key in _PORT_KEYS:

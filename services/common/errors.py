@@ -18,8 +18,8 @@ client may retry, so the api and gRPC layers map errors mechanically::
     │   └── VolumeConnectorExists, VolumeTargetBootIndexExists
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
-    │   ├── NoFreeConductorWorker, NoConductorAvailable
-    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError
+    │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
+    └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
 
@@ -170,6 +170,7 @@ class ServiceUnavailable(FerrumError):
     http_status = 503
     grpc_code = grpc.StatusCode.UNAVAILABLE
     retryable = True
+    retry_after = 1  # seconds, sent as Retry-After on REST
 
 
 class NoFreeConductorWorker(ServiceUnavailable):
@@ -178,6 +179,13 @@ class NoFreeConductorWorker(ServiceUnavailable):
 
 class NoConductorAvailable(ServiceUnavailable):
     pass
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """PostgreSQL cannot be reached (restarting, failing over). Nothing was
+    changed; the client retries after ``retry_after`` seconds."""
+
+    retry_after = 2
 
 
 class HardwareError(FerrumError):
@@ -198,6 +206,10 @@ class ChecksumMismatch(ImageError):
 
 class ConfigDriveError(ImageError):
     """The config drive could not be placed on the disk (no slot, no room, two config-2)."""
+
+
+class ImageFormatError(ImageError):
+    """Bytes read from a disk or an image do not hold the format they claim (partition table, ISO9660, FAT)."""
 
 
 class AgentError(HardwareError):

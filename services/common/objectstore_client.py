@@ -25,7 +25,7 @@ import grpc
 
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
-from services.common import errors, http_put
+from services.common import errors, objectstore_upload_client
 from services.common.grpcserver import client_channel
 
 LOG = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class _ForeignAnswer(Exception):
     """An HTTP answer that did not come from the object store (a proxy's 405, say)."""
 
 
-def _upload_result(reply: http_put.HttpReply) -> ObjectInfo:
+def _upload_result(reply: objectstore_upload_client.HttpReply) -> ObjectInfo:
     """The ObjectInfo of a 201, else the FerrumError the server named."""
     try:
         body = json.loads(reply.body or b"{}")
@@ -253,8 +253,8 @@ class ObjectStoreClient:
             if sha256:
                 headers["X-Object-Sha256"] = sha256
             try:
-                return _upload_result(await http_put.put_file(url, Path(path), headers))
-            except http_put.UploadConnectError as exc:
+                return _upload_result(await objectstore_upload_client.put_file(url, Path(path), headers))
+            except objectstore_upload_client.UploadConnectError as exc:
                 LOG.warning("object store HTTP upload port unreachable (%s); uploading over gRPC instead", exc)
             except _ForeignAnswer as exc:
                 LOG.warning(

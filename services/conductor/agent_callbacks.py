@@ -16,15 +16,14 @@ import hmac
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from services.common import errors, states
-from services.conductor import deploy_steps as steps
-from services.conductor.drivers.base import Task
-from services.conductor.drivers.direct import AGENT_KEYS
-
-if TYPE_CHECKING:
-    from services.conductor.manager import ConductorManager
+from services.common.db.nodes import NodeRepository
+from services.common.db.outage import is_unavailable
+from services.conductor.flows import deploy
+from services.conductor.node_states import NodeStates
+from services.conductor.taskmanager import TaskManager
 
 LOG = logging.getLogger(__name__)
 MASK = "******"
@@ -37,9 +36,10 @@ def _now_iso() -> str:
 class AgentCallbacks:
     """Lookup and heartbeat handling for one conductor."""
 
-    def __init__(self, manager: ConductorManager) -> None:
-        self.manager = manager
-        self.nodes = manager.nodes
+    def __init__(self, tasks: TaskManager, node_states: NodeStates) -> None:
+        self.tasks = tasks
+        self.states = node_states
+        self.nodes = NodeRepository(node_states.pool)
         self._retries: dict[str, asyncio.Task[None]] = {}
 
     async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
@@ -52,7 +52,7 @@ class AgentCallbacks:
         node, created = await self.nodes.set_agent_token_once(node_uuid, secrets.token_urlsafe(32))
         if not created:
             return MASK, node
-        await self.manager.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
+        await self.states.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
         return node["driver_internal_info"]["agent_secret_token"], node
 
     async def heartbeat(
@@ -112,16 +112,24 @@ class AgentCallbacks:
             retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
 
     async def _try_continue(self, node_uuid: str) -> bool:
-        """Take the lock and run the next step; False when the node is busy."""
+        """Take the lock and run the next step; False when the node is busy.
+
+        The state is read before the lock is taken: a heartbeat that arrives
+        after the deploy finished must not lock an ``active`` node (an operator's
+        next call would get a 409 for nothing)."""
+        state = (await self.nodes.get(node_uuid))["provision_state"]
+        if state == states.DEPLOYING:
+            return False  # the deploy flow still holds the node: try again shortly
+        if state != states.DEPLOYWAIT:
+            return True  # nothing left for a heartbeat to do
         try:
-            task = await self.manager.tasks.acquire(node_uuid)
+            async with self.tasks.acquire(node_uuid, "agent heartbeat") as task:
+                if task.node["provision_state"] != states.DEPLOYWAIT:
+                    return task.node["provision_state"] != states.DEPLOYING
+                task.spawn(lambda t: deploy.continue_after_callback(self.states, t), name="heartbeat")
+                return True
         except errors.NodeLocked:
             return False
-        if task.node["provision_state"] != states.DEPLOYWAIT:
-            await self.manager.tasks.release(node_uuid)
-            return task.node["provision_state"] != states.DEPLOYING
-        self.manager.tasks.spawn(task, self.continue_deploy, name="heartbeat")
-        return True
 
     async def _retry_continue(self, node_uuid: str, *, attempts: int = 20, delay: float = 0.5) -> None:
         for _ in range(attempts):
@@ -131,7 +139,9 @@ class AgentCallbacks:
                     return
             except errors.NodeNotFound:
                 return
-            except Exception:  # the next heartbeat tries again; a retry must not crash
+            except Exception as exc:  # the next heartbeat tries again; a retry must not crash
+                if is_unavailable(exc):
+                    continue  # PostgreSQL is restarting: keep trying, with the same budget
                 LOG.exception("continuing the deploy after a heartbeat failed node_uuid=%s", node_uuid)
                 return
 
@@ -141,34 +151,3 @@ class AgentCallbacks:
         for retry in pending:
             retry.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-    async def continue_deploy(self, task: Task) -> None:
-        """The next deploy step for a locked node in ``wait call-back``."""
-        manager = self.manager
-        deploy = task.driver.deploy
-        info = task.node["driver_internal_info"]
-
-        async def run() -> None:
-            starting = info.get("deploy_phase") is None
-            if starting:  # this heartbeat sends write_image: show it as the running step
-                await steps.mark(manager, task, self._planned(task, "write_image"))
-            event = await deploy.heartbeat(task, info.get("agent_url", ""), info.get("agent_version", ""))
-            if event != "resume":
-                return
-            await manager.transition(task, "resume")
-            # The agent steps after write_image, each shown and recorded as it runs.
-            for name in getattr(deploy, "FINISH_STEPS", ()):
-                await steps.mark(manager, task, self._planned(task, name))
-                await getattr(deploy, name)(task)
-            await task.save_internal_info({}, remove=tuple(k for k in AGENT_KEYS if k != "deploy_progress"))
-            await manager.transition(task, "done", changes={"deploy_step": {}})
-
-        await manager.guard(task, "Deploy", run())
-
-    @staticmethod
-    def _planned(task: Task, name: str) -> dict[str, Any]:
-        """The step as planned for this deploy (its priority), else the interface's default."""
-        for step in task.node["driver_internal_info"].get("deploy_steps") or []:
-            if step.get("interface") == "deploy" and step.get("step") == name:
-                return {k: step[k] for k in ("interface", "step", "priority", "args") if k in step}
-        return {"interface": "deploy", "step": name, "priority": 0, "args": {}}

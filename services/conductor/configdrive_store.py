@@ -39,7 +39,7 @@ class ConfigDriveStore:
 
     async def store(self, task: Task) -> str | None:
         """Turn instance_info.configdrive into what the agent gets: a URL or an inline string."""
-        from services.conductor.images import configdrive as builder
+        from services.common.images import configdrive as builder
 
         value = task.node["instance_info"].get("configdrive")
         if value is None or value == "":
@@ -81,7 +81,7 @@ class ConfigDriveStore:
         having the agent write it calls this (through ``Task.publish_configdrive``);
         it works whether the deploy kept the drive inline or uploaded it.
         """
-        from services.conductor.images import configdrive as builder
+        from services.common.images import configdrive as builder
 
         if self.objectstore is None:
             raise errors.ConfigDriveInvalid("Publishing a config drive for virtual media needs the object store")

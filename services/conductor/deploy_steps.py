@@ -27,7 +27,7 @@ from services.common.db.deploy_templates import DeployTemplateRepository
 from services.conductor.drivers.base import Task
 
 if TYPE_CHECKING:
-    from services.conductor.manager import ConductorManager
+    from services.conductor.flows.context import FlowContext
 
 CORE_STEP = {"interface": "deploy", "step": "deploy", "priority": 100, "args": {}}
 
@@ -113,18 +113,18 @@ def split_at_deploy(planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
     return [], dict(CORE_STEP), list(planned)
 
 
-async def mark(manager: ConductorManager, task: Task, step: dict[str, Any]) -> None:
+async def mark(ctx: FlowContext, task: Task, step: dict[str, Any]) -> None:
     """Show the step in ``deploy_step`` and record its start in the history."""
     await task.save_fields({"deploy_step": dict(step)})
-    await manager.record_event(
+    await ctx.record_event(
         task.node,
         "deploy-step",
         f"deploy step {step['interface']}.{step['step']} (priority {step['priority']}) started",
     )
 
 
-async def run_step(manager: ConductorManager, task: Task, step: dict[str, Any]) -> None:
-    await mark(manager, task, step)
+async def run_step(ctx: FlowContext, task: Task, step: dict[str, Any]) -> None:
+    await mark(ctx, task, step)
     interface = getattr(task.driver, step["interface"])
     await interface.execute_deploy_step(task, step)
 

@@ -1,12 +1,6 @@
-"""Periodic work of a conductor: registry heartbeat, recovery from dead
-conductors, call-back timeouts and power-state sync.
-
-Recovery follows ARCHITECTURE.md "Coordination": a node whose lock holder is
-dead (stopped heartbeating, or its lease expired) is taken by whichever live
-conductor gets there first; nodes in an ``*ing`` state go to their failure
-state with a last_error that says why, others just lose the stale lock, and
-active nodes newly owned by this conductor get ``take_over``.
-"""
+"""Periodic work of a conductor: registry heartbeat, take-over of dead
+conductors' nodes (services/conductor/takeover.py), call-back timeouts and
+power-state sync."""
 
 from __future__ import annotations
 
@@ -14,13 +8,15 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from services.common import errors, states
 from services.common.db.conductors import ConductorRepository
-from services.common.db.events import EventRepository
+from services.common.db.outage import is_unavailable
 from services.common.hashring import ConductorRings
-from services.conductor.manager import ConductorManager
+
+if TYPE_CHECKING:
+    from services.conductor.manager import ConductorManager
 
 LOG = logging.getLogger(__name__)
 
@@ -31,14 +27,14 @@ class PeriodicWork:
         self.config = manager.config
         self.conductors = ConductorRepository(manager.pool)
         self.registration = registration
+        self.takeover = manager.takeover
         self._jobs: list[asyncio.Task[None]] = []
-        self._known_dead: set[str] = set()
 
     def start(self) -> None:
         c = self.config
         self._jobs = [
             asyncio.create_task(self._every(c.heartbeat_interval, self.heartbeat), name="heartbeat"),
-            asyncio.create_task(self._every(c.heartbeat_interval, self.recover_dead), name="recover"),
+            asyncio.create_task(self._every(c.liveness_check_interval, self.takeover.check), name="take-over"),
             asyncio.create_task(self._every(c.timeout_check_interval, self.check_callback_timeouts), name="timeouts"),
             asyncio.create_task(self._every(c.power_sync_interval, self.sync_power_states), name="power-sync"),
         ]
@@ -55,113 +51,23 @@ class PeriodicWork:
                 await work()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                LOG.exception("periodic %s failed; will retry", getattr(work, "__name__", work))
+            except Exception as exc:
+                name = getattr(work, "__name__", work)
+                if is_unavailable(exc):
+                    LOG.warning("periodic %s: database unavailable; will retry", name)
+                else:
+                    LOG.exception("periodic %s failed; will retry", name)
 
     async def heartbeat(self) -> None:
         if not await self.conductors.heartbeat(self.manager.hostname):
             await self.conductors.register(**self.registration)
 
     async def rings(self) -> ConductorRings:
-        return ConductorRings(await self.conductors.list_alive(self.config.heartbeat_timeout))
+        return ConductorRings(await self.takeover.alive())
 
     async def recover_dead(self) -> int:
-        """Recover nodes locked by dead conductors or under expired leases."""
-        dead = [c["hostname"] for c in await self.conductors.list_dead(self.config.heartbeat_timeout)]
-        dead = [h for h in dead if h != self.manager.hostname]
-        candidates = await self.manager.nodes.list_reserved_by(dead) if dead else []
-        candidates += [
-            n
-            for n in await self.manager.nodes.list_expired_reservations()
-            if n["reservation"] != self.manager.hostname and n["uuid"] not in {c["uuid"] for c in candidates}
-        ]
-        recovered = 0
-        for node in candidates:
-            if await self.recover_node(node):
-                recovered += 1
-        newly_dead = set(dead) - self._known_dead
-        if newly_dead:
-            await self.take_over_active(newly_dead)
-            for hostname in newly_dead:
-                await self.conductors.mark_offline(hostname)
-        self._known_dead = set(dead)
-        return recovered
-
-    async def recover_node(self, node: dict[str, Any]) -> bool:
-        """Steal one stale lock (a conditional UPDATE: only one conductor wins)."""
-        holder = node["reservation"]
-        pool = self.manager.pool
-        row = await pool.fetchrow(
-            "UPDATE nodes SET reservation = $2, reservation_expires_at = now() + make_interval(secs => $4) "
-            "WHERE uuid = $1::uuid AND reservation = $3 RETURNING uuid",
-            node["uuid"],
-            self.manager.hostname,
-            holder,
-            self.config.lock_lease,
-        )
-        if row is None:
-            return False
-        try:
-            task = await self.manager.tasks.build_task(await self.manager.nodes.get(node["uuid"]))
-            state = task.node["provision_state"]
-            if state in states.STUCK_ON_RESTART:
-                await self.manager.fail(
-                    task,
-                    f'Conductor {holder} went offline while the node was in state "{state}"; '
-                    "the operation was aborted and can be retried.",
-                )
-            elif task.node["target_power_state"]:
-                await self.manager.nodes.update(
-                    node["uuid"],
-                    {
-                        "target_power_state": None,
-                        "last_error": f"Conductor {holder} went offline during a power action.",
-                    },
-                )
-            else:
-                await EventRepository(pool).record(
-                    task.node,
-                    event="lock-recovered",
-                    conductor=self.manager.hostname,
-                    message=f"Stale lock of conductor {holder} cleared",
-                    severity="WARNING",
-                )
-            LOG.warning("recovered node_uuid=%s from dead holder=%s state=%s", node["uuid"], holder, state)
-        except errors.FerrumError:
-            LOG.exception("recovery of node_uuid=%s failed", node["uuid"])
-        finally:
-            await self.manager.nodes.release(node["uuid"], self.manager.hostname)
-        return True
-
-    async def take_over_active(self, dead: set[str]) -> None:
-        """Active nodes that belonged to a dead conductor and now map to us."""
-        alive = await self.conductors.list_alive(self.config.heartbeat_timeout)
-        everyone = await self.conductors.list_all()
-        before = ConductorRings([c for c in everyone if c["online"] or c["hostname"] in dead])
-        after = ConductorRings(alive)
-        for node in await self.manager.nodes.list_in_states([states.ACTIVE]):
-            old = before.owner(node["uuid"], node["driver"], node["conductor_group"])
-            new = after.owner(node["uuid"], node["driver"], node["conductor_group"])
-            if not old or old["hostname"] not in dead or not new or new["hostname"] != self.manager.hostname:
-                continue
-            try:
-                task = await self.manager.tasks.acquire(node["uuid"])
-            except errors.NodeLocked:
-                continue
-            try:
-                for kind in ("deploy", "boot", "power", "management"):
-                    await getattr(task.driver, kind).take_over(task)
-                await EventRepository(self.manager.pool).record(
-                    task.node,
-                    event="take-over",
-                    conductor=self.manager.hostname,
-                    message=f"Conductor {self.manager.hostname} took over from {old['hostname']}",
-                )
-            except Exception as exc:
-                LOG.exception("take over failed node_uuid=%s", node["uuid"])
-                await self.manager.nodes.update(node["uuid"], {"last_error": f"take over failed: {exc}"})
-            finally:
-                await self.manager.tasks.release(node["uuid"])
+        """One take-over round now (tests and the periodic job use the same code)."""
+        return await self.takeover.check()
 
     async def check_callback_timeouts(self) -> int:
         """Nodes waiting too long for their ramdisk fail with a clear last_error."""
@@ -176,21 +82,18 @@ class PeriodicWork:
                 if node["maintenance"]:
                     continue
                 try:
-                    task = await self.manager.tasks.acquire(node["uuid"])
+                    async with self.manager.tasks.acquire(node["uuid"], "callback timeout") as task:
+                        # Re-read under the lock: a heartbeat may have arrived since the scan.
+                        fresh = task.node["provision_updated_at"]
+                        if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
+                            await self.manager.states.fail(
+                                task,
+                                f"Timeout reached while waiting for callback for node {node['uuid']} "
+                                f'({int(timeout)} s in "{state}")',
+                            )
+                            failed += 1
                 except errors.NodeLocked:
                     continue
-                try:
-                    # Re-read under the lock: a heartbeat may have arrived since the scan.
-                    fresh = task.node["provision_updated_at"]
-                    if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
-                        await self.manager.fail(
-                            task,
-                            f"Timeout reached while waiting for callback for node {node['uuid']} "
-                            f'({int(timeout)} s in "{state}")',
-                        )
-                        failed += 1
-                finally:
-                    await self.manager.tasks.release(node["uuid"])
         return failed
 
     async def sync_power_states(self) -> int:
@@ -212,23 +115,24 @@ class PeriodicWork:
                 if not owner or owner["hostname"] != self.manager.hostname:
                     continue
                 try:
-                    node = await self.manager.nodes.get(row["uuid"])
-                    task = await self.manager.tasks.build_task(node)
+                    task = await self.manager.tasks.shared(row["uuid"])
                     actual = await task.driver.power.get_power_state(task)
-                except Exception as exc:  # noqa: BLE001 - one unreachable BMC must not stop the sync of the others
+                except Exception as exc:
+                    if is_unavailable(exc):
+                        raise
                     LOG.warning("power sync failed node_uuid=%s reason=%s", row["uuid"], exc)
                     continue
+                node = task.node
                 if actual != node["power_state"] and not node["reservation"]:
                     LOG.warning(
                         "power state drift node_uuid=%s db=%s hardware=%s", row["uuid"], node["power_state"], actual
                     )
                     saved = await self.manager.nodes.update(row["uuid"], {"power_state": actual})
-                    await EventRepository(self.manager.pool).record(
+                    await self.manager.states.record_event(
                         saved,
-                        event="power-sync",
+                        "power-sync",
+                        f"power state changed outside Ferrum: {node['power_state']} -> {actual}",
                         severity="WARNING",
-                        conductor=self.manager.hostname,
-                        message=f"power state changed outside Ferrum: {node['power_state']} -> {actual}",
                         event_type="power",
                     )
                     changed += 1

@@ -13,15 +13,17 @@ from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
-from services.common import errors, states
+from services.common import errors
+from services.common.aiohttp_serving import start_http_site
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
+from services.common.db.outage import is_unavailable, unavailable
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import start_http_site
 from services.common.jsonutil import dumps
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
 from services.conductor.drivers.registry import DriverRegistry
+from services.conductor.liveness import LivenessLock
 from services.conductor.manager import ConductorManager
 from services.conductor.periodic import PeriodicWork
 
@@ -46,6 +48,10 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
             await errors.abort_with(context, exc)
         except (asyncpg.DataError, ValueError) as exc:
             await errors.abort_with(context, errors.InvalidParameterValue(str(exc)))
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            await errors.abort_with(context, unavailable(exc))
 
     async def CreateNode(
         self, request: pb.ConductorCreateNodeRequest, context: grpc.aio.ServicerContext
@@ -172,7 +178,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         self, request: pb.VendorMethodsRequest, context: grpc.aio.ServicerContext
     ) -> pb.VendorMethodsReply:
         methods = await self._run(
-            context, request.node_uuid, self.manager.extras.vendor_methods(request.node_uuid, request.driver)
+            context, request.node_uuid, self.manager.vendor.methods(request.node_uuid, request.driver)
         )
         return pb.VendorMethodsReply(methods_json=dumps(methods))
 
@@ -182,7 +188,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         is_async, attach, result = await self._run(
             context,
             request.node_uuid,
-            self.manager.extras.vendor_passthru(
+            self.manager.vendor.call(
                 request.node_uuid,
                 request.driver,
                 request.method,
@@ -193,16 +199,14 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
 
     async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
-        result = await self._run(
-            context, request.node_uuid, self.manager.extras.supported_indicators(request.node_uuid)
-        )
+        result = await self._run(context, request.node_uuid, self.manager.indicators.supported(request.node_uuid))
         return pb.JsonReply(json=dumps(result))
 
     async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
         state = await self._run(
             context,
             request.node_uuid,
-            self.manager.extras.indicator_state(request.node_uuid, request.component, request.indicator),
+            self.manager.indicators.state(request.node_uuid, request.component, request.indicator),
         )
         return pb.JsonReply(json=dumps(state))
 
@@ -210,21 +214,21 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         await self._run(
             context,
             request.node_uuid,
-            self.manager.extras.set_indicator_state(
-                request.node_uuid, request.component, request.indicator, request.state
-            ),
+            self.manager.indicators.set_state(request.node_uuid, request.component, request.indicator, request.state),
         )
         return pb.Empty()
 
     async def SetBootMode(self, request: pb.BootModeRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(
-            context, request.node_uuid, self.manager.extras.set_boot_mode(request.node_uuid, request.target)
+            context, request.node_uuid, self.manager.boot_settings.set_boot_mode(request.node_uuid, request.target)
         )
         return pb.Empty()
 
     async def SetSecureBootState(self, request: pb.SecureBootRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(
-            context, request.node_uuid, self.manager.extras.set_secure_boot_state(request.node_uuid, request.target)
+            context,
+            request.node_uuid,
+            self.manager.boot_settings.set_secure_boot_state(request.node_uuid, request.target),
         )
         return pb.Empty()
 
@@ -254,6 +258,7 @@ class ConductorService:
         self._health: Any = None
         self._http: web.AppRunner | None = None
         self._periodic: PeriodicWork | None = None
+        self._liveness: LivenessLock | None = None
 
     async def start(self) -> dict[str, str]:
         c = self.config
@@ -269,16 +274,28 @@ class ConductorService:
         app.router.add_get("/metrics", self.metrics.handle)
         self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
         address = f"{c.host}:{grpc_port}"
+        conductors = ConductorRepository(self.pool)
+        # The liveness lock first: a second process with our hostname stops here,
+        # and nobody sees this conductor online without its lock.
+        self._liveness = LivenessLock(
+            self._connect,
+            conductor_id=await conductors.row_id(self.hostname),
+            hostname=self.hostname,
+            check_interval=c.liveness_check_interval,
+            start_timeout=max(c.heartbeat_timeout, 5.0),
+        )
+        await self._liveness.start()
         registration: dict[str, Any] = {
             "hostname": self.hostname,
             "grpc_address": address,
             "conductor_group": c.conductor_group,
             "hardware_types": list(self.registry.hardware_types),
             "interfaces": self.registry.describe(),
+            "liveness_lock": True,
         }
-        await self._recover_own_locks()
-        await ConductorRepository(self.pool).register(**registration)
+        await conductors.register(**registration)
         self.manager.tasks.start()
+        await self._resume_own_locks()
         self._periodic = PeriodicWork(self.manager, registration=registration)
         self._periodic.start()
         LOG.info("conductor %s registered at %s for %s", self.hostname, address, ",".join(self.registry.hardware_types))
@@ -288,18 +305,15 @@ class ConductorService:
         }
         return self.endpoints
 
-    async def _recover_own_locks(self) -> None:
-        """A previous incarnation with our hostname crashed: its locks are stale."""
+    async def _connect(self) -> asyncpg.Connection:
+        return await asyncpg.connect(self.settings.database.url, timeout=10)
+
+    async def _resume_own_locks(self) -> None:
+        """A previous incarnation with our hostname died holding these locks:
+        its work is resumed, as another conductor would resume it."""
         stale = await self.manager.nodes.list_reserved_by([self.hostname])
         for node in stale:
-            task = await self.manager.tasks.build_task(node)
-            if node["provision_state"] in states.STUCK_ON_RESTART:
-                await self.manager.fail(
-                    task,
-                    f"Conductor {self.hostname} restarted while the node was in "
-                    f'state "{node["provision_state"]}"; the operation was aborted.',
-                )
-            await self.manager.nodes.release(node["uuid"], self.hostname)
+            await self.manager.takeover.resume_adopted(node, reason=f"conductor {self.hostname} restarted")
 
     async def stop(self) -> None:
         if self._periodic:
@@ -313,6 +327,8 @@ class ConductorService:
                 except Exception:  # one driver's cleanup must not stop the others'
                     LOG.exception("closing interface %s failed", implementation.name)
         await ConductorRepository(self.pool).unregister(self.hostname)
+        if self._liveness is not None:
+            await self._liveness.stop()
         if self._grpc is not None:
             await stop_grpc_server(self._grpc, self._health)
         if self._http is not None:

@@ -1,9 +1,16 @@
-"""Exclusive node locks with leases, and bounded background work.
+"""Exclusive node locks as a scope, and bounded background work.
 
-An operation is accepted synchronously (lock taken, checks done) so the api
-can answer 202 or 409 at once; the rest runs as an asyncio task that keeps the
-lock. While a conductor holds locks it refreshes their leases; if it dies the
-leases expire and other conductors recover the nodes.
+``async with tasks.acquire(node_uuid, "deploy") as task:`` takes the node's
+lock (NodeLocked at once when someone else has it), builds the task and
+releases the lock when the block ends, however it ends. An operation that
+continues in the background calls ``task.spawn(work)`` inside the block: the
+lock then passes to the background job and is released when that ends, as
+Ironic's ``acquire`` and ``spawn_after`` do. So the api can answer 202 or 409
+at once, and no code path can forget a release.
+
+While a conductor holds locks it refreshes their leases; if it dies the
+leases expire (or its liveness lock vanishes) and another conductor adopts
+the nodes (``adopt``) and resumes their work (services/conductor/takeover.py).
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.nodes import NodeRepository
+from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
 from services.common.logs import node_uuid_var
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.registry import DriverRegistry
 
 LOG = logging.getLogger(__name__)
+
+Work = Callable[[Task], Awaitable[None]]
 
 
 class TaskManager:
@@ -42,6 +52,9 @@ class TaskManager:
         self._refresher: asyncio.Task[None] | None = None
         # Set by the manager: how a boot interface gets the config drive as a URL.
         self.publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
+        # Set by the manager: what to do with a locked node whose background work
+        # lost the database (wait for it and resume the flow from its recorded step).
+        self.on_database_lost: Callable[[Task], Awaitable[None]] | None = None
 
     def start(self) -> None:
         self._refresher = asyncio.create_task(self._refresh_leases(), name="lease-refresh")
@@ -50,8 +63,8 @@ class TaskManager:
         """Let running operations finish (bounded), then drop every lock we hold."""
         if self._running:
             _, pending = await asyncio.wait(set(self._running), timeout=grace)
-            for task in pending:
-                task.cancel()
+            for job in pending:
+                job.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=2)
         if self._refresher:
@@ -66,6 +79,9 @@ class TaskManager:
     def busy(self) -> int:
         return len(self._running)
 
+    def holds(self, node_uuid: str) -> bool:
+        return node_uuid in self._held
+
     def check_capacity(self) -> None:
         """Fail fast with a retryable error rather than queue without bound."""
         if len(self._running) >= self.max_workers:
@@ -74,14 +90,32 @@ class TaskManager:
                 f"({self.max_workers} busy on {self.hostname})."
             )
 
-    async def acquire(self, node_uuid: str) -> Task:
-        """Lock the node (NodeLocked at once if taken) and build its task."""
+    @contextlib.asynccontextmanager
+    async def acquire(self, node_uuid: str, purpose: str) -> AsyncIterator[Task]:
+        """The node locked for ``purpose`` (NodeLocked at once if taken), with its task."""
         node = await self._reserve(node_uuid)
+        async with self._locked(node, purpose) as task:
+            yield task
+
+    @contextlib.asynccontextmanager
+    async def adopt(self, node: dict[str, Any], purpose: str) -> AsyncIterator[Task]:
+        """A node whose lock this conductor already took over (``NodeRepository.take_over``)."""
+        if node["uuid"] in self._held:
+            raise errors.NodeLocked(f"Node {node['uuid']} is already being worked on by {self.hostname}")
+        self._held.add(node["uuid"])
+        async with self._locked(node, purpose) as task:
+            yield task
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, node: dict[str, Any], purpose: str) -> AsyncIterator[Task]:
+        task: Task | None = None
         try:
-            return await self.build_task(node)
-        except BaseException:
-            await self.release(node_uuid)
-            raise
+            task = await self.build_task(node, purpose=purpose)
+            task.spawner = self._spawn
+            yield task
+        finally:
+            if task is None or not task.handed_over:
+                await self.release(node["uuid"])
 
     @contextlib.asynccontextmanager
     async def reserved(self, node_uuid: str) -> AsyncIterator[dict[str, Any]]:
@@ -92,6 +126,11 @@ class TaskManager:
             yield node
         finally:
             await self.release(node_uuid)
+
+    async def shared(self, node_uuid: str) -> Task:
+        """Read-only access without the lock (Ironic's ``shared=True``): reads
+        and validation only, never a change."""
+        return await self.build_task(await self.nodes.get(node_uuid))
 
     async def _reserve(self, node_uuid: str) -> dict[str, Any]:
         if node_uuid in self._held:
@@ -108,7 +147,7 @@ class TaskManager:
             self._held.discard(node_uuid)
             raise
 
-    async def build_task(self, node: dict[str, Any]) -> Task:
+    async def build_task(self, node: dict[str, Any], *, purpose: str = "") -> Task:
         ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
         return Task(
@@ -119,6 +158,7 @@ class TaskManager:
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
             publish_configdrive=self.publish_configdrive,
+            purpose=purpose,
         )
 
     async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
@@ -128,21 +168,42 @@ class TaskManager:
         self._held.discard(node_uuid)
         try:
             await self.nodes.release(node_uuid, self.hostname)
-        except Exception:  # the lease will expire; recovery handles it
-            LOG.exception("could not release lock node_uuid=%s", node_uuid)
+        except Exception as exc:  # the lease will expire; take-over handles it
+            if is_unavailable(exc):
+                LOG.warning("could not release lock node_uuid=%s: database unavailable", node_uuid)
+            else:
+                LOG.exception("could not release lock node_uuid=%s", node_uuid)
 
-    def spawn(self, task: Task, work: Callable[[Task], Awaitable[None]], *, name: str) -> None:
-        """Run ``work`` in the background; the lock is released when it ends."""
+    def _spawn(self, task: Task, work: Work, name: str) -> None:
+        """Run ``work`` in the background; the lock is released when it ends.
+
+        Work that loses the database keeps the lock (its lease is refreshed
+        again once the database is back) and is handed to ``on_database_lost``,
+        which resumes the node's flow; nothing is failed because PostgreSQL
+        restarted.
+        """
         node_uuid = task.node["uuid"]
 
         async def runner() -> None:
             node_uuid_var.set(node_uuid)
+            keep_lock = False
             try:
                 await work(task)
-            except Exception:
-                LOG.exception("background operation %s crashed node_uuid=%s", name, node_uuid)
+            except Exception as exc:
+                if is_unavailable(exc) and self.on_database_lost is not None:
+                    LOG.warning("database lost during %s node_uuid=%s; resuming when it is back", name, node_uuid)
+                    keep_lock = True
+                else:
+                    LOG.exception("background operation %s crashed node_uuid=%s", name, node_uuid)
             finally:
-                await self.release(node_uuid)
+                if not keep_lock:
+                    await self.release(node_uuid)
+            if keep_lock:
+                assert self.on_database_lost is not None
+                try:
+                    await self.on_database_lost(task)
+                finally:
+                    await self.release(node_uuid)
 
         job = asyncio.create_task(runner(), name=f"{name}:{node_uuid}")
         self._running.add(job)
@@ -161,5 +222,8 @@ class TaskManager:
                 lost = (snapshot - kept) & self._held
                 if lost:
                     LOG.warning("lost locks on %d nodes (taken over?): %s", len(lost), sorted(lost)[:5])
-            except Exception:
-                LOG.exception("lease refresh failed; will retry")
+            except Exception as exc:
+                if is_unavailable(exc):
+                    LOG.warning("lease refresh: database unavailable; will retry")
+                else:
+                    LOG.exception("lease refresh failed; will retry")

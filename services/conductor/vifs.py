@@ -1,4 +1,5 @@
-"""Where a VIF goes when the attach names no port: Ironic's flat-network choice.
+"""VIF attach and detach, and where a VIF goes when the attach names no port:
+Ironic's flat-network choice.
 
 Nova attaches VIFs without naming a port, so the conductor must pick the same
 port-like object Ironic would (``get_free_port_like_object``):
@@ -18,7 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-VIF_KEY = "tenant_vif_port_id"
+from services.common import errors
+from services.common.db.ports import PortRepository
+from services.common.db.vifs import VIF_KEY, VifRepository
+from services.conductor.drivers.base import Task
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,67 @@ def free_port_like(ports: Sequence[Mapping[str, Any]], groups: Sequence[Mapping[
             physnet = next((p["physical_network"] for p in ports_of_group if p.get("physical_network")), None)
             found.append(Candidate("portgroup", group, physnet, True))
     return sorted(found, key=Candidate.preference)
+
+
+async def attach(
+    task: Task, vif_id: str, *, port_uuid: str, portgroup_uuid: str, vifs: VifRepository, ports: PortRepository
+) -> None:
+    """Record a VIF on the port or port group Ironic's flat networks would pick,
+    or on the one the caller names (REST 1.67). The node is locked by the caller."""
+    node_uuid = task.node["uuid"]
+    other = await vifs.node_holding(vif_id)
+    if other is not None:
+        raise errors.Conflict(f"Unable to set VIF {vif_id}: it is already attached to node {other}")
+    if portgroup_uuid:
+        await _attach_to_portgroup(task, vif_id, portgroup_uuid, vifs)
+        return
+    port: Mapping[str, Any] | None
+    if port_uuid:
+        port = next((p for p in task.ports if p["uuid"] == port_uuid), None)
+        if port is None:
+            raise errors.InvalidParameterValue(
+                f"Unable to attach VIF {vif_id}: port {port_uuid} does not belong to node {node_uuid}."
+            )
+        if port["internal_info"].get(VIF_KEY):
+            raise errors.Conflict(
+                f"Unable to attach VIF {vif_id}: port {port_uuid} already has VIF "
+                f"{port['internal_info'][VIF_KEY]} attached."
+            )
+    else:
+        free = free_port_like(task.ports, await vifs.portgroups_of(task.node["id"]))
+        if not free:
+            raise errors.InvalidParameterValue(
+                f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}."
+            )
+        if free[0].kind == "portgroup":
+            await _attach_to_portgroup(task, vif_id, str(free[0].row["uuid"]), vifs)
+            return
+        port = free[0].row
+    await ports.update(port["uuid"], {"internal_info": {**port["internal_info"], VIF_KEY: vif_id}})
+
+
+async def _attach_to_portgroup(task: Task, vif_id: str, portgroup_uuid: str, vifs: VifRepository) -> None:
+    """Ironic keeps a port group's VIF in the group's own internal_info."""
+    group = await vifs.portgroup(portgroup_uuid)
+    if group is None or group["node_id"] != task.node["id"]:
+        raise errors.InvalidParameterValue(
+            f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} does not belong to node {task.node['uuid']}."
+        )
+    if group["internal_info"].get(VIF_KEY):
+        raise errors.Conflict(
+            f"Unable to attach VIF {vif_id}: port group {portgroup_uuid} already has VIF "
+            f"{group['internal_info'][VIF_KEY]} attached."
+        )
+    await vifs.set_on_portgroup(group["id"], vif_id)
+
+
+async def detach(task: Task, vif_id: str, *, vifs: VifRepository, ports: PortRepository) -> None:
+    for port in task.ports:
+        if port["internal_info"].get(VIF_KEY) == vif_id:
+            info = {k: v for k, v in port["internal_info"].items() if k != VIF_KEY}
+            await ports.update(port["uuid"], {"internal_info": info})
+            return
+    if await vifs.remove_from_portgroups(task.node["id"], vif_id) is None:
+        raise errors.NotFound(
+            f"Unable to detach VIF {vif_id} from node {task.node['uuid']} because it is not attached to it."
+        )

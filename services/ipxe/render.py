@@ -22,8 +22,8 @@ import jinja2
 
 from services.common.config import Settings
 from services.common.logs import node_uuid_var
+from services.common.recorded_addresses import recorded_api_url
 from services.ipxe import safety
-from services.ipxe.address import recorded_api_url
 from services.ipxe.plan import PlanOptions, Refusal, plan_boot
 from services.ipxe.reader import BootDataReader
 from services.ipxe.safety import UnsafeValue
@@ -56,7 +56,7 @@ def template_environment() -> jinja2.Environment:
 
 def api_url_for(settings: Settings) -> str:
     """The api URL the agent calls back: ipxe.api_url, the api's public endpoint, else its host:port
-    ('' when the api port is 0: then the URL a local api recorded is used, see address.py)."""
+    ('' when the api port is 0: then the URL a local api recorded is used, see recorded_addresses.py)."""
     if settings.ipxe.api_url:
         return settings.ipxe.api_url.rstrip("/")
     if settings.api.public_endpoint:
@@ -121,7 +121,7 @@ class ScriptRenderer:
         selector = f"mac={mac}" if mac is not None else f"uuid={uuid}"
         try:
             data = await self._reader.read(mac=mac, uuid=uuid)
-        except Exception as exc:  # noqa: BLE001 - the database is down or overloaded: say so, do not 500
+        except Exception as exc:  # noqa: BLE001 -- the database is down or overloaded: say so, do not 500
             LOG.warning("ipxe render failed %s reason=boot data unavailable error=%s", selector, type(exc).__name__)
             return self.error_script("boot data is unavailable right now (database error), try again later")
         if data is None:

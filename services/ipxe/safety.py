@@ -10,7 +10,9 @@ URL or read other settings. So each kind of value has one checker here:
   braces, pipes, quotes or backslashes) and an allowed scheme;
 - kernel arguments are checked token by token;
 - free text shown on the console (node names, reasons) is *sanitised*:
-  anything outside a harmless set becomes ``_``.
+  anything outside a harmless set becomes ``_``
+  (:func:`services.common.console_text.sanitize_text`, which the api's
+  ``ipxe_config`` passthru uses for its own error scripts too).
 
 Checkers raise :class:`UnsafeValue` with a reason a human can act on; the
 renderer turns that into an error script, never into a partial script.
@@ -23,9 +25,10 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 
+from services.common.console_text import sanitize_text as sanitize_text  # re-exported: callers use safety.sanitize_text
+
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!()*+,;=%&]+")
 _ARG_TOKEN = re.compile(r"[A-Za-z0-9\-._~:/,=@+%\[\]()]+")
-_TEXT_UNSAFE = re.compile(r"[^A-Za-z0-9 \-._:/,=@+()\[\]]")
 _MAC = re.compile(r"[0-9a-f]{2}(:[0-9a-f]{2}){5}")
 _HOST = re.compile(r"[A-Za-z0-9\-.]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")
 _IQN = re.compile(r"(iqn\.\d{4}-\d{2}\.[a-z0-9\-.]+(:[A-Za-z0-9\-._:]+)?|eui\.[0-9A-Fa-f]{16}|naa\.[0-9A-Fa-f]{16,32})")
@@ -36,7 +39,6 @@ _NFS_OPTS = re.compile(r"[A-Za-z0-9\-._=,]*")
 _FORBIDDEN = re.compile(r"[\x00-\x1f\x7f${}|\"'\\`]")
 
 MAX_URL = 2048
-MAX_TEXT = 200
 
 
 class UnsafeValue(ValueError):
@@ -68,12 +70,6 @@ def check_kernel_args(value: object, *, field: str) -> str:
         if token and not _ARG_TOKEN.fullmatch(token):
             raise UnsafeValue(f"{field} has an argument iPXE cannot pass safely: [{sanitize_text(token)}]")
     return " ".join(t for t in tokens if t)
-
-
-def sanitize_text(value: object, *, limit: int = MAX_TEXT) -> str:
-    """Console text: anything outside a harmless character set becomes ``_``."""
-    text = "" if value is None else str(value)
-    return _TEXT_UNSAFE.sub("_", text[:limit])
 
 
 def normalize_mac(value: object) -> str:

@@ -18,7 +18,7 @@ from services.common.config import Settings
 from services.common.db.bootdata import BootDataRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.metrics import ServiceMetrics
-from services.ipxe.address import forget_address, record_address
+from services.common.recorded_addresses import forget_address, record_address
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
 from services.ipxe.handlers import ScriptReplies
 from services.ipxe.http_server import ScriptHttpServer
@@ -47,7 +47,8 @@ class IpxeService:
                 max_entries=settings.ipxe.cache_max_entries,
             )
             reader = self.cache
-        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))  # noqa: PLW0108 - self.replies is made next
+        # A lambda on purpose: self.replies is made from the renderer, on the next line.
+        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))  # noqa: PLW0108
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)
         self.grpc_address = ""
         self._http: ScriptHttpServer | None = None

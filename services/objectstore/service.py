@@ -19,18 +19,18 @@ from aiohttp import web
 
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
+from services.common.aiohttp_serving import request_context_middleware
 from services.common.config import Settings
 from services.common.db.objects import ObjectRepository
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
-from services.common.httpserver import request_context_middleware
 from services.common.metrics import ServiceMetrics
-from services.objectstore import http_api
+from services.objectstore import tempurl_routes
 from services.objectstore.backends import Backend, make_backend
 from services.objectstore.grpc_api import ObjectStoreServicer
-from services.objectstore.http_upload import HttpUploads
 from services.objectstore.store import ObjectStore
 from services.objectstore.sweeper import Sweeper
-from services.objectstore.upload_server import UploadFrontDoor
+from services.objectstore.upload_front_door import UploadFrontDoor
+from services.objectstore.upload_requests import HttpUploads
 
 LOG = logging.getLogger(__name__)
 SECRET_NAME = "temp_url"
@@ -83,7 +83,7 @@ class ObjectStoreService:
         uploads = HttpUploads(self.store)
         app = web.Application(middlewares=[request_context_middleware(self.metrics)])
         app.router.add_get("/metrics", self.metrics.handle)
-        http_api.add_routes(app, self.store, uploads)
+        tempurl_routes.add_routes(app, self.store, uploads)
         port = await self._start_http(app, uploads, servicer)
         self.http_url = f"http://{_url_host(c.host)}:{port}"
         self.public_url = (c.public_url or self.http_url).rstrip("/")

@@ -23,7 +23,7 @@ from typing import Any, Self
 import aiohttp
 from aiohttp import web
 
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 from services.simulator.machine import Machine, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
 from services.simulator.redfish import RedfishService

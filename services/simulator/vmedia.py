@@ -17,9 +17,11 @@ from pathlib import Path
 
 import aiohttp
 
-from services.simulator.disk import iso_files, read_iso_file
+from services.common import errors
+from services.common.images import fat, iso9660
 
 MAX_MEDIA_BYTES = 2 * 1024**3
+MAX_CONFIG_BYTES = 1024 * 1024  # a boot loader configuration or parameters.txt is a few KiB
 CHUNK = 1024 * 1024
 BOOT_CONFIGS = (
     "isolinux/isolinux.cfg",
@@ -46,55 +48,49 @@ async def download(
     ) as response:
         if response.status >= 300:
             raise RuntimeError(f"HTTP {response.status}")
-        with await asyncio.to_thread(open, dest, "wb") as out:
+        out = await asyncio.to_thread(open, dest, "wb")
+        try:
             async for chunk in response.content.iter_chunked(CHUNK):
                 written += len(chunk)
                 if written > limit:
                     raise RuntimeError(f"media larger than {limit} bytes")
                 await asyncio.to_thread(out.write, chunk)
+        finally:
+            await asyncio.to_thread(out.close)
     return written
 
 
 def iso_kernel_cmdline(path: str | os.PathLike[str]) -> tuple[str, str] | None:
     """(kernel command line, config file it came from) of a bootable ISO, or None."""
-    import pycdlib
-
-    iso = pycdlib.PyCdlib()
-    try:
-        iso.open(str(path))
-    except Exception:  # noqa: BLE001 - pycdlib raises assorted errors on media that is not an ISO: no boot config
-        return None
-    try:
-        kwarg, files = iso_files(iso)
-        for name in BOOT_CONFIGS:
-            if name not in files:
-                continue
-            text = read_iso_file(iso, kwarg, files[name]).decode("utf-8", "replace")
-            first, second = (_LINUX, _APPEND) if "grub" in name else (_APPEND, _LINUX)
-            match = first.search(text) or second.search(text)
-            if match is not None:
-                return _INITRD_WORD.sub(" ", match.group(1)).strip(), name
-        return None
-    finally:
-        iso.close()
+    with open(path, "rb") as fp:
+        try:
+            volume = iso9660.IsoVolume(fp)
+        except errors.ImageFormatError:
+            return None
+        with volume:
+            present = {path.lower(): path for path in volume.files()}  # firmware looks names up in any case
+            for name in BOOT_CONFIGS:
+                if name not in present:
+                    continue
+                try:
+                    text = volume.read(present[name], limit=MAX_CONFIG_BYTES).decode("utf-8", "replace")
+                except errors.ImageFormatError:
+                    continue
+                first, second = (_LINUX, _APPEND) if "grub" in name else (_APPEND, _LINUX)
+                match = first.search(text) or second.search(text)
+                if match is not None:
+                    return _INITRD_WORD.sub(" ", match.group(1)).strip(), name
+            return None
 
 
 async def floppy_parameters(path: str | os.PathLike[str]) -> dict[str, str]:
     """``parameters.txt`` of a vfat image (read with mtools), as key/value pairs."""
-    proc = await asyncio.create_subprocess_exec(
-        "mtype",
-        "-i",
-        str(path),
-        "::parameters.txt",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "MTOOLS_SKIP_CHECK": "1"},
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(err.decode(errors="replace").strip() or "cannot read parameters.txt")
+    try:
+        raw = await asyncio.to_thread(fat.read_file, path, "parameters.txt", limit=MAX_CONFIG_BYTES)
+    except errors.ImageError as exc:
+        raise RuntimeError(exc.message) from None
     params: dict[str, str] = {}
-    for line in out.decode("utf-8", "replace").splitlines():
+    for line in raw.decode("utf-8", "replace").splitlines():
         key, sep, value = line.strip().partition("=")
         if sep and key:
             params[key.strip()] = value.strip()

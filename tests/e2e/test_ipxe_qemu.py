@@ -10,20 +10,18 @@ firmware without trying other identities. Another VM does the deploy under
 UEFI (OVMF), and a last one boots an ``active`` boot-from-volume node from an
 iSCSI LUN served by tgt (CHAP + initiator ACL).
 
-Set-up installs qemu-system-x86 + ipxe-qemu + busybox-static + cpio when
-missing (as root) and caches the kernel and initramfs under
-``<repo>/.ferrum/cache/ipxe-e2e`` so reruns skip the download.
+The packages, kernel and initramfs come from ``tests/e2e/bootfiles.py``
+(run by ``scripts/bootstrap.sh``); the stack fixture depends on them, so
+nothing slow runs while a stack's event loop is running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid as uuidlib
 from collections.abc import AsyncIterator, Iterator
@@ -36,10 +34,8 @@ from aiohttp import web
 
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from tests.conftest import test_settings
+from tests.e2e.bootfiles import MARKER, ensure_initramfs, ensure_kernel, ensure_packages, run
 
-REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".ferrum" / "cache" / "ipxe-e2e"
-PACKAGES = ("qemu-system-x86", "ipxe-qemu", "busybox-static", "cpio")
 BOOT_WAIT = 180.0
 DEPLOY_MAC, UNKNOWN_MAC, MANAGEABLE_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99", "52:54:00:e2:e0:02"
 OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
@@ -50,119 +46,16 @@ V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 pytestmark = pytest.mark.timeout(900)
 
 
-def run(*argv: str, cwd: Path | None = None, timeout: float = 600) -> str:
-    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
-    return result.stdout
-
-
-def installed(package: str) -> bool:
-    result = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False)
-    return result.returncode == 0 and "install ok installed" in result.stdout
-
-
-def ensure_packages(*extra: str) -> None:
-    missing = [p for p in (*PACKAGES, *extra) if not installed(p)]
-    if not missing:
-        return
-    if os.geteuid() != 0:
-        raise RuntimeError(f"missing Debian packages {missing}; install them (apt-get install -y {' '.join(missing)})")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for attempt in range(20):  # another apt may hold the lock for a while
-        result = subprocess.run(
-            ["apt-get", "install", "-y", "--no-install-recommends", *missing],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=900,
-            check=False,
-        )
-        if result.returncode == 0:
-            return
-        if "lock" not in result.stderr.lower() or attempt == 19:
-            raise RuntimeError(f"apt-get install {missing} failed: {result.stderr[-2000:]}")
-        time.sleep(15)
-
-
-def kernel_package() -> str:
-    """The linux-image-6.1.0-N-amd64 that linux-image-amd64 currently depends on."""
-    for line in run("apt-cache", "depends", "linux-image-amd64").splitlines():
-        name = line.strip().removeprefix("Depends:").strip()
-        if name.startswith("linux-image-6.1.0-") and name.endswith("-amd64"):
-            return name
-    found = sorted(
-        line.split()[0]
-        for line in run("apt-cache", "search", "--names-only", r"^linux-image-6\.1\.0-[0-9]+-amd64$").splitlines()
-    )
-    if not found:
-        raise RuntimeError("no linux-image-6.1.0-*-amd64 package is known to apt")
-    return found[-1]
-
-
-def ensure_kernel() -> Path:
-    """vmlinuz from the Debian kernel package, downloaded and unpacked once."""
-    kernel = CACHE / "vmlinuz"
-    if kernel.is_file() and kernel.stat().st_size > 1_000_000:
-        return kernel
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        work = Path(tmp)
-        os.chmod(work, 0o777)  # apt-get download drops privileges to _apt
-        run("apt-get", "download", kernel_package(), cwd=work)
-        deb = next(work.glob("linux-image-*.deb"))
-        run("dpkg-deb", "-x", str(deb), str(work / "root"))
-        image = next((work / "root" / "boot").glob("vmlinuz-*"))
-        shutil.copyfile(image, CACHE / "vmlinuz.tmp")
-    os.replace(CACHE / "vmlinuz.tmp", kernel)
-    return kernel
-
-
-def ensure_initramfs(marker: str) -> Path:
-    """A gzip'd newc cpio: busybox-static plus an /init that prints ``marker`` and powers off."""
-    init = (
-        "#!/bin/busybox sh\n/bin/busybox mkdir -p /proc\n/bin/busybox mount -t proc proc /proc\n"
-        f"echo {marker} > /dev/console\n"
-        "/bin/busybox cat /proc/cmdline > /dev/console\n/bin/busybox sleep 1\n/bin/busybox poweroff -f\n"
-    )
-    digest = hashlib.sha256(init.encode() + Path("/bin/busybox").read_bytes()).hexdigest()[:16]
-    image = CACHE / f"initramfs-{digest}.cpio.gz"
-    if image.is_file():
-        return image
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        root = Path(tmp) / "root"
-        (root / "bin").mkdir(parents=True)
-        (root / "dev").mkdir()
-        shutil.copyfile("/bin/busybox", root / "bin" / "busybox")
-        os.chmod(root / "bin" / "busybox", 0o755)
-        (root / "init").write_text(init)
-        os.chmod(root / "init", 0o755)
-        names = "\n".join(["bin", "bin/busybox", "dev", "init"]) + "\n"
-        cpio = subprocess.run(
-            ["cpio", "-o", "-H", "newc", "--quiet"],
-            cwd=root,
-            input=names.encode(),
-            capture_output=True,
-            timeout=60,
-            check=True,
-        ).stdout
-        import gzip
-
-        (Path(tmp) / "out").write_bytes(gzip.compress(cpio))
-        os.replace(Path(tmp) / "out", image)
-    return image
-
-
 @pytest.fixture(scope="module")
 def marker() -> str:
-    return "FERRUM-E2E-MARKER-initramfs-running"
+    return MARKER
 
 
 @pytest.fixture(scope="module")
-def boot_files(marker: str) -> Iterator[tuple[Path, Path]]:
+def boot_files(marker: str) -> tuple[Path, Path]:
+    """Packages, kernel and initramfs: all before the stack starts (the stack depends on this)."""
     ensure_packages()
-    yield ensure_kernel(), ensure_initramfs(marker)
+    return ensure_kernel(), ensure_initramfs(marker)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +85,9 @@ async def file_server(boot_files: tuple[Path, Path]) -> AsyncIterator[tuple[int,
 
 
 @pytest.fixture(scope="module")
-async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
+async def stack(
+    boot_files: tuple[Path, Path], database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Any]:
     settings = test_settings(
         database_url,
         tmp_path_factory.mktemp("state"),
@@ -436,7 +331,6 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """tgtd on 127.0.0.1 with one LUN holding the boot sector, CHAP and an initiator ACL."""
-    ensure_packages("tgt")
     work = tmp_path_factory.mktemp("tgt")
     disk = work / "disk.img"
     disk.write_bytes(boot_sector(SAN_MARKER) + bytes(16 * 1024 * 1024 - 512))
@@ -537,7 +431,6 @@ async def test_real_uefi_ipxe_boots_deploy_ramdisk(
     stack: Any, file_server: tuple[int, list[str]], marker: str, tmp_path: Path
 ) -> None:
     """The same deploy through UEFI iPXE (OVMF, q35): it needs ``initrd=<name>`` on the kernel line."""
-    ensure_packages("ovmf")
     port, _ = file_server
     renderer_port = stack.endpoints["ipxe HTTP"].rsplit(":", 1)[1].split("/")[0]
     info = {"deploy_kernel": f"http://10.0.2.2:{port}/vmlinuz", "deploy_ramdisk": f"http://10.0.2.2:{port}/initrd"}

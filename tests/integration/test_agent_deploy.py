@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from services.agent.agent import Agent, AgentOptions, Disk
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -591,8 +591,8 @@ async def test_image_larger_than_disk_fails(env):
 
 
 async def test_config_drive_partition_written_after_image(env):
-    from services.conductor.images.configdrive_partition import read_configdrive_partition
-    from services.conductor.images.iso9660 import write_iso
+    from services.common.images.configdrive_partition import read_configdrive_partition
+    from services.common.images.iso9660 import write_iso
 
     tmp = env["tmp"]
     data = make_raw_image(tmp, "disk.raw", 8 * MiB)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 from tests.integration.test_agent_deploy import TOKEN, FakeIronic, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ Ferrum still advertises less than 1.78 (services/api/versions.py), so the live
 api answers 406 to a header above its maximum. Requests at a version the live
 api advertises go to it; requests above go to a second real HTTP server in
 this module, built from the same pool, conductor router and handlers
-(RestApi + VolumeApi) as the api service, whose only difference is that it
+(the routes table, services/api/routes.py) as the api service, whose only difference is that it
 accepts versions up to 1.78. When the maximum is raised, every request here
 goes to the live api unchanged.
 """
@@ -26,9 +26,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from services.api import versions
-from services.api.rest import RestApi
-from services.api.rest_base import error_middleware
-from services.api.volumes import VolumeApi
+from services.api.context import ApiContext
+from services.api.middlewares import error_middleware
+from services.api.routes import add_routes
 from services.common.db.bios import BiosRepository
 
 LAB_MAX = (1, 78)
@@ -81,9 +81,7 @@ def fault(body: dict[str, Any]) -> str:
 async def lab(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, lab_versions])
-    rest = RestApi(service.pool, service.router, service.settings.api)
-    rest.routes(app)
-    VolumeApi(rest).routes(app)
+    add_routes(app, ApiContext(service.pool, service.router, service.settings))
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:

@@ -5,6 +5,7 @@ applied to every verb from every state."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import uuid
 
@@ -43,30 +44,46 @@ async def new_node(
 async def test_two_conductors_never_both_hold_a_node(pool) -> None:
     a, b = manager(pool, "race-a"), manager(pool, "race-b")
     node = await new_node(a)
+
+    async def hold(m: ConductorManager, tried: list[int], both_tried: asyncio.Event) -> str:
+        def one_tried() -> None:
+            tried.append(1)
+            if len(tried) == 2:
+                both_tried.set()
+
+        try:
+            async with m.tasks.acquire(node["uuid"], "race") as task:
+                one_tried()
+                await asyncio.wait_for(both_tried.wait(), 10)  # still holding while the other tries
+                return task.conductor
+        except errors.NodeLocked:
+            one_tried()
+            raise
+
     for _ in range(25):
-        results = await asyncio.gather(
-            a.tasks.acquire(node["uuid"]), b.tasks.acquire(node["uuid"]), return_exceptions=True
-        )
+        tried: list[int] = []
+        both_tried = asyncio.Event()
+        results = await asyncio.gather(hold(a, tried, both_tried), hold(b, tried, both_tried), return_exceptions=True)
         winners = [r for r in results if not isinstance(r, BaseException)]
         assert len(winners) == 1, results
-        assert all(isinstance(r, errors.NodeLocked) for r in results if isinstance(r, Exception))
-        holder = a if winners[0].conductor == "race-a" else b
-        await holder.tasks.release(node["uuid"])
-    assert (await a.nodes.get(node["uuid"]))["reservation"] is None
+        assert all(isinstance(r, errors.NodeLocked) for r in results if isinstance(r, BaseException))
+        assert (await a.nodes.get(node["uuid"]))["reservation"] is None  # the block's end released it
 
 
 async def test_expired_lease_is_reclaimable(pool) -> None:
     a, b = manager(pool, "lease-a", lock_lease=0.2), manager(pool, "lease-b")
     node = await new_node(a)
-    await a.tasks.acquire(node["uuid"])
-    with pytest.raises(errors.NodeLocked):
-        await b.tasks.acquire(node["uuid"])
-    await asyncio.sleep(0.4)  # a never refreshes (its refresher is not started): the lease expires
-    task = await b.tasks.acquire(node["uuid"])
-    assert task.node["reservation"] == "lease-b"
-    with pytest.raises(errors.NodeLocked):  # the old holder may not write any more
-        await a.nodes.update(node["uuid"], {"extra": {"x": 1}}, expect_reservation="lease-a")
-    await b.tasks.release(node["uuid"])
+    async with contextlib.AsyncExitStack() as held_by_a:
+        await held_by_a.enter_async_context(a.tasks.acquire(node["uuid"], "test"))
+        with pytest.raises(errors.NodeLocked):
+            async with b.tasks.acquire(node["uuid"], "test"):
+                pass
+        await asyncio.sleep(0.4)  # a never refreshes (its refresher is not started): the lease expires
+        async with b.tasks.acquire(node["uuid"], "test") as task:
+            assert task.node["reservation"] == "lease-b"
+            with pytest.raises(errors.NodeLocked):  # the old holder may not write any more
+                await a.nodes.update(node["uuid"], {"extra": {"x": 1}}, expect_reservation="lease-a")
+    assert (await a.nodes.get(node["uuid"]))["reservation"] is None
 
 
 async def test_dead_conductor_nodes_are_recovered(pool) -> None:
@@ -97,22 +114,24 @@ async def test_dead_conductor_nodes_are_recovered(pool) -> None:
         )
     periodic = PeriodicWork(live, registration={})
     assert await periodic.recover_dead() == 2
-    failed = await live.nodes.get(deploying["uuid"])
-    assert failed["provision_state"] == states.DEPLOYFAIL and failed["reservation"] is None
-    assert "dead-host went offline" in failed["last_error"]
-    assert failed["target_provision_state"] == states.ACTIVE
-    carried_on = await live.nodes.get(waiting["uuid"])
-    assert carried_on["provision_state"] == states.DEPLOYWAIT and carried_on["reservation"] is None
-    # the failed node deploys again when asked
-    await live.do_provision_action(deploying["uuid"], "deploy")
-    for _ in range(100):
-        node = await live.nodes.get(deploying["uuid"])
-        if node["provision_state"] == states.ACTIVE and node["reservation"] is None:
+    # The interrupted deploy is resumed from its recorded step, not failed.
+    for _ in range(200):
+        resumed = await live.nodes.get(deploying["uuid"])
+        if resumed["provision_state"] == states.ACTIVE and resumed["reservation"] is None:
             break
         await asyncio.sleep(0.05)
-    assert node["provision_state"] == states.ACTIVE and node["last_error"] is None
-    history = await pool.fetch("SELECT event FROM node_history WHERE node_id = $1 ORDER BY id", deploying["id"])
-    assert any("went offline" in r["event"] for r in history)
+    assert resumed["provision_state"] == states.ACTIVE and resumed["last_error"] is None, resumed
+    carried_on = await live.nodes.get(waiting["uuid"])
+    assert carried_on["provision_state"] == states.DEPLOYWAIT and carried_on["reservation"] is None
+    events = [
+        r["message"]
+        for r in await pool.fetch(
+            "SELECT message FROM node_events WHERE node_uuid = $1::uuid ORDER BY sequence", deploying["uuid"]
+        )
+    ]
+    assert any("dead-host went offline" in m and "resuming" in m for m in events), events
+    # A second round finds nothing left to adopt.
+    assert await periodic.recover_dead() == 0
 
 
 async def test_callback_timeout_fails_the_deploy(pool) -> None:
@@ -249,11 +268,10 @@ async def test_update_node_holds_the_lock_while_it_writes(pool) -> None:
     operation can start on the node; afterwards the node is free again."""
     a, b = manager(pool, "patch-a"), manager(pool, "patch-b")
     node = await new_node(a)
-    task = await b.tasks.acquire(node["uuid"])
-    with pytest.raises(errors.NodeLocked):
-        await a.update_node(node["uuid"], {"extra": {"x": 1}})
-    assert (await a.nodes.get(node["uuid"]))["extra"] == {}  # the refused patch changed nothing
-    await b.tasks.release(task.node["uuid"])
+    async with b.tasks.acquire(node["uuid"], "test"):
+        with pytest.raises(errors.NodeLocked):
+            await a.update_node(node["uuid"], {"extra": {"x": 1}})
+        assert (await a.nodes.get(node["uuid"]))["extra"] == {}  # the refused patch changed nothing
 
     writing, finish = asyncio.Event(), asyncio.Event()
     real_update = a.nodes.update
@@ -267,7 +285,8 @@ async def test_update_node_holds_the_lock_while_it_writes(pool) -> None:
     patching = asyncio.create_task(a.update_node(node["uuid"], {"extra": {"x": 2}}))
     await asyncio.wait_for(writing.wait(), 10)
     with pytest.raises(errors.NodeLocked):
-        await b.tasks.acquire(node["uuid"])  # e.g. a deploy cannot start mid-patch
+        async with b.tasks.acquire(node["uuid"], "deploy"):  # e.g. a deploy cannot start mid-patch
+            pass
     finish.set()
     saved = await asyncio.wait_for(patching, 10)
     assert saved["extra"] == {"x": 2} and saved["reservation"] is None

@@ -266,8 +266,8 @@ async def test_openstacksdk_configdrive_reaches_cloud_init(env: dict[str, Any], 
 
     from openstack.baremetal import configdrive as sdk_configdrive
 
-    from services.conductor.images import iso9660
-    from services.conductor.images.configdrive_partition import read_configdrive_partition
+    from services.common.images import iso9660
+    from services.common.images.configdrive_partition import read_configdrive_partition
     from tests.unit.test_configdrive import KEY, cloud_init_read
 
     sha = hashlib.sha256(env["image"]).hexdigest()
@@ -375,7 +375,7 @@ async def test_object_store_restart_mid_deploy_is_survived(env: dict[str, Any]) 
     await new.start()
     stack.services[stack.services.index(old)] = new
     await wait_state(env, "direct-7", "active", timeout=90)
-    from services.conductor.images.configdrive_partition import read_configdrive_partition
+    from services.common.images.configdrive_partition import read_configdrive_partition
 
     _part, iso = read_configdrive_partition(disk)
     assert iso[0x8001:0x8006] == b"CD001"

@@ -21,9 +21,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from services.api.history import DETAIL_FIELDS, STANDARD_FIELDS, HistoryApi
-from services.api.rest import RestApi
-from services.api.rest_base import error_middleware
+from services.api.context import ApiContext
+from services.api.middlewares import error_middleware
+from services.api.node_history import DETAIL_FIELDS, STANDARD_FIELDS, NodeHistoryApi
+from services.api.routes import ROUTES, add_routes
 
 V = {"X-OpenStack-Ironic-API-Version": "latest"}
 
@@ -43,7 +44,8 @@ def api(stack: Any) -> str:
 async def history_api(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, pin_1_78])
-    HistoryApi(RestApi(service.pool, service.router, service.settings.api)).routes(app)
+    history_routes = tuple(r for r in ROUTES if r.resource is NodeHistoryApi)
+    add_routes(app, ApiContext(service.pool, service.router, service.settings), history_routes)
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:

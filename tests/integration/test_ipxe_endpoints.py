@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.api.service import ApiService
 from services.common.db.pool import create_pool
-from services.ipxe.address import address_file, api_url_file
+from services.common.recorded_addresses import address_file, api_url_file
 from services.ipxe.interpret import interpret_script
 from services.ipxe.service import IpxeService
 from services.runtime import ALL_SERVICES_ORDER, RunningStack

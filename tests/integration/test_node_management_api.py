@@ -25,8 +25,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from services.api.rest import RestApi
-from services.api.rest_base import error_middleware
+from services.api.context import ApiContext
+from services.api.middlewares import error_middleware
+from services.api.routes import add_routes
 
 HIGHEST = (1, 78)
 
@@ -60,7 +61,7 @@ def live(stack: Any) -> str:
 async def api(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, versions_up_to_1_78])
-    RestApi(service.pool, service.router, service.settings.api).routes(app)
+    add_routes(app, ApiContext(service.pool, service.router, service.settings))
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:

@@ -10,6 +10,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from stat import S_IMODE
 
 import aiohttp
 import asyncpg
@@ -21,6 +22,7 @@ from services.objectstore.backends.base import COALESCE_BYTES
 from services.objectstore.tempurl import to_base36
 from services.objectstore.testing import running_objectstore, wait_until
 from tests.conftest import test_settings
+from tests.thread_hold import threads_held_at_start
 
 MiB = 1024 * 1024
 
@@ -75,6 +77,7 @@ async def test_round_trip_stat_list_delete(client: ObjectStoreClient, root: Path
         delete_after=3600,
     )
     assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert {S_IMODE(p.stat().st_mode) for p in files_under(root / "data")} == {0o600}  # issue 16
     assert info.usage_count == 2 and dict(info.metadata) == {"node": "n1"}
     assert info.delete_at is not None and 3500 < (info.delete_at - info.created_at).total_seconds() <= 3601
     assert await client.get_bytes("rt", "boot-1.iso") == data
@@ -322,6 +325,29 @@ async def test_cancelled_upload_leaves_nothing(client: ObjectStoreClient, root: 
         assert await conn.fetchval("SELECT count(*) FROM objects WHERE container = 'cancel'") == 0
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("via", ["grpc", "http"])
+async def test_upload_survives_a_hasher_that_first_runs_after_the_rename(
+    client: ObjectStoreClient, root: Path, tmp_path: Path, via: str
+) -> None:
+    """Issue 14 as a deploy saw it: a config drive upload failed with
+    "object store failure: FileNotFoundError" when the nice-19 hasher thread
+    got no CPU until commit had renamed the temp file. Here it never does."""
+    data = os.urandom(395_264)
+    source = tmp_path / "configdrive.img"
+    source.write_bytes(data)
+    before = files_under(root)
+
+    def renamed() -> bool:
+        return not any(p.name.endswith(".part") for p in (root / "tmp").iterdir())
+
+    with threads_held_at_start("objectstore-hash", until=renamed) as holds:
+        info = await client.put_file("race", f"configdrive-{via}.img", source, via=via)
+    assert holds.outcomes == [True]
+    assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert await client.get_bytes("race", f"configdrive-{via}.img") == data
+    assert len(files_under(root)) == len(before) + 1
 
 
 async def test_orphan_sweep_removes_only_unreferenced_bytes(service, client: ObjectStoreClient, root: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from services.common import errors
 from services.common.objectstore_client import ObjectStoreClient
-from services.objectstore import upload_server
+from services.objectstore import upload_front_door
 from services.objectstore.tempurl import to_base36
 from services.objectstore.testing import free_port, running_objectstore, wait_until
 from tests.conftest import test_settings
@@ -237,7 +237,7 @@ async def test_cancelled_or_stalled_upload_leaves_nothing(
     assert await client.stat("cut", "half.iso") is None
 
     # A client that stops sending is cut off after the stall timeout.
-    monkeypatch.setattr(upload_server, "BODY_STALL_TIMEOUT", 1.0)
+    monkeypatch.setattr(upload_front_door, "BODY_STALL_TIMEOUT", 1.0)
     reader, writer = await asyncio.open_connection(split.hostname, split.port)
     writer.write(put_head(url, 8 * MiB) + os.urandom(MiB))
     await writer.drain()

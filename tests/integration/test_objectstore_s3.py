@@ -6,10 +6,12 @@ expiry and tampering against ``s3rver``, which checks signatures."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import sys
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,6 +21,7 @@ import pytest
 
 from services.common import errors
 from services.common.objectstore_client import ObjectStoreClient
+from services.objectstore.backends.s3 import S3Backend
 from services.objectstore.testing import moto_server, running_objectstore, s3rver, wait_until
 from tests.conftest import test_settings
 
@@ -172,6 +175,83 @@ async def test_http_put_upload_multipart_and_cut_short(
     writer.close()
     await wait_until(lambda: _empty(moto_endpoint), timeout=30)
     assert await client.stat("s3http", "cut.img") is None
+
+
+class CreateMultipartHold:
+    """A TCP relay in front of the S3 server that holds back the answer to a
+    CreateMultipartUpload: the request reaches S3, which creates the upload,
+    and the answer waits at the relay until ``release()``."""
+
+    def __init__(self, upstream: str) -> None:
+        self._upstream = urlsplit(upstream)
+        self.answer_waiting = asyncio.Event()
+        self._released = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    def release(self) -> None:
+        self._released.set()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        upstream_r, upstream_w = await asyncio.open_connection(self._upstream.hostname, self._upstream.port)
+        holding = False
+
+        async def requests() -> None:
+            nonlocal holding
+            while data := await client_r.read(65536):
+                if data.startswith(b"POST ") and b"?uploads" in data.split(b"\r\n", 1)[0]:
+                    holding = True
+                upstream_w.write(data)
+                await upstream_w.drain()
+            upstream_w.close()
+
+        async def answers() -> None:
+            while data := await upstream_r.read(65536):
+                if holding:
+                    self.answer_waiting.set()
+                    await self._released.wait()
+                client_w.write(data)
+                await client_w.drain()
+            client_w.close()
+
+        with contextlib.suppress(OSError):
+            await asyncio.gather(requests(), answers())
+        client_w.close()
+        upstream_w.close()
+
+
+async def test_upload_cancelled_while_its_multipart_upload_is_created_leaves_none(
+    database_url: str, moto_endpoint: str, tmp_path: Path
+) -> None:
+    """The same class of bug as issue 14 on S3: a cancel that lands while
+    CreateMultipartUpload is on its way must not lose the upload id, or
+    abort() cannot remove the multipart upload S3 has already made."""
+    relay = CreateMultipartHold(moto_endpoint)
+    endpoint = await relay.start()
+    config = s3_settings(database_url, tmp_path, endpoint, s3_bucket="ferrum-create-cancel").objectstore
+    backend = S3Backend(config)
+    await backend.start()
+    try:
+        upload = backend.begin_upload(uuid.uuid4().hex)
+        writing = asyncio.create_task(upload.write(b"p" * config.s3_part_size))  # one full part: the upload starts
+        await asyncio.wait_for(relay.answer_waiting.wait(), 30)
+        assert (await bucket_state(moto_endpoint, "ferrum-create-cancel"))[1]  # S3 made the multipart upload
+        writing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        relay.release()
+        await asyncio.wait_for(upload.abort(), 30)
+        assert await bucket_state(moto_endpoint, "ferrum-create-cancel") == ([], [])
+    finally:
+        await backend.close()
+        await relay.close()
 
 
 async def _has_upload(endpoint: str) -> bool:

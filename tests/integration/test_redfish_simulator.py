@@ -242,7 +242,7 @@ async def test_rest_power_and_boot_device_through_the_conductor(stack: Any, sim:
 async def test_virtual_media_insert_and_eject(sim: Simulator, management: RedfishManagement, tmp_path: Path) -> None:
     from aiohttp import web
 
-    from services.common.httpserver import start_http_site
+    from services.common.aiohttp_serving import start_http_site
 
     async def serve(request: web.Request) -> web.Response:
         return web.Response(status=404) if request.match_info["name"] == "missing" else web.Response(body=b"iso")

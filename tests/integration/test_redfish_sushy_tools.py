@@ -194,7 +194,7 @@ async def test_two_systems_need_a_system_id(emulator: str) -> None:
 async def test_virtual_media(emulator: str, management: RedfishManagement) -> None:
     from aiohttp import web
 
-    from services.common.httpserver import start_http_site
+    from services.common.aiohttp_serving import start_http_site
 
     fetched: list[str] = []
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from multidict import CIMultiDictProxy
 
-from services.conductor.images.configdrive import build_configdrive, encode_configdrive
+from services.common.images.configdrive import build_configdrive, encode_configdrive
 
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 

@@ -21,7 +21,7 @@ import pytest
 import sushy
 from aiohttp import web
 
-from services.common.httpserver import start_http_site
+from services.common.aiohttp_serving import start_http_site
 from services.conductor.drivers.redfish_client import close_root
 from services.simulator import Simulator, SimulatorOptions
 from services.simulator.agents import AgentLaunch

@@ -11,6 +11,7 @@ from typing import Any
 
 import pycdlib
 
+from services.common.images import fat, iso9660
 from services.simulator.disk import inspect_disk, read_config_drive, read_partitions
 
 
@@ -118,32 +119,95 @@ def test_mbr_with_logical_partitions_and_a_labelled_config_drive(tmp_path: Path)
     drive = read_config_drive(disk)
     assert drive is not None and drive["partition"] == 6 and drive["version"] == "2018-08-27"
     assert drive["uuid"] == "node-uuid-1"
-    assert drive["hostname"] == "fallback-name"  # cloud-init falls back to "name"
+    assert drive["hostname"] is None  # cloud-init's local-hostname comes from "hostname" only, never "name"
     assert drive["public_keys"] == ["ssh-rsa K"]
     assert drive["user_data"] == {"base64": "//5iaW5hcnk="}  # binary user data survives
     assert drive["network_data"] is None
 
 
-def test_config_drive_partition_that_is_not_an_iso(tmp_path: Path) -> None:
+def test_a_gpt_name_alone_is_not_a_config_drive(tmp_path: Path) -> None:
+    """cloud-init looks for a file-system label; a partition merely named config-2 is not found."""
     disk = blank(tmp_path / "d.img")
     subprocess.run(["sgdisk", "-n1:2048:+2M", "-c1:config-2", str(disk)], check=True, capture_output=True)
+    assert read_partitions(disk)["partitions"][0]["name"] == "config-2"
+    assert read_config_drive(disk) is None
+
+
+def test_a_labelled_file_system_cloud_init_would_mount_but_we_cannot_read(tmp_path: Path) -> None:
+    disk = blank(tmp_path / "d.img")
+    subprocess.run(["sgdisk", "-n1:2048:+4M", str(disk)], check=True, capture_output=True)
+    fs = tmp_path / "fs.img"
+    blank(fs, 4 * 1024**2)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-L", "config-2", str(fs)], check=True, capture_output=True)
+    write_at(disk, 2048 * 512, fs.read_bytes())
     drive = read_config_drive(disk)
-    assert drive is not None and drive["partition"] == 1 and "not ISO9660" in drive["error"]
+    assert drive is not None and drive["partition"] == 1 and drive["filesystem"] == "ext"
+    assert "holds ext file system" in drive["error"]
+
+
+def write_at(disk: Path, offset: int, data: bytes) -> None:
+    with open(disk, "r+b") as fp:
+        fp.seek(offset)
+        fp.write(data)
+
+
+def test_cloud_init_order_and_the_first_readable_drive_wins(tmp_path: Path) -> None:
+    """Two labelled partitions: cloud-init tries sda2 before sda10 (names sorted in reverse)
+    and skips a broken drive; the newest dated version is read, not "latest"."""
+    disk = blank(tmp_path / "d.img", 64 * 1024**2)
+    script = [f"-n{n}:0:+3M" for n in range(1, 11)]
+    subprocess.run(["sgdisk", *script, str(disk)], check=True, capture_output=True)
+    parts = {p["number"]: p for p in read_partitions(disk)["partitions"]}
+    broken = iso9660.write_iso({"openstack/latest/meta_data.json": b'{"hostname": "no uuid"}'}, label="config-2")
+    good = iso9660.write_iso(
+        {
+            "openstack/2012-08-10/meta_data.json": json.dumps({"uuid": "u10", "hostname": "dated"}).encode(),
+            "openstack/latest/meta_data.json": json.dumps({"uuid": "u10", "hostname": "latest"}).encode(),
+            "openstack/2012-08-10/vendor_data.json": b'{"v": 1}',
+        },
+        label="config-2",
+    )
+    write_at(disk, parts[2]["start"], broken)
+    write_at(disk, parts[10]["start"], good)
+    drive = read_config_drive(disk)
+    assert drive is not None and drive["partition"] == 10 and drive["count"] == 2
+    assert drive["version"] == "2012-08-10" and drive["hostname"] == "dated"
+    assert drive["vendor_data"] == {"v": 1} and drive["vendor_data2"] is None
+    write_at(disk, parts[2]["start"], good)
+    again = read_config_drive(disk)
+    assert again is not None and again["partition"] == 2  # now sda2 reads, and it comes first
+    write_at(disk, parts[2]["start"], broken)
+    write_at(disk, parts[10]["start"], broken)
+    drive = read_config_drive(disk)
+    assert drive is not None and "No 'uuid'" in drive["error"] and "partition 10" in drive["error"]
+
+
+def test_vfat_config_drive_is_read(tmp_path: Path) -> None:
+    """cloud-init mounts vfat config drives too; names are matched without regard to case."""
+    disk = blank(tmp_path / "d.img")
+    subprocess.run(["sgdisk", "-n1:2048:+4M", str(disk)], check=True, capture_output=True)
+    image = fat.write_image(
+        {
+            "OPENSTACK/LATEST/META_DATA.JSON": json.dumps({"uuid": "fat-uuid", "hostname": "fat-host"}).encode(),
+            "openstack/latest/user_data": b"#cloud-config\n",
+        },
+        label="config-2",
+        size=4 * 1024**2,
+    )
+    write_at(disk, 2048 * 512, image)
+    drive = read_config_drive(disk)
+    assert drive is not None and drive["filesystem"] == "vfat"
+    assert drive["uuid"] == "fat-uuid" and drive["hostname"] == "fat-host" and drive["version"] == "latest"
+    assert drive["user_data"] == "#cloud-config\n"
 
 
 def test_corrupt_gpt_header_is_a_finding_not_a_crash(tmp_path: Path) -> None:
     disk = blank(tmp_path / "d.img")
-    with open(disk, "r+b") as fp:
-        fp.seek(512)
-        fp.write(
-            b"EFI PART"
-            + b"\0" * 64
-            + (10**6).to_bytes(8, "little")
-            + (5000).to_bytes(4, "little")
-            + (128).to_bytes(4, "little")
-        )
+    subprocess.run(["sgdisk", "-n1:2048:+1M", str(disk)], check=True, capture_output=True)
+    write_at(disk, 512 + 80, (10**6).to_bytes(4, "little"))  # the entry count, under the header CRC
     table = read_partitions(disk)
     assert table["table"] == "gpt" and table["partitions"] == [] and "corrupt" in table["error"]
+    assert read_config_drive(disk) is None
 
 
 def test_partition_beyond_the_end_is_reported(tmp_path: Path) -> None:

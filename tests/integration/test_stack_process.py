@@ -58,7 +58,7 @@ def stack_process(tmp_path: Path):
     )
     try:
         endpoints = wait_for(ports, process)
-        yield process, endpoints, tmp_path / "state"
+        yield process, endpoints, tmp_path
     finally:
         if process.poll() is None:
             process.kill()
@@ -66,7 +66,18 @@ def stack_process(tmp_path: Path):
 
 
 def test_stack_serves_and_stops_cleanly(stack_process) -> None:
-    process, endpoints, state = stack_process
+    process, endpoints, tmp_path = stack_process
+    state = tmp_path / "state"
+    api = endpoints["api REST (Ironic v1)"]
+    # Ready means routable (issue 14): the very first call after the ports file
+    # appears reaches a conductor, with no retry.
+    created = requests.post(
+        f"{api}/v1/nodes",
+        json={"driver": "fake-hardware", "name": "n1"},
+        headers={"X-OpenStack-Ironic-API-Version": "1.56"},
+        timeout=10,
+    )
+    assert created.status_code == 201, created.text
     pg_pid = int((state / "postgres" / "pgdata" / "postmaster.pid").read_text().split()[0])
     assert alive(pg_pid)
     for label in ("api gRPC", "conductor gRPC", "ipxe gRPC", "objectstore gRPC"):
@@ -78,14 +89,6 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
     for label in ("api metrics", "conductor metrics", "ipxe metrics", "objectstore metrics"):
         response = requests.get(endpoints[label], timeout=5)
         assert response.status_code == 200 and "ferrum_request" in response.text + "ferrum_request", label
-    api = endpoints["api REST (Ironic v1)"]
-    created = requests.post(
-        f"{api}/v1/nodes",
-        json={"driver": "fake-hardware", "name": "n1"},
-        headers={"X-OpenStack-Ironic-API-Version": "1.56"},
-        timeout=10,
-    )
-    assert created.status_code == 201, created.text
     assert (
         requests.get(f"{api}/v1/nodes/n1", headers={"X-OpenStack-Ironic-API-Version": "1.56"}, timeout=5).json()[
             "provision_state"
@@ -94,9 +97,17 @@ def test_stack_serves_and_stops_cleanly(stack_process) -> None:
     )
     assert "ferrum_requests_total" in requests.get(endpoints["api metrics"], timeout=5).text
 
+    # The database endpoint is printed and written to the ports file without its password (issue 16).
+    password = (state / "postgres" / "ferrum.password").read_text().strip()
+    database = endpoints["PostgreSQL (embedded)"]
+    assert database.startswith("postgresql://ferrum:******@127.0.0.1:") and database.endswith("/ferrum")
+    assert password not in (tmp_path / "ports.json").read_text()
+
     started = time.monotonic()
     process.send_signal(signal.SIGTERM)
     assert process.wait(20) == 0
+    output = process.stdout.read() + process.stderr.read()
+    assert "postgresql://ferrum:******@" in output and password not in output
     assert time.monotonic() - started < 15
     deadline = time.monotonic() + 10
     while alive(pg_pid) and time.monotonic() < deadline:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.agent import checksum, cmdline, hardware, partitions
+from services.agent import checksum, cmdline, hardware
 from services.agent.agent import AgentOptions, Disk, options_from_kernel_cmdline
 from services.common import errors
 
@@ -160,39 +160,6 @@ def test_kernel_cmdline_as_the_ipxe_script_passes_it():
         options_from_kernel_cmdline("BOOTIF=52:54:00:12:34:56", disks=(Disk("/tmp/d"),))
     with pytest.raises(errors.InvalidParameterValue, match="not a MAC"):
         cmdline.option_values("BOOTIF=nonsense")
-
-
-def test_partition_facts_from_sfdisk_tables():
-    gpt = {
-        "label": "gpt",
-        "id": "038AD690-AC15-4EC9-9B9A-1614629BCBE4",
-        "partitions": [
-            {
-                "node": "/x/disk.img1",
-                "start": 2048,
-                "size": 20480,
-                "type": "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
-                "uuid": "AD0C45CD-E301-499D-A067-56450D78EB42",
-            },
-            {
-                "node": "/x/disk.img2",
-                "start": 22528,
-                "size": 40960,
-                "type": "0FC63DAF-8483-4772-8E79-3D69D8477DE4",
-                "uuid": "ECCE1A8B-2489-47D7-BBF3-62DDDCF653D3",
-                "name": "root",
-            },
-        ],
-    }
-    got = partitions.describe(gpt, "/dev/nvme0n1")
-    assert got["root uuid"] == "038ad690-ac15-4ec9-9b9a-1614629bcbe4"
-    assert got["efi system partition uuid"] == "ad0c45cd-e301-499d-a067-56450d78eb42"
-    assert set(got["partitions"]) == {"/dev/nvme0n1p1", "/dev/nvme0n1p2"}
-    dos = {"label": "dos", "id": "0x34dc28ea", "partitions": [{"node": "d1", "start": 2048, "size": 10, "type": "83"}]}
-    got = partitions.describe(dos, "/dev/sda")
-    assert got["root uuid"] == "0x34dc28ea" and got["partitions"]["/dev/sda1"]["uuid"] == "34dc28ea-01"
-    assert got["efi system partition uuid"] is None
-    assert partitions.describe(None, "/dev/sda")["root uuid"] is None
 
 
 def test_write_buffers_are_no_bigger_than_the_image():

@@ -21,7 +21,7 @@ import pytest
 from openstack.baremetal import configdrive as sdk_configdrive
 
 from services.common import errors
-from services.conductor.images import configdrive, configdrive_reader, iso9660
+from services.common.images import configdrive, configdrive_reader, iso9660
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -278,7 +278,8 @@ def test_pure_python_reader_agrees_with_cloud_init(tmp_path: Path) -> None:
     assert ours.meta_data["uuid"] == v2["metadata"]["uuid"] and ours.hostname == v2["metadata"]["local-hostname"]
     assert ours.public_keys == [KEY]
     assert ours.user_data is not None and ours.user_data.decode() == v2["userdata"]
-    assert ours.network_data == v2["networkdata"] and ours.vendor_data == v2["vendordata2"]
+    assert ours.network_data == v2["networkdata"] and ours.vendor_data2 == v2["vendordata2"]
+    assert ours.vendor_data is None and "vendordata" not in v2
     assert ours.macs == ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
     with pytest.raises(errors.ConfigDriveInvalid, match=r"meta_data\.json"):
         configdrive_reader.parse_configdrive_files({"openstack/latest/user_data": b"x"})

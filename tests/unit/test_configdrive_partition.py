@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from services.common import errors
-from services.conductor.images import configdrive, iso9660
-from services.conductor.images.configdrive_partition import (
+from services.common.images import configdrive, iso9660
+from services.common.images.configdrive_partition import (
     ConfigDrivePlacement,
     read_configdrive_partition,
     write_configdrive_partition,
 )
-from services.conductor.images.partition_table import PartitionTable, read_partition_table
+from services.common.images.partition_table import PartitionTable, read_partition_table
 from tests.unit.test_configdrive import KEY, NODE, PORTS, cloud_init_read
 
 MiB = 1024 * 1024
@@ -80,6 +80,11 @@ def mbr_image(path: Path, image_mib: int, layout: str) -> None:
     stamp_boot_code(path)
 
 
+def table_of(disk: Path) -> PartitionTable:
+    with open(disk, "rb") as fp:
+        return read_partition_table(fp)
+
+
 def grow(path: Path, size: int) -> None:
     """The image was written to a bigger disk."""
     run("truncate", "-s", str(size), str(path))
@@ -107,11 +112,6 @@ def assert_cloud_init_reads(disk: Path, tmp: Path) -> dict[str, Any]:
         "52:54:00:aa:bb:02",
     }
     return v2
-
-
-def table_of(disk: Path) -> PartitionTable:
-    with open(disk, "rb") as fp:
-        return read_partition_table(fp)
 
 
 def sgdisk_verify(disk: Path) -> str:

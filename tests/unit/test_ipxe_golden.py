@@ -13,7 +13,7 @@ import pytest
 
 from services.common import states
 from services.common.config import load_settings
-from services.ipxe.address import record_api_url
+from services.common.recorded_addresses import record_api_url
 from services.ipxe.plan import RAMDISK_STATES
 from services.ipxe.reader import StaticReader
 from services.ipxe.render import ScriptRenderer

@@ -7,12 +7,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
 
-from services.objectstore.backends.filesystem import FileUpload, ReadBackHasher
+from services.objectstore.backends.base import COALESCE_BYTES
+from services.objectstore.backends.filesystem import FilesystemBackend, FileUpload, ReadBackHasher
+from services.objectstore.testing import wait_until
+from tests.thread_hold import threads_held_at_start
 
 
 def hasher_threads() -> int:
@@ -45,7 +50,95 @@ async def test_abort_removes_the_file_and_stops_the_hasher(tmp_path: Path) -> No
 async def test_a_file_shorter_than_written_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "z.part"
     path.write_bytes(b"abc")
-    hasher = ReadBackHasher(path)
+    hasher = ReadBackHasher(os.open(path, os.O_RDONLY), label=str(path))
     hasher.advance(10)  # claims more than the file holds
     with pytest.raises(OSError, match="shorter"):
         await asyncio.wait_for(hasher.digest(), 10)
+
+
+async def started_backend(tmp_path: Path) -> FilesystemBackend:
+    backend = FilesystemBackend(tmp_path / "objects")
+    await backend.start()
+    return backend
+
+
+def files_under(path: Path) -> list[Path]:
+    return [p for p in path.rglob("*") if p.is_file()]
+
+
+async def test_commit_does_not_race_a_starved_hasher(tmp_path: Path) -> None:
+    """Issue 14: the hasher thread (nice 19) may first run after commit has
+    renamed the temp file. Held until then, it must still hash the object."""
+    backend = await started_backend(tmp_path)
+    key = uuid.uuid4().hex
+    part = tmp_path / "objects" / "tmp" / f"{key}.part"
+    data = os.urandom(395_264)
+    upload = backend.begin_upload(key)
+    with threads_held_at_start("objectstore-hash", until=lambda: not part.exists()) as holds:
+        await upload.write(data)
+        size, digest = await asyncio.wait_for(upload.commit(), 60)
+    assert holds.outcomes == [True]  # the hasher did wait for the rename
+    assert (size, digest) == (len(data), hashlib.sha256(data).hexdigest())
+    assert backend.path(key).read_bytes() == data and not part.exists()
+
+
+async def test_abort_after_a_failed_commit_removes_the_renamed_bytes(tmp_path: Path) -> None:
+    """A commit that fails after its rename (here the file is cut short under
+    the hasher) leaves the bytes at their final path; abort removes them there."""
+    backend = await started_backend(tmp_path)
+    key = uuid.uuid4().hex
+    part, final = tmp_path / "objects" / "tmp" / f"{key}.part", backend.path(key)
+
+    def renamed_then_cut_short() -> bool:
+        if part.exists() or not final.exists():
+            return False
+        os.truncate(final, 10)
+        return True
+
+    upload = backend.begin_upload(key)
+    with threads_held_at_start("objectstore-hash", until=renamed_then_cut_short) as holds:
+        await upload.write(os.urandom(395_264))
+        with pytest.raises(OSError) as failed:
+            await asyncio.wait_for(upload.commit(), 60)
+    assert holds.outcomes == [True]
+    await upload.abort()
+    assert files_under(tmp_path / "objects") == [] and hasher_threads() == 0
+    assert "shorter" in str(failed.value)  # the cut, not some other failure
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_objects_are_readable_by_the_service_user_alone(tmp_path: Path) -> None:
+    """Issue 16: config drives were 0644 in 0755 directories."""
+    backend = await started_backend(tmp_path)
+    root, key = tmp_path / "objects", uuid.uuid4().hex
+    upload = backend.begin_upload(key)
+    await upload.write(os.urandom(COALESCE_BYTES + 1))  # a full batch: the temp file is made now
+    part = root / "tmp" / f"{key}.part"
+    await wait_until(part.exists)
+    assert mode(part) == 0o600
+    await upload.commit()
+    final = backend.path(key)
+    assert mode(final) == 0o600
+    assert {folder.name: mode(folder) for folder in (root, root / "data", root / "tmp", final.parent)} == {
+        "objects": 0o700,
+        "data": 0o700,
+        "tmp": 0o700,
+        key[:2]: 0o700,
+    }
+
+
+async def test_start_closes_directories_an_older_version_left_open(tmp_path: Path) -> None:
+    root = tmp_path / "objects"
+    old_file = root / "data" / "ab" / ("ab" + "0" * 30)
+    old_file.parent.mkdir(parents=True)
+    (root / "tmp").mkdir()
+    old_file.write_bytes(b"old config drive")
+    for path in (root, root / "data", root / "data" / "ab", root / "tmp"):
+        os.chmod(path, 0o755)
+    await FilesystemBackend(root).start()
+    assert mode(root / "data") == 0o700 and mode(root / "tmp") == 0o700
+    assert mode(root) == 0o755  # the root may be the operator's; data/ and tmp/ are enough
+    assert old_file.read_bytes() == b"old config drive"

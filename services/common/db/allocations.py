@@ -8,7 +8,8 @@ finds candidates and records the outcome.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -182,6 +183,20 @@ class AllocationRepository:
             *args,
         )
         return [row_to_dict(r) for r in rows]
+
+    @contextlib.asynccontextmanager
+    async def pick_lock(self) -> AsyncIterator[None]:
+        """Hold the advisory lock that serialises node picking across every api
+        process; it is a session lock, so it stays on one connection throughout."""
+        async with contextlib.AsyncExitStack() as stack:
+            conn: Any = self._db
+            if isinstance(self._db, asyncpg.Pool):
+                conn = await stack.enter_async_context(self._db.acquire())
+            await conn.execute("SELECT pg_advisory_lock($1)", PICK_LOCK_ID)
+            try:
+                yield
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
 
     async def uuids_for_nodes(self, node_ids: Sequence[int | None]) -> dict[int | None, str]:
         """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""

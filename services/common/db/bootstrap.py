@@ -1,5 +1,6 @@
 """Getting a ready database: the configured URL, or the embedded PostgreSQL
-under the state directory; migrations applied either way."""
+under the state directory (as its non-superuser service role, which owns the
+database); migrations applied either way."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-
-import asyncpg
 
 from services.common.config import Settings
 from services.common.db import migrate
@@ -20,7 +19,7 @@ EMBEDDED_DATABASE = "ferrum"
 
 @dataclass
 class Database:
-    url: str
+    url: str  # carries the password for the embedded database: show it with credentials.mask_password
     embedded: EmbeddedPostgres | None = None
 
     async def close(self) -> None:
@@ -41,17 +40,12 @@ async def open_database(settings: Settings) -> Database:
         )
         await asyncio.to_thread(embedded.start)
         try:
-            conn = await asyncpg.connect(embedded.url)
-            try:
-                exists = await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", EMBEDDED_DATABASE)
-                if not exists:
-                    await conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
-            finally:
-                await conn.close()
-            url = embedded.database_url(EMBEDDED_DATABASE)
+            await asyncio.to_thread(embedded.ensure_database, EMBEDDED_DATABASE)
         except BaseException:
             await asyncio.to_thread(embedded.stop)
             raise
+        # The service role owns the database: migrations run as it, not as the superuser.
+        url = embedded.database_url(EMBEDDED_DATABASE)
     try:
         applied = await migrate.upgrade(url)
     except BaseException:

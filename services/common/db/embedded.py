@@ -16,12 +16,23 @@ unprivileged system user ``ferrum-pg`` (created on demand). That user must be
 able to traverse every ancestor of the binaries and of the data directory;
 where an ancestor lacks ``o+x`` we add it (never ``o+r``) and log a warning.
 
-Layout of ``data_dir``::
+No local user is trusted (docs/security.md): every connection, TCP or unix
+socket, proves a SCRAM-SHA-256 password (:mod:`.embedded_access` has the
+``pg_hba.conf`` and the roles). The bootstrap superuser is for this launcher
+only; everything else connects as the service role, which owns Ferrum's
+databases. Both passwords are generated here and kept in 0600 files
+(:mod:`.credentials`); deleting one rotates it at the next start. A cluster
+made by an older Ferrum (``trust`` for everyone) is converted at its first
+start: passwords set, ``pg_hba.conf`` replaced.
 
-    data_dir/pgdata/        the cluster (created atomically via pgdata.initdb-tmp)
-    data_dir/postgres.log   server log (appended to across restarts)
-    data_dir/.s.PGSQL.PORT  unix socket, unless data_dir's path is too long,
-                            in which case a private dir under /tmp is used
+Layout of ``data_dir`` (mode 0700, owned by the server's user)::
+
+    data_dir/pgdata/            the cluster (created atomically via pgdata.initdb-tmp)
+    data_dir/postgres.log       server log (appended to across restarts)
+    data_dir/postgres.password  the bootstrap superuser's password (0600, Ferrum's user)
+    data_dir/ferrum.password    the service role's password (0600, Ferrum's user)
+    data_dir/.s.PGSQL.PORT      unix socket, unless data_dir's path is too long,
+                                in which case a private 0700 dir under /tmp is used
 """
 
 from __future__ import annotations
@@ -44,13 +55,19 @@ import time
 from types import TracebackType
 from typing import Self
 
+from services.common.db import credentials
+from services.common.db.embedded_access import HBA_CONF, adopt_database_sql, service_role_sql, set_password_sql
+
 logger = logging.getLogger(__name__)
 
 PG_SYSTEM_USER = "ferrum-pg"
 """System account the server runs as when Ferrum itself runs as root."""
 
 SUPERUSER = "postgres"
-"""Database superuser created by initdb; the user in every URL we hand out."""
+"""Bootstrap superuser created by initdb; used by this launcher only (roles, databases)."""
+
+SERVICE_ROLE = "ferrum"
+"""Non-superuser login role that owns Ferrum's databases; the user in every URL we hand out."""
 
 # sun_path is 108 bytes including the NUL; the socket file name is
 # ".s.PGSQL.<port>" (at most 15 chars) plus the separating slash.
@@ -318,6 +335,8 @@ class EmbeddedPostgres:
         self.data_dir = pathlib.Path(data_dir).absolute()
         self.pgdata = self.data_dir / "pgdata"
         self.log_path = self.data_dir / "postgres.log"
+        self.superuser_password_file = self.data_dir / f"{SUPERUSER}.password"
+        self.service_password_file = self.data_dir / f"{SERVICE_ROLE}.password"
         self.host = host
         self.fsync = fsync
         self._requested_port = port
@@ -325,20 +344,31 @@ class EmbeddedPostgres:
         self._running = False
         self._temp_socket_dir: pathlib.Path | None = None
         self._user: pwd.struct_passwd | None = None
+        self._superuser_password: str | None = None
+        self._service_password: str | None = None
 
     # -- public API ---------------------------------------------------------
 
     @property
     def url(self) -> str:
-        """libpq URL of the running server (superuser, ``postgres`` database)."""
+        """libpq URL of the running server's ``postgres`` database, as the service role."""
         return self.database_url("postgres")
 
     def database_url(self, database: str) -> str:
-        """libpq URL for ``database`` on the running server."""
-        if self._port is None or not self._running:
-            raise EmbeddedPostgresError(f"embedded PostgreSQL in {self.data_dir} is not started")
-        host = _url_host(_connect_host(self.host))
-        return f"postgresql://{SUPERUSER}@{host}:{self._port}/{database}"
+        """libpq URL for ``database`` as the service role, password included.
+
+        The URL is a secret: print it through :func:`credentials.mask_password`.
+        """
+        return self._role_url(SERVICE_ROLE, self._service_password, database)
+
+    def superuser_url(self, database: str = "postgres") -> str:
+        """libpq URL for ``database`` as the bootstrap superuser (launcher and tests only)."""
+        return self._role_url(SUPERUSER, self._superuser_password, database)
+
+    @property
+    def socket_dir(self) -> pathlib.Path:
+        """Directory of the server's unix socket (private to the server's user)."""
+        return self._socket_dir()
 
     @property
     def port(self) -> int | None:
@@ -366,6 +396,11 @@ class EmbeddedPostgres:
         self._prepare_filesystem(bin_dir)
         self._clear_stale_pid()
         self._initdb(bin_dir)
+        self._secure_cluster(bin_dir)
+        try:
+            self._service_password = credentials.read_or_create_password(self.service_password_file)
+        except credentials.CredentialError as exc:
+            raise EmbeddedPostgresError(str(exc)) from None
 
         last_error = ""
         tried: set[int] = set()
@@ -376,6 +411,11 @@ class EmbeddedPostgres:
             if ok:
                 self._port = port
                 self._running = True
+                try:
+                    self._provision_service_role()
+                except BaseException:
+                    self.stop()
+                    raise
                 logger.info(
                     "embedded PostgreSQL running: pid=%s port=%s data_dir=%s",
                     self.pid,
@@ -428,16 +468,33 @@ class EmbeddedPostgres:
         self._remove_temp_socket_dir()
 
     def create_database(self, name: str, template: str | None = None) -> None:
-        """Create database ``name`` (optionally cloned from ``template``).
+        """Create database ``name``, owned by the service role (optionally cloned from ``template``).
 
         Why ``createdb``: it quotes identifiers itself and needs no event loop,
         so it is usable from sync fixtures and from inside async code alike.
+        Why the superuser creates it: the service role has no CREATEDB right,
+        so a compromised service cannot make databases of its own.
         """
-        cmd = [str(pginstall_bin_dir() / "createdb"), *self._client_args()]
+        cmd = [str(pginstall_bin_dir() / "createdb"), *self._client_args(), "--owner", SERVICE_ROLE]
         if template:
             cmd += ["--template", template]
         cmd += ["--", name]
         self._run_client(cmd, f"create database {name!r}")
+
+    def ensure_database(self, name: str) -> None:
+        """Create database ``name`` if missing; make the service role own it and everything in it.
+
+        The ownership step converts a database an older Ferrum made and
+        migrated as the superuser, so the service role can run the next
+        migrations; on a database it already owns it changes nothing.
+        """
+        create = (
+            "SELECT format('CREATE DATABASE %I OWNER %I', :'db', :'owner')\n"
+            " WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'db')\n"
+            "\\gexec\n"
+        )
+        self._psql("postgres", create, f"create database {name!r}", variables={"db": name, "owner": SERVICE_ROLE})
+        self._psql(name, adopt_database_sql(SUPERUSER, SERVICE_ROLE), f"give database {name!r} to {SERVICE_ROLE}")
 
     def drop_database(self, name: str, *, force: bool = True) -> None:
         """Drop database ``name`` if it exists.
@@ -469,8 +526,11 @@ class EmbeddedPostgres:
     # -- internals ----------------------------------------------------------
 
     def _prepare_filesystem(self, bin_dir: pathlib.Path) -> None:
-        """Create ``data_dir`` and, as root, hand it to the server user."""
+        """Create ``data_dir`` private (0700: it holds the socket) and, as root, hand it to the server user."""
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if stat.S_IMODE(self.data_dir.stat().st_mode) != 0o700:
+            logger.warning("making %s private (mode 0700): it holds the server's socket and passwords", self.data_dir)
+            os.chmod(self.data_dir, 0o700)
         if os.geteuid() != 0:
             return
         self._user = _ensure_system_user(PG_SYSTEM_USER)
@@ -524,7 +584,9 @@ class EmbeddedPostgres:
         shutil.rmtree(tmp, ignore_errors=True)
         initdb = str(bin_dir / "initdb")
         help_text = self._run_as_pg([initdb, "--help"], timeout=30).stdout
-        cmd = [initdb, "-D", str(tmp), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync"]
+        # "reject" until _secure_cluster has set the superuser's password and
+        # written the SCRAM-only pg_hba.conf: the cluster is never open.
+        cmd = [initdb, "-D", str(tmp), "-U", SUPERUSER, "--auth=reject", "-E", "UTF8", "--no-sync"]
         if "--no-instructions" in help_text:
             cmd.append("--no-instructions")
         # Deterministic locale, independent of the caller's LANG (an
@@ -546,6 +608,75 @@ class EmbeddedPostgres:
             raise EmbeddedPostgresError(f"initdb failed for {self.pgdata}: {output}")
         tmp.rename(self.pgdata)
         logger.info("initdb finished in %.2fs", time.monotonic() - started)
+
+    def _secure_cluster(self, bin_dir: pathlib.Path) -> None:
+        """Make sure the superuser has the password in its file and only SCRAM is accepted.
+
+        Runs at every start, before the server does; acts when the password
+        file is missing (new cluster, rotation) or ``pg_hba.conf`` is not
+        ours (new cluster, or one an older Ferrum made with ``trust``). The
+        password is set in single-user mode, which needs no connection, and
+        the file is written only after that succeeded: a failure in between
+        leaves no file, so the next start simply sets a new password.
+        """
+        hba = self.pgdata / "pg_hba.conf"
+        try:
+            hba_text = hba.read_text()
+        except FileNotFoundError:
+            hba_text = ""
+        try:
+            password = credentials.read_password(self.superuser_password_file)
+            fresh = False
+        except FileNotFoundError:
+            password, fresh = credentials.generate_password(), True
+        except credentials.CredentialError as exc:
+            raise EmbeddedPostgresError(str(exc)) from None
+        if not fresh and hba_text == HBA_CONF:
+            self._superuser_password = password
+            return
+        if re.search(r"^\s*(local|host)\S*\s.*\btrust\s*$", hba_text, re.MULTILINE):
+            logger.warning(
+                "converting %s: it trusted every local user (made by an older Ferrum); "
+                "setting passwords and allowing SCRAM-SHA-256 only",
+                self.pgdata,
+            )
+        sql = set_password_sql(SUPERUSER, credentials.scram_sha256_verifier(password))
+        cmd = [
+            str(bin_dir / "postgres"), "--single", "-D", str(self.pgdata),
+            "-c", "exit_on_error=on", "-c", "log_min_messages=error", "postgres",
+        ]  # fmt: skip
+        try:
+            proc = self._run_as_pg(cmd, timeout=120, input=sql)
+        except subprocess.TimeoutExpired:
+            raise EmbeddedPostgresError(f"setting the superuser's password in {self.pgdata} timed out") from None
+        if proc.returncode != 0:
+            errors = [line.strip() for line in proc.stderr.splitlines() if "ERROR" in line or "FATAL" in line]
+            raise EmbeddedPostgresError(
+                f"could not set the superuser's password in {self.pgdata}: {' | '.join(errors[-3:]) or proc.returncode}"
+            )
+        if fresh:
+            credentials.write_password_file(self.superuser_password_file, password)
+        self._write_server_file(hba, HBA_CONF)
+        self._superuser_password = password
+
+    def _write_server_file(self, path: pathlib.Path, text: str) -> None:
+        """Replace ``path`` in the cluster atomically with a 0600 file the server's user owns."""
+        tmp = path.with_name(f"{path.name}.ferrum-tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if self._user is not None:
+            os.chown(tmp, self._user.pw_uid, self._user.pw_gid)
+        os.replace(tmp, path)
+
+    def _provision_service_role(self) -> None:
+        """Create the service role if missing and (re)set its rights and password on the running server."""
+        assert self._service_password is not None
+        verifier = credentials.scram_sha256_verifier(self._service_password)
+        self._psql("postgres", service_role_sql(SERVICE_ROLE, verifier), f"set up the {SERVICE_ROLE} role")
 
     def _choose_port(self, tried: set[int]) -> int:
         """Requested port, else the previous one (stable URL), else a fresh one."""
@@ -585,6 +716,8 @@ class EmbeddedPostgres:
             "-p", str(port),
             "-k", shlex.quote(str(self._socket_dir())),
             "-c", "max_connections=300",
+            "-c", "unix_socket_permissions=0700",
+            "-c", "password_encryption=scram-sha-256",
         ]  # fmt: skip
         if not self.fsync:
             options += ["-c", "fsync=off"]
@@ -621,7 +754,9 @@ class EmbeddedPostgres:
         )
         return False, message, bool(_PORT_IN_USE.search(tail))
 
-    def _run_as_pg(self, cmd: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    def _run_as_pg(
+        self, cmd: list[str], *, timeout: float, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a server-side binary, dropping to the server user if we are root."""
         user: int | None = None
         group: int | None = None
@@ -641,29 +776,53 @@ class EmbeddedPostgres:
             timeout=timeout,
             env=env,
             cwd=self.data_dir,
-            stdin=subprocess.DEVNULL,
+            input=input,
+            stdin=subprocess.DEVNULL if input is None else None,
             check=False,
             user=user,
             group=group,
             extra_groups=extra_groups,
         )
 
+    def _role_url(self, role: str, password: str | None, database: str) -> str:
+        if self._port is None or not self._running or password is None:
+            raise EmbeddedPostgresError(f"embedded PostgreSQL in {self.data_dir} is not started")
+        host = _url_host(_connect_host(self.host))
+        return f"postgresql://{role}:{password}@{host}:{self._port}/{database}"
+
     def _client_args(self) -> list[str]:
+        """libpq tool arguments for the superuser over TCP (its password goes in the environment)."""
         if self._port is None or not self._running:
             raise EmbeddedPostgresError(f"embedded PostgreSQL in {self.data_dir} is not started")
         return ["-h", _connect_host(self.host), "-p", str(self._port), "-U", SUPERUSER, "-w"]
 
-    def _run_client(self, cmd: list[str], what: str) -> None:
-        """Run a libpq client tool (as the current user) and raise on failure."""
+    def _psql(self, database: str, sql: str, what: str, *, variables: dict[str, str] | None = None) -> None:
+        """Run ``sql`` (from stdin, never the command line) in ``database`` as the superuser."""
+        cmd = [str(pginstall_bin_dir() / "psql"), *self._client_args(), "-X", "-q", "-v", "ON_ERROR_STOP=1"]
+        for key, value in (variables or {}).items():
+            cmd += ["-v", f"{key}={value}"]
+        cmd += ["-d", database, "-f", "-"]
+        self._run_client(cmd, what, input=sql)
+
+    def _run_client(self, cmd: list[str], what: str, *, input: str | None = None) -> None:
+        """Run a libpq client tool (as the current user) as the superuser and raise on failure.
+
+        The password travels in ``PGPASSWORD``: a process's environment is
+        readable by its own user and root only, unlike its command line.
+        """
+        env = _clean_env()
+        if self._superuser_password is not None:
+            env["PGPASSWORD"] = self._superuser_password
         try:
             proc = subprocess.run(
                 cmd,
                 capture_output=True,
                 text=True,
                 timeout=60,
-                env=_clean_env(),
-                stdin=subprocess.DEVNULL,
+                env=env,
                 check=False,
+                input=input,
+                stdin=subprocess.DEVNULL if input is None else None,
             )
         except subprocess.TimeoutExpired:
             raise EmbeddedPostgresError(f"could not {what}: timed out") from None

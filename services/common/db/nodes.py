@@ -346,6 +346,19 @@ class NodeRepository:
             "after the current operation is completed."
         )
 
+    async def take_over(self, node_uuid: str, *, dead_holder: str, holder: str, lease: float) -> dict[str, Any] | None:
+        """Move a dead conductor's lock to ``holder`` (a conditional UPDATE: of
+        several conductors trying at once, exactly one gets the node)."""
+        row = await self._db.fetchrow(
+            "UPDATE nodes SET reservation = $3, reservation_expires_at = now() + make_interval(secs => $4) "
+            "WHERE uuid = $1::uuid AND reservation = $2 RETURNING *",
+            node_uuid,
+            dead_holder,
+            holder,
+            lease,
+        )
+        return _node(row)
+
     async def release(self, node_uuid: str, holder: str) -> bool:
         result = await self._db.execute(
             "UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL "

@@ -44,6 +44,22 @@ class Task:
     publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    # What the lock was taken for (logs, history); empty for shared (unlocked) access.
+    purpose: str = ""
+    # Set by the task manager on a locked task: runs work in the background and
+    # hands the lock over to it (Ironic's ``task.spawn_after``).
+    spawner: Callable[[Task, Callable[[Task], Awaitable[None]], str], None] | None = None
+    handed_over: bool = False
+
+    def spawn(self, work: Callable[[Task], Awaitable[None]], *, name: str = "") -> None:
+        """Continue ``work`` in the background under this task's lock; the lock is
+        released when the work ends, not when the ``acquire`` block does."""
+        if self.spawner is None:
+            raise RuntimeError("only a locked task can spawn background work")
+        if self.handed_over:
+            raise RuntimeError(f"the lock of node {self.node['uuid']} was already handed to background work")
+        self.handed_over = True
+        self.spawner(self, work, name or self.purpose)
 
     async def save_fields(self, changes: Mapping[str, Any]) -> None:
         """Record node fields an interface changed in hardware (power_state after a power action)."""

@@ -33,6 +33,7 @@ AGENT_KEYS = (
     "deploy_progress",
     "agent_hardware",
     "agent_verify_ca",
+    "ramdisk_boot_requested",
 )
 HASH_ALGORITHMS = ("sha256", "sha512", "md5")
 
@@ -88,12 +89,25 @@ class DirectDeploy(base.DeployInterface):
             )
 
     async def deploy(self, task: base.Task) -> str | None:
-        """Boot the ramdisk; the agent's heartbeats drive the rest."""
+        """Boot the ramdisk; the agent's heartbeats drive the rest.
+
+        The boot request is recorded before it is sent. A conductor resuming
+        this deploy after its owner died then never reboots a machine whose
+        ramdisk may already be up (its agent may hold the one-time token): it
+        only powers on a machine that is still off. A power request the dead
+        conductor left queued at the BMC lands on top of that as a no-op.
+        """
         await task.driver.boot.prepare_ramdisk(task, {})
-        if await task.driver.power.get_power_state(task) == states.POWER_ON:
-            await task.driver.power.reboot(task)
+        powered = await task.driver.power.get_power_state(task) == states.POWER_ON
+        if task.node["driver_internal_info"].get("ramdisk_boot_requested"):
+            if not powered:
+                await task.driver.power.set_power_state(task, states.POWER_ON)
         else:
-            await task.driver.power.set_power_state(task, states.POWER_ON)
+            await task.save_internal_info({"ramdisk_boot_requested": time.time()})
+            if powered:
+                await task.driver.power.reboot(task)
+            else:
+                await task.driver.power.set_power_state(task, states.POWER_ON)
         await task.save_fields({"power_state": states.POWER_ON})
         return states.DEPLOYWAIT
 
@@ -133,6 +147,13 @@ class DirectDeploy(base.DeployInterface):
         client = self._client(task)
         phase = info.get("deploy_phase")
         if phase is None:
+            running = await _write_image_command(client)
+            if running is not None:
+                # A conductor that died after sending write_image (before it could
+                # record that) left the agent writing: adopt that command.
+                await task.save_internal_info({"deploy_phase": "write_image", "agent_command_id": running.get("id")})
+                LOG.info("adopted running image write node_uuid=%s command=%s", task.node["uuid"], running.get("id"))
+                return self._outcome(task, running)
             step = {
                 "interface": "deploy",
                 "step": "write_image",
@@ -217,6 +238,15 @@ class DirectDeploy(base.DeployInterface):
             {}, remove=(*AGENT_KEYS, "is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
         )
         return "deleted"
+
+
+async def _write_image_command(client: AgentClient) -> dict[str, Any] | None:
+    """This ramdisk's write_image command, if one was already sent (the agent
+    keeps its commands until it reboots, and a reboot starts a new deploy)."""
+    for command in await client.commands():
+        if command.get("command_name") == "execute_deploy_step":
+            return command
+    return None
 
 
 def _agent_node(node: dict[str, Any]) -> dict[str, Any]:

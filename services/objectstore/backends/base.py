@@ -1,5 +1,5 @@
 """The small interface every object store backend implements, plus the
-hashing write pipeline and HTTP range resolution they share.
+hashing write pipeline they share.
 
 The service owns metadata (PostgreSQL); a backend only stores bytes under an
 opaque key that the service picks (a fresh random key per upload), so a
@@ -141,24 +141,3 @@ class HashingPipeline:
             with contextlib.suppress(BaseException):
                 await self._inflight.popleft()
         self._shutdown()
-
-
-def resolve_range(request: web.Request, size: int) -> tuple[int, int, int] | None:
-    """(status, start, count) for a GET/HEAD with an optional single Range;
-    None when the range cannot be satisfied (answer 416)."""
-    try:
-        rng = request.http_range
-    except ValueError:
-        return None
-    start, stop = rng.start, rng.stop
-    if start is None:
-        return 200, 0, size
-    if start < 0 and stop is None:
-        if size == 0:
-            return None
-        start = max(size + start, 0)
-        return 206, start, size - start
-    if start >= size:
-        return None
-    end = min(stop if stop is not None else size, size)
-    return 206, start, end - start

@@ -3,10 +3,11 @@
 Uploads up to one part size go up with one PutObject; larger ones use a
 multipart upload, one part in flight while the next is received, aborted on
 any failure or cancellation so no partial object remains. Temp-URL downloads
-are either proxied (streamed through this service, single ranges honoured)
-or answered with a 307 redirect to an S3 presigned URL that expires with the
-temp URL (``download_mode = presigned``); HEAD is always answered here from
-the metadata, because a presigned URL is valid for one method only.
+are either proxied (streamed through this service with ranged GetObjects;
+``download_response`` handles preconditions and ranges) or answered with a
+307 redirect to an S3 presigned URL that expires with the temp URL
+(``download_mode = presigned``); HEAD is always answered here from the
+metadata, because a presigned URL is valid for one method only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from botocore.exceptions import ClientError
 
 from services.common import errors
 from services.common.config import ObjectStoreConfig
-from services.objectstore.backends.base import HashingPipeline, resolve_range
+from services.objectstore.backends.base import HashingPipeline
+from services.objectstore.backends.download_response import ObjectVersion, answer_download
 
 LOG = logging.getLogger(__name__)
 PROXY_CHUNK = 1024 * 1024
@@ -47,6 +49,7 @@ class S3Upload:
         # The worker thread only hashes; the buffer is touched on the event loop only.
         self._pipeline = HashingPipeline(None)
         self._upload_id: str | None = None
+        self._creating: asyncio.Future[Any] | None = None
         self._parts: list[dict[str, Any]] = []
         self._inflight: asyncio.Task[None] | None = None
         self._done = False
@@ -67,12 +70,22 @@ class S3Upload:
             await asyncio.shield(self._inflight)  # cleared only once done, so abort() still sees it
             self._inflight = None
         if self._upload_id is None:
-            reply = await self._backend.client.create_multipart_upload(
-                Bucket=self._backend.bucket, Key=self._backend.full_key(self._key)
-            )
-            self._upload_id = reply["UploadId"]
+            self._upload_id = await self._create_multipart()
         number = len(self._parts) + 1
         self._inflight = asyncio.create_task(self._upload_part(number, body))
+
+    async def _create_multipart(self) -> str:
+        """The upload id. The creation runs to its end even if the caller is
+        cancelled meanwhile, and abort() waits for it: S3 may have created the
+        upload already, and only its id lets abort() remove it."""
+        if self._creating is None:
+            self._creating = asyncio.ensure_future(
+                self._backend.client.create_multipart_upload(
+                    Bucket=self._backend.bucket, Key=self._backend.full_key(self._key)
+                )
+            )
+        reply = await asyncio.shield(self._creating)
+        return str(reply["UploadId"])
 
     async def _flush_full_parts(self) -> None:
         while len(self._buffer) >= self._part_size:
@@ -116,6 +129,9 @@ class S3Upload:
             self._inflight.cancel()
             with contextlib.suppress(BaseException):
                 await self._inflight
+        if self._upload_id is None and self._creating is not None:
+            with contextlib.suppress(Exception):  # a failed creation left nothing to abort
+                self._upload_id = str((await self._creating)["UploadId"])
         if self._upload_id is not None:
             try:
                 await self._backend.client.abort_multipart_upload(
@@ -246,15 +262,6 @@ class S3Backend:
         )
 
     async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
-        size = int(obj["size"])
-        headers = {
-            "Content-Type": obj["content_type"],
-            "ETag": f'"{obj["sha256"]}"',
-            "Accept-Ranges": "bytes",
-            "Last-Modified": _http_date(obj["created_at"]),
-            "Cache-Control": "private, no-transform",
-            "X-Object-Sha256": obj["sha256"],
-        }
         if self.presigned and request.method == "GET":
             # The presigned URL dies with the temp URL or the object, whichever goes first.
             until = float(expires)
@@ -263,25 +270,9 @@ class S3Backend:
             remaining = int(until - datetime.datetime.now(datetime.UTC).timestamp())
             location = await self.presigned_url(obj["backend_key"], lifetime=remaining)
             return web.Response(status=307, headers={"Location": location, "Cache-Control": "no-store"})
-        resolved = resolve_range(request, size)
-        if resolved is None:
-            return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
-        status, start, count = resolved
-        response = web.StreamResponse(status=status, headers=headers)
-        response.content_length = count
-        if status == 206:
-            response.headers["Content-Range"] = f"bytes {start}-{start + count - 1}/{size}"
-        await response.prepare(request)
-        if request.method == "HEAD" or count == 0:
-            await response.write_eof()
-            return response
-        async for data in self.read(obj["backend_key"], offset=start, length=count, chunk_size=PROXY_CHUNK):
-            await response.write(data)
-        await response.write_eof()
-        return response
 
+        async def send_span(response: web.StreamResponse, offset: int, count: int) -> None:
+            async for data in self.read(obj["backend_key"], offset=offset, length=count, chunk_size=PROXY_CHUNK):
+                await response.write(data)
 
-def _http_date(value: datetime.datetime) -> str:
-    from email.utils import format_datetime
-
-    return format_datetime(value.astimezone(datetime.UTC), usegmt=True)
+        return await answer_download(request, ObjectVersion.from_row(obj), send_span)

@@ -1,0 +1,141 @@
+"""Routing node RPCs to the conductor that owns the node (hash ring).
+
+The ring is rebuilt from the conductors table every few seconds, and at once
+when a call finds its conductor unreachable, so conductors joining or dying
+are noticed without restarting the api.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import asyncpg
+import grpc
+
+from ferrum.v1 import conductor_pb2_grpc
+from services.common import errors
+from services.common.db.conductors import ConductorRepository
+from services.common.grpcserver import REQUEST_ID_KEY, client_channel
+from services.common.hashring import ConductorRings
+from services.common.logs import request_id_var
+
+LOG = logging.getLogger(__name__)
+
+
+class ConductorRouter:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        refresh_interval: float,
+        heartbeat_timeout: float,
+        timeout: float,
+        restart_grace: float = 10.0,
+    ) -> None:
+        self.repo = ConductorRepository(pool)
+        self.refresh_interval = refresh_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.restart_grace = restart_grace
+        self.timeout = timeout
+        self.rings = ConductorRings([])
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._refreshed = 0.0
+        self._read_started = 0.0
+        self._job: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.refresh()
+        self._job = asyncio.create_task(self._loop(), name="ring-refresh")
+
+    async def stop(self) -> None:
+        if self._job:
+            self._job.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._job
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_interval)
+            try:
+                await self.refresh()
+            except Exception:
+                LOG.exception("conductor ring refresh failed; keeping the previous ring")
+
+    async def refresh(self) -> None:
+        """Read the live conductors again. Refreshes may overlap (the periodic one
+        and one caused by a routing miss): only a read that started after the
+        ring in use was read replaces it, so an older, slower read can never put
+        back a ring from before a conductor re-registered."""
+        started = time.monotonic()
+        alive = await self.repo.list_alive(self.heartbeat_timeout, restart_grace=self.restart_grace)
+        if started >= self._read_started:
+            self._read_started = started
+            self.rings = ConductorRings(alive)
+            self._refreshed = time.monotonic()
+
+    async def wait_routable(self, *, conductor: str | None, timeout: float) -> bool:
+        """Until the ring holds ``conductor`` (or any conductor when None); False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self.refresh()
+            members = self.rings.conductors
+            if (conductor in members) if conductor else bool(members):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.1)
+
+    def hardware_types(self) -> dict[str, list[str]]:
+        return self.rings.drivers()
+
+    async def route(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+        """The node's conductor. A ring that has none for it is read again first,
+        so a conductor that has just registered again (after a restart, or an
+        event-loop stall that outlasted its heartbeat) is routed to at once,
+        not a refresh interval later. (One read per unroutable request: such a
+        request costs a database read anyway.)"""
+        if self.rings.owner(node_uuid, driver, group) is None:
+            await self.refresh()
+        return self.conductor_for(node_uuid, driver, group)
+
+    def conductor_for(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+        owner = self.rings.owner(node_uuid, driver, group)
+        if owner is None:
+            if driver not in self.rings.drivers():
+                raise errors.DriverNotFound(
+                    f"No valid host was found. Reason: No conductor service registered which supports "
+                    f'driver {driver} for conductor group "{group}".'
+                )
+            raise errors.NoConductorAvailable(
+                f'No conductor of conductor group "{group}" is available for driver {driver}.'
+            )
+        return dict(owner)
+
+    def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceAsyncStub:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = self._channels[address] = client_channel(address)
+        return conductor_pb2_grpc.ConductorServiceStub(channel)
+
+    async def call(self, node_uuid: str, driver: str, group: str, method: str, request: Any) -> Any:
+        """Call the owner; on an unreachable owner refresh the ring and retry once."""
+        for attempt in (1, 2):
+            owner = await self.route(node_uuid, driver, group)
+            rpc = getattr(self.stub(owner["grpc_address"]), method)
+            try:
+                return await rpc(request, timeout=self.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))
+            except grpc.aio.AioRpcError as exc:
+                error = errors.from_rpc_error(exc)
+                if isinstance(error, errors.NoConductorAvailable) and attempt == 1:
+                    LOG.warning("conductor %s unreachable (%s); refreshing ring", owner["hostname"], exc.code().name)
+                    await self.refresh()
+                    continue
+                raise error from None
+        raise AssertionError("unreachable")

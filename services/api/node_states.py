@@ -1,0 +1,141 @@
+"""A node's states and the requests that change them:
+``GET /v1/nodes/{ident}/states``, ``PUT .../states/power``,
+``PUT .../states/provision`` and ``PUT|DELETE /v1/nodes/{ident}/maintenance``.
+
+The api checks what it can without the hardware (the verb, the version, the
+body, whether the state machine allows the event now) so that a bad request
+is a 400/406/409 at once; the owning conductor then does the work and the
+answer is 202. Boot mode and secure boot changes live with the management
+endpoints (:mod:`services.api.node_management`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from ferrum.v1 import conductor_pb2 as cpb
+from services.api import params, views
+from services.api.context import ApiContext
+from services.api.provision_params import (
+    check_clean_steps,
+    check_configdrive,
+    check_configdrive_payload,
+    check_deploy_steps,
+    check_disable_ramdisk,
+    check_rescue_password,
+)
+from services.common import errors, states
+from services.common.jsonutil import dumps
+
+SOFT_POWER_SINCE = (1, 27)
+PROVISION_KEYS = {"target", "configdrive", "clean_steps", "rescue_password", "deploy_steps", "disable_ramdisk"}
+
+
+def accepted(base: str, node: dict[str, Any]) -> web.Response:
+    """202 pointing at the node's states, where the client watches the change happen."""
+    return web.Response(status=202, headers={"Location": f"{base}/v1/nodes/{node['uuid']}/states"})
+
+
+class NodeStatesApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+
+    async def get_states(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        return web.json_response(views.node_states_document(node, request["version"]), dumps=dumps)
+
+    async def set_power(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        body = await self.ctx.body(request)
+        target = body.get("target") if isinstance(body, dict) else None
+        if target not in states.POWER_TARGETS:
+            raise errors.InvalidParameterValue(
+                f"Invalid state {target!r}: must be one of {sorted(states.POWER_TARGETS)}"
+            )
+        timeout = body.get("timeout")
+        if target in states.SOFT_POWER_TARGETS or timeout is not None:
+            params.require_version(request, SOFT_POWER_SINCE, "Soft power actions and timeout")
+        if timeout is not None and (
+            not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 2**31 - 1
+        ):
+            raise errors.InvalidParameterValue(
+                f"Invalid timeout value {timeout}. The timeout must be a positive integer."
+            )
+        await self.ctx.rpc(
+            node, "ChangePowerState", cpb.PowerStateRequest(node_uuid=node["uuid"], target=target, timeout=timeout or 0)
+        )
+        return accepted(self.ctx.base(request), node)
+
+    async def set_provision(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        body = await self.ctx.body(request, provision=True)
+        if not isinstance(body, dict) or not isinstance(body.get("target"), str):
+            raise errors.InvalidParameterValue("The provision request needs a 'target' string")
+        unknown = set(body) - PROVISION_KEYS
+        if unknown:
+            raise errors.InvalidParameterValue(f"Unknown provision parameters: {', '.join(sorted(unknown))}")
+        verb = body["target"]
+        try:
+            event = states.verb_to_event(verb)
+            since = states.verb_min_version(verb)
+        except states.UnknownVerb:
+            raise errors.InvalidParameterValue(f'The requested action "{verb}" could not be understood.') from None
+        if verb == "abort":
+            since = max(since, states.abort_min_version(node["provision_state"]))
+        params.require_version(request, since, f"The provision verb {verb}")
+        if event in ("deploy", "rebuild") and node["maintenance"]:
+            raise errors.NodeInMaintenance(
+                f"The {verb} action can not be performed on node {node['uuid']} while it is in maintenance mode."
+            )
+        if event not in states.allowed_events(node["provision_state"]):
+            if node["reservation"]:
+                raise errors.NodeLocked(
+                    f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed."
+                )
+            raise errors.InvalidStateRequested(
+                f'The requested action "{verb}" can not be performed on node "{node["uuid"]}" while it is in state "{node["provision_state"]}".'
+            )
+        configdrive = body.get("configdrive")
+        check_configdrive(configdrive, verb, request["version"])
+        await check_configdrive_payload(configdrive)
+        clean_steps = check_clean_steps(body.get("clean_steps"), verb)
+        check_rescue_password(body.get("rescue_password"), verb)
+        deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])
+        disable_ramdisk = check_disable_ramdisk(body.get("disable_ramdisk"), verb, request["version"])
+        await self.ctx.rpc(
+            node,
+            "DoProvisionAction",
+            cpb.ProvisionActionRequest(
+                node_uuid=node["uuid"],
+                event=event,
+                configdrive_json=json.dumps(configdrive) if configdrive else "",
+                clean_steps_json=json.dumps(clean_steps) if clean_steps is not None else "",
+                rescue_password=body.get("rescue_password") or "",
+                deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
+                disable_ramdisk=disable_ramdisk,
+            ),
+        )
+        return accepted(self.ctx.base(request), node)
+
+    async def set_maintenance(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        reason = None
+        if request.can_read_body:
+            body = await self.ctx.body(request)
+            reason = body.get("reason") if isinstance(body, dict) else None
+            if reason is not None and not isinstance(reason, str):
+                raise errors.InvalidParameterValue("The maintenance reason must be a string")
+        await self.ctx.rpc(
+            node,
+            "SetMaintenance",
+            cpb.MaintenanceRequest(node_uuid=node["uuid"], maintenance=True, reason=reason or ""),
+        )
+        return web.Response(status=202)
+
+    async def unset_maintenance(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        await self.ctx.rpc(node, "SetMaintenance", cpb.MaintenanceRequest(node_uuid=node["uuid"], maintenance=False))
+        return web.Response(status=202)

@@ -1,0 +1,151 @@
+"""A node's writable values and the checks on them, shared by REST
+(POST/PATCH /v1/nodes) and the native gRPC API, so both accept and refuse
+exactly the same things."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from services.api.network_data import validate_network_data
+from services.api.validators import is_valid_name
+from services.common import errors, states
+from services.common.db.nodes import INTERFACE_FIELDS, is_uuid
+
+NODE_CREATE_KEYS = {
+    "uuid",
+    "name",
+    "driver",
+    "driver_info",
+    "properties",
+    "instance_info",
+    "extra",
+    "chassis_uuid",
+    "resource_class",
+    "conductor_group",
+    "owner",
+    "lessee",
+    "description",
+    "automated_clean",
+    "network_data",
+    "protected",
+    "protected_reason",
+    "retired",
+    "retired_reason",
+    *INTERFACE_FIELDS,
+}
+NODE_DICT_FIELDS = ("driver_info", "properties", "instance_info", "extra", "network_data")
+NODE_READONLY = {
+    "uuid",
+    "created_at",
+    "updated_at",
+    "links",
+    "provision_state",
+    "target_provision_state",
+    "power_state",
+    "target_power_state",
+    "reservation",
+    "provision_updated_at",
+    "last_error",
+    "driver_internal_info",
+    "maintenance",
+    "maintenance_reason",
+    "console_enabled",
+    "chassis_uuid",
+    "inspection_started_at",
+    "inspection_finished_at",
+    "clean_step",
+    "deploy_step",
+    "raid_config",
+    "target_raid_config",
+    "traits",
+    "fault",
+    "conductor",
+    "allocation_uuid",
+    "ports",
+    "states",
+    "portgroups",
+    "volume",
+    "boot_mode",
+    "secure_boot",
+}
+NODE_TIMESTAMPS = (
+    "created_at",
+    "updated_at",
+    "provision_updated_at",
+    "inspection_started_at",
+    "inspection_finished_at",
+    "reservation_expires_at",
+)
+
+
+def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """A node patch's changes, checked against the node's state (REST PATCH and gRPC PatchNode alike)."""
+    if (
+        node["target_provision_state"]
+        and node["provision_state"] not in states.PATCH_ALLOWED_WITH_TARGET
+        and not (node["maintenance"] and set(changes) == {"instance_uuid"})
+    ):
+        raise errors.InvalidState(f"Node {node['uuid']} can not be updated while a state transition is in progress.")
+    values = validate_node_values(changes, create=False)
+    if values.get("retired") and node["provision_state"] == states.AVAILABLE:
+        # Ironic (1.61): an available node is moved to manageable before it is retired.
+        raise errors.InvalidState(
+            f"Cannot set retired=True for node {node['uuid']} in state {node['provision_state']}; "
+            "move it to manageable first"
+        )
+    return values
+
+
+def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, Any]:
+    """Checked and normalised values (null flags to their defaults); 400 for the first bad one."""
+    out = dict(values)
+    if create and not isinstance(values.get("driver"), str):
+        raise errors.InvalidParameterValue("Mandatory field missing: 'driver'")
+    for key in NODE_DICT_FIELDS:
+        if key in out and not isinstance(out[key], dict):
+            if out[key] is None and not create:
+                out[key] = {}
+            else:
+                raise errors.InvalidParameterValue(f"{key} must be a JSON object")
+    if "network_data" in out:
+        validate_network_data(out["network_data"])
+    if out.get("name") is not None:
+        name = out["name"]
+        if not is_valid_name(name):
+            raise errors.InvalidParameterValue(
+                f"Cannot use name '{name}': names may contain only RFC 3986 unreserved characters and must not be a UUID."
+            )
+    for key in ("uuid", "instance_uuid"):
+        if out.get(key) is not None and (not isinstance(out[key], str) or not is_uuid(out[key])):
+            raise errors.InvalidParameterValue(f"Expected a UUID for {key} but received {out[key]}.")
+    for key in (
+        "driver",
+        "resource_class",
+        "conductor_group",
+        "owner",
+        "lessee",
+        "description",
+        "protected_reason",
+        "retired_reason",
+        *INTERFACE_FIELDS,
+    ):
+        if key in out and out[key] is not None and not isinstance(out[key], str):
+            raise errors.InvalidParameterValue(f"{key} must be a string")
+    if out.get("conductor_group") is not None and not re.match(r"^[A-Za-z0-9_\-.]*$", out["conductor_group"]):
+        raise errors.InvalidParameterValue("conductor_group may contain letters, digits, _, - and . only")
+    if out.get("resource_class") is not None and len(out["resource_class"]) > 80:
+        raise errors.InvalidParameterValue("resource_class is longer than 80 characters")
+    if out.get("conductor_group") is not None and len(out["conductor_group"]) > 255:
+        raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
+    if out.get("description") is not None and len(out["description"]) > 4096:
+        raise errors.InvalidParameterValue("description is longer than 4096 characters")
+    for key in ("automated_clean", "protected", "retired"):
+        if key in out and out[key] is not None and not isinstance(out[key], bool):
+            raise errors.InvalidParameterValue(f"{key} must be a boolean")
+    if "conductor_group" in out and out["conductor_group"] is None:
+        out["conductor_group"] = ""
+    for key in ("protected", "retired"):  # NOT NULL flags: null means the default, false
+        if key in out and out[key] is None:
+            out[key] = False
+    return out

@@ -1,0 +1,81 @@
+"""Query parameters and microversion gates every REST resource shares.
+
+Ironic answers the same malformed parameter the same way on every resource,
+so the parsing lives here once: ``?fields=`` (1.8), ``?limit=`` (capped at
+``[api]max_limit``), boolean flags, and the two kinds of microversion gate:
+
+- a *feature* newer than the requested version (a filter, a body key) is a
+  406 Not Acceptable (:func:`require_version`);
+- an *endpoint* newer than the requested version does not exist for that
+  client, so it is a 404 (:func:`require_endpoint`), as Ironic's controllers
+  answer for resources they hide below their version.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from services.api import views
+from services.common import errors
+
+FIELDS_SINCE = (1, 8)
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
+def require_version(request: web.Request, since: tuple[int, int], what: str) -> None:
+    """406 when ``what`` (a parameter or body key) is newer than the request's version."""
+    if request["version"] < since:
+        raise errors.NotAcceptable(f"{what} requires API version {since[0]}.{since[1]} or newer")
+
+
+def require_endpoint(request: web.Request, since: tuple[int, int]) -> None:
+    """404 when the whole endpoint is newer than the request's version."""
+    if request["version"] < since:
+        raise web.HTTPNotFound()
+
+
+def parse_bool(value: str, name: str) -> bool:
+    """Ironic's boolean query words; anything else is a 400 naming the parameter."""
+    lowered = value.strip().lower()
+    if lowered in TRUE_WORDS:
+        return True
+    if lowered in FALSE_WORDS:
+        return False
+    raise errors.InvalidParameterValue(f"Invalid value for {name}: {value}")
+
+
+def optional_bool(request: web.Request, name: str) -> bool | None:
+    """A boolean query parameter, or None when the request does not give it."""
+    raw = request.query.get(name)
+    return None if raw is None else parse_bool(raw, name)
+
+
+def flag(request: web.Request, name: str) -> bool:
+    """A boolean query parameter that is false unless the request sets it."""
+    return bool(optional_bool(request, name))
+
+
+def requested_fields(request: web.Request, known: dict[str, tuple[int, int]]) -> list[str] | None:
+    """``?fields=``: None when absent or empty, 406 below 1.8 or for a field
+    newer than the version, 400 for an unknown one."""
+    raw = request.query.get("fields")
+    if raw is None:
+        return None
+    require_version(request, FIELDS_SINCE, "The fields parameter")
+    # An empty ?fields= asks for nothing in particular: the default view, not a links-only one.
+    return views.check_fields([f.strip() for f in raw.split(",") if f.strip()], known, request["version"]) or None
+
+
+def page_limit(request: web.Request, max_limit: int) -> int:
+    """``?limit=``: a positive integer, capped at ``max_limit``; absent means ``max_limit``."""
+    raw = request.query.get("limit")
+    if raw is None:
+        return max_limit
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise errors.InvalidParameterValue(f"Invalid limit value: {raw}") from None
+    if limit <= 0:
+        raise errors.InvalidParameterValue("Limit must be positive")
+    return min(limit, max_limit)

@@ -1,0 +1,74 @@
+"""A port's writable values and the checks on them, shared by REST
+(POST/PATCH /v1/ports) and the native gRPC API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.api.validators import normalize_mac
+from services.common import errors
+from services.common.db.nodes import is_uuid
+
+PORT_CREATE_KEYS = {
+    "address",
+    "node_uuid",
+    "extra",
+    "pxe_enabled",
+    "local_link_connection",
+    "physical_network",
+    "uuid",
+    "is_smartnic",
+    "portgroup_uuid",
+}
+LOCAL_LINK_KEYS = ("port_id", "switch_id", "hostname", "switch_info", "network_type")
+
+
+def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | None) -> None:
+    """Ironic's LOCAL_LINK_CONN_SCHEMA: string values of known keys, and either
+    empty, port_id with switch_id, port_id with hostname (smart NIC), or
+    network_type "unmanaged" (1.64) alone; network_type is "managed" or "unmanaged"."""
+    unknown = set(llc) - set(LOCAL_LINK_KEYS)
+    if unknown:
+        raise errors.InvalidParameterValue(
+            f"Invalid local_link_connection: unexpected keys {sorted(unknown)}; allowed are {', '.join(LOCAL_LINK_KEYS)}"
+        )
+    for key, value in llc.items():
+        if not isinstance(value, str):
+            raise errors.InvalidParameterValue(f"Invalid local_link_connection: {key} must be a string")
+    if "network_type" in llc:
+        if version is not None and version < (1, 64):  # None: the native gRPC API, not versioned
+            raise errors.NotAcceptable("network_type in local_link_connection requires API version 1.64 or newer")
+        if llc["network_type"] not in ("managed", "unmanaged"):
+            raise errors.InvalidParameterValue(
+                f"Invalid local_link_connection: network_type must be 'managed' or 'unmanaged', not {llc['network_type']!r}"
+            )
+    if llc and not (
+        llc.get("network_type") == "unmanaged" or ("port_id" in llc and ("switch_id" in llc or "hostname" in llc))
+    ):
+        raise errors.InvalidParameterValue(
+            "Invalid local_link_connection: it needs port_id and switch_id, port_id and hostname (smart NIC), "
+            "or network_type 'unmanaged'"
+        )
+
+
+def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Checked values with the MAC normalised; ``version`` None is the unversioned gRPC API."""
+    out = dict(values)
+    if "address" in out:
+        out["address"] = normalize_mac(out["address"])
+    for key in ("extra", "local_link_connection"):
+        if key in out and not isinstance(out[key], dict):
+            raise errors.InvalidParameterValue(f"{key} must be a JSON object")
+    if "local_link_connection" in out:
+        check_local_link_connection(out["local_link_connection"], version)
+    if "pxe_enabled" in out and not isinstance(out["pxe_enabled"], bool):
+        raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
+    if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):
+        raise errors.InvalidParameterValue("is_smartnic must be a boolean")
+    if out.get("physical_network") is not None and not isinstance(out["physical_network"], str):
+        raise errors.InvalidParameterValue("physical_network must be a string")
+    if "node_uuid" in out and (not isinstance(out["node_uuid"], str) or not is_uuid(out["node_uuid"])):
+        raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {out['node_uuid']}.")
+    if "uuid" in out and (not isinstance(out["uuid"], str) or not is_uuid(out["uuid"])):
+        raise errors.InvalidParameterValue(f"Expected a UUID but received {out['uuid']}.")
+    return out

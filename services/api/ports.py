@@ -1,0 +1,167 @@
+"""Ports: ``/v1/ports`` (list, detail, create), ``/v1/ports/{ident}`` (get,
+patch, delete) and a node's ports, ``/v1/nodes/{ident}/ports[/detail]``.
+
+Ports are records, so the api writes them itself through the repository; a
+port joins a port group of its own node through ``portgroup_uuid``. The
+value checks are shared with gRPC (:mod:`services.api.port_values`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from typing import Any
+
+from aiohttp import web
+
+from services.api import params, views
+from services.api.collection import next_link
+from services.api.context import ApiContext
+from services.api.json_patch import apply_patch
+from services.api.port_values import PORT_CREATE_KEYS, validate_port_values
+from services.api.validators import normalize_mac
+from services.common import errors
+from services.common.db.nodes import is_uuid
+from services.common.db.portgroups import PortgroupRepository
+from services.common.db.ports import PortRepository
+from services.common.jsonutil import dumps
+
+PORTGROUP_FILTER_SINCE = (1, 24)
+READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info"}
+
+
+async def with_portgroup_uuids(portgroups: PortgroupRepository, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Port rows with ``portgroup_uuid`` filled in (one query for the page)."""
+    uuids = await portgroups.uuids_by_id([r.get("portgroup_id") for r in rows])
+    for row in rows:
+        row["portgroup_uuid"] = uuids.get(row.get("portgroup_id"))
+    return rows
+
+
+class PortsApi:
+    def __init__(self, ctx: ApiContext) -> None:
+        self.ctx = ctx
+        self.ports = PortRepository(ctx.pool)
+        self.portgroups = PortgroupRepository(ctx.pool)
+
+    async def _with_groups(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return await with_portgroup_uuids(self.portgroups, rows)
+
+    async def node_ports(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        return await self._list_ports(request, node_id=node["id"], detail=False)
+
+    async def node_ports_detail(self, request: web.Request) -> web.Response:
+        node = await self.ctx.node_by_ident(request)
+        return await self._list_ports(request, node_id=node["id"], detail=True)
+
+    async def list_ports(self, request: web.Request) -> web.Response:
+        return await self._list_ports(request, detail=False)
+
+    async def list_ports_detail(self, request: web.Request) -> web.Response:
+        return await self._list_ports(request, detail=True)
+
+    async def _list_ports(self, request: web.Request, *, detail: bool, node_id: int | None = None) -> web.Response:
+        q = request.query
+        fields = params.requested_fields(request, views.PORT_FIELD_VERSIONS)
+        node_ident = q.get("node") or q.get("node_uuid")
+        if node_ident and node_id is None:
+            node_id = (await self.ctx.nodes.get_by_ident(node_ident))["id"]
+        address = normalize_mac(q["address"]) if "address" in q else None
+        limit = params.page_limit(request, self.ctx.config.max_limit)
+        if q.get("portgroup"):  # 1.24: the ports of one group (UUID or name)
+            params.require_version(request, PORTGROUP_FILTER_SINCE, "The portgroup filter")
+            if node_id is not None or address is not None:
+                raise errors.InvalidParameterValue("The portgroup filter cannot be combined with node or address")
+            group = await self.portgroups.get(q["portgroup"])
+            rows = await self._with_groups(
+                await self.portgroups.ports(
+                    group["id"],
+                    limit=limit,
+                    marker=q.get("marker"),
+                    sort_key=q.get("sort_key", "id"),
+                    sort_dir=q.get("sort_dir", "asc"),
+                )
+            )
+        else:
+            rows = await self._with_groups(
+                await self.ports.list(
+                    node_id=node_id,
+                    address=address,
+                    limit=limit,
+                    marker=q.get("marker"),
+                    sort_key=q.get("sort_key", "id"),
+                    sort_dir=q.get("sort_dir", "asc"),
+                )
+            )
+        base, version = self.ctx.base(request), request["version"]
+        if detail:
+            docs = [views.port_document(r, base=base, version=version) for r in rows]
+        else:
+            docs = [
+                views.port_document(r, base=base, version=version, fields=fields or views.PORT_LIST_FIELDS)
+                for r in rows
+            ]
+        body: dict[str, Any] = {"ports": docs}
+        following = next_link(request, rows, base=base, limit=limit)
+        if following:
+            body["next"] = following
+        return web.json_response(body, dumps=dumps)
+
+    async def get_port(self, request: web.Request) -> web.Response:
+        fields = params.requested_fields(request, views.PORT_FIELD_VERSIONS)
+        port = (await self._with_groups([await self.ports.get(request.match_info["ident"])]))[0]
+        return web.json_response(
+            views.port_document(port, base=self.ctx.base(request), version=request["version"], fields=fields),
+            dumps=dumps,
+        )
+
+    async def create_port(self, request: web.Request) -> web.Response:
+        body = await self.ctx.create_body(request, "port", PORT_CREATE_KEYS, views.PORT_FIELD_VERSIONS)
+        if "node_uuid" not in body or "address" not in body:
+            raise errors.InvalidParameterValue("A port needs 'address' and 'node_uuid'")
+        if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
+            raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
+        node = await self.ctx.nodes.get(body["node_uuid"])
+        values = validate_port_values(body, request["version"])
+        values.pop("node_uuid", None)
+        values["node_id"] = node["id"]
+        values.setdefault("uuid", str(uuidlib.uuid4()))
+        group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node["id"])
+        port = await self.ports.create(values)
+        if group_id is not None:
+            await self.portgroups.set_port_group(port["uuid"], group_id)
+            port["portgroup_id"] = group_id
+        port = (await self._with_groups([port]))[0]
+        doc = views.port_document(port, base=self.ctx.base(request), version=request["version"])
+        return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
+
+    async def patch_port(self, request: web.Request) -> web.Response:
+        port = (await self._with_groups([await self.ports.get(request.match_info["ident"])]))[0]
+        patch = await self.ctx.body(request)
+        current = json.loads(dumps({k: port.get(k) for k in views.PORT_FIELD_VERSIONS if k in port}))
+        changes = apply_patch(current, patch, READONLY, views.PORT_FIELD_VERSIONS, request["version"])
+        values = validate_port_values(changes, request["version"])
+        if "node_uuid" in values:
+            values["node_id"] = (await self.ctx.nodes.get(values.pop("node_uuid")))["id"]
+        node_id = values.get("node_id", port["node_id"])
+        group_changed = "portgroup_uuid" in values
+        group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node_id)
+        if not group_changed and port.get("portgroup_id") is not None and node_id != port["node_id"]:
+            raise errors.InvalidParameterValue(
+                "A port in a port group cannot move to another node; remove it from the group first"
+            )
+        if values:
+            port = await self.ports.update(port["uuid"], values)
+        if group_changed:
+            await self.portgroups.set_port_group(port["uuid"], group_id)
+            port["portgroup_id"] = group_id
+        port = (await self._with_groups([port]))[0]
+        return web.json_response(
+            views.port_document(port, base=self.ctx.base(request), version=request["version"]), dumps=dumps
+        )
+
+    async def delete_port(self, request: web.Request) -> web.Response:
+        port = await self.ports.get(request.match_info["ident"])
+        await self.ports.delete(port["uuid"])
+        return web.Response(status=204)

@@ -1,0 +1,135 @@
+"""Checks on a provision request's optional parts (config drive, clean and
+deploy steps, rescue password, disable_ramdisk), shared by REST
+``PUT .../states/provision`` and gRPC ``SetProvisionState``."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from services.common import errors
+
+DEPLOY_STEP_INTERFACES = ("bios", "deploy", "firmware", "management", "power", "raid")
+
+
+def check_deploy_steps(deploy_steps: Any, verb: str, version: tuple[int, int]) -> list[dict[str, Any]]:
+    """Ironic's deploy_steps (1.69): only with active/rebuild, each step
+    {interface, step, args, priority}. Whether the node offers the step is the
+    conductor's check (400 there too)."""
+    if not deploy_steps:
+        return []
+    if version < (1, 69):
+        raise errors.NotAcceptable("Request not acceptable. The minimal required API version should be 1.69")
+    if verb not in ("active", "rebuild"):
+        raise errors.InvalidParameterValue(
+            '"deploy_steps" is only valid when setting target provision state to active or rebuild'
+        )
+    if not isinstance(deploy_steps, list):
+        raise errors.InvalidParameterValue("deploy_steps must be a list of steps")
+    for step in deploy_steps:
+        if (
+            not isinstance(step, dict)
+            or set(step) != {"interface", "step", "args", "priority"}
+            or step["interface"] not in DEPLOY_STEP_INTERFACES
+            or not isinstance(step["step"], str)
+            or not step["step"]
+            or not isinstance(step["args"], dict)
+            or isinstance(step["priority"], bool)
+            or not isinstance(step["priority"], int)
+            or not 0 <= step["priority"] <= 2**31 - 1
+        ):
+            raise errors.InvalidParameterValue(
+                f'Invalid deploy step {step!r}: expected {{"interface": one of {", ".join(DEPLOY_STEP_INTERFACES)}, '
+                '"step": name, "args": object, "priority": integer >= 0}'
+            )
+    keys = [(s["interface"], s["step"]) for s in deploy_steps]
+    if len(set(keys)) != len(keys):
+        raise errors.InvalidParameterValue("Duplicate deploy steps: each interface and step may appear once")
+    return deploy_steps
+
+
+def check_clean_steps(clean_steps: Any, verb: str) -> list[dict[str, Any]] | None:
+    """clean_steps: required with ``clean`` and refused with any other verb;
+    each step names its interface and step (args and order optional)."""
+    if clean_steps is not None and verb != "clean":
+        raise errors.InvalidParameterValue('"clean_steps" is only valid when setting target provision state to clean')
+    if verb == "clean" and not isinstance(clean_steps, list):
+        raise errors.InvalidParameterValue('"clean_steps" is required when setting target provision state to clean')
+    for step in clean_steps or ():
+        if (
+            not isinstance(step, dict)
+            or not isinstance(step.get("interface"), str)
+            or not isinstance(step.get("step"), str)
+            or not isinstance(step.get("args", {}), dict)
+            or set(step) - {"interface", "step", "args", "order"}
+        ):
+            raise errors.InvalidParameterValue(
+                f'Invalid clean step {step!r}: expected {{"interface", "step", "args"?, "order"?}}'
+            )
+    return clean_steps
+
+
+def check_rescue_password(password: Any, verb: str) -> None:
+    """rescue_password: a non-empty string with ``rescue``, nothing with any other verb."""
+    if password is not None and verb != "rescue":
+        raise errors.InvalidParameterValue(
+            '"rescue_password" is only valid when setting target provision state to rescue'
+        )
+    if verb == "rescue" and not (isinstance(password, str) and password.strip()):
+        raise errors.InvalidParameterValue(
+            'A non-empty "rescue_password" is required when setting target provision state to rescue'
+        )
+
+
+def check_disable_ramdisk(value: Any, verb: str, version: tuple[int, int]) -> bool:
+    """disable_ramdisk (1.70): a boolean, for manual cleaning only."""
+    if value is None:
+        return False
+    if version < (1, 70):
+        raise errors.NotAcceptable("disable_ramdisk is not acceptable in this API version (1.70 or newer)")
+    if not isinstance(value, bool):
+        raise errors.InvalidParameterValue("disable_ramdisk must be a boolean")
+    if verb != "clean":
+        raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
+    return value
+
+
+def check_configdrive(configdrive: Any, verb: str, version: tuple[int, int]) -> None:
+    """CONTRACT.md 3.1; the full builder and storage arrive with the config drive issue."""
+    if not configdrive:
+        return
+    if verb not in ("active", "rebuild") or (verb == "rebuild" and version < (1, 35)):
+        raise errors.ConfigDriveInvalid(
+            "Adding a config drive is only supported when setting provision state to active, rebuild"
+        )
+    if isinstance(configdrive, dict):
+        if version < (1, 56):
+            raise errors.ConfigDriveInvalid("Invalid configdrive format: a dictionary needs API version 1.56")
+        extra = set(configdrive) - {"meta_data", "network_data", "user_data", "vendor_data"}
+        if extra:
+            raise errors.ConfigDriveInvalid(f"Invalid configdrive format: unexpected keys {sorted(extra)}")
+        if "vendor_data" in configdrive and version < (1, 59):
+            raise errors.ConfigDriveInvalid("Invalid configdrive format: vendor_data needs API version 1.59")
+        for key in ("meta_data", "network_data", "vendor_data"):
+            if key in configdrive and not isinstance(configdrive[key], dict):
+                raise errors.ConfigDriveInvalid(f"Invalid configdrive format: {key} must be an object")
+        return
+    if not isinstance(configdrive, str):
+        raise errors.ConfigDriveInvalid("Invalid configdrive format: expected a string or an object")
+    if "://" in configdrive:
+        return
+    if not re.fullmatch(r"[A-Za-z0-9+/=\s]+", configdrive):
+        raise errors.ConfigDriveInvalid(
+            "Invalid configdrive format: it is neither a JSON, nor a URL, nor a base64 string"
+        )
+
+
+async def check_configdrive_payload(configdrive: Any) -> None:
+    """Decode an inline drive once so that bad base64, bad gzip, a non-ISO
+    payload or one over 64 MiB is a 400 now rather than a failed deploy later."""
+    if not isinstance(configdrive, str) or not configdrive or "://" in configdrive:
+        return
+    from services.common.images.configdrive import decode_configdrive
+
+    await asyncio.to_thread(decode_configdrive, configdrive)

@@ -1,0 +1,77 @@
+"""What a flow may do to a node besides calling its driver."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import Any, Protocol
+
+from services.common import errors
+from services.common.config import ConductorConfig
+from services.common.db.outage import is_unavailable
+from services.conductor.configdrive_store import ConfigDriveStore
+from services.conductor.drivers.base import Task
+
+LOG = logging.getLogger(__name__)
+
+
+class FlowContext(Protocol):
+    """The narrow surface flows depend on (implemented by node_states.NodeStates)."""
+
+    hostname: str
+    config: ConductorConfig
+    configdrives: ConfigDriveStore
+
+    async def transition(
+        self,
+        task: Task,
+        event: str,
+        *,
+        last_error: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        severity: str = "INFO",
+        note: str = "",
+    ) -> dict[str, Any]: ...
+
+    async def fail(self, task: Task, message: str) -> None: ...
+
+    async def record_event(
+        self,
+        node: Mapping[str, Any],
+        event: str,
+        message: str,
+        *,
+        severity: str = "INFO",
+        event_type: str = "provisioning",
+    ) -> None: ...
+
+    async def save_with_event(
+        self,
+        task: Task,
+        changes: Mapping[str, Any],
+        *,
+        event: str,
+        message: str,
+        severity: str = "INFO",
+        event_type: str = "provisioning",
+    ) -> dict[str, Any]: ...
+
+
+def error_text(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
+
+
+async def guarded(ctx: FlowContext, task: Task, what: str, work: Awaitable[None]) -> bool:
+    """Run one flow; a hardware or input error fails the node with a clear last_error.
+
+    A lost database is not the node's failure: it propagates, the task
+    manager keeps the lock and the flow resumes once PostgreSQL is back.
+    """
+    try:
+        await work
+        return True
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise
+        await ctx.fail(task, f"{what} failed for node {task.node['uuid']}: {error_text(exc)}")
+        return False

@@ -1,0 +1,139 @@
+"""The deploy flow: ``deploying`` -> (``wait call-back`` -> agent) -> ``active``.
+
+Three entry points, each under the node's lock:
+- ``start``: the first half after the deploy verb (config drive, volumes,
+  the steps before ``deploy.deploy``, then ``deploy.deploy``, which for the
+  agent deploys boots the ramdisk and ends in ``wait call-back``);
+- ``continue_after_callback``: one step of the agent's part, after a
+  heartbeat (send write_image or poll it; once the image is written, the
+  steps after it: prepare_instance_boot, tear_down_agent, boot_instance);
+- ``resume``: the same flow picked up by another conductor (or after a
+  database outage) from what the node recorded.
+
+Progress lives in ``driver_internal_info``: ``deploy_phase`` is absent until
+the agent is sent write_image, ``write_image`` while it writes, and
+``finishing`` with ``finish_step`` naming the step after the write that is
+running. Every step is safe to repeat: storing the config drive again keeps
+the URL, power on is idempotent, a repeated write_image adopts the command the
+agent is already running, and a finish step restarts from its beginning.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from services.common import states
+from services.conductor import deploy_steps as steps
+from services.conductor.drivers.base import Task
+from services.conductor.drivers.direct import AGENT_KEYS
+from services.conductor.flows.context import FlowContext, guarded
+
+LOG = logging.getLogger(__name__)
+
+PHASE = "deploy_phase"
+FINISH_STEP = "finish_step"
+FINISHING = "finishing"
+
+
+async def start(ctx: FlowContext, task: Task) -> None:
+    await guarded(ctx, task, "Deploy", _first_half(ctx, task))
+
+
+async def _first_half(ctx: FlowContext, task: Task) -> None:
+    stored = await ctx.configdrives.store(task)
+    if stored is not None and stored != task.node["instance_info"].get("configdrive"):
+        await task.save_fields({"instance_info": {**task.node["instance_info"], "configdrive": stored}})
+    await task.driver.storage.attach_volumes(task)
+    await task.driver.deploy.prepare(task)
+    planned = task.node["driver_internal_info"].get("deploy_steps") or steps.plan(task, [])
+    before, core, after = steps.split_at_deploy(planned)
+    for step in before:
+        await steps.run_step(ctx, task, step)
+    await steps.mark(ctx, task, core)
+    result = await task.driver.deploy.deploy(task)
+    if result == states.DEPLOYWAIT:
+        # The agent's heartbeats run the steps after deploy.deploy.
+        await steps.clear(task)
+        await ctx.transition(task, "wait")
+        if task.node["driver_internal_info"].get("agent_url"):
+            # The agent already heartbeated while we were still deploying (a
+            # fast boot): take the first step now instead of a heartbeat later.
+            await _agent_step(ctx, task)
+        return
+    for step in after:
+        await steps.run_step(ctx, task, step)
+    await task.driver.boot.prepare_instance(task)
+    await ctx.transition(task, "done", changes={"deploy_step": {}})
+
+
+async def continue_after_callback(ctx: FlowContext, task: Task) -> None:
+    """The next step for a locked node in ``wait call-back`` whose agent called."""
+    await guarded(ctx, task, "Deploy", _agent_step(ctx, task))
+
+
+async def _agent_step(ctx: FlowContext, task: Task) -> None:
+    deploy = task.driver.deploy
+    info = task.node["driver_internal_info"]
+    if info.get(PHASE) is None:  # this call sends write_image: show it as the running step
+        await steps.mark(ctx, task, planned_step(task, "write_image"))
+    event = await deploy.heartbeat(task, info.get("agent_url", ""), info.get("agent_version", ""))
+    if event != "resume":
+        return
+    await ctx.transition(task, "resume")
+    await _finish(ctx, task, from_step=None)
+
+
+async def _finish(ctx: FlowContext, task: Task, *, from_step: str | None) -> None:
+    """The steps after the image write, each recorded before it runs (so a
+    conductor that adopts the node restarts the step, not the deploy)."""
+    deploy = task.driver.deploy
+    names = list(getattr(deploy, "FINISH_STEPS", ()))
+    if from_step in names:
+        names = names[names.index(from_step) :]
+    for name in names:
+        await task.save_internal_info({PHASE: FINISHING, FINISH_STEP: name})
+        await steps.mark(ctx, task, planned_step(task, name))
+        await getattr(deploy, name)(task)
+    await task.save_internal_info({}, remove=(*(k for k in AGENT_KEYS if k != "deploy_progress"), FINISH_STEP))
+    await ctx.transition(task, "done", changes={"deploy_step": {}})
+
+
+async def resume(ctx: FlowContext, task: Task) -> None:
+    """Continue a deploy that another conductor (or a lost database) interrupted."""
+    await guarded(ctx, task, "Deploy", _resume(ctx, task))
+
+
+async def _resume(ctx: FlowContext, task: Task) -> None:
+    node = task.node
+    info = node["driver_internal_info"]
+    state = node["provision_state"]
+    if state == states.DEPLOYWAIT:
+        if info.get("agent_url"):
+            await _agent_step(ctx, task)  # poll the agent now, not at its next heartbeat
+        return
+    if state != states.DEPLOYING:
+        return
+    if info.get(PHASE) in (FINISHING, "write_image"):
+        # The image is on the disk ("resume" only follows a finished write).
+        await _finish(ctx, task, from_step=info.get(FINISH_STEP))
+        return
+    if info.get("agent_url"):
+        # The ramdisk is up and called back, so deploy.deploy had run: go on waiting for it.
+        await steps.clear(task)
+        await ctx.transition(task, "wait", note="resumed after take-over; the agent is already running")
+        await _agent_step(ctx, task)
+        return
+    # The first half was cut short: run it again from the top. Each step is
+    # safe to repeat; deploy.deploy powers on a machine whose ramdisk boot was
+    # already requested only if it is still off (DirectDeploy.deploy), so an
+    # agent already booting keeps its token.
+    await _first_half(ctx, task)
+
+
+def planned_step(task: Task, name: str) -> dict[str, Any]:
+    """The step as planned for this deploy (its priority), else the interface's default."""
+    for step in task.node["driver_internal_info"].get("deploy_steps") or []:
+        if step.get("interface") == "deploy" and step.get("step") == name:
+            return {k: step[k] for k in ("interface", "step", "priority", "args") if k in step}
+    return {"interface": "deploy", "step": name, "priority": 0, "args": {}}

@@ -1,0 +1,46 @@
+"""A power change in the background, and its resumption.
+
+The api answers 202 once the target is recorded (``target_power_state``);
+this flow drives the BMC and records the outcome with an event. A node
+adopted with a target still set gets the same power action again: setting
+a power state the machine already has is a no-op at the BMC.
+"""
+
+from __future__ import annotations
+
+from services.common import states
+from services.common.db.outage import is_unavailable
+from services.conductor.drivers.base import Task
+from services.conductor.flows.context import FlowContext, error_text
+
+
+def final_state(target: str) -> str:
+    """What the node's power_state will be once ``target`` is done."""
+    return states.POWER_ON if target in (states.POWER_ON, states.REBOOT, states.SOFT_REBOOT) else states.POWER_OFF
+
+
+async def change(ctx: FlowContext, task: Task, target: str, timeout: int | None = None) -> None:
+    final = final_state(target)
+    try:
+        if target == states.REBOOT:
+            await task.driver.power.reboot(task, timeout)
+        else:
+            await task.driver.power.set_power_state(task, target, timeout)
+        changes = {"power_state": final, "target_power_state": None}
+        message = f"power state changed to {final}"
+        severity = "INFO"
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise
+        message = f"Failed to change power state to '{target}' by '{target}': {error_text(exc)}"
+        changes = {"target_power_state": None, "last_error": message}
+        severity = "ERROR"
+    await ctx.save_with_event(task, changes, event="power", message=message, severity=severity, event_type="power")
+
+
+async def resume(ctx: FlowContext, task: Task) -> None:
+    """Finish the power change recorded in ``target_power_state`` (a reboot
+    that was cut short is finished as "power on")."""
+    target = task.node["target_power_state"]
+    if target:
+        await change(ctx, task, target)

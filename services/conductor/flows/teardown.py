@@ -1,0 +1,28 @@
+"""Tear down: ``deleting`` -> ``cleaning`` (and on to available).
+
+Every step is safe to repeat, so a conductor that adopts a node caught in
+``deleting`` runs the flow again from the top: power off, clean up the
+instance's boot, remove the config drive object, detach volumes.
+"""
+
+from __future__ import annotations
+
+from services.conductor.drivers.base import Task
+from services.conductor.flows import clean
+from services.conductor.flows.context import FlowContext, guarded
+
+
+async def start(ctx: FlowContext, task: Task) -> None:
+    await guarded(ctx, task, "Tear down", _run(ctx, task))
+
+
+async def _run(ctx: FlowContext, task: Task) -> None:
+    await task.driver.deploy.tear_down(task)
+    await task.driver.boot.clean_up_instance(task)
+    await ctx.configdrives.remove(task)
+    await task.driver.storage.detach_volumes(task)
+    await ctx.transition(task, "clean", changes={"instance_info": {}, "instance_uuid": None})
+    await clean.run_cleaning(ctx, task)
+
+
+resume = start

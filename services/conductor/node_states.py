@@ -1,0 +1,127 @@
+"""Moving a locked node through the state machine, and recording what happened.
+
+Every flow changes a node the same three ways: a transition of the
+provision state table (services/common/states.py), a failure with a
+last_error, or an event in the history. This class is the one place that
+writes them, each state change and its event in one transaction, and only
+while this conductor holds the node's lock.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from services.common import states
+from services.common.config import ConductorConfig
+from services.common.db.events import EventRepository
+from services.common.db.nodes import NodeRepository
+from services.conductor.configdrive_store import ConfigDriveStore
+from services.conductor.drivers.base import Task
+
+LOG = logging.getLogger(__name__)
+
+# Events that start new work: they clear the last error, as Ironic does.
+_CLEARS_LAST_ERROR = frozenset(("deploy", "rebuild", "manage", "provide", "clean", "inspect"))
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class NodeStates:
+    """The FlowContext a conductor hands to its flows (services/conductor/flows)."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, *, hostname: str, config: ConductorConfig, configdrives: ConfigDriveStore
+    ) -> None:
+        self.pool = pool
+        self.hostname = hostname
+        self.config = config
+        self.configdrives = configdrives
+        self.nodes = NodeRepository(pool)
+
+    async def transition(
+        self,
+        task: Task,
+        event: str,
+        *,
+        last_error: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        severity: str = "INFO",
+        note: str = "",
+    ) -> dict[str, Any]:
+        """Move the locked node by ``event`` through the table and record it
+        (``note`` is appended to the history message)."""
+        node = task.node
+        move = states.next_state(node["provision_state"], event)
+        update: dict[str, Any] = {
+            "provision_state": move.target,
+            "target_provision_state": states.next_target(node["target_provision_state"], move),
+            "provision_updated_at": now(),
+        }
+        if last_error is not None or event in _CLEARS_LAST_ERROR:
+            update["last_error"] = last_error
+        update.update(changes or {})
+        message = last_error or f"{node['provision_state']} -> {move.target} ({event})" + (f": {note}" if note else "")
+        async with self.pool.acquire() as conn, conn.transaction():
+            saved = await NodeRepository(conn).update(node["uuid"], update, expect_reservation=self.hostname)
+            await EventRepository(conn).record(
+                saved,
+                event=event,
+                message=message,
+                conductor=self.hostname,
+                severity="ERROR" if last_error else severity,
+            )
+        task.node = saved
+        return saved
+
+    async def fail(self, task: Task, message: str) -> None:
+        """The node's failure state with ``message`` as last_error (or only the
+        message, where the state has no failure transition)."""
+        LOG.warning(
+            "operation failed node_uuid=%s state=%s reason=%s",
+            task.node["uuid"],
+            task.node["provision_state"],
+            message,
+        )
+        try:
+            await self.transition(task, "fail", last_error=message)
+        except states.InvalidTransition:
+            task.node = await self.nodes.update(task.node["uuid"], {"last_error": message})
+
+    async def record_event(
+        self,
+        node: Mapping[str, Any],
+        event: str,
+        message: str,
+        *,
+        severity: str = "INFO",
+        event_type: str = "provisioning",
+    ) -> None:
+        await EventRepository(self.pool).record(
+            dict(node), event=event, message=message, conductor=self.hostname, severity=severity, event_type=event_type
+        )
+
+    async def save_with_event(
+        self,
+        task: Task,
+        changes: Mapping[str, Any],
+        *,
+        event: str,
+        message: str,
+        severity: str = "INFO",
+        event_type: str = "provisioning",
+    ) -> dict[str, Any]:
+        """Node fields and their event in one transaction, under the lock."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            saved = await NodeRepository(conn).update(task.node["uuid"], changes, expect_reservation=self.hostname)
+            await EventRepository(conn).record(
+                saved, event=event, message=message, severity=severity, conductor=self.hostname, event_type=event_type
+            )
+        task.node = saved
+        return saved
