@@ -24,10 +24,11 @@ NAMES_SINCE = (1, 5)
 
 
 class ApiContext:
-    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, settings: Settings, *, internal_token: str) -> None:
         self.pool = pool
         self.router = router
         self.settings = settings
+        self.internal_token = internal_token  # presented to Ferrum's own gRPC services
         self.nodes = NodeRepository(pool)
 
     @property

@@ -45,15 +45,16 @@ def error_script(reason: str, status: int) -> web.Response:
 
 
 class IpxePassthru:
-    def __init__(self, settings: Settings, *, timeout: float = 10.0) -> None:
+    def __init__(self, settings: Settings, *, token: str, timeout: float = 10.0) -> None:
         self._settings = settings
+        self._token = token
         self._timeout = timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = client_channel(address)
+            channel = self._channels[address] = client_channel(address, token=self._token)
         return renderer_pb2_grpc.BootScriptRendererStub(channel)
 
     async def close(self, _app: web.Application | None = None) -> None:

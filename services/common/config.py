@@ -160,6 +160,19 @@ class ObjectStoreConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SecurityConfig:
+    """Credentials between Ferrum's own services (docs/security.md).
+
+    ``internal_token``: what api, conductors and renderers present to each
+    other's gRPC services (and the conductor to the object store). Empty means
+    one generated at first start and kept in PostgreSQL, which every Ferrum
+    process shares, so nothing needs configuring for one host, compose or
+    Kubernetes. Set it (at least 32 characters) to choose your own."""
+
+    internal_token: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """Everything a Ferrum process may need; each service reads its section."""
 
@@ -171,13 +184,14 @@ class Settings:
     conductor: ConductorConfig = ConductorConfig()
     ipxe: IpxeConfig = IpxeConfig()
     objectstore: ObjectStoreConfig = ObjectStoreConfig()
+    security: SecurityConfig = SecurityConfig()
 
     def conductor_hostname(self) -> str:
         """The name a conductor holds locks under: configured, else host:pid."""
         return self.conductor.hostname or f"{socket.gethostname()}-{os.getpid()}"
 
 
-SECTIONS = ("database", "api", "conductor", "ipxe", "objectstore")
+SECTIONS = ("database", "api", "conductor", "ipxe", "objectstore", "security")
 CONFIG_FILE_ENV = "FERRUM_CONFIG"
 _PORT_KEYS = ("port", "grpc_port", "metrics_port", "http_port", "embedded_port")
 
@@ -336,6 +350,7 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("FERRUM_OBJECTSTORE_BACKEND must be filesystem or s3")
     _validate_objectstore(settings.objectstore)
     _validate_ipxe(settings.ipxe)
+    _validate_security(settings.security)
     if settings.log_format not in ("text", "json"):
         raise ConfigError("FERRUM_LOG_FORMAT must be text or json")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -364,6 +379,11 @@ def _validate_objectstore(c: ObjectStoreConfig) -> None:
         raise ConfigError("FERRUM_OBJECTSTORE_SWEEP_INTERVAL must be positive and _ORPHAN_GRACE not negative")
     if c.temp_url_secret and len(c.temp_url_secret) < 16:
         raise ConfigError("FERRUM_OBJECTSTORE_TEMP_URL_SECRET must be at least 16 characters")
+
+
+def _validate_security(c: SecurityConfig) -> None:
+    if c.internal_token and len(c.internal_token) < 32:
+        raise ConfigError("FERRUM_SECURITY_INTERNAL_TOKEN must be at least 32 characters")
 
 
 def _validate_ipxe(c: IpxeConfig) -> None:

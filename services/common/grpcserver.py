@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from services.common.grpc_auth import Authenticator, AuthInterceptor, internal_token_metadata
 from services.common.logs import request_id_var
 from services.common.metrics import ServiceMetrics
 
@@ -66,15 +67,21 @@ async def start_grpc_server(
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
     metrics: ServiceMetrics,
+    authenticate: Authenticator | None,
 ) -> tuple[grpc.aio.Server, int, HealthServicer]:
     """Start a gRPC server with health checking and reflection.
 
     Returns the server, the bound port (useful with port 0) and the health
     servicer, which the caller flips to NOT_SERVING on shutdown so load
-    balancers drain it before it stops.
+    balancers drain it before it stops. ``authenticate`` decides who may call
+    (services/common/grpc_auth.py); None leaves the service open, which only
+    the public NodeService under ``noauth`` does.
     """
+    interceptors: list[grpc.aio.ServerInterceptor] = [ContextInterceptor(metrics)]
+    if authenticate is not None:
+        interceptors.insert(0, AuthInterceptor(authenticate))
     server = grpc.aio.server(
-        interceptors=[ContextInterceptor(metrics)],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -102,12 +109,14 @@ async def stop_grpc_server(server: grpc.aio.Server, health: HealthServicer, grac
     await server.stop(grace)
 
 
-def client_channel(address: str) -> grpc.aio.Channel:
-    """An insecure channel to an internal service with Ferrum's message limits."""
+def client_channel(address: str, *, token: str) -> grpc.aio.Channel:
+    """A channel to an internal service with Ferrum's message limits, presenting
+    the internal token on every call."""
     return grpc.aio.insecure_channel(
         address,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ],
+        interceptors=internal_token_metadata(token),
     )

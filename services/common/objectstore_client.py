@@ -133,14 +133,21 @@ def _upload_result(reply: objectstore_upload_client.HttpReply) -> ObjectInfo:
 class ObjectStoreClient:
     """One channel to one object store; cheap to keep, close it when done."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, *, token: str = "") -> None:
         self.address = address
+        self._token = token
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.ObjectStoreAsyncStub | None = None
 
+    def present_token(self, token: str) -> None:
+        """The internal token to call with (known only once the caller has its database)."""
+        if self._stub is not None:
+            raise RuntimeError("the token must be set before the first call")
+        self._token = token
+
     def _api(self) -> pb_grpc.ObjectStoreAsyncStub:
         if self._stub is None:
-            self._channel = client_channel(self.address)
+            self._channel = client_channel(self.address, token=self._token)
             self._stub = pb_grpc.ObjectStoreStub(self._channel)
         return self._stub
 

@@ -18,7 +18,9 @@ from services.common.aiohttp_serving import start_http_site
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
 from services.common.db.outage import is_unavailable, unavailable
+from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
 from services.common.jsonutil import dumps
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
@@ -263,12 +265,16 @@ class ConductorService:
     async def start(self) -> dict[str, str]:
         c = self.config
         servicer = ConductorServicer(self.manager)
+        token = await internal_token(self.settings, self.pool)
+        if self.objectstore is not None:
+            self.objectstore.present_token(token)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,
             metrics=self.metrics,
             register=lambda server: pb_grpc.add_ConductorServiceServicer_to_server(servicer, server),
             service_names=[pb.DESCRIPTOR.services_by_name["ConductorService"].full_name],
+            authenticate=internal_token_authenticator(token),
         )
         app = web.Application()
         app.router.add_get("/metrics", self.metrics.handle)

@@ -16,7 +16,9 @@ import asyncpg
 from ferrum.v1 import renderer_pb2_grpc
 from services.common.config import Settings
 from services.common.db.bootdata import BootDataRepository
+from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
 from services.common.recorded_addresses import forget_address, record_address
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
@@ -66,6 +68,7 @@ class IpxeService:
             metrics=self.metrics,
             register=lambda server: renderer_pb2_grpc.add_BootScriptRendererServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
+            authenticate=internal_token_authenticator(await internal_token(self.settings, self.pool)),
         )
         self._http = ScriptHttpServer(self.replies, self.metrics)
         port = await self._http.start(c.host, c.port)

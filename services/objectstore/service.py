@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from typing import Any
 
 import asyncpg
@@ -22,7 +21,10 @@ from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common.aiohttp_serving import request_context_middleware
 from services.common.config import Settings
 from services.common.db.objects import ObjectRepository
+from services.common.db.service_secrets import SecretRepository
+from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
 from services.objectstore import tempurl_routes
 from services.objectstore.backends import Backend, make_backend
@@ -56,13 +58,13 @@ class ObjectStoreService:
         self._grpc: Any = None
         self._health: Any = None
 
-    async def _secret(self, repo: ObjectRepository) -> bytes:
+    async def _secret(self) -> bytes:
         """The configured secret, else one generated once and kept in PostgreSQL,
         so temp URLs survive restarts and every replica accepts them."""
         configured = self.settings.objectstore.temp_url_secret
         if configured:
             return configured.encode()
-        value = await repo.get_or_create_secret(SECRET_NAME, secrets.token_urlsafe(32))
+        value = await SecretRepository(self.pool).get_or_create(SECRET_NAME)
         LOG.info(
             "using the generated temp URL secret stored in PostgreSQL (set FERRUM_OBJECTSTORE_TEMP_URL_SECRET "
             "to choose one)"
@@ -74,7 +76,8 @@ class ObjectStoreService:
         repo = ObjectRepository(self.pool)
         self._backend = make_backend(c, self.settings.state_dir)
         await self._backend.start()
-        secret = await self._secret(repo)
+        secret = await self._secret()
+        self.internal_token = await internal_token(self.settings, self.pool)
 
         # The public URL needs the bound port; the store gets it right after the bind,
         # before any gRPC call can ask for a temp URL.
@@ -102,6 +105,7 @@ class ObjectStoreService:
             metrics=self.metrics,
             register=lambda server: pb_grpc.add_ObjectStoreServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
+            authenticate=internal_token_authenticator(self.internal_token),
         )
         self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
         self._sweeper = Sweeper(self.store, interval=c.sweep_interval, orphan_grace=c.orphan_grace)

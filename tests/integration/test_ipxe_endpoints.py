@@ -22,6 +22,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.api.service import ApiService
 from services.common.db.pool import create_pool
+from services.common.grpc_auth import internal_token_metadata
+from services.common.internal_token import internal_token
 from services.common.recorded_addresses import address_file, api_url_file
 from services.ipxe.interpret import interpret_script
 from services.ipxe.service import IpxeService
@@ -179,7 +181,8 @@ async def test_active_node_boots_local_disk(stack: Any, http: aiohttp.ClientSess
 async def test_grpc_render_health_and_reflection(stack: Any, http: aiohttp.ClientSession) -> None:
     _, _, address = urls(stack)
     node = await make_node(stack, http, macs=["52:54:00:aa:04:01"], state="wait call-back")
-    async with grpc.aio.insecure_channel(address) as channel:
+    token = await internal_token(stack.settings, stack.pool)
+    async with grpc.aio.insecure_channel(address, interceptors=internal_token_metadata(token)) as channel:
         stub = renderer_pb2_grpc.BootScriptRendererStub(channel)
         reply = await stub.RenderBootScript(renderer_pb2.RenderBootScriptRequest(mac="52:54:00:AA:04:01"))
         assert reply.kind == "deploy" and reply.node_uuid == node and reply.reason == ""
@@ -388,12 +391,15 @@ async def test_database_outage_is_an_error_script_not_500(
     pool = await create_pool(database_url, min_size=1, max_size=2)
     lonely = IpxeService(own_state(settings, tmp_path), pool)
     endpoints = await lonely.start()
+    token = await internal_token(stack.settings, stack.pool)
     try:
         base = endpoints["ipxe HTTP"].rsplit("/", 1)[0]
         await pool.close()  # the renderer's database goes away
         status, body, headers = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:aa:0a:01"})
         assert status == 200 and headers["X-Ferrum-Boot-Kind"] == "error" and "database error" in body
-        async with grpc.aio.insecure_channel(endpoints["ipxe gRPC"]) as channel:
+        async with grpc.aio.insecure_channel(
+            endpoints["ipxe gRPC"], interceptors=internal_token_metadata(token)
+        ) as channel:
             reply = await renderer_pb2_grpc.BootScriptRendererStub(channel).RenderBootScript(
                 renderer_pb2.RenderBootScriptRequest(mac="52:54:00:aa:0a:01")
             )

@@ -61,7 +61,7 @@ def live(stack: Any) -> str:
 async def api(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, versions_up_to_1_78])
-    add_routes(app, ApiContext(service.pool, service.router, service.settings))
+    add_routes(app, ApiContext(service.pool, service.router, service.settings, internal_token=service.internal_token))
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:

@@ -54,7 +54,7 @@ async def service(database_url: str, root: Path, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="module")
 async def client(service):
-    store = ObjectStoreClient(service.grpc_address)
+    store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
     yield store
     await store.close()
 
@@ -372,8 +372,11 @@ async def test_wire_status_codes(service) -> None:
 
     from ferrum.v1 import objectstore_pb2 as pb
     from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
+    from services.common.grpc_auth import internal_token_metadata
 
-    async with grpc.aio.insecure_channel(service.grpc_address) as channel:
+    async with grpc.aio.insecure_channel(
+        service.grpc_address, interceptors=internal_token_metadata(service.internal_token)
+    ) as channel:
         stub = pb_grpc.ObjectStoreStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Stat(pb.ObjectRef(container="wire", name="missing"))

@@ -51,7 +51,7 @@ async def service(request: pytest.FixtureRequest, database_url: str, tmp_path_fa
 
 @pytest.fixture(scope="module")
 async def client(service) -> AsyncIterator[ObjectStoreClient]:
-    store = ObjectStoreClient(service.grpc_address)
+    store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
     yield store
     await store.close()
 

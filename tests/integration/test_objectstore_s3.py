@@ -60,7 +60,7 @@ async def moto_service(database_url: str, moto_endpoint: str, tmp_path_factory: 
 
 @pytest.fixture(scope="module")
 async def client(moto_service):
-    store = ObjectStoreClient(moto_service.grpc_address)
+    store = ObjectStoreClient(moto_service.grpc_address, token=moto_service.internal_token)
     yield store
     await store.close()
 
@@ -289,7 +289,7 @@ async def test_presigned_downloads_against_s3rver(
         },
     )
     async with running_objectstore(settings) as service, aiohttp.ClientSession() as http:
-        store = ObjectStoreClient(service.grpc_address)
+        store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
         try:
             data = os.urandom(300_000)
             await store.put_bytes("vm", "boot-2.iso", data)
@@ -347,7 +347,7 @@ async def test_s3_orphan_sweep(database_url: str, moto_endpoint: str, tmp_path: 
         database_url, tmp_path, moto_endpoint, s3_bucket="ferrum-orphans", orphan_grace=0.0, sweep_interval=3600.0
     )
     async with running_objectstore(settings) as service:
-        store = ObjectStoreClient(service.grpc_address)
+        store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
         try:
             await store.put_bytes("orph", "kept.img", b"kept")
             session = aioboto3.Session()

@@ -110,7 +110,9 @@ def _normalize(path: str) -> str:
 
 async def test_document_covers_exactly_the_served_routes(stack: Any) -> None:
     service = next(s for s in stack.services if s.name == "api")
-    app = build_app(service.settings, service.pool, service.router, service.metrics)
+    app = build_app(
+        service.settings, service.pool, service.router, service.metrics, internal_token=service.internal_token
+    )
     served = set()
     for route in app.router.routes():
         path = route.resource.canonical if route.resource else ""
@@ -201,7 +203,11 @@ async def test_document_is_public_under_http_basic(stack: Any, tmp_path: Path) -
     htpasswd.write_text("admin:" + bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode() + "\n")
     api_config = dataclasses.replace(service.settings.api, auth_strategy="http_basic", htpasswd_file=str(htpasswd))
     settings = dataclasses.replace(service.settings, api=api_config)
-    server = TestServer(build_app(settings, service.pool, service.router, service.metrics), host="127.0.0.1", port=0)
+    server = TestServer(
+        build_app(settings, service.pool, service.router, service.metrics, internal_token=service.internal_token),
+        host="127.0.0.1",
+        port=0,
+    )
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as session:

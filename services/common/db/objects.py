@@ -222,14 +222,3 @@ class ObjectRepository:
     async def now(self) -> datetime.datetime:
         """The database clock, which decides expiry everywhere."""
         return await self._db.fetchval("SELECT now()")  # type: ignore[no-any-return]
-
-    async def get_or_create_secret(self, name: str, candidate: str) -> str:
-        """The stored secret of that name; the first caller's ``candidate`` wins."""
-        await self._db.execute(
-            "INSERT INTO objectstore_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            name,
-            candidate,
-        )
-        return await self._db.fetchval(  # type: ignore[no-any-return]
-            "SELECT value FROM objectstore_secrets WHERE name = $1", name
-        )
