@@ -157,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     # The demo draws progress bars: only warnings, unless a level was asked for.
     level = "WARNING" if args.command == "demo" and "FERRUM_LOG_LEVEL" not in os.environ else settings.log_level
     configure_logging(level, settings.log_format)
+    from services.common.open_files import raise_open_files_limit
+
+    raise_open_files_limit()  # every listener's connection cap must fit under it (docs/security.md)
     try:
         return asyncio.run(_run(args, settings))
     except KeyboardInterrupt:

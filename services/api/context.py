@@ -19,16 +19,26 @@ from services.api.json_body import read_json
 from services.common import errors
 from services.common.config import ApiConfig, Settings
 from services.common.db.nodes import NodeRepository, is_uuid
+from services.common.endpoints import Endpoints
 
 NAMES_SINCE = (1, 5)
 
 
 class ApiContext:
-    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, settings: Settings, *, internal_token: str) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        router: ConductorRouter,
+        settings: Settings,
+        *,
+        internal_token: str,
+        endpoints: Endpoints | None = None,
+    ) -> None:
         self.pool = pool
         self.router = router
         self.settings = settings
         self.internal_token = internal_token  # presented to Ferrum's own gRPC services
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.nodes = NodeRepository(pool)
 
     @property

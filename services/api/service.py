@@ -21,17 +21,24 @@ from services.api.middlewares import basic_auth_middleware, error_middleware, lo
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
+from services.common.endpoints import Endpoints
 from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
-from services.common.recorded_addresses import record_api_url
 
 LOG = logging.getLogger(__name__)
 
 
 def build_app(
-    settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, metrics: ServiceMetrics, *, internal_token: str
+    settings: Settings,
+    pool: asyncpg.Pool,
+    router: ConductorRouter,
+    metrics: ServiceMetrics,
+    *,
+    internal_token: str,
+    endpoints: Endpoints | None = None,
 ) -> web.Application:
     config = settings.api
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
@@ -39,7 +46,7 @@ def build_app(
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
-    resources = add_routes(app, ApiContext(pool, router, settings, internal_token=internal_token))
+    resources = add_routes(app, ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints))
     install_public_route(app, resources[IpxePassthru])
     return app
 
@@ -63,9 +70,10 @@ def node_service_authenticator(settings: Settings) -> Authenticator | None:
 class ApiService:
     name = "api"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.metrics = ServiceMetrics("api")
         self.router = ConductorRouter(
             pool,
@@ -96,11 +104,20 @@ class ApiService:
             authenticate=node_service_authenticator(self.settings),
         )
         self._http, port = await start_http_site(
-            build_app(self.settings, self.pool, self.router, self.metrics, internal_token=self.internal_token),
+            build_app(
+                self.settings,
+                self.pool,
+                self.router,
+                self.metrics,
+                internal_token=self.internal_token,
+                endpoints=self.endpoints,
+            ),
             c.host,
             c.port,
+            listener="api",
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
         )
-        record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
+        self.endpoints.api_url = f"http://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
         return {
             "api REST (Ironic v1)": f"http://{c.host}:{port}",
             "api gRPC": f"{c.host}:{grpc_port}",

@@ -60,6 +60,8 @@ class ApiConfig:
     ready_timeout: float = 30.0
     renderer_address: str = ""
     ramdisk_heartbeat_timeout: int = 300
+    http_max_connections: int = 4096
+    http_header_timeout: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +118,9 @@ class IpxeConfig:
     (empty: taken from the request's Host header). ``cache_ttl`` > 0 keeps
     boot data and rendered replies in memory for at most that long, evicted
     per node as soon as its boot data changes (NOTIFY ferrum_boot_data);
-    ``cache_max_entries`` bounds each layer (about 2.6 KB per cached node)."""
+    ``cache_max_entries`` bounds each layer (about 2.6 KB per cached node).
+    ``http_max_connections`` is high because a boot storm opens one
+    connection per machine at once."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -131,6 +135,8 @@ class IpxeConfig:
     max_nics: int = 8
     cache_ttl: float = 30.0
     cache_max_entries: int = 100_000
+    http_max_connections: int = 10_000
+    http_header_timeout: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +163,8 @@ class ObjectStoreConfig:
     s3_secret_key: str = ""
     s3_part_size: int = 16 * 1024**2
     s3_presign_version: str = "s3v4"
+    http_max_connections: int = 4096
+    http_header_timeout: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,7 +365,17 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("FERRUM_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
     if settings.database.pool_min < 1 or settings.database.pool_max < settings.database.pool_min:
         raise ConfigError("database pool sizes need 1 <= pool_min <= pool_max")
+    for section in ("api", "ipxe", "objectstore"):
+        _validate_listener(section, getattr(settings, section))
     return settings
+
+
+def _validate_listener(section: str, values: ApiConfig | IpxeConfig | ObjectStoreConfig) -> None:
+    """The HTTP listener's connection bounds (services/common/connection_guard.py)."""
+    if values.http_max_connections < 1:
+        raise ConfigError(f"{env_name(section, 'http_max_connections')} must be at least 1")
+    if values.http_header_timeout <= 0:
+        raise ConfigError(f"{env_name(section, 'http_header_timeout')} must be positive (seconds)")
 
 
 def _validate_objectstore(c: ObjectStoreConfig) -> None:

@@ -18,10 +18,12 @@ from aiohttp import web
 
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
-from services.common.aiohttp_serving import request_context_middleware
+from services.common.aiohttp_serving import IDLE_TIMEOUT, request_context_middleware
 from services.common.config import Settings
+from services.common.connection_guard import ConnectionGuard, ListenerLimits
 from services.common.db.objects import ObjectRepository
 from services.common.db.service_secrets import SecretRepository
+from services.common.endpoints import Endpoints
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
@@ -42,9 +44,10 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ObjectStore"].full_name
 class ObjectStoreService:
     name = "objectstore"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.metrics = ServiceMetrics("objectstore")
         self.grpc_address = ""
         self.http_url = ""
@@ -55,6 +58,7 @@ class ObjectStoreService:
         self._http: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._front_doors: set[UploadFrontDoor] = set()
+        self.http_guard: ConnectionGuard | None = None  # the HTTP port's connection bounds
         self._grpc: Any = None
         self._health: Any = None
 
@@ -108,6 +112,7 @@ class ObjectStoreService:
             authenticate=internal_token_authenticator(self.internal_token),
         )
         self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
+        self.endpoints.objectstore_grpc = self.grpc_address
         self._sweeper = Sweeper(self.store, interval=c.sweep_interval, orphan_grace=c.orphan_grace)
         self._sweeper.start()
         LOG.info(
@@ -127,14 +132,22 @@ class ObjectStoreService:
         """The HTTP port: UploadFrontDoor takes fast PUT uploads and hands every
         other connection to the aiohttp app. Returns the bound port."""
         c = self.settings.objectstore
-        self._http = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        self._http = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=5.0, keepalive_timeout=IDLE_TIMEOUT
+        )
         await self._http.setup()
         aiohttp_server = self._http.server
         assert aiohttp_server is not None
         loop = asyncio.get_running_loop()
+        guard = self.http_guard = ConnectionGuard(
+            "objectstore",
+            ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
+        )
         try:
             self._listener = await loop.create_server(
-                lambda: UploadFrontDoor(uploads, aiohttp_server, self.metrics, servicer.bytes, self._front_doors),
+                lambda: UploadFrontDoor(
+                    uploads, aiohttp_server, self.metrics, servicer.bytes, self._front_doors, guard
+                ),
                 c.host,
                 c.http_port,
                 reuse_address=True,
@@ -144,6 +157,7 @@ class ObjectStoreService:
             await self._http.cleanup()
             self._http = None
             raise OSError(f"cannot listen on {c.host}:{c.http_port}: {exc.strerror or exc}") from None
+        guard.start()
         return int(self._listener.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
@@ -153,6 +167,8 @@ class ObjectStoreService:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        if self.http_guard is not None:
+            self.http_guard.stop()
         doors = list(self._front_doors)
         for door in doors:
             door.abort()  # an upload in progress stores nothing

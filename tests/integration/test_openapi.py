@@ -63,7 +63,7 @@ CHECKS = (
     "not_a_server_error,response_schema_conformance,status_code_conformance,"
     "response_headers_conformance,content_type_conformance"
 )
-SCHEMATHESIS_BUDGET = 240.0  # seconds; the run takes well under a minute here
+SCHEMATHESIS_BUDGET = 240.0  # seconds; about a minute on a quiet 2-core machine, 85-165 s under load
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +150,7 @@ async def _seed(api: str) -> None:
                 assert r.status == 201, await r.text()
 
 
+@pytest.mark.timeout(SCHEMATHESIS_BUDGET + 60)  # its own budget below, not the suite's default 120 s
 async def test_schemathesis_finds_no_server_error_or_schema_violation(api: str, tmp_path: Path) -> None:
     await _seed(api)
     command = [
