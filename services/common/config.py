@@ -80,6 +80,11 @@ class ConductorConfig:
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
+    enabled_console_interfaces: tuple[str, ...] = ("no-console",)
+    enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
+    enabled_bios_interfaces: tuple[str, ...] = ("no-bios",)
+    enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake")
+    enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware",)
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
     liveness_check_interval: float = 1.0
@@ -98,6 +103,7 @@ class ConductorConfig:
     fake_storage_delay: str = "0"
     fake_vendor_delay: str = "0"
     fake_inspect_delay: str = "0"
+    fake_rescue_delay: str = "0"
     redfish_power_timeout: float = 60.0
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0

@@ -5,7 +5,8 @@ client may retry, so the api and gRPC layers map errors mechanically::
 
     FerrumError (500, INTERNAL)
     ├── Invalid (400, INVALID_ARGUMENT)
-    │   ├── InvalidParameterValue, MissingParameter, PatchError
+    │   ├── InvalidParameterValue ── UnsupportedDriverExtension
+    │   ├── MissingParameter, PatchError
     │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
     │   └── ConfigDriveInvalid
     ├── Unauthorized (401, UNAUTHENTICATED)
@@ -19,6 +20,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
+    ├── DriverLoadError (500): a hardware type or implementation that cannot load
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
@@ -51,6 +53,11 @@ class Invalid(FerrumError):
 
 class InvalidParameterValue(Invalid):
     pass
+
+
+class UnsupportedDriverExtension(InvalidParameterValue):
+    """The node's interface cannot do that verb (a ``no-*`` implementation, or a
+    feature the implementation lacks); Ironic's exception of the same name."""
 
 
 class MissingParameter(Invalid):
@@ -186,6 +193,11 @@ class DatabaseUnavailable(ServiceUnavailable):
     changed; the client retries after ``retry_after`` seconds."""
 
     retry_after = 2
+
+
+class DriverLoadError(FerrumError):
+    """Driver composition is broken at conductor start: a hardware type names an
+    implementation nothing provides, or a kind has no enabled implementation."""
 
 
 class HardwareError(FerrumError):

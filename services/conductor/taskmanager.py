@@ -27,6 +27,7 @@ from services.common import errors
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
+from services.common.db.volumes import node_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.registry import DriverRegistry
@@ -148,13 +149,16 @@ class TaskManager:
             raise
 
     async def build_task(self, node: dict[str, Any], *, purpose: str = "") -> Task:
-        ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
+        ports = await self.ports.list_for_node_ids([node["id"]])
+        targets, connectors = await node_volumes(self.pool, node["id"])
         return Task(
             node=node,
             ports=ports,
             driver=driver,
             conductor=self.hostname,
+            volume_targets=targets,
+            volume_connectors=connectors,
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
             publish_configdrive=self.publish_configdrive,

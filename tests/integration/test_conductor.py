@@ -121,7 +121,13 @@ async def test_dead_conductor_nodes_are_recovered(pool) -> None:
             break
         await asyncio.sleep(0.05)
     assert resumed["provision_state"] == states.ACTIVE and resumed["last_error"] is None, resumed
-    carried_on = await live.nodes.get(waiting["uuid"])
+    # The waiting node's resume runs in the background too, in no set order
+    # with the other's: wait (bounded) for it to let go of the lock.
+    for _ in range(200):
+        carried_on = await live.nodes.get(waiting["uuid"])
+        if carried_on["reservation"] is None:
+            break
+        await asyncio.sleep(0.05)
     assert carried_on["provision_state"] == states.DEPLOYWAIT and carried_on["reservation"] is None
     events = [
         r["message"]

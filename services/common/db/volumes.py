@@ -108,3 +108,29 @@ class VolumeRepository:
         result = await self._db.execute(f"DELETE FROM {self.table} WHERE uuid = $1::uuid", ident)
         if result.endswith(" 0"):
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
+
+
+# A node's targets (by boot_index) and connectors in one round trip: every
+# locked operation reads them, as Ironic's task does, so the interfaces and
+# the capability checks see the node's volumes without a query of their own.
+_NODE_VOLUMES = """
+SELECT
+    coalesce((SELECT jsonb_agg(jsonb_build_object('uuid', t.uuid::text, 'volume_type', t.volume_type,
+                                                  'boot_index', t.boot_index, 'volume_id', t.volume_id,
+                                                  'properties', t.properties, 'extra', t.extra)
+                               ORDER BY t.boot_index)
+              FROM volume_targets t WHERE t.node_id = $1), '[]'::jsonb) AS targets,
+    coalesce((SELECT jsonb_agg(jsonb_build_object('uuid', c.uuid::text, 'type', c.type,
+                                                  'connector_id', c.connector_id, 'extra', c.extra)
+                               ORDER BY c.id)
+              FROM volume_connectors c WHERE c.node_id = $1), '[]'::jsonb) AS connectors
+"""
+
+
+async def node_volumes(
+    db: asyncpg.Pool | asyncpg.Connection, node_id: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volume targets, volume connectors) of one node, as plain dicts."""
+    row = await db.fetchrow(_NODE_VOLUMES, node_id)
+    assert row is not None  # an aggregate-only SELECT always returns its row
+    return list(row["targets"]), list(row["connectors"])

@@ -213,3 +213,20 @@ class FakeInspect(_Delayed, base.InspectInterface):
     async def inspect_hardware(self, task: base.Task) -> str:
         await self._sleep()
         return states.MANAGEABLE
+
+
+class FakeRescue(_Delayed, base.RescueInterface):
+    """Ironic's fake rescue: accepts rescue and unrescue without a machine, so
+    fake-hardware keeps exercising the rescue verbs (the rescue flow itself
+    is another issue's work and does not call it yet)."""
+
+    name = "fake"
+    delay_option = "fake_rescue_delay"
+
+    async def rescue(self, task: base.Task) -> str:
+        await self._sleep()
+        return states.RESCUE
+
+    async def unrescue(self, task: base.Task) -> str:
+        await self._sleep()
+        return states.ACTIVE
