@@ -16,10 +16,10 @@ from aiohttp import web
 
 from services.api.conductor_router import ConductorRouter
 from services.api.json_body import read_json
-from services.common.endpoints import Endpoints
 from services.common import errors
 from services.common.config import ApiConfig, Settings
 from services.common.db.nodes import NodeRepository, is_uuid
+from services.common.endpoints import Endpoints
 
 NAMES_SINCE = (1, 5)
 

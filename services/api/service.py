@@ -22,11 +22,11 @@ from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
 from services.common.connection_guard import ListenerLimits
+from services.common.endpoints import Endpoints
 from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
-from services.common.endpoints import Endpoints
 
 LOG = logging.getLogger(__name__)
 

@@ -7,14 +7,16 @@ holder refreshes; an expired lease (a dead conductor) may be taken over.
 
 from __future__ import annotations
 
+import builtins
 import datetime
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 INTERFACE_FIELDS = (
@@ -118,6 +120,10 @@ _FILTERS = {
 }
 
 
+@overload
+def _node(record: asyncpg.Record) -> dict[str, Any]: ...
+@overload
+def _node(record: asyncpg.Record | None) -> dict[str, Any] | None: ...
 def _node(record: asyncpg.Record | None) -> dict[str, Any] | None:
     return row_to_dict(record)
 
@@ -133,7 +139,7 @@ def is_uuid(value: str) -> bool:
 class NodeRepository:
     """Named node queries over a pool (or one connection inside a transaction)."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -189,7 +195,7 @@ class NodeRepository:
         sort_key: str = "id",
         sort_dir: str = "asc",
         columns: Iterable[str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """One page of nodes. Keyset pagination on (sort_key, id), so a page of
         10,000 never scans or holds more than ``limit`` rows."""
         if sort_key not in SORT_KEYS:
@@ -234,7 +240,7 @@ class NodeRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [_node(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+        return [_node(r) for r in await self._db.fetch(sql, *args)]
 
     async def count(self) -> int:
         return int(await self._db.fetchval("SELECT count(*) FROM nodes"))
@@ -305,7 +311,7 @@ class NodeRepository:
             token,
         )
         if row is not None:
-            return _node(row), True  # type: ignore[return-value]
+            return _node(row), True
         return await self.get(node_uuid), False
 
     async def delete(self, node_uuid: str) -> None:
@@ -331,7 +337,7 @@ class NodeRepository:
             lease,
         )
         if row is not None:
-            return _node(row)  # type: ignore[return-value]
+            return _node(row)
         current = await self._db.fetchrow("SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid)
         if current is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
@@ -362,7 +368,7 @@ class NodeRepository:
         )
         return not result.endswith(" 0")
 
-    async def refresh_leases(self, holder: str, node_uuids: Sequence[str], lease: float) -> list[str]:
+    async def refresh_leases(self, holder: str, node_uuids: Sequence[str], lease: float) -> builtins.list[str]:
         """Extend the leases still held; returns the uuids actually refreshed."""
         rows = await self._db.fetch(
             "UPDATE nodes SET reservation_expires_at = now() + make_interval(secs => $3) "
@@ -381,19 +387,19 @@ class NodeRepository:
         )
         return int(result.split()[-1])
 
-    async def list_reserved_by(self, holders: Sequence[str]) -> list[dict[str, Any]]:
+    async def list_reserved_by(self, holders: Sequence[str]) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch("SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders))
-        return [_node(r) for r in rows]  # type: ignore[misc]
+        return [_node(r) for r in rows]
 
-    async def list_expired_reservations(self) -> list[dict[str, Any]]:
+    async def list_expired_reservations(self) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             "SELECT * FROM nodes WHERE reservation IS NOT NULL AND reservation_expires_at < now()"
         )
-        return [_node(r) for r in rows]  # type: ignore[misc]
+        return [_node(r) for r in rows]
 
     async def list_in_states(
         self, states: Sequence[str], *, updated_before: datetime.datetime | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if updated_before is None:
             rows = await self._db.fetch("SELECT * FROM nodes WHERE provision_state = ANY($1::text[])", list(states))
         else:
@@ -402,16 +408,16 @@ class NodeRepository:
                 list(states),
                 updated_before,
             )
-        return [_node(r) for r in rows]  # type: ignore[misc]
+        return [_node(r) for r in rows]
 
-    async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> list[dict[str, Any]]:
+    async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 AND NOT maintenance "
             "AND reservation IS NULL ORDER BY id LIMIT $2",
             after_id,
             limit,
         )
-        return [_node(r) for r in rows]  # type: ignore[misc]
+        return [_node(r) for r in rows]
 
 
 def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.FerrumError:

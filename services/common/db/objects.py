@@ -10,6 +10,7 @@ update.
 
 from __future__ import annotations
 
+import builtins
 import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ class ObjectRepository:
             )
         )
 
-    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> list[dict[str, Any]]:
+    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND starts_with(name, $2) AND {_LIVE} "
             "ORDER BY name LIMIT $3",
@@ -58,7 +59,7 @@ class ObjectRepository:
             prefix,
             limit,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def container_usage(self, container: str, *, excluding: str = "") -> int:
         """Bytes held by the live objects of a container, not counting ``excluding``
@@ -167,7 +168,7 @@ class ObjectRepository:
         except asyncpg.CheckViolationError:
             raise errors.InvalidParameterValue(f"usage_count of {container}/{name} cannot go below zero") from None
         if row is not None:
-            return row_to_dict(row)  # type: ignore[return-value]
+            return row_to_dict(row)
         current = await self.get(container, name)
         if current is None:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
@@ -200,7 +201,7 @@ class ObjectRepository:
             )
             return count, False, None
 
-    async def delete_expired(self, *, limit: int = 500) -> list[str]:
+    async def delete_expired(self, *, limit: int = 500) -> builtins.list[str]:
         """Remove up to ``limit`` expired rows; returns their backend keys.
 
         SKIP LOCKED lets several object store replicas sweep at once without
