@@ -112,23 +112,24 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
         "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
         "FERRUM_DATABASE_POOL_MAX": "40",
     }
-    stack = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "stack",
-            "--ephemeral",
-            "--state-dir",
-            str(tmp / "state"),
-            "--ports-file",
-            str(ports_file),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "stack.log", "w"),
-    )
+    with open(tmp / "stack.log", "w") as log:  # the child keeps its own copy of the descriptor
+        stack = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "stack",
+                "--ephemeral",
+                "--state-dir",
+                str(tmp / "state"),
+                "--ports-file",
+                str(ports_file),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     simulator = None
     try:
         deadline = time.monotonic() + 120

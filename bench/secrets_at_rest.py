@@ -28,6 +28,7 @@ from pathlib import Path
 from services.common.db.node_secrets import NodeSecrets
 from services.common.images.configdrive import build_configdrive, encode_configdrive
 from services.common.keyring import Keyring
+from services.objectstore.backends import Upload
 from services.objectstore.backends.filesystem import FilesystemBackend
 from services.objectstore.sealed_objects import ObjectSealing
 
@@ -88,7 +89,7 @@ async def bench_objects(mib: int) -> None:
 
         async def write(sealed: bool) -> tuple[float, dict]:
             key = uuid.uuid4().hex
-            upload = backend.begin_upload(key)
+            upload: Upload = backend.begin_upload(key)
             key_id = None
             if sealed:
                 upload, key_id = sealing.begin(upload, container="drives", name=key)

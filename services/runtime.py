@@ -127,7 +127,7 @@ async def serve(
         for label, address in stack.endpoints.items():
             print(f"  {label:<{width}}  {address}", flush=True)
         if ports_file:
-            Path(ports_file).write_text(json.dumps(stack.endpoints, indent=2))
+            await asyncio.to_thread(Path(ports_file).write_text, json.dumps(stack.endpoints, indent=2))
         if until is not None:
             await until(stack)
         else:

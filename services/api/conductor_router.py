@@ -122,7 +122,7 @@ class ConductorRouter:
             )
         return dict(owner)
 
-    def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceStub:
+    def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = client_channel(address, token=self._token)

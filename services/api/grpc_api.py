@@ -145,7 +145,7 @@ def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
         message=row["message"],
         conductor=row["conductor"] or "",
     )
-    message.created_at.CopyFrom(_ts(row["created_at"]))
+    message.created_at.FromDatetime(row["created_at"])
     return message
 
 
@@ -382,6 +382,18 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             return pb.DeletePortResponse()
 
         return await self._guard(context, run())
+
+    # api.proto declares the volume calls, but volumes are served over REST only
+    # so far; say so with UNIMPLEMENTED (the generated base class's status).
+    async def CreateVolumeConnector(
+        self, request: pb.CreateVolumeConnectorRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.VolumeConnector:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "volume connectors are served over REST only")
+
+    async def CreateVolumeTarget(
+        self, request: pb.CreateVolumeTargetRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.VolumeTarget:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "volume targets are served over REST only")
 
     async def WatchNodes(
         self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext

@@ -25,9 +25,9 @@ from aiohttp import web
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.common.config import Settings
 from services.common.console_text import sanitize_text
+from services.common.endpoints import Endpoints
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
-from services.common.endpoints import Endpoints
 
 LOG = logging.getLogger(__name__)
 PATH = re.compile(r"/v1/drivers/[^/]+/vendor_passthru/ipxe_config")
@@ -52,7 +52,7 @@ class IpxePassthru:
         self._timeout = timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererStub:
+    def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
             channel = self._channels[address] = client_channel(address, token=self._token)

@@ -28,6 +28,8 @@ client may retry, so the api and gRPC layers map errors mechanically::
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 ERROR_METADATA_KEY = "ferrum-error"
@@ -249,7 +251,7 @@ def error_class(name: str) -> type[FerrumError]:
     return _all_subclasses(FerrumError).get(name, FerrumError)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: FerrumError) -> None:
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: FerrumError) -> None:
     """End a gRPC call with the error's status code and its class as metadata.
 
     The class name travels in trailing metadata so that the api can re-raise

@@ -79,9 +79,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method
         if method.startswith(self._open):
             return await continuation(handler_call_details)
@@ -94,13 +94,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return _refusing(handler, refusal)
 
 
-def _refusing(handler: grpc.RpcMethodHandler, details: str) -> grpc.RpcMethodHandler:
+def _refusing(handler: grpc.RpcMethodHandler[Any, Any], details: str) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of the same shape that ends the call with UNAUTHENTICATED."""
 
-    async def refuse(_request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
 
-    async def refuse_stream(_request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def refuse_stream(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
         yield  # pragma: no cover - makes this an async generator, as a streaming handler must be
 

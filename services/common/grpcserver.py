@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,18 +29,19 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
         incoming = dict(handler_call_details.invocation_metadata or ())
-        inner = handler.unary_unary
+        # An aio server's handlers are coroutines; the stubs type RpcMethodHandler for the sync server.
+        inner = cast(Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]], handler.unary_unary)
         metrics = self._metrics
 
-        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             request_id_var.set(str(incoming.get(REQUEST_ID_KEY) or f"req-{uuid.uuid4()}"))
             started = time.perf_counter()
             code = "OK"

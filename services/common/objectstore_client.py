@@ -11,6 +11,7 @@ instead (sendfile, no copy through Python), which is about twice as fast.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import datetime
 import json
@@ -139,7 +140,7 @@ class ObjectStoreClient:
         self.address = address
         self._token = token
         self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.ObjectStoreStub | None = None
+        self._stub: pb_grpc.ObjectStoreAsyncStub | None = None
 
     def present_token(self, token: str) -> None:
         """The internal token to call with (known only once the caller has its database)."""
@@ -147,7 +148,7 @@ class ObjectStoreClient:
             raise RuntimeError("the token must be set before the first call")
         self._token = token
 
-    def _api(self) -> pb_grpc.ObjectStoreStub:
+    def _api(self) -> pb_grpc.ObjectStoreAsyncStub:
         if self._stub is None:
             self._channel = client_channel(self.address, token=self._token)
             self._stub = pb_grpc.ObjectStoreStub(self._channel)
@@ -306,7 +307,7 @@ class ObjectStoreClient:
             return None
         return ObjectInfo.from_message(reply)
 
-    async def list(self, container: str, prefix: str = "") -> list[ObjectInfo]:
+    async def list(self, container: str, prefix: str = "") -> builtins.list[ObjectInfo]:
         reply = await self._call("List", pb.ListObjectsRequest(container=container, prefix=prefix))
         return [ObjectInfo.from_message(m) for m in reply.objects]
 

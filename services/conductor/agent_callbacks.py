@@ -103,14 +103,13 @@ class AgentCallbacks:
         node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
         if node["provision_state"] not in (states.DEPLOYWAIT, states.DEPLOYING):
             return
-        if not await self._try_continue(node_uuid):
-            # The deploy flow still holds the lock (the agent booted fast), or a
-            # step is running: try again shortly rather than a whole heartbeat
-            # interval later.
-            if node_uuid not in self._retries:
-                retry = asyncio.create_task(self._retry_continue(node_uuid), name=f"heartbeat-retry:{node_uuid}")
-                self._retries[node_uuid] = retry
-                retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
+        # The deploy flow still holds the lock (the agent booted fast), or a
+        # step is running: try again shortly rather than a whole heartbeat
+        # interval later.
+        if not await self._try_continue(node_uuid) and node_uuid not in self._retries:
+            retry = asyncio.create_task(self._retry_continue(node_uuid), name=f"heartbeat-retry:{node_uuid}")
+            self._retries[node_uuid] = retry
+            retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
 
     async def _try_continue(self, node_uuid: str) -> bool:
         """Take the lock and run the next step; False when the node is busy.

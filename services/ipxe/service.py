@@ -17,11 +17,11 @@ from ferrum.v1 import renderer_pb2_grpc
 from services.common.config import Settings
 from services.common.connection_guard import ListenerLimits
 from services.common.db.bootdata import BootDataRepository
+from services.common.endpoints import Endpoints
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
-from services.common.endpoints import Endpoints
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
 from services.ipxe.handlers import ScriptReplies
 from services.ipxe.http_server import ScriptHttpServer

@@ -8,6 +8,7 @@ unreferenced bytes, which the orphan sweep removes."""
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import datetime
 import logging
@@ -251,7 +252,7 @@ class ObjectStore:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
         return row
 
-    async def list(self, container: str, prefix: str = "") -> list[dict[str, Any]]:
+    async def list(self, container: str, prefix: str = "") -> builtins.list[dict[str, Any]]:
         """Objects of a container by name; a container exists while it holds an object."""
         names.check_container(container)
         rows = await self.repo.list(container, prefix)

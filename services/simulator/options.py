@@ -52,7 +52,7 @@ class SimulatorOptions:
     boot_url: str = ""  # what DHCP would hand iPXE as its bootfile
     host: str = "127.0.0.1"
     port: int = 0  # 0 = ephemeral
-    disk_size: int = 1024**3
+    disk_size: int | str = 1024**3  # bytes, or a size such as "8MiB"
     username: str = ""  # empty = the BMC asks for no credentials
     password: str = ""
     name_prefix: str = "sim-"

@@ -19,8 +19,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from ferrum.v1 import api_pb2, api_pb2_grpc, conductor_pb2, conductor_pb2_grpc
-from ferrum.v1 import objectstore_pb2, objectstore_pb2_grpc, renderer_pb2, renderer_pb2_grpc
+from ferrum.v1 import (
+    api_pb2,
+    api_pb2_grpc,
+    conductor_pb2,
+    conductor_pb2_grpc,
+    objectstore_pb2,
+    objectstore_pb2_grpc,
+    renderer_pb2,
+    renderer_pb2_grpc,
+)
 from services.common.grpc_auth import basic_auth_metadata, internal_token_metadata
 from services.common.internal_token import internal_token
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
@@ -116,11 +124,15 @@ async def test_internal_services_answer_with_the_token(stack: RunningStack) -> N
 async def test_health_is_open_and_reflection_is_not(stack: RunningStack) -> None:
     for label in ("conductor gRPC", "objectstore gRPC", "ipxe gRPC", "api gRPC"):
         async with channel(stack.endpoints[label]) as ch:
-            reply = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            # types-grpcio-health-checking/-reflection declare these stubs without their
+            # methods and for sync channels only.
+            health = health_pb2_grpc.HealthStub(ch)
+            reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
             requests = iter([reflection_pb2.ServerReflectionRequest(list_services="")])
             with pytest.raises(grpc.aio.AioRpcError) as caught:
-                async for _ in reflection_pb2_grpc.ServerReflectionStub(ch).ServerReflectionInfo(requests):
+                reflection = reflection_pb2_grpc.ServerReflectionStub(ch)  # type: ignore[arg-type]
+                async for _ in reflection.ServerReflectionInfo(requests):  # type: ignore[operator]
                     pass
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, label
 

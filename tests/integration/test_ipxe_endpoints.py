@@ -195,7 +195,9 @@ async def test_grpc_render_health_and_reflection(stack: Any, http: aiohttp.Clien
                 await stub.RenderBootScript(bad)
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         health = health_pb2_grpc.HealthStub(channel)
-        status = await health.Check(health_pb2.HealthCheckRequest(service="ferrum.v1.BootScriptRenderer"))
+        # types-grpcio-health-checking declares HealthStub without its methods.
+        request = health_pb2.HealthCheckRequest(service="ferrum.v1.BootScriptRenderer")
+        status = await health.Check(request)  # type: ignore[attr-defined]
         assert status.status == health_pb2.HealthCheckResponse.SERVING
 
 

@@ -270,6 +270,7 @@ async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
     # 50 concurrent compare-and-set increments: each success moved the counter by exactly one.
     async def cas() -> bool:
         current = await client.stat("usage", "shared.iso")
+        assert current is not None
         try:
             await client.update_metadata("usage", "shared.iso", usage_delta=1, expected_usage=current.usage_count)
             return True
@@ -278,7 +279,7 @@ async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
 
     won = sum(await asyncio.gather(*(cas() for _ in range(50))))
     info = await client.stat("usage", "shared.iso")
-    assert won >= 1 and info.usage_count == 50 + won
+    assert info is not None and won >= 1 and info.usage_count == 50 + won
 
     with pytest.raises(errors.InvalidParameterValue):
         await client.update_metadata("usage", "shared.iso", usage_delta=-10_000)
@@ -371,7 +372,6 @@ async def test_wire_status_codes(service) -> None:
 
     from ferrum.v1 import objectstore_pb2 as pb
     from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
-
     from services.common.grpc_auth import internal_token_metadata
 
     async with grpc.aio.insecure_channel(

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -291,11 +292,11 @@ async def test_expect_continue_and_chunked_bodies(client: ObjectStoreClient, htt
     # Chunked (no Content-Length) goes through aiohttp's route, with the same outcome.
     pieces = [os.urandom(100_000) for _ in range(7)]
 
-    async def body():
+    async def chunked() -> AsyncIterator[bytes]:
         for piece in pieces:
             yield piece
 
-    async with http.put(url, data=body(), headers={"X-Object-Metadata": '{"via": "chunked"}'}) as resp:
+    async with http.put(url, data=chunked(), headers={"X-Object-Metadata": '{"via": "chunked"}'}) as resp:
         assert resp.status == 201, await resp.text()
         answer = await resp.json()
     assert answer["sha256"] == hashlib.sha256(b"".join(pieces)).hexdigest() and answer["metadata"] == {"via": "chunked"}

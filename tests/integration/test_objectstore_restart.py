@@ -53,6 +53,9 @@ async def test_temp_urls_survive_restart(database_url: str, tmp_path: Path) -> N
         await store.close()
         old_base = first.public_url
     # A new process (new port: the signature covers the path, not the host).
-    async with running_objectstore(settings) as second, aiohttp.ClientSession() as http:
-        async with http.get(url.replace(old_base, second.public_url)) as resp:
-            assert resp.status == 200 and await resp.read() == b"persisted"
+    async with (
+        running_objectstore(settings) as second,
+        aiohttp.ClientSession() as http,
+        http.get(url.replace(old_base, second.public_url)) as resp,
+    ):
+        assert resp.status == 200 and await resp.read() == b"persisted"

@@ -361,6 +361,7 @@ async def test_s3_orphan_sweep(database_url: str, moto_endpoint: str, tmp_path: 
                 await s3.put_object(Bucket="ferrum-orphans", Key="0123456789abcdef0123456789abcdef", Body=b"stray")
                 await s3.put_object(Bucket="ferrum-orphans", Key="someone-elses/file.txt", Body=b"foreign")
                 await asyncio.sleep(1.1)  # S3 times have one-second resolution
+                assert service.store is not None
                 assert await service.store.sweep_orphans() == 1
                 keys = [o["Key"] for o in (await s3.list_objects_v2(Bucket="ferrum-orphans"))["Contents"]]
             assert "0123456789abcdef0123456789abcdef" not in keys and "someone-elses/file.txt" in keys

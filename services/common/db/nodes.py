@@ -11,15 +11,17 @@ plaintext and PostgreSQL holds ciphertext when a key is configured.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, overload
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.node_secrets import SEALED_FIELDS, NodeSecrets
 from services.common.db.rows import row_to_dict
 
@@ -138,10 +140,14 @@ class NodeRepository:
     ``secrets`` is required, not defaulted: a repository built without the
     keyring would write secrets in the clear and hand out ciphertext."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection, *, secrets: NodeSecrets) -> None:
+    def __init__(self, db: Database, *, secrets: NodeSecrets) -> None:
         self._db = db
         self._secrets = secrets
 
+    @overload
+    def _node(self, record: asyncpg.Record) -> dict[str, Any]: ...
+    @overload
+    def _node(self, record: asyncpg.Record | None) -> dict[str, Any] | None: ...
     def _node(self, record: asyncpg.Record | None) -> dict[str, Any] | None:
         row = row_to_dict(record)
         return None if row is None else self._secrets.open(row)
@@ -202,7 +208,7 @@ class NodeRepository:
         sort_key: str = "id",
         sort_dir: str = "asc",
         columns: Iterable[str] | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """One page of nodes. Keyset pagination on (sort_key, id), so a page of
         10,000 never scans or holds more than ``limit`` rows."""
         if sort_key not in SORT_KEYS:
@@ -247,7 +253,7 @@ class NodeRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [self._node(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+        return [self._node(r) for r in await self._db.fetch(sql, *args)]
 
     async def count(self) -> int:
         return int(await self._db.fetchval("SELECT count(*) FROM nodes"))
@@ -324,7 +330,7 @@ class NodeRepository:
             token,
         )
         if row is not None:
-            return self._node(row), True  # type: ignore[return-value]
+            return self._node(row), True
         return await self.get(node_uuid), False
 
     async def reseal_batch(self, *, after_id: int, limit: int) -> tuple[int | None, int]:
@@ -389,7 +395,7 @@ class NodeRepository:
             lease,
         )
         if row is not None:
-            return self._node(row)  # type: ignore[return-value]
+            return self._node(row)
         current = await self._db.fetchrow("SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid)
         if current is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
@@ -420,7 +426,7 @@ class NodeRepository:
         )
         return not result.endswith(" 0")
 
-    async def refresh_leases(self, holder: str, node_uuids: Sequence[str], lease: float) -> list[str]:
+    async def refresh_leases(self, holder: str, node_uuids: Sequence[str], lease: float) -> builtins.list[str]:
         """Extend the leases still held; returns the uuids actually refreshed."""
         rows = await self._db.fetch(
             "UPDATE nodes SET reservation_expires_at = now() + make_interval(secs => $3) "
@@ -439,19 +445,19 @@ class NodeRepository:
         )
         return int(result.split()[-1])
 
-    async def list_reserved_by(self, holders: Sequence[str]) -> list[dict[str, Any]]:
+    async def list_reserved_by(self, holders: Sequence[str]) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch("SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders))
-        return [self._node(r) for r in rows]  # type: ignore[misc]
+        return [self._node(r) for r in rows]
 
-    async def list_expired_reservations(self) -> list[dict[str, Any]]:
+    async def list_expired_reservations(self) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             "SELECT * FROM nodes WHERE reservation IS NOT NULL AND reservation_expires_at < now()"
         )
-        return [self._node(r) for r in rows]  # type: ignore[misc]
+        return [self._node(r) for r in rows]
 
     async def list_in_states(
         self, states: Sequence[str], *, updated_before: datetime.datetime | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if updated_before is None:
             rows = await self._db.fetch("SELECT * FROM nodes WHERE provision_state = ANY($1::text[])", list(states))
         else:
@@ -460,16 +466,16 @@ class NodeRepository:
                 list(states),
                 updated_before,
             )
-        return [self._node(r) for r in rows]  # type: ignore[misc]
+        return [self._node(r) for r in rows]
 
-    async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> list[dict[str, Any]]:
+    async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 AND NOT maintenance "
             "AND reservation IS NULL ORDER BY id LIMIT $2",
             after_id,
             limit,
         )
-        return [self._node(r) for r in rows]  # type: ignore[misc]
+        return [self._node(r) for r in rows]
 
 
 def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.FerrumError:

@@ -10,6 +10,7 @@ update.
 
 from __future__ import annotations
 
+import builtins
 import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ class ObjectRepository:
             )
         )
 
-    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> list[dict[str, Any]]:
+    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND starts_with(name, $2) AND {_LIVE} "
             "ORDER BY name LIMIT $3",
@@ -58,7 +59,7 @@ class ObjectRepository:
             prefix,
             limit,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def container_usage(self, container: str, *, excluding: str = "") -> int:
         """Bytes held by the live objects of a container, not counting ``excluding``
@@ -169,7 +170,7 @@ class ObjectRepository:
         except asyncpg.CheckViolationError:
             raise errors.InvalidParameterValue(f"usage_count of {container}/{name} cannot go below zero") from None
         if row is not None:
-            return row_to_dict(row)  # type: ignore[return-value]
+            return row_to_dict(row)
         current = await self.get(container, name)
         if current is None:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
@@ -202,7 +203,7 @@ class ObjectRepository:
             )
             return count, False, None
 
-    async def delete_expired(self, *, limit: int = 500) -> list[str]:
+    async def delete_expired(self, *, limit: int = 500) -> builtins.list[str]:
         """Remove up to ``limit`` expired rows; returns their backend keys.
 
         SKIP LOCKED lets several object store replicas sweep at once without
@@ -222,7 +223,7 @@ class ObjectRepository:
 
     async def reseal_candidates(
         self, *, after_id: int, limit: int, current_key_id: str, containers: Sequence[str], flag: str
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Live objects after ``after_id`` (by id) whose bytes are sealed under
         another key, or plain although they should be sealed (in one of
         ``containers`` or with metadata ``flag`` = "true"): what
@@ -238,7 +239,7 @@ class ObjectRepository:
             list(containers),
             flag,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def swap_bytes(self, object_id: int, *, old_key: str, new_key: str, sealed_key_id: str | None) -> bool:
         """Point a row at re-encrypted bytes, only if it still points at

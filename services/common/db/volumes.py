@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -23,7 +25,7 @@ _SPECS = {
 class VolumeRepository:
     """One repository for both kinds; ``kind`` is ``connector`` or ``target``."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection, kind: str) -> None:
+    def __init__(self, db: Database, kind: str) -> None:
         self._db = db
         self.kind = kind
         self.table, self.writable = _SPECS[kind]
@@ -57,11 +59,11 @@ class VolumeRepository:
         row = await self._db.fetchrow(self._select + " WHERE v.uuid = $1::uuid", ident) if is_uuid(ident) else None
         if row is None:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def list(
         self, *, node_id: int | None = None, limit: int = 1000, marker: str | None = None, sort_dir: str = "asc"
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
         where, args = [], []
@@ -84,7 +86,7 @@ class VolumeRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY v.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]
 
     async def update(self, ident: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         columns = [c for c in changes if c in self.writable and c != "uuid"]
@@ -100,7 +102,7 @@ class VolumeRepository:
             raise self._conflict(changes) from None
         if row is None:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete(self, ident: str) -> None:
         result = await self._db.execute(f"DELETE FROM {self.table} WHERE uuid = $1::uuid", ident)

@@ -37,12 +37,12 @@ class FakePower(_Delayed, base.PowerInterface):
         await self._sleep()
         return task.node.get("power_state") or states.POWER_OFF
 
-    async def set_power_state(self, task: base.Task, state: str, timeout: int | None = None) -> None:
+    async def set_power_state(self, task: base.Task, state: str, timeout: float | None = None) -> None:
         if state not in (states.POWER_ON, states.POWER_OFF, states.SOFT_REBOOT, states.SOFT_POWER_OFF):
             raise errors.InvalidParameterValue(f"fake power cannot set {state!r}")
         await self._sleep()
 
-    async def reboot(self, task: base.Task, timeout: int | None = None) -> None:
+    async def reboot(self, task: base.Task, timeout: float | None = None) -> None:
         await self._sleep()
 
     def get_supported_power_states(self) -> list[str]:
