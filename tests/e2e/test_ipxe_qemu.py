@@ -454,6 +454,7 @@ async def test_real_uefi_ipxe_boots_deploy_ramdisk(
                 f"Ferrum: node {node} is in state clean wait",
                 "Ferrum: loading the deploy kernel and ramdisk (uefi)",
                 marker,
+                "initrd=deploy_ramdisk",  # the /proc/cmdline line /init prints after the marker
             ],
             vm,
             BOOT_WAIT,
