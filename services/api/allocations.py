@@ -4,10 +4,13 @@ traits, optionally among candidate nodes) and get one claimed for you.
 The api records the allocation, picks a matching node (available, not in
 maintenance or retired, without instance or allocation, unlocked) and claims
 it by setting its ``instance_uuid`` to the allocation's UUID through the
-owning conductor, as Ironic's conductor does. It answers when that is done,
-so the allocation comes back ``active`` with its ``node_uuid``, or ``error``
-with ``last_error`` when no node matches. Picking is serialised across api
-processes with a PostgreSQL advisory lock. Deleting an allocation releases
+owning conductor, as Ironic's conductor does. Like Ironic, it answers at once
+with the allocation ``allocating`` and picks in the background
+(:class:`services.api.background.BackgroundWork`); the allocation then
+becomes ``active`` with its ``node_uuid``, or ``error`` with ``last_error``
+when no node matches. A locked candidate is retried a few times before it
+counts as taken. Picking is serialised across api processes with a
+PostgreSQL advisory lock. Deleting an allocation releases
 its node (409 while the node is deployed, unless it is in maintenance).
 Below 1.52 every route is 404.
 
@@ -21,7 +24,10 @@ only takes a node that project owns or leases (1.60/1.65).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import uuid as uuidlib
 from typing import Any
 
@@ -77,6 +83,7 @@ PATCH_READONLY = {
     "links",
     "owner",
 }
+LOG = logging.getLogger(__name__)
 RETRY_ON = (errors.NodeLocked, errors.Conflict, errors.ServiceUnavailable, errors.NotFound)
 
 
@@ -171,7 +178,8 @@ class AllocationsApi:
             values["uuid"] = (node or {}).get("instance_uuid") or str(uuidlib.uuid4())
         row = await self.repo.create({**values, "state": "allocating"})
         if node is None:
-            row = await self._allocate(row)
+            # Ironic answers at once with the allocation ``allocating`` and picks in the background.
+            self.ctx.background.spawn(self._allocate_or_fail(row), name=f"allocation {row['uuid']}")
         else:
             row = await self._backfill(row, node)
         doc = allocation_document(row, base=self.ctx.base(request), version=request["version"])
@@ -246,36 +254,80 @@ class AllocationsApi:
             allocation_document(row, base=self.ctx.base(request), version=request["version"]), dumps=dumps
         )
 
-    async def _allocate(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Claim the first candidate the owning conductor lets us update."""
-        async with self.repo.pick_lock():
-            candidates = await self.repo.candidates(
-                resource_class=row["resource_class"],
-                traits=row["traits"],
-                node_uuids=row["candidate_nodes"] or None,
-                owner=row.get("owner"),
-            )
-            for node in candidates:
-                try:
-                    await self.ctx.rpc(
-                        node,
-                        "UpdateNode",
-                        cpb.ConductorUpdateNodeRequest(
-                            node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})
-                        ),
-                    )
-                except RETRY_ON:
-                    continue
-                return await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
+    async def _allocate_or_fail(self, row: dict[str, Any]) -> None:
+        """The background pick: whatever goes wrong ends the allocation in ``error``, never ``allocating``."""
+        try:
+            await self._allocate(row)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._fail(row, "The allocation was interrupted: the api stopped"))
+            raise
+        except Exception as exc:  # recorded on the allocation, where the client looks
+            LOG.exception("allocation %s failed", row["uuid"])
+            await self._fail(row, f"Failed to process allocation {row['uuid']}: {exc}")
+
+    async def _fail(self, row: dict[str, Any], message: str) -> None:
+        with contextlib.suppress(errors.NotFound):  # deleted meanwhile: nothing to record
+            await self.repo.finish(row["id"], node_id=None, state="error", last_error=message)
+
+    async def _allocate(self, row: dict[str, Any]) -> None:
+        """Claim the first candidate the owning conductor lets us update.
+
+        A candidate that is locked (a power change is running, say) is tried
+        again, like Ironic's ``node_locked_retry_attempts``: up to
+        ``[api]allocation_locked_retry_attempts`` rounds,
+        ``allocation_locked_retry_interval`` seconds apart, each over the locked
+        nodes that still match. The pick lock is not held while waiting.
+        """
+        config = self.ctx.config
+        only: list[str] | None = row["candidate_nodes"] or None
+        for attempt in range(max(1, config.allocation_locked_retry_attempts)):
+            if attempt:
+                await asyncio.sleep(config.allocation_locked_retry_interval)
+            locked: list[str] = []
+            async with self.repo.pick_lock():
+                candidates = await self.repo.candidates(
+                    resource_class=row["resource_class"],
+                    traits=row["traits"],
+                    node_uuids=only,
+                    owner=row.get("owner"),
+                )
+                for node in candidates:
+                    try:
+                        await self.ctx.rpc(
+                            node,
+                            "UpdateNode",
+                            cpb.ConductorUpdateNodeRequest(
+                                node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": row["uuid"]})
+                            ),
+                        )
+                    except errors.NodeLocked:
+                        locked.append(node["uuid"])
+                        continue
+                    except RETRY_ON:
+                        continue
+                    await self._finish(row, node)
+                    return
+            if not locked:
+                break
+            only = locked
         wanted = f"resource class {row['resource_class']}" + (
             f" and traits {', '.join(row['traits'])}" if row["traits"] else ""
         )
         where = " among the candidate nodes" if row["candidate_nodes"] else ""
         if row.get("owner") is not None:
             where += f" owned or leased by {row['owner']}"
-        return await self.repo.finish(
-            row["id"], node_id=None, state="error", last_error=f"No available nodes match the {wanted}{where}"
-        )
+        await self._fail(row, f"No available nodes match the {wanted}{where}")
+
+    async def _finish(self, row: dict[str, Any], node: dict[str, Any]) -> None:
+        """Record the claimed node; if the allocation was deleted meanwhile, give the node back."""
+        try:
+            await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
+        except errors.NotFound:
+            await self.ctx.rpc(
+                node,
+                "UpdateNode",
+                cpb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps({"instance_uuid": None})),
+            )
 
     async def list_allocations(self, request: web.Request) -> web.Response:
         q = request.query

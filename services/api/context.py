@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
+from services.api.background import BackgroundWork
 from services.api.conductor_router import ConductorRouter
 from services.api.json_body import read_json
 from services.common import errors
@@ -42,6 +43,7 @@ class ApiContext:
         self.internal_token = internal_token  # presented to Ferrum's own gRPC services
         self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.nodes = NodeRepository(pool, secrets=NodeSecrets(Keyring.from_config(settings.security)))
+        self.background = BackgroundWork()  # what requests leave running; closed with the app
 
     @property
     def config(self) -> ApiConfig:

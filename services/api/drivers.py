@@ -17,6 +17,7 @@ from services.api.context import ApiContext
 from services.common import errors
 
 FIELDS_SINCE = (1, 77)
+DETAIL_SINCE = (1, 30)
 DRIVER_INTERFACE_KINDS = (
     "bios",
     "boot",
@@ -83,6 +84,9 @@ class DriversApi:
         fields = self._driver_fields(request)
         if fields is not None and request.query.get("detail") is not None:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
+        detail = params.optional_bool(request, "detail")
+        if detail is not None:
+            params.require_version(request, DETAIL_SINCE, "The detail parameter on drivers")
         drivers = self.ctx.router.hardware_types()
         driver_type = request.query.get("type")
         if driver_type == "classic":
@@ -90,8 +94,10 @@ class DriversApi:
         docs = []
         for name, hosts in sorted(drivers.items()):
             doc = self._driver_doc(request, name, hosts)
-            if fields is not None:
+            if fields is not None or detail:
+                # Ironic's detail view: every default_*/enabled_* interface field.
                 self._driver_interfaces(doc, name, hosts)
+            if fields is not None:
                 doc = {k: v for k, v in doc.items() if k in fields}
             docs.append(doc)
         return web.json_response({"drivers": docs})

@@ -48,7 +48,6 @@ NODE_READONLY = {
     "provision_updated_at",
     "last_error",
     "driver_internal_info",
-    "maintenance",
     "maintenance_reason",
     "console_enabled",
     "chassis_uuid",
@@ -88,13 +87,34 @@ def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[
     ):
         raise errors.InvalidState(f"Node {node['uuid']} can not be updated while a state transition is in progress.")
     values = validate_node_values(changes, create=False)
+    if "maintenance" in values and not values["maintenance"]:
+        # Ironic's update_node: leaving maintenance by PATCH clears the reason and the fault.
+        values["maintenance_reason"] = None
+        values["fault"] = None
     if values.get("retired") and node["provision_state"] == states.AVAILABLE:
         # Ironic (1.61): an available node is moved to manageable before it is retired.
         raise errors.InvalidState(
             f"Cannot set retired=True for node {node['uuid']} in state {node['provision_state']}; "
             "move it to manageable first"
         )
+    if values.get("protected") and node["provision_state"] not in (states.ACTIVE, states.RESCUE):
+        raise errors.InvalidState(
+            f"Node {node['uuid']} can only be made protected in provision states 'active' or 'rescue', "
+            f"the current state is '{node['provision_state']}'"
+        )
+    for flag in ("protected", "retired"):
+        _clear_reason_with_flag(node, values, flag)
     return values
+
+
+def _clear_reason_with_flag(node: dict[str, Any], values: dict[str, Any], flag: str) -> None:
+    """Ironic keeps a ``<flag>_reason`` only while the flag is set: unsetting the
+    flag clears it, and a reason for an unset flag is a 400."""
+    reason = f"{flag}_reason"
+    if flag in values and not values[flag]:
+        values[reason] = None
+    if values.get(reason) and not values.get(flag, node.get(flag)):
+        raise errors.InvalidParameterValue(f"The {reason} field can only be set when {flag} is True")
 
 
 def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, Any]:
@@ -140,12 +160,12 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:
         raise errors.InvalidParameterValue("description is longer than 4096 characters")
-    for key in ("automated_clean", "protected", "retired"):
+    for key in ("automated_clean", "protected", "retired", "maintenance"):
         if key in out and out[key] is not None and not isinstance(out[key], bool):
             raise errors.InvalidParameterValue(f"{key} must be a boolean")
     if "conductor_group" in out and out["conductor_group"] is None:
         out["conductor_group"] = ""
-    for key in ("protected", "retired"):  # NOT NULL flags: null means the default, false
+    for key in ("protected", "retired", "maintenance"):  # NOT NULL flags: null means the default, false
         if key in out and out[key] is None:
             out[key] = False
     return out

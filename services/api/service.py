@@ -48,7 +48,13 @@ def build_app(
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
-    resources = add_routes(app, ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints))
+    ctx = ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints)
+    resources = add_routes(app, ctx)
+
+    async def stop_background(_: web.Application) -> None:
+        await ctx.background.close()
+
+    app.on_cleanup.append(stop_background)
     install_public_route(app, resources[IpxePassthru])
     return app
 

@@ -1,6 +1,12 @@
 """VIF attach and detach, and where a VIF goes when the attach names no port:
 Ironic's flat-network choice.
 
+The network interface is ``noop``, which on Ironic accepts every attach and
+detach and keeps nothing. Ferrum keeps a VIF on a free port (Nova reads the
+VIF list back), and where there is none, it does as Ironic's noop does: the
+attach succeeds and nothing is kept; detaching a VIF that is not kept is a
+no-op too.
+
 Nova attaches VIFs without naming a port, so the conductor must pick the same
 port-like object Ironic would (``get_free_port_like_object``):
 - a port that already carries a VIF is taken; a port group with such a member
@@ -93,9 +99,9 @@ async def attach(
     else:
         free = free_port_like(task.ports, await vifs.portgroups_of(task.node["id"]))
         if not free:
-            raise errors.InvalidParameterValue(
-                f"Unable to attach VIF {vif_id}, not enough free physical ports on node {node_uuid}."
-            )
+            # Ironic's noop network interface accepts any VIF and keeps nothing;
+            # with no free port left there is nowhere to keep it, so do the same.
+            return
         if free[0].kind == "portgroup":
             await _attach_to_portgroup(task, vif_id, str(free[0].row["uuid"]), vifs)
             return
@@ -124,7 +130,6 @@ async def detach(task: Task, vif_id: str, *, vifs: VifRepository, ports: PortRep
             info = {k: v for k, v in port["internal_info"].items() if k != VIF_KEY}
             await ports.update(port["uuid"], {"internal_info": info})
             return
-    if await vifs.remove_from_portgroups(task.node["id"], vif_id) is None:
-        raise errors.NotFound(
-            f"Unable to detach VIF {vif_id} from node {task.node['uuid']} because it is not attached to it."
-        )
+    # A VIF that is not kept anywhere (an unknown one, or one the noop network
+    # accepted without a free port) detaches as a no-op, as on Ironic's noop interface.
+    await vifs.remove_from_portgroups(task.node["id"], vif_id)

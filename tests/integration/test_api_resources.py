@@ -522,6 +522,20 @@ async def wait_for(api: str, ident: str, state: str) -> dict[str, Any]:
         await asyncio.sleep(0.05)
 
 
+async def allocate(api: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """POST an allocation; Ironic answers ``allocating`` at once, so poll until it settles."""
+    status, alloc = await call("POST", f"{api}/v1/allocations", body)
+    if status != 201:
+        return status, alloc
+    assert alloc["state"] == "allocating" and alloc["node_uuid"] is None, alloc
+    deadline = time.monotonic() + 30
+    while alloc["state"] == "allocating":
+        assert time.monotonic() < deadline, alloc
+        await asyncio.sleep(0.02)
+        _, alloc = await call("GET", f"{api}/v1/allocations/{alloc['uuid']}")
+    return status, alloc
+
+
 async def available_node(api: str, name: str, resource_class: str, traits: list[str]) -> dict[str, Any]:
     status, node = await call(
         "POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": name, "resource_class": resource_class}
@@ -538,9 +552,8 @@ async def available_node(api: str, name: str, resource_class: str, traits: list[
 async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> None:
     gold = await available_node(api, "alloc-gold", "gold", ["CUSTOM_GPU"])
     await available_node(api, "alloc-silver", "silver", [])
-    status, alloc = await call(
-        "POST",
-        f"{api}/v1/allocations",
+    status, alloc = await allocate(
+        api,
         {"resource_class": "gold", "traits": ["CUSTOM_GPU"], "name": "job-1", "extra": {"a": 1}},
     )
     assert status == 201, alloc
@@ -553,14 +566,12 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
     _, old_view = await call("GET", f"{api}/v1/nodes/alloc-gold", version="1.51")
     assert "allocation_uuid" not in old_view
 
-    status, none_left = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})
+    status, none_left = await allocate(api, {"resource_class": "gold"})
     assert status == 201 and none_left["state"] == "error" and none_left["node_uuid"] is None
     assert "gold" in none_left["last_error"]
-    status, wrong = await call("POST", f"{api}/v1/allocations", {"resource_class": "silver", "traits": ["CUSTOM_GPU"]})
+    status, wrong = await allocate(api, {"resource_class": "silver", "traits": ["CUSTOM_GPU"]})
     assert wrong["state"] == "error"
-    status, pinned = await call(
-        "POST", f"{api}/v1/allocations", {"resource_class": "silver", "candidate_nodes": ["alloc-silver"]}
-    )
+    status, pinned = await allocate(api, {"resource_class": "silver", "candidate_nodes": ["alloc-silver"]})
     assert pinned["state"] == "active" and pinned["candidate_nodes"] == [pinned["node_uuid"]]
 
     _, one = await call("GET", f"{api}/v1/allocations/job-1")
@@ -578,7 +589,7 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
     assert node["instance_uuid"] is None and node["allocation_uuid"] is None
     status, _ = await call("GET", f"{api}/v1/nodes/alloc-gold/allocation")
     assert status == 404
-    status, again = await call("POST", f"{api}/v1/allocations", {"resource_class": "gold"})
+    status, again = await allocate(api, {"resource_class": "gold"})
     assert again["state"] == "active" and again["node_uuid"] == gold["uuid"]
     status, _ = await call("DELETE", f"{api}/v1/nodes/alloc-gold/allocation")
     assert status == 204
@@ -586,7 +597,7 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
 
 async def test_allocation_of_a_deployed_node_and_errors(api: str) -> None:
     await available_node(api, "alloc-deployed", "bronze", [])
-    _, alloc = await call("POST", f"{api}/v1/allocations", {"resource_class": "bronze", "name": "job-d"})
+    _, alloc = await allocate(api, {"resource_class": "bronze", "name": "job-d"})
     assert alloc["state"] == "active"
     assert (await call("PUT", f"{api}/v1/nodes/alloc-deployed/states/provision", {"target": "active"}))[0] == 202
     await wait_for(api, "alloc-deployed", "active")

@@ -134,6 +134,8 @@ class AllocationRepository:
             )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, {}) from None
+        if row is None:  # deleted while it was being processed
+            raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
         return row_to_dict(row)  # type: ignore[return-value]
 
     async def update(self, allocation_id: int, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,8 +165,9 @@ class AllocationRepository:
     async def candidates(
         self, *, resource_class: str, traits: Sequence[str], node_uuids: Sequence[str] | None, owner: str | None = None
     ) -> builtins.list[dict[str, Any]]:
-        """Nodes that could take the allocation, in random order as Ironic tries them:
-        available, not in maintenance, not retired, no instance, no allocation, unlocked,
+        """Nodes that could take the allocation, in random order as Ironic tries them,
+        unlocked ones first (a locked one may be free in a moment and is retried):
+        available, not in maintenance, not retired, no instance, no allocation,
         of the resource class and with every requested trait; with an ``owner``
         (REST 1.60/1.65) only nodes that project owns or leases."""
         args: list[Any] = [resource_class, list(traits)]
@@ -177,9 +180,9 @@ class AllocationRepository:
             extra += f" AND (n.owner = ${len(args)} OR n.lessee = ${len(args)})"
         rows = await self._db.fetch(
             "SELECT n.* FROM nodes n WHERE n.provision_state = 'available' AND NOT n.maintenance AND NOT n.retired "
-            "AND n.instance_uuid IS NULL AND n.reservation IS NULL AND n.resource_class = $1 "
+            "AND n.instance_uuid IS NULL AND n.resource_class = $1 "
             "AND n.traits @> $2::text[] AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.node_id = n.id)"
-            f"{extra} ORDER BY random() LIMIT 50",
+            f"{extra} ORDER BY n.reservation IS NOT NULL, random() LIMIT 50",
             *args,
         )
         return [row_to_dict(r) for r in rows]
