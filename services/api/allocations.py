@@ -274,15 +274,15 @@ class AllocationsApi:
 
         A candidate that is locked (a power change is running, say) is tried
         again, like Ironic's ``node_locked_retry_attempts``: up to
-        ``[api]allocation_locked_retry_attempts`` rounds,
-        ``allocation_locked_retry_interval`` seconds apart, each over the locked
+        ``[api]node_locked_retry_attempts`` rounds,
+        ``node_locked_retry_interval`` seconds apart, each over the locked
         nodes that still match. The pick lock is not held while waiting.
         """
         config = self.ctx.config
         only: list[str] | None = row["candidate_nodes"] or None
-        for attempt in range(max(1, config.allocation_locked_retry_attempts)):
+        for attempt in range(max(1, config.node_locked_retry_attempts)):
             if attempt:
-                await asyncio.sleep(config.allocation_locked_retry_interval)
+                await asyncio.sleep(config.node_locked_retry_interval)
             locked: list[str] = []
             async with self.repo.pick_lock():
                 candidates = await self.repo.candidates(

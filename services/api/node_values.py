@@ -50,7 +50,6 @@ NODE_READONLY = {
     "driver_internal_info",
     "maintenance_reason",
     "console_enabled",
-    "chassis_uuid",
     "inspection_started_at",
     "inspection_finished_at",
     "clean_step",
@@ -136,7 +135,7 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
             raise errors.InvalidParameterValue(
                 f"Cannot use name '{name}': names may contain only RFC 3986 unreserved characters and must not be a UUID."
             )
-    for key in ("uuid", "instance_uuid"):
+    for key in ("uuid", "instance_uuid", "chassis_uuid"):
         if out.get(key) is not None and (not isinstance(out[key], str) or not is_uuid(out[key])):
             raise errors.InvalidParameterValue(f"Expected a UUID for {key} but received {out[key]}.")
     for key in (

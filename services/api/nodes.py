@@ -30,6 +30,7 @@ from services.api.node_values import (
 )
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
+from services.common.db.chassis import ChassisRepository
 from services.common.db.nodes import is_uuid
 from services.common.jsonutil import dumps, parse_datetimes
 
@@ -37,6 +38,9 @@ ENROLL_SINCE = (1, 11)  # below it a new node starts available, Ironic's older d
 DETAIL_PARAM_SINCE = (1, 43)
 RESET_INTERFACES_SINCE = (1, 45)
 RETIRED_FILTER_SINCE = (1, 61)
+UNSET_CHASSIS_SINCE = (1, 25)
+# Ironic's faults.VALID_FAULTS: the only values the fault filter takes.
+VALID_FAULTS = ("power failure", "clean failure", "rescue abort failure", "service failure")
 # Query filter -> the microversion that introduced it.
 FILTERS = (
     ("provision_state", (1, 9)),
@@ -45,6 +49,7 @@ FILTERS = (
     ("conductor_group", (1, 46)),
     ("owner", (1, 50)),
     ("instance_uuid", (1, 1)),
+    ("chassis_uuid", (1, 1)),
     ("fault", (1, 42)),
     ("lessee", (1, 65)),
     ("project", (1, 65)),
@@ -55,6 +60,7 @@ class NodesApi:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
         self.allocations = AllocationRepository(ctx.pool)
+        self.chassis = ChassisRepository(ctx.pool)
 
     def node_doc(
         self, request: web.Request, row: dict[str, Any], fields: list[str] | None = None, full: bool = True
@@ -77,26 +83,54 @@ class NodesApi:
             if request.query.get("fields"):
                 raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
             # Ironic reads this one loosely: only true and 1 ask for details, any other word does not.
-            return await self._list_nodes(request, detail=detail.lower() in ("true", "1"))
-        return await self._list_nodes(request, detail=False)
+            return await self._list_nodes(request, detail=detail.lower() in ("true", "1"), path="/v1/nodes")
+        return await self._list_nodes(request, detail=False, path="/v1/nodes")
 
     async def list_nodes_detail(self, request: web.Request) -> web.Response:
         if request.query.get("fields"):
             raise errors.InvalidParameterValue("Can not specify fields on /detail")
         return await self._list_nodes(request, detail=True, path="/v1/nodes/detail")
 
-    async def _list_nodes(self, request: web.Request, *, detail: bool, path: str = "/v1/nodes") -> web.Response:
+    async def list_chassis_nodes(self, request: web.Request) -> web.Response:
+        """``/v1/chassis/{uuid}/nodes``: the node list of one chassis (404 for an unknown one)."""
+        chassis = await self._chassis_in_path(request)
+        return await self._list_nodes(request, detail=False, chassis_uuid=chassis)
+
+    async def list_chassis_nodes_detail(self, request: web.Request) -> web.Response:
+        if request.query.get("fields"):
+            raise errors.InvalidParameterValue("Can not specify fields on /detail")
+        chassis = await self._chassis_in_path(request)
+        return await self._list_nodes(request, detail=True, chassis_uuid=chassis)
+
+    async def _chassis_in_path(self, request: web.Request) -> str:
+        ident = request.match_info["ident"]
+        if not is_uuid(ident):
+            raise errors.InvalidParameterValue(f"Expected a UUID but received {ident}.")
+        return str((await self.chassis.get(ident))["uuid"])
+
+    async def _list_nodes(
+        self, request: web.Request, *, detail: bool, path: str | None = None, chassis_uuid: str | None = None
+    ) -> web.Response:
         q = request.query
         fields = params.requested_fields(request, views.NODE_FIELD_VERSIONS)
         filters: dict[str, Any] = {}
+        if chassis_uuid is not None:
+            filters["chassis_uuid"] = chassis_uuid
         for name, since in FILTERS:
             if name in q:
                 params.require_version(request, since, f"The {name} filter")
                 filters[name] = q[name]
         if "provision_state" in filters and filters["provision_state"] not in states.ALL_STATES:
             raise errors.InvalidParameterValue(f"Invalid provision state {filters['provision_state']}")
-        if "instance_uuid" in filters and not is_uuid(filters["instance_uuid"]):
-            raise errors.InvalidParameterValue(f"Expected a UUID but received {filters['instance_uuid']}.")
+        for name in ("instance_uuid", "chassis_uuid"):
+            if name in filters and not is_uuid(filters[name]):
+                raise errors.InvalidParameterValue(f"Expected a UUID but received {filters[name]}.")
+        if "chassis_uuid" in filters:
+            await self.chassis.get(filters["chassis_uuid"])  # 404 for an unknown chassis, as Ironic
+        if "fault" in filters and filters["fault"] not in VALID_FAULTS:
+            raise errors.InvalidParameterValue(
+                f'Unrecognized fault "{filters["fault"]}" is specified, allowed faults are {VALID_FAULTS}'
+            )
         for name in ("maintenance", "retired"):
             if name in q:
                 if name == "retired":
@@ -144,7 +178,8 @@ class NodesApi:
             values["provision_state"] = states.AVAILABLE
         if values.get("uuid") is None:  # absent or null: generate one
             values["uuid"] = str(uuidlib.uuid4())
-        values.pop("chassis_uuid", None)
+        if values.get("chassis_uuid") is not None:
+            await self.existing_chassis(values["chassis_uuid"])
         reply = await self.ctx.router.call(
             values["uuid"],
             values["driver"],
@@ -169,6 +204,11 @@ class NodesApi:
                     "The reset_interfaces parameter can be provided only when changing the node's driver."
                 )
         values = checked_node_changes(node, changes)
+        if "chassis_uuid" in values:
+            if values["chassis_uuid"] is None:
+                params.require_version(request, UNSET_CHASSIS_SINCE, "Removing chassis_uuid")
+            else:
+                await self.existing_chassis(values["chassis_uuid"])
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         if "driver" in values:
@@ -184,6 +224,14 @@ class NodesApi:
         )
         updated = (await self.with_allocations([parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS)]))[0]
         return web.json_response(self.node_doc(request, updated), dumps=dumps)
+
+    async def existing_chassis(self, chassis_uuid: str) -> None:
+        """A node's chassis must exist; Ironic answers a missing one with 400, not 404,
+        since the request is about a node."""
+        try:
+            await self.chassis.get(chassis_uuid)
+        except errors.NotFound as exc:
+            raise errors.InvalidParameterValue(str(exc)) from None
 
     @staticmethod
     def node_doc_for_patch(node: dict[str, Any]) -> dict[str, Any]:

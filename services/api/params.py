@@ -8,7 +8,8 @@ so the parsing lives here once: ``?fields=`` (1.8), ``?limit=`` (capped at
   406 Not Acceptable (:func:`require_version`);
 - an *endpoint* newer than the requested version does not exist for that
   client, so it is a 404 (:func:`require_endpoint`), as Ironic's controllers
-  answer for resources they hide below their version.
+  answer for resources they hide below their version; a few answer 405 or
+  406 there instead, as Ironic does (the routes table says which).
 """
 
 from __future__ import annotations
@@ -29,10 +30,21 @@ def require_version(request: web.Request, since: tuple[int, int], what: str) -> 
         raise errors.NotAcceptable(f"{what} requires API version {since[0]}.{since[1]} or newer")
 
 
-def require_endpoint(request: web.Request, since: tuple[int, int]) -> None:
-    """404 when the whole endpoint is newer than the request's version."""
-    if request["version"] < since:
-        raise web.HTTPNotFound()
+def require_endpoint(request: web.Request, since: tuple[int, int], refusal: int = 404) -> None:
+    """404 when the whole endpoint is newer than the request's version.
+
+    ``refusal`` is the status for routes where Ironic answers otherwise: 405
+    for writes to allocations (below 1.52) and deploy templates (below 1.55),
+    where its controllers refuse the method, and 405 or 406 for node traits
+    below 1.37, where the path falls through to the node controller.
+    """
+    if request["version"] >= since:
+        return
+    if refusal == 405:
+        raise web.HTTPMethodNotAllowed(request.method, [])
+    if refusal == 406:
+        raise errors.NotAcceptable(f"The requested resource requires API version {since[0]}.{since[1]} or newer")
+    raise web.HTTPNotFound()
 
 
 def parse_bool(value: str, name: str) -> bool:

@@ -19,7 +19,7 @@ from services.api.collection import next_link
 from services.api.context import ApiContext
 from services.api.json_patch import apply_patch
 from services.api.port_values import PORT_CREATE_KEYS, validate_port_values
-from services.api.validators import normalize_mac
+from services.api.validators import is_valid_name, normalize_mac
 from services.common import errors
 from services.common.db.nodes import is_uuid
 from services.common.db.portgroups import PortgroupRepository
@@ -110,7 +110,7 @@ class PortsApi:
 
     async def get_port(self, request: web.Request) -> web.Response:
         fields = params.requested_fields(request, views.PORT_FIELD_VERSIONS)
-        port = (await self._with_groups([await self.ports.get(request.match_info["ident"])]))[0]
+        port = (await self._with_groups([await self._by_path(request)]))[0]
         return web.json_response(
             views.port_document(port, base=self.ctx.base(request), version=request["version"], fields=fields),
             dumps=dumps,
@@ -122,12 +122,14 @@ class PortsApi:
             raise errors.InvalidParameterValue("A port needs 'address' and 'node_uuid'")
         if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
             raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
-        node = await self.ctx.nodes.get(body["node_uuid"])
+        node = await self._node_of_port(body["node_uuid"])
         values = validate_port_values(body, request["version"])
         values.pop("node_uuid", None)
         values["node_id"] = node["id"]
         values.setdefault("uuid", str(uuidlib.uuid4()))
         group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node["id"])
+        if group_id is not None:
+            await self._check_group_physnet(group_id, values.get("physical_network"), None)
         port = await self.ports.create(values)
         if group_id is not None:
             await self.portgroups.set_port_group(port["uuid"], group_id)
@@ -137,13 +139,15 @@ class PortsApi:
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
     async def patch_port(self, request: web.Request) -> web.Response:
-        port = (await self._with_groups([await self.ports.get(request.match_info["ident"])]))[0]
+        port = (await self._with_groups([await self._by_path(request)]))[0]
         patch = await self.ctx.body(request)
         current = json.loads(dumps({k: port.get(k) for k in views.PORT_FIELD_VERSIONS if k in port}))
         changes = apply_patch(current, patch, READONLY, views.PORT_FIELD_VERSIONS, request["version"])
+        if "extra" in changes and changes["extra"] is None:  # Ironic: removing /extra resets it to {}
+            changes["extra"] = {}
         values = validate_port_values(changes, request["version"])
         if "node_uuid" in values:
-            values["node_id"] = (await self.ctx.nodes.get(values.pop("node_uuid")))["id"]
+            values["node_id"] = (await self._node_of_port(values.pop("node_uuid")))["id"]
         node_id = values.get("node_id", port["node_id"])
         group_changed = "portgroup_uuid" in values
         group_id = await self.portgroups.resolve_for_port(values.pop("portgroup_uuid", None), node_id)
@@ -151,6 +155,10 @@ class PortsApi:
             raise errors.InvalidParameterValue(
                 "A port in a port group cannot move to another node; remove it from the group first"
             )
+        member_of = group_id if group_changed else port.get("portgroup_id")
+        if member_of is not None and (group_changed or "physical_network" in values):
+            physnet = values.get("physical_network", port.get("physical_network"))
+            await self._check_group_physnet(member_of, physnet, port["uuid"])
         if values:
             port = await self.ports.update(port["uuid"], values)
         if group_changed:
@@ -161,7 +169,34 @@ class PortsApi:
             views.port_document(port, base=self.ctx.base(request), version=request["version"]), dumps=dumps
         )
 
+    async def _check_group_physnet(self, group_id: int, physnet: str | None, port_uuid: str | None) -> None:
+        """Ironic's validate_port_physnet: every port of a group is on one physical network
+        (which may be none); a port that would differ from the others is a 409."""
+        others = await self.portgroups.member_physical_networks(group_id, except_port=port_uuid)
+        if others and physnet not in others:
+            group = (await self.portgroups.uuids_by_id([group_id]))[group_id]
+            theirs = ", ".join(sorted(str(p) for p in others))
+            raise errors.Conflict(
+                f"Port with physical network {physnet} cannot become a member of port group {group} "
+                f"which has ports in physical network {theirs}."
+            )
+
+    async def _by_path(self, request: web.Request) -> dict[str, Any]:
+        """The port the path names by UUID or name; anything that can be neither (a MAC
+        address, ``malformed:uuid``) is a 400, as Ironic's ``args.uuid_or_name`` answers."""
+        ident = request.match_info["ident"]
+        if not is_uuid(ident) and not is_valid_name(ident):
+            raise errors.InvalidParameterValue(f"Expected a logical name or UUID but received {ident}.")
+        return await self.ports.get(ident)
+
+    async def _node_of_port(self, node_uuid: str) -> dict[str, Any]:
+        """A port's node; one that does not exist is a 400 (the request is about the port), as in Ironic."""
+        try:
+            return await self.ctx.nodes.get(node_uuid)
+        except errors.NotFound:
+            raise errors.InvalidParameterValue(f"Node {node_uuid} could not be found.") from None
+
     async def delete_port(self, request: web.Request) -> web.Response:
-        port = await self.ports.get(request.match_info["ident"])
+        port = await self._by_path(request)
         await self.ports.delete(port["uuid"])
         return web.Response(status=204)

@@ -103,6 +103,10 @@ class RamdiskApi:
         }
         return web.Response(text=dumps(doc), content_type="application/json")
 
+    async def heartbeat_without_node(self, request: web.Request) -> web.Response:
+        """``POST /v1/heartbeat`` names no node: a malformed request (400), as Ironic answers, not a 404."""
+        raise errors.MissingParameter("Missing argument: node_ident (POST /v1/heartbeat/{node_ident})")
+
     async def heartbeat(self, request: web.Request) -> web.Response:
         body = await self.ctx.body(request)
         if not isinstance(body, dict):

@@ -26,6 +26,7 @@ from aiohttp import web
 
 from services.api import params
 from services.api.allocations import AllocationsApi
+from services.api.chassis import ChassisApi
 from services.api.conductors import ConductorsApi
 from services.api.context import ApiContext
 from services.api.deploy_templates import DeployTemplatesApi
@@ -59,6 +60,7 @@ class Route:
     handler: str  # the name of the resource's coroutine method
     since: tuple[int, int] | None = None  # 404 below this microversion
     head: bool = True  # a GET route also answers HEAD (aiohttp's add_get)
+    refusal: int = 404  # what a request below ``since`` gets, where Ironic answers 405 or 406
 
 
 def _node_routes() -> tuple[Route, ...]:
@@ -79,10 +81,12 @@ def _node_routes() -> tuple[Route, ...]:
         Route("GET", f"{n}/management/boot_device", NodeManagementApi, "get_boot_device"),
         Route("PUT", f"{n}/management/boot_device", NodeManagementApi, "set_boot_device"),
         Route("GET", f"{n}/management/boot_device/supported", NodeManagementApi, "supported_boot_devices"),
-        Route("GET", f"{n}/traits", NodeTraitsApi, "list_traits", (1, 37)),
-        Route("PUT", f"{n}/traits", NodeTraitsApi, "set_traits", (1, 37)),
+        # Below 1.37 Ironic's node controller takes these: GET reads "traits" as ?fields= (406),
+        # it has no PUT (405), and its DELETE answers 404 for anything under a node.
+        Route("GET", f"{n}/traits", NodeTraitsApi, "list_traits", (1, 37), refusal=406),
+        Route("PUT", f"{n}/traits", NodeTraitsApi, "set_traits", (1, 37), refusal=405),
         Route("DELETE", f"{n}/traits", NodeTraitsApi, "clear_traits", (1, 37)),
-        Route("PUT", f"{n}/traits/{{trait}}", NodeTraitsApi, "add_trait", (1, 37)),
+        Route("PUT", f"{n}/traits/{{trait}}", NodeTraitsApi, "add_trait", (1, 37), refusal=405),
         Route("DELETE", f"{n}/traits/{{trait}}", NodeTraitsApi, "remove_trait", (1, 37)),
         Route("GET", f"{n}/vifs", NodeVifsApi, "list_vifs", (1, 28)),
         Route("POST", f"{n}/vifs", NodeVifsApi, "attach_vif", (1, 28)),
@@ -151,16 +155,25 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/ports/{ident}", PortsApi, "get_port"),
     Route("PATCH", "/v1/ports/{ident}", PortsApi, "patch_port"),
     Route("DELETE", "/v1/ports/{ident}", PortsApi, "delete_port"),
+    Route("GET", "/v1/chassis", ChassisApi, "list_chassis"),
+    Route("POST", "/v1/chassis", ChassisApi, "create_chassis"),
+    Route("GET", "/v1/chassis/detail", ChassisApi, "list_chassis_detail"),
+    Route("GET", "/v1/chassis/{ident}", ChassisApi, "get_chassis"),
+    Route("PATCH", "/v1/chassis/{ident}", ChassisApi, "patch_chassis"),
+    Route("DELETE", "/v1/chassis/{ident}", ChassisApi, "delete_chassis"),
+    Route("GET", "/v1/chassis/{ident}/nodes", NodesApi, "list_chassis_nodes"),
+    Route("GET", "/v1/chassis/{ident}/nodes/detail", NodesApi, "list_chassis_nodes_detail"),
     Route("GET", "/v1/drivers", DriversApi, "list_drivers"),
     Route("GET", "/v1/drivers/{name}", DriversApi, "get_driver"),
     Route("GET", "/v1/drivers/{name}/properties", DriversApi, "driver_properties"),
     Route("GET", "/v1/lookup", RamdiskApi, "lookup", (1, 22)),
+    Route("POST", "/v1/heartbeat", RamdiskApi, "heartbeat_without_node", (1, 22)),
     Route("POST", "/v1/heartbeat/{ident}", RamdiskApi, "heartbeat", (1, 22)),
     Route("GET", "/v1/allocations", AllocationsApi, "list_allocations", (1, 52)),
-    Route("POST", "/v1/allocations", AllocationsApi, "create_allocation", (1, 52)),
+    Route("POST", "/v1/allocations", AllocationsApi, "create_allocation", (1, 52), refusal=405),
     Route("GET", "/v1/allocations/{ident}", AllocationsApi, "get_allocation", (1, 52)),
-    Route("PATCH", "/v1/allocations/{ident}", AllocationsApi, "patch_allocation", (1, 52)),
-    Route("DELETE", "/v1/allocations/{ident}", AllocationsApi, "delete_allocation", (1, 52)),
+    Route("PATCH", "/v1/allocations/{ident}", AllocationsApi, "patch_allocation", (1, 52), refusal=405),
+    Route("DELETE", "/v1/allocations/{ident}", AllocationsApi, "delete_allocation", (1, 52), refusal=405),
     Route("GET", "/v1/nodes/{node}/allocation", AllocationsApi, "get_node_allocation", (1, 52)),
     Route("DELETE", "/v1/nodes/{node}/allocation", AllocationsApi, "delete_node_allocation", (1, 52)),
     # Only paths ending in '/' match; no route above but / and /v1/ does.
@@ -183,10 +196,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/conductors/{hostname}", ConductorsApi, "get_conductor", (1, 49)),
     Route("POST", "/v1/events", ExternalEventsApi, "post_events", (1, 54)),
     Route("GET", "/v1/deploy_templates", DeployTemplatesApi, "list_templates", (1, 55)),
-    Route("POST", "/v1/deploy_templates", DeployTemplatesApi, "create_template", (1, 55)),
+    Route("POST", "/v1/deploy_templates", DeployTemplatesApi, "create_template", (1, 55), refusal=405),
     Route("GET", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "get_template", (1, 55)),
-    Route("PATCH", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "patch_template", (1, 55)),
-    Route("DELETE", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "delete_template", (1, 55)),
+    Route("PATCH", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "patch_template", (1, 55), refusal=405),
+    Route("DELETE", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "delete_template", (1, 55), refusal=405),
     *_vendor_routes(),
     Route("GET", "/v1/nodes/{ident}/management/indicators", NodeManagementApi, "list_indicators", (1, 63)),
     Route("GET", "/v1/nodes/{ident}/management/indicators/{indicator}", NodeManagementApi, "get_indicator", (1, 63)),
@@ -225,9 +238,9 @@ def build_resource(resource: type, ctx: ApiContext) -> Any:
     return resource(ctx)
 
 
-def _gated(handler: Handler, since: tuple[int, int]) -> Handler:
+def _gated(handler: Handler, since: tuple[int, int], refusal: int) -> Handler:
     async def gated(request: web.Request) -> web.StreamResponse:
-        params.require_endpoint(request, since)
+        params.require_endpoint(request, since, refusal)
         return await handler(request)
 
     return gated
@@ -241,7 +254,7 @@ def add_routes(app: web.Application, ctx: ApiContext, routes: tuple[Route, ...] 
             resources[route.resource] = build_resource(route.resource, ctx)
         handler = getattr(resources[route.resource], route.handler)
         if route.since is not None:
-            handler = _gated(handler, route.since)
+            handler = _gated(handler, route.since, route.refusal)
         if route.method == "GET" and route.head:
             app.router.add_get(route.path, handler)
         else:

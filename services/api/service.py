@@ -19,6 +19,7 @@ from services.api.grpc_api import NodeServicer
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
 from services.api.middlewares import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
 from services.api.routes import add_routes
+from services.api.unversioned_paths import unversioned_path_middleware
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
 from services.common.connection_guard import ListenerLimits
@@ -46,6 +47,7 @@ def build_app(
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
     if config.auth_strategy == "http_basic":
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
+    middlewares.append(unversioned_path_middleware)  # innermost: after negotiation and auth
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
     ctx = ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints)

@@ -143,7 +143,7 @@ def node_document(
         elif key == "instance_info":
             doc[key] = {k: (MASK if k in INSTANCE_SECRETS else v) for k, v in row["instance_info"].items()}
         elif key == "chassis_uuid":
-            doc[key] = None
+            doc[key] = row.get("chassis_uuid")
         elif key == "allocation_uuid":
             doc[key] = row.get("allocation_uuid")  # filled in by NodesApi.with_allocations
         elif key == "console_enabled":
@@ -156,8 +156,8 @@ def node_document(
             doc[key] = row.get("automated_clean")
         else:
             doc[key] = row.get(key)
-    if version < (1, 2) and doc.get("provision_state") == states.AVAILABLE:
-        doc["provision_state"] = None
+    if "provision_state" in doc:
+        doc["provision_state"] = provision_state_for_version(doc["provision_state"], version)
     if full:
         doc["ports"] = links(base, "nodes", row["uuid"] + "/ports")
         if version >= (1, 14):
@@ -172,12 +172,23 @@ def node_document(
     return doc
 
 
+def provision_state_for_version(state: str | None, version: tuple[int, int]) -> str | None:
+    """Ironic's update_state_in_older_versions, for the node and its /states alike:
+    ``available`` is shown as None (NOSTATE) below 1.2, ``inspect wait`` as
+    ``inspecting`` below 1.39."""
+    if version < (1, 2) and state == states.AVAILABLE:
+        return None
+    if version < (1, 39) and state == states.INSPECTWAIT:
+        return states.INSPECTING
+    return state
+
+
 def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
     doc = {
         "console_enabled": False,
         "last_error": row["last_error"],
         "power_state": row["power_state"],
-        "provision_state": row["provision_state"],
+        "provision_state": provision_state_for_version(row["provision_state"], version),
         "provision_updated_at": iso(row["provision_updated_at"]),
         "target_power_state": row["target_power_state"],
         "target_provision_state": row["target_provision_state"],

@@ -10,6 +10,7 @@ every route is 404 (the routes table gates them)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid as uuidlib
 from typing import Any
@@ -124,9 +125,7 @@ class VolumeRecordsApi:
 
     async def get_record(self, request: web.Request) -> web.Response:
         fields = params.requested_fields(request, FIELDS[self.kind])
-        return web.json_response(
-            self.doc(request, await self.repo.get(request.match_info["ident"]), fields), dumps=dumps
-        )
+        return web.json_response(self.doc(request, await self._by_path(request), fields), dumps=dumps)
 
     async def refuse_node_post(self, request: web.Request) -> web.Response:
         raise errors.InvalidParameterValue(
@@ -154,17 +153,39 @@ class VolumeRecordsApi:
             raise errors.InvalidParameterValue("extra must be a JSON object")
         return values
 
-    async def _node_for_change(self, node_uuid: str, *, need_power_off: bool) -> dict[str, Any]:
+    async def _node_for_change(self, node_uuid: str, *, action: str) -> dict[str, Any]:
+        """The node, once it is unlocked and may have its volumes changed.
+
+        Ironic's conductor takes the node lock for a volume change and retries
+        a lock that is held (``node_locked_retry_attempts``), so a change sent
+        right after a power request waits for it rather than failing; here the
+        api polls the lock the same way (``[api]node_locked_retry_*``). Then
+        the node must be powered off, unless it is in a state where volumes
+        are free to change.
+        """
+        config = self.ctx.config
         node = await self.ctx.nodes.get(node_uuid)
+        for _ in range(max(1, config.node_locked_retry_attempts) - 1):
+            if not node["reservation"]:
+                break
+            await asyncio.sleep(config.node_locked_retry_interval)
+            node = await self.ctx.nodes.get(node_uuid)
         if node["reservation"]:
             raise errors.NodeLocked(
                 f"Node {node['uuid']} is locked by host {node['reservation']}, please retry after the current operation is completed."
             )
-        if need_power_off and node["power_state"] != states.POWER_OFF and node["provision_state"] not in FREE_STATES:
+        if node["power_state"] != states.POWER_OFF and node["provision_state"] not in FREE_STATES:
             raise errors.InvalidStateRequested(
-                f'The requested action "volume update" can not be performed on node "{node["uuid"]}" while it is in power state "{node["power_state"]}".'
+                f'The requested action "{action}" can not be performed on node "{node["uuid"]}" while it is in state "{node["power_state"]}".'
             )
         return node
+
+    async def _by_path(self, request: web.Request) -> dict[str, Any]:
+        """The record the path names: a UUID, else a 400 (Ironic's ``args.uuid``), never a 404."""
+        ident = request.match_info["ident"]
+        if not is_uuid(ident):
+            raise errors.InvalidParameterValue(f"Expected a UUID for {self.kind}_uuid: {ident}")
+        return await self.repo.get(ident)
 
     async def create_record(self, request: web.Request) -> web.Response:
         kind = self.kind
@@ -191,16 +212,17 @@ class VolumeRecordsApi:
 
     async def patch_record(self, request: web.Request) -> web.Response:
         kind = self.kind
-        row = await self.repo.get(request.match_info["ident"])
+        row = await self._by_path(request)
         patch = await self.ctx.body(request)
         current = json.loads(dumps({k: row.get(k) for k in FIELDS[kind] if k in row}))
-        changes = self._validate(
-            kind,
-            apply_patch(
-                current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS[kind], request["version"]
-            ),
+        changes = apply_patch(
+            current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS[kind], request["version"]
         )
-        node = await self._node_for_change(row["node_uuid"], need_power_off=True)
+        for key in ("extra", "properties"):  # Ironic: removing an object field resets it to {}
+            if key in changes and changes[key] is None:
+                changes[key] = {}
+        changes = self._validate(kind, changes)
+        node = await self._node_for_change(row["node_uuid"], action=f"volume {kind} update")
         if "node_uuid" in changes:
             node = await self.ctx.nodes.get(changes.pop("node_uuid"))
             changes["node_id"] = node["id"]
@@ -209,8 +231,9 @@ class VolumeRecordsApi:
         return web.json_response(self.doc(request, row), dumps=dumps)
 
     async def delete_record(self, request: web.Request) -> web.Response:
-        row = await self.repo.get(request.match_info["ident"])
-        await self._node_for_change(row["node_uuid"], need_power_off=True)
+        kind = self.kind
+        row = await self._by_path(request)
+        await self._node_for_change(row["node_uuid"], action=f"volume {kind} deletion")
         await self.repo.delete(row["uuid"])
         return web.Response(status=204)
 

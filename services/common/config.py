@@ -57,8 +57,8 @@ class ApiConfig:
     max_json_body_depth: int = 25
     max_limit: int = 1000
     conductor_timeout: float = 30.0
-    allocation_locked_retry_attempts: int = 3
-    allocation_locked_retry_interval: float = 1.0
+    node_locked_retry_attempts: int = 30
+    node_locked_retry_interval: float = 0.1
     ring_refresh_interval: float = 2.0
     ready_timeout: float = 30.0
     renderer_address: str = ""

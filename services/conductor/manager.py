@@ -164,7 +164,7 @@ class ConductorManager:
         unknown = set(values) - NODE_CREATE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
-        record = {k: v for k, v in values.items() if k != "chassis_uuid"}
+        record = dict(values)
         record.setdefault("uuid", str(uuidlib.uuid4()))
         record.setdefault("provision_state", states.ENROLL)
         record.update(self.registry.resolve_interfaces(record["driver"], record))

@@ -302,6 +302,27 @@ async def test_openstacksdk_configdrive_reaches_cloud_init(env: dict[str, Any], 
     assert v2["userdata"] == "#cloud-config\nfinal_message: hello\n"
 
 
+async def test_vfat_configdrive_is_written_by_the_agent(env: dict[str, Any], tmp_path: Path) -> None:
+    """Nova's config_drive_format=vfat: the FAT image, labelled config-2, reaches the disk as sent."""
+    from services.common.images import configdrive, configdrive_reader
+    from services.common.images.configdrive_partition import read_configdrive_partition
+    from tests.unit.test_configdrive import vfat_drive
+
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    node = await enroll(env, "direct-vfat", "52:54:00:d0:00:0f", sha256=sha)
+    drive = vfat_drive(tmp_path)
+    body = {"target": "active", "configdrive": configdrive.encode_configdrive(drive)}
+    await call(env, "PUT", "/v1/nodes/direct-vfat/states/provision", body, expect=202)
+    await wait_state(env, "direct-vfat", "wait call-back")
+    disk = env["tmp"] / "disk-vfat.img"
+    await boot_agent(env, "52:54:00:d0:00:0f", disk)
+    await wait_state(env, "direct-vfat", "active")
+    _part, found = read_configdrive_partition(disk)
+    assert found == drive
+    read = configdrive_reader.read_configdrive(found)
+    assert read.hostname == "vfat-host" and node["uuid"]
+
+
 async def test_mbr_with_four_primaries_fails_clearly(env: dict[str, Any]) -> None:
     image = env["tmp"] / "mbr4.raw"
     with open(image, "wb") as f:

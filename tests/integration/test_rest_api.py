@@ -318,7 +318,7 @@ async def test_volume_connectors_and_targets(client: Client) -> None:
 async def test_traits(client: Client) -> None:
     await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "tr-1"}, expect=201)
     status, _, _ = await client.call("GET", "/v1/nodes/tr-1/traits", headers={"X-OpenStack-Ironic-API-Version": "1.36"})
-    assert status == 404
+    assert status == 406  # Ironic: below 1.37 the node controller reads "traits" as a field it does not know
     await client.call("PUT", "/v1/nodes/tr-1/traits", {"traits": ["CUSTOM_GPU", "HW_CPU_X86_AVX2"]}, expect=204)
     await client.call("PUT", "/v1/nodes/tr-1/traits/CUSTOM_FAST", expect=204)
     _, traits, _ = await client.call("GET", "/v1/nodes/tr-1/traits", expect=200)

@@ -21,7 +21,7 @@ import pytest
 from openstack.baremetal import configdrive as sdk_configdrive
 
 from services.common import errors
-from services.common.images import configdrive, configdrive_reader, iso9660
+from services.common.images import configdrive, configdrive_reader, fat, iso9660
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -227,8 +227,10 @@ def test_encode_decode_round_trip_and_plain_base64() -> None:
         ("YWJ", "not a valid base64 string"),
         (base64.b64encode(b"\x1f\x8b\x08\x00garbage that is not deflate").decode(), "not valid gzip data"),
         (base64.b64encode(gzip.compress(random.Random(1).randbytes(100_000))[:-200]).decode(), "truncated gzip data"),
-        (base64.b64encode(gzip.compress(b"hello, not an iso")).decode(), "not an ISO9660 image"),
-        (base64.b64encode(b"\0" * 40_000).decode(), "not an ISO9660 image"),
+        (base64.b64encode(gzip.compress(b"hello, not an iso")).decode(), "neither an ISO9660 image nor a VFAT"),
+        (base64.b64encode(b"\0" * 40_000).decode(), "neither an ISO9660 image nor a VFAT"),
+        # A FAT image is a config drive only when it is labelled config-2, as cloud-init looks for it.
+        (configdrive.encode_configdrive(fat.write_image({"a": b"x"}, label="DATA")), "nor a VFAT image labelled"),
         ("", "empty"),
         ({"meta_data": {}}, "expected a base64 string"),
     ],
@@ -283,3 +285,48 @@ def test_pure_python_reader_agrees_with_cloud_init(tmp_path: Path) -> None:
     assert ours.macs == ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
     with pytest.raises(errors.ConfigDriveInvalid, match=r"meta_data\.json"):
         configdrive_reader.parse_configdrive_files({"openstack/latest/user_data": b"x"})
+
+
+def vfat_drive(tmp_path: Path, *, label: str = "config-2") -> bytes:
+    """A VFAT config drive the way Nova makes one (config_drive_format=vfat): the files
+    openstacksdk's builder puts on its ISO, on FAT labelled config-2."""
+    iso = configdrive.decode_configdrive(
+        sdk_configdrive.build(
+            {"uuid": NODE["uuid"], "hostname": "vfat-host", "public_keys": {"0": KEY}},
+            user_data=b"#cloud-config\nfinal_message: vfat\n",
+        )
+    )
+    tree = tmp_path / "tree"
+    names = extract(iso, tree)
+    files = {name: (tree / name).read_bytes() for name in names if (tree / name).is_file()}
+    return fat.write_image(files, label=label, size=4 * 1024 * 1024)
+
+
+def test_vfat_config_drive_is_accepted_and_read_as_cloud_init_does(tmp_path: Path) -> None:
+    drive = vfat_drive(tmp_path)
+    assert configdrive.drive_format(drive) == "vfat"
+    assert configdrive.decode_configdrive(configdrive.encode_configdrive(drive)) == drive
+    assert configdrive.decode_configdrive(base64.b64encode(drive).decode()) == drive
+    ours = configdrive_reader.read_configdrive(drive)
+    assert ours.hostname == "vfat-host" and ours.instance_id == NODE["uuid"]
+    assert ours.user_data == b"#cloud-config\nfinal_message: vfat\n"
+    # cloud-init on the same files, as a mounted vfat drive shows them
+    mounted = tmp_path / "mounted"
+    volume = fat.FatVolume(_write(tmp_path / "drive.img", drive))
+    for name in volume.files():
+        (mounted / name).parent.mkdir(parents=True, exist_ok=True)
+        (mounted / name).write_bytes(volume.read(name))
+    v2 = cloud_init_read(mounted)["v2"]
+    assert v2["metadata"]["local-hostname"] == "vfat-host" and v2["metadata"]["uuid"] == NODE["uuid"]
+
+
+def test_unlabelled_vfat_is_not_a_config_drive(tmp_path: Path) -> None:
+    drive = vfat_drive(tmp_path, label="OTHER")
+    assert configdrive.drive_format(drive) is None
+    with pytest.raises(errors.ConfigDriveInvalid, match="nor a VFAT image labelled config-2"):
+        configdrive_reader.read_configdrive(drive)
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

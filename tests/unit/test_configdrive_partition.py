@@ -325,8 +325,25 @@ def test_disk_without_partition_table_refused(work: Path) -> None:
 def test_not_an_iso_refused(work: Path) -> None:
     disk = work / "disk.img"
     gpt_image(disk, 100)
-    with pytest.raises(errors.ConfigDriveError, match="not an ISO9660 image"):
+    with pytest.raises(errors.ConfigDriveError, match="neither an ISO9660 image nor a VFAT image"):
         write_configdrive_partition(disk, b"\0" * 40_000)
+
+
+def test_vfat_drive_is_written_and_read_back(work: Path) -> None:
+    """Nova's config_drive_format=vfat: the FAT image goes into the config-2 partition as
+    it is, and a booting machine finds and reads it there."""
+    from services.common.images import configdrive_reader
+    from tests.unit.test_configdrive import vfat_drive
+
+    disk = work / "disk.img"
+    gpt_image(disk, 100)
+    run("truncate", "-s", "200M", str(disk))
+    drive = vfat_drive(work)
+    placement = write_configdrive_partition(disk, drive)
+    assert placement.created
+    part, found = read_configdrive_partition(disk)
+    assert part.number == placement.partition_number and found == drive
+    assert configdrive_reader.read_configdrive(found).hostname == "vfat-host"
 
 
 def test_logical_partition_with_ext4_label_is_reused(work: Path) -> None:

@@ -250,5 +250,5 @@ def test_bounds_on_hostile_drives() -> None:
     assert len(iso) < 50 * 1024 * 1024
     with pytest.raises(errors.ConfigDriveInvalid, match="add up to more than"):
         configdrive_reader.read_configdrive(iso)
-    with pytest.raises(errors.ConfigDriveInvalid, match="not an ISO9660"):
+    with pytest.raises(errors.ConfigDriveInvalid, match="neither an ISO9660 image nor a VFAT"):
         configdrive_reader.read_configdrive(b"\0" * 40000)

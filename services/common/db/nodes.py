@@ -76,6 +76,7 @@ WRITABLE_FIELDS = frozenset(
         "conductor_group",
         "resource_class",
         "instance_uuid",
+        "chassis_uuid",
         "owner",
         "lessee",
         "automated_clean",
@@ -119,6 +120,7 @@ _FILTERS = {
     "lessee": "lessee = ${}",
     "project": "(owner = ${0} OR lessee = ${0})",  # REST 1.65: owned or leased by the project
     "instance_uuid": "instance_uuid = ${}::uuid",
+    "chassis_uuid": "chassis_uuid = ${}::uuid",
     "fault": "fault = ${}",
     "retired": "retired = ${}",
     "description_contains": "description LIKE '%' || ${} || '%'",
@@ -166,6 +168,8 @@ class NodeRepository:
             return self._node(await self._db.fetchrow(sql, *[values[c] for c in columns]))  # type: ignore[return-value]
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, values) from None
+        except asyncpg.ForeignKeyViolationError:  # the only foreign key: chassis_uuid
+            raise _no_chassis(values) from None
 
     async def get(self, node_uuid: str) -> dict[str, Any]:
         node = self._node(await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", node_uuid))
@@ -281,6 +285,8 @@ class NodeRepository:
             raise _unique_error(exc, changes) from None
         except asyncpg.CheckViolationError as exc:
             raise errors.InvalidParameterValue(f"invalid node value: {exc.constraint_name}") from None
+        except asyncpg.ForeignKeyViolationError:  # the only foreign key: chassis_uuid
+            raise _no_chassis(changes) from None
         if node is None:
             await self.get(node_uuid)  # raises NodeNotFound
             raise errors.NodeLocked(f"Node {node_uuid} lock was lost before the update.")
@@ -476,6 +482,11 @@ class NodeRepository:
             limit,
         )
         return [self._node(r) for r in rows]
+
+
+def _no_chassis(values: Mapping[str, Any]) -> errors.FerrumError:
+    """Ironic answers a node naming a missing chassis with 400 (the request is about the node)."""
+    return errors.InvalidParameterValue(f"Chassis {values.get('chassis_uuid')} could not be found.")
 
 
 def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.FerrumError:

@@ -193,6 +193,16 @@ class PortgroupRepository:
             sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")),
         )
 
+    async def member_physical_networks(self, portgroup_id: int, *, except_port: str | None = None) -> set[str | None]:
+        """The physical networks of the group's ports (``None`` for a port without one), but ``except_port``."""
+        rows = await self._db.fetch(
+            "SELECT DISTINCT physical_network FROM ports WHERE portgroup_id = $1 "
+            "AND ($2::uuid IS NULL OR uuid <> $2::uuid)",
+            portgroup_id,
+            except_port,
+        )
+        return {r["physical_network"] for r in rows}
+
     async def set_port_group(self, port_uuid: str, portgroup_id: int | None) -> None:
         """Put a port in a group (or take it out with None)."""
         await self._db.execute(

@@ -1,7 +1,10 @@
 """The Ironic ``configdrive`` value: built from a dict, encoded, decoded and checked.
 
-Nova (and openstacksdk) send ``base64(gzip(ISO9660))``; API 1.56+ clients may
-send a dict that the conductor turns into the same ISO (CONTRACT 3.3). Both
+Nova (and openstacksdk) send ``base64(gzip(ISO9660))``; Nova with
+``config_drive_format=vfat`` sends a VFAT image labelled ``config-2`` the same
+way, which cloud-init reads as well and is accepted too (anything else is
+refused). API 1.56+ clients may send a dict that the conductor turns into an
+ISO (CONTRACT 3.3). All
 end up here so that every service agrees on the format and on the 64 MiB
 limit IPA enforces (``MAX_CONFIG_DRIVE_SIZE_MB``).
 
@@ -22,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common import errors
-from services.common.images import iso9660
+from services.common.images import fat, iso9660
 from services.common.images.network_data import generate_network_data
 
 MAX_CONFIGDRIVE_BYTES = 64 * 1024 * 1024
@@ -30,6 +33,21 @@ LABEL = "config-2"
 VERSIONS = ("2012-08-10", "latest")
 _GZIP_MAGIC = b"\x1f\x8b"
 _INFLATE_CHUNK = 1024 * 1024
+NOT_A_DRIVE = "neither an ISO9660 image nor a VFAT image labelled config-2"
+
+
+def drive_format(image: bytes) -> str | None:
+    """``"iso9660"`` or ``"vfat"`` when ``image`` is a config drive cloud-init can read, else None.
+
+    An ISO needs no label here (Ironic and IPA accept any ISO9660); a FAT
+    image must carry the ``config-2`` label (any case, root directory or
+    boot sector), since that label is how cloud-init finds a VFAT drive.
+    """
+    if iso9660.is_iso9660(image):
+        return "iso9660"
+    if any(label.lower() == LABEL for label in fat.volume_labels(io.BytesIO(image[: 4 * 1024 * 1024]))):
+        return "vfat"
+    return None
 
 
 def _mib(limit: int) -> str:
@@ -167,10 +185,11 @@ def _inflate(data: bytes, limit: int) -> bytes:
 
 
 def decode_configdrive(value: str, *, limit: int = MAX_CONFIGDRIVE_BYTES) -> bytes:
-    """The ISO bytes in a ``base64(gzip(ISO))`` (or plain ``base64(ISO)``) string.
+    """The drive image in a ``base64(gzip(image))`` (or plain ``base64(image)``) string:
+    an ISO9660 image, or a VFAT image labelled ``config-2``.
 
     Raises InvalidParameterValue naming the problem: not base64, not gzip,
-    not an ISO9660 image, or larger than ``limit`` once decompressed (the
+    neither kind of image, or larger than ``limit`` once decompressed (the
     message gives the limit in MiB, like IPA's).
     """
     if not isinstance(value, (str, bytes, bytearray)):
@@ -198,9 +217,9 @@ def decode_configdrive(value: str, *, limit: int = MAX_CONFIGDRIVE_BYTES) -> byt
             raise errors.InvalidParameterValue(
                 f"Config drive size exceeds maximum limit of {_mib(limit)} ({len(iso)} bytes)"
             )
-    if not iso9660.is_iso9660(iso):
+    if drive_format(iso) is None:
         raise errors.InvalidParameterValue(
-            "Invalid configdrive: the decoded data is not an ISO9660 image "
-            "(expected base64 of a gzip-compressed ISO9660 image)"
+            f"Invalid configdrive: the decoded data is {NOT_A_DRIVE} "
+            "(expected base64 of a gzip-compressed ISO9660 or VFAT image)"
         )
     return iso

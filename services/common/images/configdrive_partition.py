@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common import errors
-from services.common.images import iso9660
-from services.common.images.configdrive import LABEL, MAX_CONFIGDRIVE_BYTES
+from services.common.images import fat, iso9660
+from services.common.images.configdrive import LABEL, MAX_CONFIGDRIVE_BYTES, NOT_A_DRIVE, drive_format
 from services.common.images.partition_table import (
     Partition,
     PartitionTable,
@@ -63,8 +63,8 @@ def _iso_bytes(iso: bytes | str | os.PathLike[str]) -> bytes:
         raise ConfigDriveError(
             f"Config drive size exceeds maximum limit of {MAX_CONFIGDRIVE_BYTES // MiB}MiB ({len(data)} bytes)"
         )
-    if not iso9660.is_iso9660(data):
-        raise ConfigDriveError("the config drive to write is not an ISO9660 image")
+    if drive_format(data) is None:
+        raise ConfigDriveError(f"the config drive to write is {NOT_A_DRIVE}")
     return data
 
 
@@ -256,11 +256,11 @@ def _write_at(path: str, offset: int, data: bytes) -> None:
 
 
 def read_configdrive_partition(device: str | os.PathLike[str]) -> tuple[Partition, bytes]:
-    """The config-2 partition of ``device`` and the ISO image in it (up to its volume size).
+    """The config-2 partition of ``device`` and the drive image in it (up to its volume size).
 
     What a booting machine does to find its config drive; used by the
     simulator and the tests. Raises ConfigDriveError when there is not
-    exactly one, or it does not hold an ISO9660 image.
+    exactly one, or it holds neither an ISO9660 nor a FAT volume.
     """
     path = os.fspath(device)
     table = _read_table(path)
@@ -272,8 +272,12 @@ def read_configdrive_partition(device: str | os.PathLike[str]) -> tuple[Partitio
         offset = part.start * table.sector_size
         try:
             size = iso9660.volume_size(fp, offset)
-        except ValueError as exc:
-            raise ConfigDriveError(f"partition {part.number} labelled {LABEL} holds no ISO9660 image") from exc
+        except ValueError:
+            fp.seek(offset)
+            try:
+                size = fat.volume_size(fp.read(512))  # a VFAT config drive (Nova's config_drive_format=vfat)
+            except ValueError as exc:
+                raise ConfigDriveError(f"partition {part.number} labelled {LABEL} holds {NOT_A_DRIVE}") from exc
         size = min(size, part.sectors * table.sector_size)
         fp.seek(offset)
         return part, fp.read(size)

@@ -37,13 +37,16 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import posixpath
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from services.common import errors
-from services.common.images import iso9660
+from services.common.images import fat, iso9660
+from services.common.images.configdrive import NOT_A_DRIVE, drive_format
 
 # cloud-init's OS_VERSIONS, oldest first
 KNOWN_VERSIONS = (
@@ -351,12 +354,25 @@ def parse_configdrive_files(files: Mapping[str, bytes]) -> ConfigDriveData:
     return read_drive(FileMap(files))
 
 
-def read_configdrive(iso: bytes) -> ConfigDriveData:
-    """Parse the config drive ISO image ``iso`` (for instance from ``read_configdrive_partition``)."""
-    if not iso9660.is_iso9660(iso):
-        raise errors.ConfigDriveInvalid("the config drive is not an ISO9660 image")
+def read_configdrive(image: bytes) -> ConfigDriveData:
+    """Parse the config drive image ``image`` (for instance from ``read_configdrive_partition``):
+    an ISO9660 image, or a VFAT one labelled ``config-2``, both of which cloud-init mounts."""
+    kind = drive_format(image)
+    if kind is None:
+        raise errors.ConfigDriveInvalid(f"the config drive is {NOT_A_DRIVE}")
     try:
-        with iso9660.IsoVolume(io.BytesIO(iso)) as volume:
+        if kind == "vfat":
+            return _read_vfat(image)
+        with iso9660.IsoVolume(io.BytesIO(image)) as volume:
             return read_drive(volume)
     except errors.ImageFormatError as exc:
-        raise errors.ConfigDriveInvalid(f"the config drive ISO cannot be read: {exc.message}") from None
+        raise errors.ConfigDriveInvalid(f"the config drive {kind} image cannot be read: {exc.message}") from None
+
+
+def _read_vfat(image: bytes) -> ConfigDriveData:
+    """mtools reads FAT from a file, so the image goes to a private temporary one first."""
+    with tempfile.TemporaryDirectory(prefix="ferrum-cd-") as tmp:
+        path = os.path.join(tmp, "drive.img")
+        with open(path, "wb") as fp:
+            fp.write(image)
+        return read_drive(fat.FatVolume(path))

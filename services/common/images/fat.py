@@ -62,6 +62,18 @@ def volume_labels(fp: BinaryIO, offset: int = 0) -> list[str]:
     return labels
 
 
+def volume_size(boot: bytes) -> int:
+    """The byte size of the FAT volume whose boot sector is ``boot`` (its BPB's sector count).
+
+    Raises ValueError when ``boot`` is not a FAT boot sector.
+    """
+    if _layout(boot) is None:
+        raise ValueError("not a FAT boot sector")
+    bytes_per_sector = struct.unpack_from("<H", boot, 11)[0]
+    sectors = struct.unpack_from("<H", boot, 19)[0] or struct.unpack_from("<I", boot, 32)[0]
+    return int(bytes_per_sector * sectors)
+
+
 def is_fat(boot: bytes) -> bool:
     """Whether the 512 bytes at the start of a volume are a FAT boot sector."""
     return _layout(boot) is not None

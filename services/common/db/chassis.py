@@ -1,0 +1,112 @@
+"""Chassis records (REST 1.1). The only place with SQL for the ``chassis``
+table; keyset pagination on (sort_key, id). A node refers to its chassis by
+UUID (``nodes.chassis_uuid``); the foreign key keeps a chassis with nodes
+from being deleted and carries a changed chassis UUID over to its nodes."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from services.common import errors
+from services.common.db.handles import Database
+from services.common.db.nodes import is_uuid
+from services.common.db.rows import row_to_dict
+
+SORT_KEYS = frozenset(("id", "uuid", "description", "created_at", "updated_at"))
+WRITABLE = frozenset(("uuid", "description", "extra"))
+
+
+def _not_found(ident: str) -> errors.NotFound:
+    return errors.NotFound(f"Chassis {ident} could not be found.")
+
+
+class ChassisRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            row = await self._db.fetchrow(
+                "INSERT INTO chassis (uuid, description, extra) VALUES ($1::uuid, $2, $3::jsonb) RETURNING *",
+                values["uuid"],
+                values.get("description"),
+                values.get("extra", {}),
+            )
+        except asyncpg.UniqueViolationError:
+            raise errors.Conflict(f"A chassis with UUID {values['uuid']} already exists.") from None
+        return row_to_dict(row)  # type: ignore[return-value]
+
+    async def get(self, ident: str) -> dict[str, Any]:
+        """By UUID only: chassis have no names."""
+        row = await self._db.fetchrow("SELECT * FROM chassis WHERE uuid = $1::uuid", ident) if is_uuid(ident) else None
+        if row is None:
+            raise _not_found(ident)
+        return row_to_dict(row)
+
+    async def list(
+        self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
+    ) -> builtins.list[dict[str, Any]]:
+        if sort_key not in SORT_KEYS:
+            raise errors.InvalidParameterValue(f"The sort_key value {sort_key} is an invalid field for sorting")
+        if sort_dir not in ("asc", "desc"):
+            raise errors.InvalidParameterValue(
+                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
+            )
+        op = ">" if sort_dir == "asc" else "<"
+        args: list[Any] = []
+        where = ""
+        if marker is not None:
+            row = (
+                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM chassis WHERE uuid = $1::uuid", marker)
+                if is_uuid(marker)
+                else None
+            )
+            if row is None:
+                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
+            if row["k"] is None:  # NULLS LAST in both directions: after a NULL only NULLs follow
+                args = [row["id"]]
+                where = f" WHERE {sort_key} IS NULL AND id {op} $1"
+            else:
+                args = [row["k"], row["id"]]
+                where = f" WHERE ({sort_key}, id) {op} ($1, $2) OR {sort_key} IS NULL"
+        args.append(limit)
+        rows = await self._db.fetch(
+            f"SELECT * FROM chassis{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} LIMIT ${len(args)}",
+            *args,
+        )
+        return [row_to_dict(r) for r in rows]
+
+    async def update(self, chassis_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(changes) - WRITABLE
+        if unknown:
+            raise errors.InvalidParameterValue(f"unknown chassis fields: {', '.join(sorted(unknown))}")
+        columns = list(changes)
+        sets = [
+            f"{c} = ${i}" + ("::jsonb" if c == "extra" else "::uuid" if c == "uuid" else "")
+            for i, c in enumerate(columns, start=2)
+        ] + ["updated_at = now()"]
+        try:
+            row = await self._db.fetchrow(
+                f"UPDATE chassis SET {', '.join(sets)} WHERE uuid = $1::uuid RETURNING *",
+                chassis_uuid,
+                *[changes[c] for c in columns],
+            )
+        except asyncpg.UniqueViolationError:
+            raise errors.Conflict(f"A chassis with UUID {changes.get('uuid')} already exists.") from None
+        if row is None:
+            raise _not_found(chassis_uuid)
+        return row_to_dict(row)
+
+    async def delete(self, chassis_uuid: str) -> None:
+        try:
+            deleted = await self._db.fetchval("DELETE FROM chassis WHERE uuid = $1::uuid RETURNING id", chassis_uuid)
+        except (asyncpg.ForeignKeyViolationError, asyncpg.RestrictViolationError):
+            raise errors.Invalid(
+                f"Cannot complete the requested action because chassis {chassis_uuid} contains nodes."
+            ) from None
+        if deleted is None:
+            raise _not_found(chassis_uuid)
