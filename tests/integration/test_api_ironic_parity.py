@@ -447,3 +447,14 @@ async def test_states_and_node_agree_at_1_1(api: Client) -> None:
 async def test_heartbeat_without_a_node_is_400(api: Client) -> None:
     assert "node_ident" in await api.refused(400, "POST", "/v1/heartbeat", {}, version="1.22")
     await api.refused(404, "POST", "/v1/heartbeat", {}, version="1.21")
+
+
+async def test_reset_interfaces_gives_the_new_drivers_defaults(api: Client) -> None:
+    await api.new_node("reset-ifaces", "manageable", driver_info={"redfish_address": "http://127.0.0.1:1"})
+    _, drivers = await api.call("GET", "/v1/drivers?detail=True", expect=200)
+    redfish = next(d for d in drivers["drivers"] if d["name"] == "redfish")
+    ops = [{"op": "replace", "path": "/driver", "value": "redfish"}]
+    _, node = await api.call("PATCH", "/v1/nodes/reset-ifaces?reset_interfaces=true", ops, expect=200)
+    for kind in ("boot", "deploy", "power", "management", "network", "inspect", "rescue", "console"):
+        assert node[f"{kind}_interface"] == redfish[f"default_{kind}_interface"], kind
+    assert node == await api.node("reset-ifaces") | {"updated_at": node["updated_at"]}
