@@ -89,6 +89,24 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
 
+    from services.ramdisk.cli import add_image_arguments, add_ramdisk_arguments
+
+    add_ramdisk_arguments(
+        sub.add_parser(
+            "ramdisk",
+            help="build the deploy ramdisk (kernel + initramfs with Ferrum's agent) from Debian packages",
+            description="Build the deploy kernel and initramfs from this machine's Debian package sources. "
+            "See docs/ramdisk.md.",
+        )
+    )
+    add_image_arguments(
+        sub.add_parser(
+            "image",
+            help="build disk images (a bootable demo OS) from Debian packages",
+            description="Build disk images to deploy. See docs/ramdisk.md.",
+        )
+    )
+
     demo = sub.add_parser(
         "demo",
         help="provision a rack of simulated Redfish machines end to end over the REST API",
@@ -152,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ferrum: error: {exc}", file=sys.stderr)
         return 2
+    if args.command in ("ramdisk", "image"):
+        from services.ramdisk.cli import run_image, run_ramdisk
+
+        return (run_ramdisk if args.command == "ramdisk" else run_image)(args, settings.state_dir)
     from services.common.logs import configure_logging
 
     # The demo draws progress bars: only warnings, unless a level was asked for.

@@ -26,11 +26,12 @@ from importlib import resources
 from pathlib import Path
 
 from services.ramdisk import debian, rootfs
-from services.ramdisk.kernel import fetch_kernel
+from services.ramdisk.kernel import Kernel, fetch_kernel
 
 MiB = 1024 * 1024
 SECTOR = 512
 PARTITION_START = 1 * MiB
+MIN_SIZE_MIB, MAX_SIZE_MIB = 16, 4096  # the kernel and initramfs take about 10 MiB
 MODULES = (
     "virtio_pci",
     "virtio_blk",
@@ -71,12 +72,12 @@ def _tool(*argv: str) -> None:
         raise debian.PackageError(f"{' '.join(argv[:3])} ... failed: {(done.stderr or done.stdout).strip()[-1000:]}")
 
 
-def _initramfs(directory: Path, kernel: object, busybox_deb: Path) -> Path:
+def _initramfs(directory: Path, kernel: Kernel, busybox_deb: Path) -> Path:
     root = directory / "initrd-root"
     rootfs.unpack([busybox_deb], root)
     rootfs.prune(root)
     rootfs.install_busybox(root)
-    rootfs.install_modules(root, kernel, list(MODULES))  # type: ignore[arg-type]
+    rootfs.install_modules(root, kernel, list(MODULES))
     init = resources.files("services.ramdisk").joinpath("files/demo-os-init.sh").read_text()
     rootfs.install_file(root, "init", init, mode=0o755)
     initrd = directory / "initrd"
@@ -86,6 +87,8 @@ def _initramfs(directory: Path, kernel: object, busybox_deb: Path) -> Path:
 
 def build_demo_os(output: Path, *, cache: Path, size_mib: int = 32) -> DemoOsImage:
     """Write ``output/ferrum-demo-os.raw`` (atomically) and describe it."""
+    if not MIN_SIZE_MIB <= size_mib <= MAX_SIZE_MIB:
+        raise ValueError(f"the demo image size must be {MIN_SIZE_MIB} to {MAX_SIZE_MIB} MiB, not {size_mib}")
     started = time.monotonic()
     with debian.locked(cache):
         kernel = fetch_kernel(cache)
