@@ -3,9 +3,11 @@ that gives every request an id and times it, and starting a site on a port."""
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -13,6 +15,10 @@ from services.common.logs import request_id_var
 from services.common.metrics import ServiceMetrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+SHUTDOWN_TIMEOUT = 5.0
+# aiohttp 3.9 moved shutdown_timeout from the site to the runner (the site's now warns);
+# the deploy ramdisk runs Debian's aiohttp 3.8, whose runner refuses it.
+_RUNNER_SHUTDOWN = "shutdown_timeout" in inspect.signature(web.BaseRunner.__init__).parameters
 
 
 def request_context_middleware(metrics: ServiceMetrics) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -45,9 +51,11 @@ def request_context_middleware(metrics: ServiceMetrics) -> Callable[..., Awaitab
 
 async def start_http_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve an aiohttp app; returns the runner and the bound port (port 0 allowed)."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+    timeout: dict[str, Any] = {"shutdown_timeout": SHUTDOWN_TIMEOUT}
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **(timeout if _RUNNER_SHUTDOWN else {}))
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)  # TIME_WAIT only; a live listener still conflicts
+    # reuse_address: TIME_WAIT only; a live listener still conflicts
+    site = web.TCPSite(runner, host, port, reuse_address=True, **({} if _RUNNER_SHUTDOWN else timeout))
     try:
         await site.start()
     except OSError as exc:

@@ -16,12 +16,13 @@ fill the FAT file system, syslinux's mtools installer makes it bootable,
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -64,6 +65,7 @@ class DemoOsImage:
     sha256: str
     kernel_package: str
     seconds: float
+    inputs: str  # digest of what the image was made from
 
 
 def _tool(*argv: str) -> None:
@@ -72,29 +74,45 @@ def _tool(*argv: str) -> None:
         raise debian.PackageError(f"{' '.join(argv[:3])} ... failed: {(done.stderr or done.stdout).strip()[-1000:]}")
 
 
-def _initramfs(directory: Path, kernel: Kernel, busybox_deb: Path) -> Path:
+def _initramfs(directory: Path, kernel: Kernel, busybox_deb: Path, init_text: str) -> Path:
     root = directory / "initrd-root"
     rootfs.unpack([busybox_deb], root)
     rootfs.prune(root)
     rootfs.install_busybox(root)
     rootfs.install_modules(root, kernel, list(MODULES))
-    init = resources.files("services.ramdisk").joinpath("files/demo-os-init.sh").read_text()
-    rootfs.install_file(root, "init", init, mode=0o755)
+    rootfs.install_file(root, "init", init_text, mode=0o755)
     initrd = directory / "initrd"
     rootfs.pack(root, initrd)
     return initrd
 
 
-def build_demo_os(output: Path, *, cache: Path, size_mib: int = 32) -> DemoOsImage:
-    """Write ``output/ferrum-demo-os.raw`` (atomically) and describe it."""
+def build_demo_os(output: Path, *, cache: Path, size_mib: int = 32, reuse: bool = False) -> DemoOsImage:
+    """Write ``output/ferrum-demo-os.raw`` (atomically) and describe it.
+
+    ``reuse``: keep an image already there that was made from the same inputs
+    (kernel, packages, init, size), recorded in ``ferrum-demo-os.json``."""
     if not MIN_SIZE_MIB <= size_mib <= MAX_SIZE_MIB:
         raise ValueError(f"the demo image size must be {MIN_SIZE_MIB} to {MAX_SIZE_MIB} MiB, not {size_mib}")
     started = time.monotonic()
     with debian.locked(cache):
         kernel = fetch_kernel(cache)
         debs = debian.download(("busybox-static", *BOOT_PACKAGES), cache / "debs")
+    init_text = resources.files("services.ramdisk").joinpath("files/demo-os-init.sh").read_text()
+    inputs = hashlib.sha256(
+        "\0".join(
+            [kernel.package, *sorted(p.name for p in debs.values()), *MODULES, SYSLINUX_CFG, init_text, str(size_mib)]
+        ).encode()
+    ).hexdigest()
     output.mkdir(parents=True, exist_ok=True)
     image = output / "ferrum-demo-os.raw"
+    record = output / "ferrum-demo-os.json"
+    if reuse and image.is_file():
+        try:
+            previous = json.loads(record.read_text())
+            if previous.get("inputs") == inputs:
+                return DemoOsImage(**{**previous, "path": image})
+        except (OSError, ValueError, TypeError):
+            pass
     size = size_mib * MiB
     part_end = size - MiB  # room for the backup GPT
     part_sectors = (part_end - PARTITION_START) // SECTOR
@@ -103,7 +121,7 @@ def build_demo_os(output: Path, *, cache: Path, size_mib: int = 32) -> DemoOsIma
         tools = work / "syslinux"
         for name in BOOT_PACKAGES:
             debian.extract(debs[name], tools)
-        initrd = _initramfs(work, kernel, debs["busybox-static"])
+        initrd = _initramfs(work, kernel, debs["busybox-static"], init_text)
         fat = work / "boot.fat"
         with open(fat, "wb") as handle:
             handle.truncate(part_end - PARTITION_START)
@@ -136,10 +154,13 @@ def build_demo_os(output: Path, *, cache: Path, size_mib: int = 32) -> DemoOsIma
             while chunk := handle.read(4 * MiB):
                 digest.update(chunk)
         os.replace(disk, image)
-    return DemoOsImage(
+    built = DemoOsImage(
         path=image,
         size=size,
         sha256=digest.hexdigest(),
         kernel_package=kernel.package,
         seconds=round(time.monotonic() - started, 1),
+        inputs=inputs,
     )
+    record.write_text(json.dumps({**asdict(built), "path": str(image)}, indent=1) + "\n")
+    return built

@@ -13,6 +13,7 @@ finished pair is written to the output directory atomically, with a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -56,6 +57,7 @@ class RamdiskBuild:
     uncompressed_bytes: int
     compressed_bytes: int
     seconds: float
+    inputs: str  # digest of everything the build used: an unchanged digest means an identical ramdisk
 
 
 def source_root() -> Path:
@@ -67,8 +69,37 @@ def _init_file(name: str) -> str:
     return resources.files("services.ramdisk").joinpath(f"files/{name}").read_text()
 
 
-def build_ramdisk(output: Path, *, cache: Path, modules: tuple[str, ...] = MODULES) -> RamdiskBuild:
-    """Build ``output/ferrum-agent.kernel`` and ``output/ferrum-agent.initramfs``."""
+def _inputs_digest(code: agent_code.AgentCode, debs: dict[str, Path], kernel: str, modules: tuple[str, ...]) -> str:
+    digest = hashlib.sha256()
+    for relative in code.files:
+        digest.update(relative.as_posix().encode() + b"\0" + (source_root() / relative).read_bytes())
+    for name in ("deploy-init.sh", "udhcpc.script", "agent-smoke.py"):
+        digest.update(_init_file(name).encode())
+    digest.update("\0".join([kernel, *sorted(p.name for p in debs.values()), *modules]).encode())
+    return digest.hexdigest()
+
+
+def _previous(output: Path, inputs: str) -> RamdiskBuild | None:
+    """The build already in ``output`` when it was made from the same inputs."""
+    try:
+        recorded = json.loads((output / "ramdisk.json").read_text())
+        build = RamdiskBuild(
+            **{**recorded, "kernel": Path(recorded["kernel"]), "initramfs": Path(recorded["initramfs"])}
+        )
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    if build.inputs != inputs or not build.kernel.is_file() or not build.initramfs.is_file():
+        return None
+    return build
+
+
+def build_ramdisk(
+    output: Path, *, cache: Path, modules: tuple[str, ...] = MODULES, reuse: bool = False
+) -> RamdiskBuild:
+    """Build ``output/ferrum-agent.kernel`` and ``output/ferrum-agent.initramfs``.
+
+    ``reuse``: return the build already in ``output`` if nothing it was made
+    from has changed (the agent's code, the init, the packages' versions)."""
     started = time.monotonic()
     code = agent_code.collect(source_root())
     with debian.locked(cache):
@@ -77,6 +108,9 @@ def build_ramdisk(output: Path, *, cache: Path, modules: tuple[str, ...] = MODUL
             (*python_runtime.PYTHON_PACKAGES, *code.debian_packages, *TOOLS), never=python_runtime.NEVER
         )
         debs = debian.download(names, cache / "debs")
+    inputs = _inputs_digest(code, debs, kernel.package, modules)
+    if reuse and (previous := _previous(output, inputs)) is not None:
+        return previous
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output, prefix=".build-") as tmp:
         root = Path(tmp) / "root"
@@ -91,8 +125,10 @@ def build_ramdisk(output: Path, *, cache: Path, modules: tuple[str, ...] = MODUL
         rootfs.install_file(root, "init", _init_file("deploy-init.sh"), mode=0o755)
         rootfs.install_file(root, "etc/ferrum/udhcpc.script", _init_file("udhcpc.script"), mode=0o755)
         python_runtime.finish(root, code_dirs=(AGENT_DIR,))
-        # The proof that this Python with these libraries runs the agent: its own --help.
+        # The proof that this Python with these libraries runs the agent: its command line, and
+        # its command API answering a command (files/agent-smoke.py).
         python_runtime.run_python(root, "-m", "services.agent", "--help", pythonpath=str(root / AGENT_DIR))
+        python_runtime.run_python(root, "-c", _init_file("agent-smoke.py"), pythonpath=str(root / AGENT_DIR))
         initramfs = output / "ferrum-agent.initramfs"
         uncompressed, compressed = rootfs.pack(root, initramfs)
     kernel_copy = output / "ferrum-agent.kernel"
@@ -107,6 +143,7 @@ def build_ramdisk(output: Path, *, cache: Path, modules: tuple[str, ...] = MODUL
         uncompressed_bytes=uncompressed,
         compressed_bytes=compressed,
         seconds=round(time.monotonic() - started, 1),
+        inputs=inputs,
     )
     (output / "ramdisk.json").write_text(
         json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(result).items()}, indent=1) + "\n"
