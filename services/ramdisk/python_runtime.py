@@ -65,7 +65,8 @@ def run_python(root: Path, *args: str, pythonpath: str = "", timeout: float = 30
     if not loader.exists():
         raise debian.PackageError("the root tree has no lib64/ld-linux-x86-64.so.2 (libc6 not unpacked?)")
     libraries = ":".join(str(root / d) for d in ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu"))
-    env = {"PYTHONHOME": str(root / "usr"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    # The build machine's tools (sgdisk, sfdisk): the ramdisk's own copies need its loader and libraries.
+    env = {"PYTHONHOME": str(root / "usr"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     done = subprocess.run(

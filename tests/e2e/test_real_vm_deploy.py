@@ -110,6 +110,21 @@ async def lab(vm_files: VmFiles, database_url: str, tmp_path_factory: pytest.Tem
         await simulator.stop()
 
 
+FAILED_STATES = ("deploy failed", "clean failed", "error")
+
+
+async def reach(lab: dict[str, Any], uuid: str, wanted: str, timeout: float) -> dict[str, Any]:
+    """Like tests.restclient.wait_state, but a failed state ends the wait at once (no idle minutes in TCG)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, node = await call(lab, "GET", f"/v1/nodes/{uuid}", expect=200)
+        if node["provision_state"] == wanted and node["reservation"] is None:
+            return node
+        assert node["provision_state"] not in FAILED_STATES, f"{node['provision_state']}: {node['last_error']}"
+        assert time.monotonic() < deadline, f"still {node['provision_state']} after {timeout} s ({node['last_error']})"
+        await asyncio.sleep(1)
+
+
 async def console(lab: dict[str, Any], machine: Any) -> list[str]:
     """The machine's console lines as its BMC serves them (Redfish Console LogService)."""
     url = f"{lab['sim'].redfish_url}{machine.system_path}/LogServices/Console/Entries"
@@ -173,7 +188,7 @@ async def test_real_vm_network_boots_the_ramdisk_and_boots_its_deployed_os(lab: 
         {"target": "active", "configdrive": {"meta_data": {"hostname": HOSTNAME}, "user_data": USER_DATA}},
         expect=202,
     )
-    active = await wait_state(lab, uuid, "active", timeout=ACTIVE_WAIT)
+    active = await reach(lab, uuid, "active", ACTIVE_WAIT)
     deployed_in = time.monotonic() - started
     assert active["power_state"] == "power on" and active["last_error"] is None
     shown = await wait_console(lab, machine, "hostname=", OS_WAIT)
@@ -202,7 +217,7 @@ async def test_real_vm_network_boots_the_ramdisk_and_boots_its_deployed_os(lab: 
         assert disk.read(len(image) - 2 * 1024 * 1024) == image[1024 * 1024 : len(image) - 1024 * 1024]
 
     await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "deleted"}, expect=202)
-    await wait_state(lab, uuid, "available", timeout=120)
+    await reach(lab, uuid, "available", 120)
     assert machine.power_state == "Off" and machine.process is None
     _, shown_node = await call(lab, "GET", f"/v1/nodes/{uuid}", expect=200)
     assert shown_node["power_state"] == "power off"

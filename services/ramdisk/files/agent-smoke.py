@@ -1,38 +1,91 @@
-# Run by the ramdisk build with the ramdisk's own Python: the agent serves its
-# command API and answers a command (importing alone does not prove that the
-# aiohttp Debian ships runs Ferrum's server and client code).
+# Run by the ramdisk build with the ramdisk's own Python (Debian's Python and
+# aiohttp, not the build machine's): the agent serves its command API and
+# writes an image with a config drive from a local HTTP server, the way a
+# conductor would ask for it. Importing alone would not prove that Ferrum's
+# server and client code runs on the libraries the ramdisk carries.
 import asyncio
+import hashlib
+import os
+import struct
 import tempfile
+import time
 
 import aiohttp
+from aiohttp import web
 
 from services.agent.agent import Agent, AgentOptions, Disk
+from services.common.images.configdrive import build_configdrive, encode_configdrive
+
+
+
+def mbr_image() -> bytes:
+    """3 MiB: an MBR with one Linux partition (sectors 2048-6143) full of text."""
+    sector = bytearray(512)
+    sector[446:462] = bytes([0, 0, 0, 0, 0x83, 0, 0, 0]) + struct.pack("<II", 2048, 4096)
+    sector[510:512] = b"\x55\xaa"
+    body = (b"ferrum ramdisk smoke test " * 90_000)[: 4096 * 512]
+    return bytes(sector) + bytes(2047 * 512) + body
+
+
+IMAGE = mbr_image()
 
 
 async def main() -> None:
-    with tempfile.NamedTemporaryFile() as disk:
-        disk.truncate(1024 * 1024)
+    app = web.Application()
+    app.router.add_get("/image.raw", lambda request: web.Response(body=IMAGE))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    image_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/image.raw"
+    with tempfile.TemporaryDirectory() as tmp:
+        disk = os.path.join(tmp, "disk")
+        with open(disk, "wb") as handle:
+            handle.truncate(96 * 1024 * 1024)
         options = AgentOptions(
             api_url="http://127.0.0.1:9",
             macs=("52:54:00:00:00:01",),
-            disks=(Disk(path=disk.name),),
+            disks=(Disk(path=disk),),
             agent_token="smoke",
             lookup_interval=60,
+            tmp_dir=tmp,
         )
         agent = Agent(options)
         await agent.start()
         try:
             base = f"http://127.0.0.1:{agent.port}/v1"
+            drive = build_configdrive({"uuid": "0" * 8 + "-0000-4000-8000-" + "0" * 12, "name": "smoke"}, [], {})
+            params = {
+                "image_info": {
+                    "id": "smoke",
+                    "urls": [image_url],
+                    "os_hash_algo": "sha256",
+                    "os_hash_value": hashlib.sha256(IMAGE).hexdigest(),
+                    "disk_format": "raw",
+                    "stream_raw_images": True,
+                },
+                "configdrive": encode_configdrive(drive),
+            }
             async with aiohttp.ClientSession() as session:
                 async with session.get(f"{base}/status") as response:
                     assert response.status == 200, await response.text()
-                body = {"name": "standby.sync", "params": {}}
-                async with session.post(f"{base}/commands/?agent_token=smoke&wait=true", json=body) as response:
+                body = {"name": "standby.prepare_image", "params": params}
+                async with session.post(f"{base}/commands/?agent_token=smoke", json=body) as response:
                     result = await response.json()
-                    assert response.status == 200 and result["command_status"] == "SUCCEEDED", result
+                    assert response.status == 200, result
+                deadline = time.monotonic() + 60
+                while result["command_status"] == "RUNNING" and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                    async with session.get(f"{base}/commands/{result['id']}?agent_token=smoke") as response:
+                        result = await response.json()
+                assert result["command_status"] == "SUCCEEDED", result
         finally:
             await agent.stop()
-    print("agent smoke test passed")
+            await runner.cleanup()
+        with open(disk, "rb") as handle:  # sector 0 now lists the config drive partition too
+            handle.seek(512)
+            assert handle.read(len(IMAGE) - 512) == IMAGE[512:], "the disk does not hold the image"
+    print("agent smoke test passed: command API, image write, config drive")
 
 
 asyncio.run(main())
