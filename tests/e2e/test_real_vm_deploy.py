@@ -18,6 +18,7 @@ Every wait is bounded; the module takes about two minutes on two cores.
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -128,7 +129,8 @@ async def reach(lab: dict[str, Any], uuid: str, wanted: str, timeout: float) -> 
 async def console(lab: dict[str, Any], machine: Any) -> list[str]:
     """The machine's console lines as its BMC serves them (Redfish Console LogService)."""
     url = f"{lab['sim'].redfish_url}{machine.system_path}/LogServices/Console/Entries"
-    async with lab["session"].get(url, auth=aiohttp.BasicAuth(USER, PASSWORD)) as response:
+    credentials = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    async with lab["session"].get(url, headers={"Authorization": f"Basic {credentials}"}) as response:
         assert response.status == 200, await response.text()
         return [member["Message"] for member in (await response.json())["Members"]]
 
@@ -207,7 +209,12 @@ async def test_real_vm_network_boots_the_ramdisk_and_boots_its_deployed_os(lab: 
         "ferrum-demo-os: ready",
     ):
         assert seen in log, seen
-    assert "image (ferrum-demo-os.raw) written to device /dev/vda" in log or "written to device /dev/vda" in log
+    for seen in (
+        "image written image=ferrum-demo-os.raw device=/dev/vda",  # the agent found the virtio disk in sysfs
+        "config drive written device=/dev/vda",
+        "leaving the ramdisk action=power_off hook=yes",  # the conductor's soft power off, through the agent
+    ):
+        assert seen in log, seen
     events = [e["event"] for e in machine.boot_log]
     assert events.count("vm_started") >= 2  # the ramdisk boot, then the disk boot after the reboot
     # The disk now holds the image (its first partition, byte for byte) plus a config-2 partition.
