@@ -35,6 +35,7 @@ from services.api.provision_params import check_configdrive, check_deploy_steps,
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.db.events import EventRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
@@ -144,14 +145,15 @@ def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
         message=row["message"],
         conductor=row["conductor"] or "",
     )
-    message.created_at.CopyFrom(_ts(row["created_at"]))
+    message.created_at.FromDatetime(row["created_at"])
     return message
 
 
 class NodeServicer(pb_grpc.NodeServiceServicer):
-    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub) -> None:
+    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub, *, secrets: NodeSecrets) -> None:
         self.pool, self.router, self.hub = pool, router, hub
-        self.nodes, self.ports, self.events = NodeRepository(pool), PortRepository(pool), EventRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=secrets)
+        self.ports, self.events = PortRepository(pool), EventRepository(pool)
 
     async def _guard(self, context: grpc.aio.ServicerContext, coro: Any) -> Any:
         try:
@@ -380,6 +382,18 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             return pb.DeletePortResponse()
 
         return await self._guard(context, run())
+
+    # api.proto declares the volume calls, but volumes are served over REST only
+    # so far; say so with UNIMPLEMENTED (the generated base class's status).
+    async def CreateVolumeConnector(
+        self, request: pb.CreateVolumeConnectorRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.VolumeConnector:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "volume connectors are served over REST only")
+
+    async def CreateVolumeTarget(
+        self, request: pb.CreateVolumeTargetRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.VolumeTarget:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "volume targets are served over REST only")
 
     async def WatchNodes(
         self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 import asyncpg
+import bcrypt
 from aiohttp import web
 
 from ferrum.v1 import api_pb2, api_pb2_grpc
@@ -19,15 +21,26 @@ from services.api.middlewares import basic_auth_middleware, error_middleware, lo
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
+from services.common.db.node_secrets import NodeSecrets
+from services.common.endpoints import Endpoints
+from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
+from services.common.keyring import Keyring
 from services.common.metrics import ServiceMetrics
-from services.common.recorded_addresses import record_api_url
 
 LOG = logging.getLogger(__name__)
 
 
 def build_app(
-    settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, metrics: ServiceMetrics
+    settings: Settings,
+    pool: asyncpg.Pool,
+    router: ConductorRouter,
+    metrics: ServiceMetrics,
+    *,
+    internal_token: str,
+    endpoints: Endpoints | None = None,
 ) -> web.Application:
     config = settings.api
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
@@ -35,17 +48,34 @@ def build_app(
         middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     app.router.add_get("/metrics", metrics.handle)
-    resources = add_routes(app, ApiContext(pool, router, settings))
+    resources = add_routes(app, ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints))
     install_public_route(app, resources[IpxePassthru])
     return app
+
+
+def node_service_authenticator(settings: Settings) -> Authenticator | None:
+    """The public NodeService takes the same credentials as REST: none under
+    ``noauth``, HTTP basic against the htpasswd file under ``http_basic``."""
+    if settings.api.auth_strategy != "http_basic":
+        return None
+    users = load_htpasswd(settings.api.htpasswd_file)
+
+    async def verify(user: str, password: str) -> bool:
+        hashed = users.get(user)
+        if hashed is None:
+            return False
+        return await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed)
+
+    return basic_authenticator(verify)
 
 
 class ApiService:
     name = "api"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.metrics = ServiceMetrics("api")
         self.router = ConductorRouter(
             pool,
@@ -62,21 +92,35 @@ class ApiService:
         c = self.settings.api
         if c.auth_strategy == "http_basic":
             load_htpasswd(c.htpasswd_file)  # fail at start, not on the first request
-        await self.router.start()
+        self.internal_token = await internal_token(self.settings, self.pool)
+        await self.router.start(token=self.internal_token)
         self.hub = EventHub(self.pool)
         await self.hub.start()
-        servicer = NodeServicer(self.pool, self.router, self.hub)
+        secrets = NodeSecrets(Keyring.from_config(self.settings.security))
+        servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,
             metrics=self.metrics,
             register=lambda server: api_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server),
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
+            authenticate=node_service_authenticator(self.settings),
         )
         self._http, port = await start_http_site(
-            build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port
+            build_app(
+                self.settings,
+                self.pool,
+                self.router,
+                self.metrics,
+                internal_token=self.internal_token,
+                endpoints=self.endpoints,
+            ),
+            c.host,
+            c.port,
+            listener="api",
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
         )
-        record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
+        self.endpoints.api_url = f"http://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
         return {
             "api REST (Ironic v1)": f"http://{c.host}:{port}",
             "api gRPC": f"{c.host}:{grpc_port}",

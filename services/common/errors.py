@@ -5,13 +5,15 @@ client may retry, so the api and gRPC layers map errors mechanically::
 
     FerrumError (500, INTERNAL)
     ├── Invalid (400, INVALID_ARGUMENT)
-    │   ├── InvalidParameterValue, MissingParameter, PatchError
+    │   ├── InvalidParameterValue ── UnsupportedDriverExtension
+    │   ├── MissingParameter, PatchError
     │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
     │   └── ConfigDriveInvalid
     ├── Unauthorized (401, UNAUTHENTICATED)
     ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
     ├── NotFound (404, NOT_FOUND) ── NodeNotFound, PortNotFound, VolumeNotFound, ObjectNotFound
     ├── NotAcceptable (406, FAILED_PRECONDITION)
+    ├── SecretUnreadable (500, INTERNAL)
     ├── Conflict (409, ALREADY_EXISTS)
     │   ├── NodeLocked (ABORTED, retryable), InvalidState (FAILED_PRECONDITION)
     │   ├── DuplicateName, MACAlreadyExists, NodeAssociated, InstanceAssociated
@@ -19,13 +21,14 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
+    ├── DriverLoadError (500): a hardware type or implementation that cannot load
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import grpc
@@ -60,6 +63,11 @@ class Invalid(FerrumError):
 
 class InvalidParameterValue(Invalid):
     pass
+
+
+class UnsupportedDriverExtension(InvalidParameterValue):
+    """The node's interface cannot do that verb (a ``no-*`` implementation, or a
+    feature the implementation lacks); Ironic's exception of the same name."""
 
 
 class MissingParameter(Invalid):
@@ -197,6 +205,11 @@ class DatabaseUnavailable(ServiceUnavailable):
     retry_after = 2
 
 
+class DriverLoadError(FerrumError):
+    """Driver composition is broken at conductor start: a hardware type names an
+    implementation nothing provides, or a kind has no enabled implementation."""
+
+
 class HardwareError(FerrumError):
     pass
 
@@ -229,6 +242,12 @@ class AgentBusy(AgentError):
     retryable = True
 
 
+class SecretUnreadable(FerrumError):
+    """A secret stored encrypted cannot be decrypted with the configured keys
+    (docs/security.md, "Secrets at rest"): its key is missing, or it was
+    altered or moved. Refused rather than answered with anything else."""
+
+
 def _all_subclasses(cls: type[FerrumError]) -> dict[str, type[FerrumError]]:
     found = {cls.__name__: cls}
     for sub in cls.__subclasses__():
@@ -241,7 +260,7 @@ def error_class(name: str) -> type[FerrumError]:
     return _all_subclasses(FerrumError).get(name, FerrumError)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: FerrumError) -> None:
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: FerrumError) -> None:
     """End a gRPC call with the error's status code and its class as metadata.
 
     The class name travels in trailing metadata so that the api can re-raise

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import uuid as uuidlib
 
-from services.common.console_text import sanitize_text
+from services.common.console_text import sanitize_text as sanitize_text  # re-exported: callers use safety.sanitize_text
 
 _URL_CHARS = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!()*+,;=%&]+")
 _ARG_TOKEN = re.compile(r"[A-Za-z0-9\-._~:/,=@+%\[\]()]+")

@@ -58,6 +58,18 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="host port forwarded to VM i's agent is this + i (qemu backend; default: free ports)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="Redfish connections open at once; one more is answered 503 (default 4096)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request head may take to arrive before the connection is dropped (default 10)",
+    )
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -85,6 +97,8 @@ async def serve(args: argparse.Namespace) -> int:
             qemu_binary=args.qemu_binary,
             qemu_memory_mib=args.qemu_memory,
             agent_port_base=args.agent_port_base,
+            max_connections=args.max_connections,
+            header_timeout=args.header_timeout,
         )
     )
     stopping = asyncio.Event()
@@ -111,6 +125,9 @@ def run_simulator(args: argparse.Namespace) -> int:
     from services.common.logs import configure_logging
 
     configure_logging(args.log_level.upper(), "text")
+    from services.common.open_files import raise_open_files_limit
+
+    raise_open_files_limit()
     try:
         from services.simulator.options import parse_size
 

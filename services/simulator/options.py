@@ -54,7 +54,7 @@ class SimulatorOptions:
     boot_url: str = ""  # what DHCP would hand iPXE as its bootfile
     host: str = "127.0.0.1"
     port: int = 0  # 0 = ephemeral
-    disk_size: int = 1024**3
+    disk_size: int | str = 1024**3  # bytes, or a size such as "8MiB"
     username: str = ""  # empty = the BMC asks for no credentials
     password: str = ""
     name_prefix: str = "sim-"
@@ -73,6 +73,9 @@ class SimulatorOptions:
     qemu_start_timeout: float = 10.0  # QEMU's monitor answers within a second here
     qemu_stop_timeout: float = 10.0  # after QMP quit, then SIGKILL
     agent_port_base: int = 0  # host port forwarded to machine i's agent: base + i (0 = free ports)
+    # The Redfish listener's connection bounds (services/common/connection_guard.py).
+    max_connections: int = 4096
+    header_timeout: float = 10.0
     # Builds the deploy agent a kernel boot starts; None = services.agent.agent.Agent.
     # Takes an AgentLaunch, returns an object with async start() and stop().
     agent_factory: Callable[[Any], Any] | None = None
@@ -100,6 +103,8 @@ class SimulatorOptions:
         low, high = self.power_delay
         if low < 0 or high < low or high > 600:
             raise errors.InvalidParameterValue(f"power delay {low},{high} must be 0 <= min <= max <= 600 seconds")
+        if self.max_connections < 1 or self.header_timeout <= 0:
+            raise errors.InvalidParameterValue("--max-connections must be >= 1 and --header-timeout > 0")
         parse_size(self.disk_size)
         if self.backend not in BACKENDS:
             raise errors.InvalidParameterValue(f"backend {self.backend!r} must be one of {', '.join(BACKENDS)}")

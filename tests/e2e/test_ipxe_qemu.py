@@ -18,6 +18,7 @@ nothing slow runs while a stack's event loop is running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -334,11 +335,12 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     disk = work / "disk.img"
     disk.write_bytes(boot_sector(SAN_MARKER) + bytes(16 * 1024 * 1024 - 512))
     port, control = free_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
-    tgtd = subprocess.Popen(
-        ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "tgtd.log", "wb"),
-    )
+    with open(work / "tgtd.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        tgtd = subprocess.Popen(
+            ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
     def adm(*args: str) -> str:
         return run("tgtadm", "-C", str(control), "--lld", "iscsi", *args, timeout=30)
@@ -361,10 +363,8 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         yield {"port": port, "show": lambda: adm("--op", "show", "--mode", "target")}
     finally:
         # tgtd ignores SIGTERM while it holds targets (TOOLING.md): remove them, then stop it by PID.
-        try:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             adm("--op", "delete", "--mode", "target", "--tid", "1", "--force")
-        except (RuntimeError, subprocess.TimeoutExpired):
-            pass
         tgtd.terminate()
         try:
             tgtd.wait(10)
