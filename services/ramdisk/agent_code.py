@@ -25,6 +25,7 @@ DEBIAN_PYTHON_PACKAGES = {
     "yarl": "python3-yarl",
     "prometheus_client": "python3-prometheus-client",
     "pycdlib": "python3-pycdlib",
+    "httptools": "python3-httptools",
 }
 NEVER_IN_RAMDISK = ("services.conductor", "grpc", "asyncpg", "sushy")
 

@@ -121,7 +121,12 @@ def test_agent_code_is_the_import_closure_without_conductor_or_grpc() -> None:
     assert "services/agent/blockdevices.py" in files  # imported inside a function: still carried
     assert not any(f.startswith(("services/conductor", "services/api", "services/simulator")) for f in files)
     assert "services/common/config.py" not in files
-    assert code.debian_packages == ("python3-aiohttp", "python3-prometheus-client", "python3-pycdlib")
+    assert code.debian_packages == (
+        "python3-aiohttp",
+        "python3-httptools",
+        "python3-prometheus-client",
+        "python3-pycdlib",
+    )
 
 
 def _tree(tmp_path: Path, agent_source: str) -> Path:
