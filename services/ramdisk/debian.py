@@ -146,7 +146,10 @@ def download(packages: Iterable[str], cache: Path) -> dict[str, Path]:
     names = sorted(set(packages))
     cache.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
-    for line in run(["apt-get", "download", "--print-uris", *names], timeout=120).splitlines():
+    with tempfile.TemporaryDirectory(prefix="ferrum-apt-") as empty:
+        # In an empty directory: apt-get leaves out packages whose file is in the current one.
+        listing = run(["apt-get", "download", "--print-uris", *names], cwd=Path(empty), timeout=120)
+    for line in listing.splitlines():
         parts = line.split()
         if len(parts) >= 2 and parts[0].startswith("'"):
             filename = parts[1]

@@ -41,6 +41,17 @@ for nic in $nics; do
     udhcpc -i "$nic" -s /etc/ferrum/udhcpc.script -t 10 -T 2 -b -p "/run/udhcpc-$nic.pid"
 done
 
+# A baseline for bench/vm_deploy.py: ferrum-bench-dd=<MiB> times dd of zeros onto the first
+# disk (synced) before the agent starts, to set the agent's write rate against.
+dd_mib=$(sed -n 's/.*ferrum-bench-dd=\([0-9][0-9]*\).*/\1/p' /proc/cmdline)
+if [ -n "$dd_mib" ]; then
+    disk=$(ls /sys/block | grep -v -E '^(loop|ram|zram|sr|fd)' | head -n 1)
+    begin=$(cut -d' ' -f1 /proc/uptime)
+    dd if=/dev/zero of="/dev/$disk" bs=1M count="$dd_mib" conv=fsync 2>/dev/null
+    end=$(cut -d' ' -f1 /proc/uptime)
+    log "dd wrote $dd_mib MiB to /dev/$disk in $(echo "$begin $end" | awk '{printf "%.2f", $2 - $1}') s"
+fi
+
 # The agent: restarted (after a pause) if it ever exits, as a service manager would.
 cd /opt/ferrum
 while true; do
