@@ -58,6 +58,14 @@ RATE = re.compile(r"image written .* bytes=(\d+) rate=([0-9.]+)")
 DD = re.compile(r"dd wrote (\d+) MiB to \S+ in ([0-9.]+) s")
 
 
+def read_log(path: Path) -> str:
+    """The serial log so far ("" before the VM first starts)."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
 async def request(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
     for _ in range(600):
         async with session.request(method, url, json=body, headers=V) as response:
@@ -146,7 +154,7 @@ async def deploy_round(stack: Any, count: int, urls: dict[str, str], sha256: str
                     raise RuntimeError(f"not every VM booted its OS within 30 minutes: {records}")
                 now = time.monotonic() - started
                 for (node, machine), record in zip(nodes, records, strict=True):
-                    log = await asyncio.to_thread(Path(machine.serial_log).read_text, errors="replace")
+                    log = await asyncio.to_thread(read_log, Path(machine.serial_log))
                     for key, marker in MARKERS.items():
                         if key not in record["seen"] and marker in log:
                             record["seen"][key] = now
