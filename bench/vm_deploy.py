@@ -42,6 +42,7 @@ from services.demo_vm import guest_settings
 from services.ramdisk.demo_os import build_demo_os
 from services.ramdisk.deploy_ramdisk import build_ramdisk
 from services.simulator.options import SimulatorOptions
+from services.simulator.qemu_machine import QemuMachine
 from services.simulator.service import Simulator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,8 +108,9 @@ async def deploy_round(stack: Any, count: int, urls: dict[str, str], sha256: str
     await simulator.start()
     try:
         async with aiohttp.ClientSession() as session:
-            nodes = []
+            nodes: list[tuple[dict[str, Any], QemuMachine]] = []
             for machine in simulator.machines:
+                assert isinstance(machine, QemuMachine)
                 info = simulator.driver_info(machine)
                 info["kernel_append_params"] += f" ferrum-bench-dd={dd_mib}"
                 node = await request(
@@ -147,7 +149,7 @@ async def deploy_round(stack: Any, count: int, urls: dict[str, str], sha256: str
                     f"{api}/v1/nodes/{node['uuid']}/states/provision",
                     {"target": "active", "configdrive": {"meta_data": {"hostname": f"{machine.name}.bench"}}},
                 )
-            records = [{"name": m.name, "seen": {}} for _, m in nodes]
+            records: list[dict[str, Any]] = [{"name": m.name, "seen": {}} for _, m in nodes]
             deadline = started + 1800
             while any("os" not in r["seen"] for r in records):
                 if time.monotonic() > deadline:

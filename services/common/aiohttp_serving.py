@@ -63,7 +63,7 @@ class GuardedSite(web.BaseSite):
         if _RUNNER_SHUTDOWN:
             super().__init__(runner)
         else:
-            super().__init__(runner, shutdown_timeout=SHUTDOWN_TIMEOUT)  # type: ignore[call-arg]
+            super().__init__(runner, shutdown_timeout=SHUTDOWN_TIMEOUT)
         self._host = host
         self._port = port
         self.guard = guard
@@ -103,8 +103,16 @@ async def start_http_site(
 
     ``listener`` names the site in log lines; ``limits`` bound its connections
     (default: :class:`ListenerLimits`' defaults)."""
-    timeout = {"shutdown_timeout": SHUTDOWN_TIMEOUT} if _RUNNER_SHUTDOWN else {}
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT, **timeout)
+    if _RUNNER_SHUTDOWN:
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=IDLE_TIMEOUT,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+        )
+    else:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT)
     await runner.setup()
     site = GuardedSite(runner, host, port, ConnectionGuard(listener, limits or ListenerLimits()))
     try:

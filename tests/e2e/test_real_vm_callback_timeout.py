@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.conductor.service import ConductorService
 from services.ramdisk import cpio
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
@@ -91,8 +92,9 @@ async def lab(
         ).validate()
     )
     await simulator.start()
-    store = next(s for s in stack.services if s.name == "conductor").objectstore
-    assert store is not None
+    conductor = next(s for s in stack.services if s.name == "conductor")
+    assert isinstance(conductor, ConductorService) and conductor.objectstore is not None
+    store = conductor.objectstore
     kernel, initrd = silent_ramdisk
     await store.put_file("timeout", "kernel", kernel)
     await store.put_file("timeout", "initrd", initrd)

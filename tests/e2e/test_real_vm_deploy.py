@@ -28,6 +28,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.conductor.service import ConductorService
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
@@ -84,8 +85,9 @@ async def lab(vm_files: VmFiles, database_url: str, tmp_path_factory: pytest.Tem
     )
     await simulator.start()
     session = aiohttp.ClientSession()
-    store = next(s for s in stack.services if s.name == "conductor").objectstore
-    assert store is not None
+    conductor = next(s for s in stack.services if s.name == "conductor")
+    assert isinstance(conductor, ConductorService) and conductor.objectstore is not None
+    store = conductor.objectstore
     for name, path in (
         ("ferrum-agent.kernel", vm_files.ramdisk.kernel),
         ("ferrum-agent.initramfs", vm_files.ramdisk.initramfs),

@@ -24,6 +24,7 @@ import pytest
 from aiohttp import web
 
 from services.simulator.options import SimulatorOptions
+from services.simulator.qemu_machine import QemuMachine
 from services.simulator.service import Simulator
 from tests.e2e.bootfiles import ensure_packages
 
@@ -43,6 +44,7 @@ async def media_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterato
     ensure_packages()
     iso = tmp_path_factory.mktemp("media") / "cd.iso"
     iso.write_bytes(b"\0" * 32768 + b"\x01CD001" + b"\0" * (65536 - 32774))
+
     async def serve(request: web.Request) -> web.FileResponse:
         return web.FileResponse(iso)
 
@@ -76,10 +78,19 @@ async def start(tmp_path: Path, **options: Any) -> Simulator:
 
 
 async def redfish(simulator: Simulator, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session:
-        async with session.request(method, simulator.redfish_url + path, json=body) as response:
-            text = await response.text()
-            return response.status, (await response.json() if text else None)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, simulator.redfish_url + path, json=body) as response,
+    ):
+        text = await response.text()
+        return response.status, (await response.json() if text else None)
+
+
+def only_vm(simulator: Simulator) -> QemuMachine:
+    """The simulator's one machine, which the QEMU backend makes a VM."""
+    machine = simulator.machines[0]
+    assert isinstance(machine, QemuMachine)
+    return machine
 
 
 async def reset(simulator: Simulator, kind: str) -> tuple[int, Any]:
@@ -90,7 +101,7 @@ async def reset(simulator: Simulator, kind: str) -> tuple[int, Any]:
 
 async def test_power_media_and_console_of_a_qemu_machine(tmp_path: Path, media_server: str) -> None:
     simulator = await start(tmp_path)
-    machine = simulator.machines[0]
+    machine = only_vm(simulator)
     try:
         status, _ = await reset(simulator, "On")
         assert status == 204 and machine.power_state == "On"
@@ -162,7 +173,7 @@ async def test_a_vm_that_cannot_start_is_a_redfish_error(tmp_path: Path) -> None
         port = taken.getsockname()[1]
         busy = await start(tmp_path / "busy", agent_port_base=port)
         try:
-            machine = busy.machines[0]
+            machine = only_vm(busy)
             assert busy.driver_info(machine)["kernel_append_params"].endswith(f"ipa-advertise-port={port}")
             status, body = await reset(busy, "On")
             assert status == 500, body

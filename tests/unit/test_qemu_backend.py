@@ -37,9 +37,7 @@ def test_command_line_of_a_machine() -> None:
     assert argv[0] == "qemu-system-x86_64" and value_of(argv, "-accel") == ["tcg"]
     assert value_of(argv, "-boot") == ["order=nc"]
     netdevs = value_of(argv, "-netdev")
-    assert netdevs[0] == (
-        "user,id=net0,bootfile=http://10.0.2.2:8080/boot.ipxe,hostfwd=tcp:127.0.0.1:45001-:9999"
-    )
+    assert netdevs[0] == ("user,id=net0,bootfile=http://10.0.2.2:8080/boot.ipxe,hostfwd=tcp:127.0.0.1:45001-:9999")
     assert "hostfwd" not in netdevs[1] and "bootfile=" in netdevs[1]
     devices = value_of(argv, "-device")
     assert "virtio-net-pci,netdev=net1,mac=52:54:00:00:00:01" in devices

@@ -97,8 +97,8 @@ def test_newc_archive_reads_back_with_cpio(tmp_path: Path) -> None:
     (root / "sbin").symlink_to("bin")
     (root / "bin" / "link").symlink_to("/bin/tool")
     archive = tmp_path / "a.cpio"
-    with open(archive, "wb") as out:
-        size = cpio.write_tree(root, out)
+    with open(archive, "wb") as stream:
+        size = cpio.write_tree(root, stream)
     assert size == archive.stat().st_size and size % 4 == 0
     listing = subprocess.run(
         ["cpio", "-itv", "--quiet"], input=archive.read_bytes(), capture_output=True, check=True
@@ -146,7 +146,7 @@ def test_agent_code_refuses_what_a_ramdisk_cannot_carry(tmp_path: Path) -> None:
     ok = agent_code.collect(_tree(tmp_path / "ok", "from services.common import shared\nimport aiohttp\n"))
     assert "services/common/shared.py" in {f.as_posix() for f in ok.files}
     assert ok.debian_packages == ("python3-aiohttp",)
-    with pytest.raises(agent_code.AgentCodeError, match="must not need services.conductor"):
+    with pytest.raises(agent_code.AgentCodeError, match=r"must not need services\.conductor"):
         agent_code.collect(_tree(tmp_path / "conductor", "from services.conductor import manager\n"))
     with pytest.raises(agent_code.AgentCodeError, match="must not need grpc"):
         agent_code.collect(_tree(tmp_path / "grpc", "import grpc\n"))

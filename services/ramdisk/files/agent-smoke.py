@@ -17,7 +17,6 @@ from services.agent.agent import Agent, AgentOptions, Disk
 from services.common.images.configdrive import build_configdrive, encode_configdrive
 
 
-
 def mbr_image() -> bytes:
     """3 MiB: an MBR with one Linux partition (sectors 2048-6143) full of text."""
     sector = bytearray(512)
@@ -30,18 +29,33 @@ def mbr_image() -> bytes:
 IMAGE = mbr_image()
 
 
+def blank_disk(path: str) -> None:
+    with open(path, "wb") as handle:
+        handle.truncate(96 * 1024 * 1024)
+
+
+def disk_holds_image(path: str) -> bool:
+    """Sector 0 now lists the config drive partition too, so compare from sector 1."""
+    with open(path, "rb") as handle:
+        handle.seek(512)
+        return handle.read(len(IMAGE) - 512) == IMAGE[512:]
+
+
+async def serve_image(request: web.Request) -> web.Response:
+    return web.Response(body=IMAGE)
+
+
 async def main() -> None:
     app = web.Application()
-    app.router.add_get("/image.raw", lambda request: web.Response(body=IMAGE))
+    app.router.add_get("/image.raw", serve_image)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    image_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/image.raw"
+    image_url = f"http://127.0.0.1:{runner.addresses[0][1]}/image.raw"
     with tempfile.TemporaryDirectory() as tmp:
         disk = os.path.join(tmp, "disk")
-        with open(disk, "wb") as handle:
-            handle.truncate(96 * 1024 * 1024)
+        await asyncio.to_thread(blank_disk, disk)
         options = AgentOptions(
             api_url="http://127.0.0.1:9",
             macs=("52:54:00:00:00:01",),
@@ -82,9 +96,7 @@ async def main() -> None:
         finally:
             await agent.stop()
             await runner.cleanup()
-        with open(disk, "rb") as handle:  # sector 0 now lists the config drive partition too
-            handle.seek(512)
-            assert handle.read(len(IMAGE) - 512) == IMAGE[512:], "the disk does not hold the image"
+        assert await asyncio.to_thread(disk_holds_image, disk), "the disk does not hold the image"
     print("agent smoke test passed: command API, image write, config drive")
 
 
