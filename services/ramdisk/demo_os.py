@@ -94,6 +94,7 @@ def build_demo_os(output: Path, *, cache: Path, size_mib: int = 32, reuse: bool 
     if not MIN_SIZE_MIB <= size_mib <= MAX_SIZE_MIB:
         raise ValueError(f"the demo image size must be {MIN_SIZE_MIB} to {MAX_SIZE_MIB} MiB, not {size_mib}")
     started = time.monotonic()
+    output, cache = output.absolute(), cache.absolute()  # as build_ramdisk: tools run in other directories
     with debian.locked(cache):
         kernel = fetch_kernel(cache)
         debs = debian.download(("busybox-static", *BOOT_PACKAGES), cache / "debs")

@@ -42,8 +42,15 @@ MODULES = (
     "vfat",
     "nls_cp437",
     "nls_ascii",
+    # A virtual-media boot's drives: the CD it booted from (IDE on a PC's PIIX) and the
+    # floppy whose parameters.txt the agent reads (CONTRACT.md 6.1).
+    "ata_piix",
+    "sr_mod",
+    "floppy",
 )
-TOOLS = ("busybox-static", "gdisk", "fdisk")  # gdisk: sgdisk, fdisk: sfdisk (config drive partitions)
+# gdisk: sgdisk, fdisk: sfdisk (config drive partitions); mtools: reading a FAT image,
+# such as the parameters floppy, without mounting it (services.common.images.fat).
+TOOLS = ("busybox-static", "gdisk", "fdisk", "mtools")
 AGENT_DIR = "opt/ferrum"
 
 
@@ -101,6 +108,9 @@ def build_ramdisk(
     ``reuse``: return the build already in ``output`` if nothing it was made
     from has changed (the agent's code, the init, the packages' versions)."""
     started = time.monotonic()
+    # Absolute: the build runs the tree's Python inside the tree, where relative paths
+    # (the default state dir .ferrum) would name nothing.
+    output, cache = output.absolute(), cache.absolute()
     code = agent_code.collect(source_root())
     with debian.locked(cache):
         kernel = fetch_kernel(cache)

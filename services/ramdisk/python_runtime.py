@@ -61,6 +61,9 @@ NEVER = frozenset(
 
 def run_python(root: Path, *args: str, pythonpath: str = "", timeout: float = 300) -> str:
     """Run the tree's interpreter on this machine (its ld.so, its libraries, its stdlib)."""
+    # Absolute: the loader runs in the tree (cwd below), where a relative program path
+    # (a relative state dir such as the default .ferrum) names nothing.
+    root = root.absolute()
     loader = root / "lib64" / "ld-linux-x86-64.so.2"
     if not loader.exists():
         raise debian.PackageError("the root tree has no lib64/ld-linux-x86-64.so.2 (libc6 not unpacked?)")

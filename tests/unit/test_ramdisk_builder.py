@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.ramdisk import agent_code, cpio, debian, kmod
+from services.ramdisk import agent_code, cpio, debian, kmod, python_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -152,3 +152,19 @@ def test_agent_code_refuses_what_a_ramdisk_cannot_carry(tmp_path: Path) -> None:
         agent_code.collect(_tree(tmp_path / "grpc", "import grpc\n"))
     with pytest.raises(agent_code.AgentCodeError, match=r"no Debian package is known for requests \(imported by"):
         agent_code.collect(_tree(tmp_path / "unknown", "def f():\n    import requests\n"))
+
+
+def test_the_trees_interpreter_runs_from_a_relative_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative state dir (``ferrum demo``'s default ``.ferrum``) must not break the build's
+    own runs of the ramdisk's Python: the loader runs inside the tree, where a relative
+    program path names nothing. The host's loader and echo stand in for Debian's."""
+    root = tmp_path / "state" / "root"
+    (root / "lib64").mkdir(parents=True)
+    (root / "lib64" / "ld-linux-x86-64.so.2").symlink_to("/lib64/ld-linux-x86-64.so.2")
+    (root / "lib").mkdir()
+    (root / "lib" / "x86_64-linux-gnu").symlink_to("/lib/x86_64-linux-gnu")
+    (root / "usr" / "bin").mkdir(parents=True)
+    (root / "usr" / "bin" / python_runtime.PYTHON).write_bytes(Path("/bin/echo").read_bytes())
+    (root / "usr" / "bin" / python_runtime.PYTHON).chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    assert python_runtime.run_python(Path("state/root"), "ran", "in", "the", "tree") == "ran in the tree\n"
