@@ -211,6 +211,9 @@ async def test_real_vm_network_boots_the_ramdisk_and_boots_its_deployed_os(lab: 
         "ferrum-demo-os: ready",
     ):
         assert seen in log, seen
+    # The drivers of a virtual-media boot are there too: the IDE CD and the floppy drive.
+    found = next(line for line in log.splitlines() if "ferrum-ramdisk: block devices:" in line).split(":", 2)[2].split()
+    assert {"fd0", "sr0", "vda"} <= set(found), found
     for seen in (
         "image written image=ferrum-demo-os.raw device=/dev/vda",  # the agent found the virtio disk in sysfs
         "config drive written device=/dev/vda",

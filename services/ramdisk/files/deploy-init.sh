@@ -52,6 +52,9 @@ if [ -n "$dd_mib" ]; then
     log "dd wrote $dd_mib MiB to /dev/$disk in $(echo "$begin $end" | awk '{printf "%.2f", $2 - $1}') s"
 fi
 
+# What the drivers found (the agent writes disks only; CD and floppy are virtual media).
+log "block devices: $(ls /sys/block | tr '\n' ' ')"
+
 # The agent: restarted (after a pause) if it ever exits, as a service manager would.
 cd /opt/ferrum
 while true; do
