@@ -213,7 +213,7 @@ async def bench(stack: Any, args: argparse.Namespace) -> None:
     image = await asyncio.to_thread(build_demo_os, CACHE / "vm-bench", cache=cache, size_mib=args.image_mib, reuse=True)
     store = next(s for s in stack.services if s.name == "conductor").objectstore
     for name, path in (("kernel", ramdisk.kernel), ("initramfs", ramdisk.initramfs), ("image", image.path)):
-        await store.put_file("vm-bench", name, path, content_type="application/octet-stream")
+        await store.put_file("vm-bench", name, path, content_type="application/octet-stream", via="grpc")
     urls = {name: await store.temp_url("vm-bench", name, lifetime=7200) for name in ("kernel", "initramfs", "image")}
     print(f"image {image.size // MiB} MiB, initramfs {ramdisk.compressed_bytes / MiB:.1f} MiB, TCG, 2 vCPU host cores")
     for count in args.machines:

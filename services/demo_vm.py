@@ -180,8 +180,10 @@ async def run_vm_demo(stack: Any, *, nodes: int, files: VmFiles, simulators: lis
         "ferrum-agent.initramfs": files.ramdisk.initramfs,
         "ferrum-demo-os.raw": files.os_image.path,
     }
+    # The object store's public URL is the guests' view of this host (10.0.2.2), which this
+    # host cannot reach: upload over gRPC rather than try HTTP first and warn on the way back.
     for name, path in objects.items():
-        await store.put_file("demo-vm", name, path, content_type="application/octet-stream")
+        await store.put_file("demo-vm", name, path, content_type="application/octet-stream", via="grpc")
     urls = {name: await store.temp_url("demo-vm", name, lifetime=3600) for name in objects}
     image = files.os_image
     machines = {m.name: m for m in simulator.machines}

@@ -96,8 +96,8 @@ async def lab(
     assert isinstance(conductor, ConductorService) and conductor.objectstore is not None
     store = conductor.objectstore
     kernel, initrd = silent_ramdisk
-    await store.put_file("timeout", "kernel", kernel)
-    await store.put_file("timeout", "initrd", initrd)
+    await store.put_file("timeout", "kernel", kernel, via="grpc")
+    await store.put_file("timeout", "initrd", initrd, via="grpc")
     session = aiohttp.ClientSession()
     try:
         yield {

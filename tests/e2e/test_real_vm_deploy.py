@@ -93,7 +93,7 @@ async def lab(vm_files: VmFiles, database_url: str, tmp_path_factory: pytest.Tem
         ("ferrum-agent.initramfs", vm_files.ramdisk.initramfs),
         ("ferrum-demo-os.raw", vm_files.os_image.path),
     ):
-        await store.put_file("vm-e2e", name, Path(path), content_type="application/octet-stream")
+        await store.put_file("vm-e2e", name, Path(path), content_type="application/octet-stream", via="grpc")
     urls = {
         name: await store.temp_url("vm-e2e", name, lifetime=3600)
         for name in ("ferrum-agent.kernel", "ferrum-agent.initramfs", "ferrum-demo-os.raw")
