@@ -15,9 +15,10 @@ from services.api.context import ApiContext
 from services.api.event_hub import EventHub
 from services.api.grpc_api import NodeServicer
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
-from services.api.middlewares import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
+from services.api.middlewares import basic_auth_middleware, error_middleware, version_middleware
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
+from services.common.basic_auth import BasicAuthVerifier, http_basic_verifier
 from services.common.config import Settings
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.metrics import ServiceMetrics
@@ -27,13 +28,28 @@ LOG = logging.getLogger(__name__)
 
 
 def build_app(
-    settings: Settings, pool: asyncpg.Pool, router: ConductorRouter, metrics: ServiceMetrics
+    settings: Settings,
+    pool: asyncpg.Pool,
+    router: ConductorRouter,
+    metrics: ServiceMetrics,
+    verifier: BasicAuthVerifier | None = None,
 ) -> web.Application:
+    """The REST app. Under http_basic it uses ``verifier``, or makes its own
+    (closed with the app) when none is given."""
     config = settings.api
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
-    if config.auth_strategy == "http_basic":
-        middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
+    owned = None
+    if config.auth_strategy == "http_basic" and verifier is None:
+        verifier = owned = http_basic_verifier(settings.api)
+    if verifier is not None:
+        middlewares.append(basic_auth_middleware(verifier))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
+    if owned is not None:
+
+        async def close_verifier(_: web.Application) -> None:
+            owned.close()
+
+        app.on_cleanup.append(close_verifier)
     app.router.add_get("/metrics", metrics.handle)
     resources = add_routes(app, ApiContext(pool, router, settings))
     install_public_route(app, resources[IpxePassthru])
@@ -57,11 +73,11 @@ class ApiService:
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
         self._health: Any = None
+        self.verifier: BasicAuthVerifier | None = None
 
     async def start(self) -> dict[str, str]:
         c = self.settings.api
-        if c.auth_strategy == "http_basic":
-            load_htpasswd(c.htpasswd_file)  # fail at start, not on the first request
+        self.verifier = http_basic_verifier(c)  # an unusable htpasswd file fails the start
         await self.router.start()
         self.hub = EventHub(self.pool)
         await self.hub.start()
@@ -74,7 +90,7 @@ class ApiService:
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
         )
         self._http, port = await start_http_site(
-            build_app(self.settings, self.pool, self.router, self.metrics), c.host, c.port
+            build_app(self.settings, self.pool, self.router, self.metrics, self.verifier), c.host, c.port
         )
         record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
         return {
@@ -104,3 +120,5 @@ class ApiService:
         if getattr(self, "hub", None) is not None:
             await self.hub.stop()
         await self.router.stop()
+        if self.verifier is not None:
+            self.verifier.close()

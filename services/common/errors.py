@@ -7,6 +7,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── Invalid (400, INVALID_ARGUMENT)
     │   ├── InvalidParameterValue, MissingParameter, PatchError
     │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
+    │   ├── NoValidHost
     │   └── ConfigDriveInvalid
     ├── Unauthorized (401, UNAUTHENTICATED)
     ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
@@ -19,6 +20,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
+    │   └── AuthenticationBusy
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
@@ -69,6 +71,12 @@ class NodeInMaintenance(Invalid):
 
 class DriverNotFound(Invalid):
     pass
+
+
+class NoValidHost(Invalid):
+    """No live conductor serves the node's driver in its conductor group, so the
+    node could never be routed: refused on create and patch (Ironic turns its
+    404 NoValidHost into a 400 there too)."""
 
 
 class ConfigDriveInvalid(Invalid):
@@ -184,6 +192,11 @@ class DatabaseUnavailable(ServiceUnavailable):
     changed; the client retries after ``retry_after`` seconds."""
 
     retry_after = 2
+
+
+class AuthenticationBusy(ServiceUnavailable):
+    """Too many password checks are already running or waiting (bcrypt is slow
+    on purpose); the client retries after ``retry_after`` seconds."""
 
 
 class HardwareError(FerrumError):
