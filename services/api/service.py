@@ -9,11 +9,11 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 
-from ferrum.v1 import api_pb2, api_pb2_grpc
+from ferrum.v1 import api_pb2
 from services.api.conductor_router import ConductorRouter
 from services.api.context import ApiContext
 from services.api.event_hub import EventHub
-from services.api.grpc_api import NodeServicer
+from services.api.grpc_api import NodeServicer, add_node_service
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
 from services.api.middlewares import basic_auth_middleware, error_middleware, version_middleware
 from services.api.routes import add_routes
@@ -81,12 +81,12 @@ class ApiService:
         await self.router.start()
         self.hub = EventHub(self.pool)
         await self.hub.start()
-        servicer = NodeServicer(self.pool, self.router, self.hub)
+        servicer = NodeServicer(self.pool, self.router, self.hub, config=c)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,
             metrics=self.metrics,
-            register=lambda server: api_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server),
+            register=lambda server: add_node_service(servicer, server),
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
         )
         self._http, port = await start_http_site(

@@ -264,4 +264,6 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> FerrumError:
     code = error.code()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return NoConductorAvailable(f"conductor unreachable: {error.details()}")
-    return FerrumError(f"conductor call failed: {code.name}: {error.details()}")
+    # An unexpected failure's details may name the server's internals (exception
+    # classes, SQL): they are for its log, not for the api's client.
+    return FerrumError(f"conductor call failed: {code.name}")
