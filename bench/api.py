@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import multiprocessing
@@ -245,7 +246,7 @@ def _serve(pipe: Any, endpoint: str) -> None:
         name, workers, items, other = message
         clients = by_endpoint.setdefault(other or endpoint, Clients(other or endpoint))
         try:
-            pipe.send(("ok", *_threads(workers, items, lambda item, fn=JOBS[name]: fn(clients, item))))
+            pipe.send(("ok", *_threads(workers, items, functools.partial(JOBS[name], clients))))
         except BaseException as exc:  # reported to the parent, which raises
             pipe.send(("error", f"{type(exc).__name__}: {exc}", []))
 
@@ -293,7 +294,7 @@ def job(fn: Callable[[Clients, Any], Any]) -> Callable[[Clients, Any], Any]:
 def create(clients: Clients, index: int) -> str:
     bm = clients.get()
     node = bm.create_node(driver="fake-hardware", name=f"bench-{index}")
-    bm.create_port(node_id=node.id, address="52:54:%02x:%02x:%02x:%02x" % tuple(index.to_bytes(4, "big")))
+    bm.create_port(node_id=node.id, address="52:54:" + ":".join(f"{b:02x}" for b in index.to_bytes(4, "big")))
     return node.id
 
 

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -36,6 +37,8 @@ from services.simulator.service import Simulator
 
 V = {"X-OpenStack-Ironic-API-Version": "1.56"}
 REPO = Path(__file__).resolve().parents[1]
+
+BENCH_TOKEN = secrets.token_urlsafe(32)  # the internal token the bench and its stack share
 
 
 def tree_cpu(pid: int) -> float:
@@ -103,28 +106,30 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
     ports_file = tmp / "ports.json"
     env = {
         **os.environ,
+        "FERRUM_SECURITY_INTERNAL_TOKEN": BENCH_TOKEN,
         "FERRUM_LOG_LEVEL": "WARNING",
         "FERRUM_CONDUCTOR_WORKERS": "4000",
         "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
         "FERRUM_DATABASE_POOL_MAX": "40",
     }
-    stack = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "stack",
-            "--ephemeral",
-            "--state-dir",
-            str(tmp / "state"),
-            "--ports-file",
-            str(ports_file),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "stack.log", "w"),
-    )
+    with open(tmp / "stack.log", "w") as log:  # the child keeps its own copy of the descriptor
+        stack = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "stack",
+                "--ephemeral",
+                "--state-dir",
+                str(tmp / "state"),
+                "--ports-file",
+                str(ports_file),
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     simulator = None
     try:
         deadline = time.monotonic() + 120
@@ -135,7 +140,7 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
         endpoints = json.loads(ports_file.read_text())
         api, boot_url = endpoints["api REST (Ironic v1)"], endpoints["ipxe HTTP"]
         image = build_demo_image(tmp / "image", size_mib=image_mib, marker="fleet bench")
-        store = ObjectStoreClient(endpoints["objectstore gRPC"])
+        store = ObjectStoreClient(endpoints["objectstore gRPC"], token=BENCH_TOKEN)
         await store.put_file("bench", "disk.raw", image.path)
         image_url = await store.temp_url("bench", "disk.raw", lifetime=7200)
         await store.put_bytes("bench", "kernel", b"k")

@@ -246,7 +246,7 @@ async def bench(args: argparse.Namespace) -> None:
         runs: dict[str, list[float]] = {}
         peaks: list[int] = []
         child_peaks: list[int] = []
-        plans = {
+        plans: dict[str, list[tuple[str, str | tuple[str, ...] | None]]] = {
             "raw": [
                 ("agent raw", None),
                 ("dd (local file)", f"dd if={raw} of={disk} bs=8M conv=notrunc,fsync status=none"),

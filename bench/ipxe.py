@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 import asyncpg
@@ -100,24 +101,25 @@ def start_renderer(db_url: str, workdir: Path, *, cache_ttl: float) -> tuple[sub
         "FERRUM_LOG_LEVEL": "WARNING",
         "FERRUM_DATABASE_POOL_MAX": "10",
     }
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from services.cli import main; sys.exit(main())",
-            "ipxe",
-            "--port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--ports-file",
-            str(ports_file),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(workdir / "renderer.log", "ab"),
-    )
+    with open(workdir / "renderer.log", "ab") as log:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from services.cli import main; sys.exit(main())",
+                "ipxe",
+                "--port",
+                "0",
+                "--grpc-port",
+                "0",
+                "--ports-file",
+                str(ports_file),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     deadline = time.monotonic() + 60
     while not ports_file.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -297,7 +299,7 @@ class Churn:
         finally:
             await conn.close()
 
-    def __enter__(self) -> Churn:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -101,7 +101,7 @@ async def ports_of(path: Path, process: subprocess.Popen, log: Path) -> dict[str
         if path.exists() and path.read_text():
             return json.loads(path.read_text())
         if process.poll() is not None:
-            raise RuntimeError(f"{' '.join(process.args)} exited: {log.read_text()[-2000:]}")
+            raise RuntimeError(f"{process.args!r} exited: {log.read_text()[-2000:]}")
         await asyncio.sleep(0.05)
     raise RuntimeError(f"{path.name}: service did not start within 60 s")
 

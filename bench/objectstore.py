@@ -24,6 +24,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import statistics
@@ -44,6 +45,7 @@ from services.common.objectstore_client import ObjectStoreClient  # noqa: E402
 from services.objectstore.testing import free_port, stop_process  # noqa: E402
 
 MiB = 1024 * 1024
+BENCH_TOKEN = secrets.token_urlsafe(32)  # the internal token the bench and its service share
 
 
 def proc_status(pid: int, field: str) -> int:
@@ -107,7 +109,8 @@ class _CountingStore(pb_grpc.ObjectStoreServicer):
 def _counting_server(queue: multiprocessing.Queue) -> None:
     async def serve() -> None:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 80 * MiB)])
-        pb_grpc.add_ObjectStoreServicer_to_server(_CountingStore(), server)
+        # Only Put is measured; the generated base class answers UNIMPLEMENTED for the rest.
+        pb_grpc.add_ObjectStoreServicer_to_server(_CountingStore(), server)  # type: ignore[abstract]
         queue.put(server.add_insecure_port("127.0.0.1:0"))
         await server.start()
         await server.wait_for_termination()
@@ -145,6 +148,7 @@ def start_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
         "FERRUM_LOG_LEVEL": "WARNING",
         "FERRUM_DATABASE_EMBEDDED_FSYNC": "false",
         "FERRUM_OBJECTSTORE_MAX_OBJECT_SIZE": str(64 * 1024 * MiB),
+        "FERRUM_SECURITY_INTERNAL_TOKEN": BENCH_TOKEN,
     }
     with open(tmp / "service.log", "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
@@ -221,7 +225,7 @@ async def run(size: int, repeat: int) -> None:
         await asyncio.to_thread(make_source, source, size)
         service, endpoints = await asyncio.to_thread(start_service, tmp)
         nginx = None
-        client = ObjectStoreClient(endpoints["objectstore gRPC"])
+        client = ObjectStoreClient(endpoints["objectstore gRPC"], token=BENCH_TOKEN)
         try:
             rss_idle = proc_status(service.pid, "VmRSS")
             copy_s = await asyncio.to_thread(copy_with_fsync, source, tmp / "copy.iso")

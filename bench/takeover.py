@@ -30,9 +30,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.common.db.conductors import ConductorRepository  # noqa: E402
-from services.common.hashring import ConductorRings  # noqa: E402
-from tests.processfleet import ProcessFleet  # noqa: E402
+from services.common.db.conductors import ConductorRepository
+from services.common.hashring import ConductorRings
+from tests.processfleet import ProcessFleet
 
 IN_FLIGHT = ("deploying", "wait call-back")
 
@@ -86,9 +86,8 @@ async def run(machines: int, *, power_delay: str, image_mib: int) -> dict[str, f
                         list(pending),
                     )
                     for row in rows:
-                        if row["provision_state"] == "active" and row["reservation"] is None:
-                            pending.discard(row["uuid"])
-                        elif row["provision_state"] == "deploy failed":
+                        done = row["provision_state"] == "active" and row["reservation"] is None
+                        if done or row["provision_state"] == "deploy failed":
                             pending.discard(row["uuid"])
                     if time.monotonic() - killed > 900:
                         break
@@ -99,7 +98,9 @@ async def run(machines: int, *, power_delay: str, image_mib: int) -> dict[str, f
                     "SELECT count(DISTINCT node_uuid) FROM node_events WHERE event = 'fail' "
                     "OR provision_state = 'deploy failed'"
                 )
-                resumed = await pool.fetchval("SELECT count(DISTINCT node_uuid) FROM node_events WHERE event = 'flow-resume'")
+                resumed = await pool.fetchval(
+                    "SELECT count(DISTINCT node_uuid) FROM node_events WHERE event = 'flow-resume'"
+                )
                 return {
                     "machines": machines,
                     "owned": len(owned[victim]),

@@ -28,6 +28,15 @@ def generate(out_dir: Path) -> None:
 
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
     include = Path(grpc_tools.__file__).parent / "_proto"
+    # mypy-protobuf's plugin types the *_pb2_grpc modules (stubs, servicers,
+    # add_*_to_server) the way --pyi_out types the messages, so mypy checks
+    # every gRPC call site instead of seeing Any.
+    plugin = Path(sys.executable).parent / "protoc-gen-mypy_grpc"
+    if not plugin.exists():
+        found = shutil.which("protoc-gen-mypy_grpc")
+        if found is None:
+            raise SystemExit("protoc-gen-mypy_grpc not found: pip install mypy-protobuf")
+        plugin = Path(found)
     args = [
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
@@ -35,6 +44,8 @@ def generate(out_dir: Path) -> None:
         f"--python_out={out_dir}",
         f"--pyi_out={out_dir}",
         f"--grpc_python_out={out_dir}",
+        f"--plugin=protoc-gen-mypy_grpc={plugin}",
+        f"--mypy_grpc_out=quiet:{out_dir}",
         *protos,
     ]
     if protoc.main(args) != 0:

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import logging
 import signal
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +20,7 @@ from services.common.config import Settings
 from services.common.db.bootstrap import Database, open_database
 from services.common.db.credentials import mask_password
 from services.common.db.pool import create_pool
+from services.common.endpoints import Endpoints
 
 LOG = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class Service(Protocol):
 ALL_SERVICES_ORDER = ("objectstore", "ipxe", "conductor", "api")
 
 
-def service_factories() -> dict[str, Callable[[Settings, Any], Service]]:
+def service_factories() -> dict[str, Callable[[Settings, Any, Endpoints], Service]]:
     from services.api.service import ApiService
     from services.conductor.service import ConductorService
     from services.ipxe.service import IpxeService
@@ -52,7 +52,8 @@ class RunningStack:
         self.database: Database | None = None
         self.pool: Any = None
         self.services: list[Service] = []
-        self.endpoints: dict[str, str] = {}
+        self.endpoints: dict[str, str] = {}  # what is printed and written to --ports-file
+        self.addresses = Endpoints()  # what the services of this process read from each other
         self.settings: Settings | None = None
 
     async def start(self, settings: Settings, names: list[str]) -> None:
@@ -69,14 +70,15 @@ class RunningStack:
             settings = dataclasses.replace(
                 settings, database=dataclasses.replace(settings.database, url=self.database.url)
             )
-            settings = self.settings = pin_api_port(settings, names)
+            self.settings = settings
             factories = service_factories()
             for name in names:
-                service = factories[name](settings, self.pool)
+                # One Endpoints object: each service writes where it listens, the
+                # ones that need it read it (services/common/endpoints.py).
+                service = factories[name](settings, self.pool, self.addresses)
                 # Registered before start so a half-started service is stopped too.
                 self.services.append(service)
                 self.endpoints.update(await service.start())
-                settings = self.settings = wire_started(settings, name, service)
             if "api" in names:
                 # Ready only once the api can route a node to a conductor.
                 api = next(s for s in self.services if s.name == "api")
@@ -99,40 +101,6 @@ class RunningStack:
         if self.database is not None:
             await self.database.close()
             self.database = None
-
-
-def pin_api_port(settings: Settings, names: list[str]) -> Settings:
-    """Choose the api's ephemeral port before the renderer starts.
-
-    The renderer puts the api URL into every deploy ramdisk's kernel command
-    line (``ipa-api-url``) and starts first, so an api on port 0 would be
-    unreachable for agents. Only for one process running both, with no URL
-    configured.
-    """
-    if not ("api" in names and "ipxe" in names) or settings.api.port != 0:
-        return settings
-    if settings.ipxe.api_url or settings.api.public_endpoint:
-        return settings
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((settings.api.host, 0))
-        port = probe.getsockname()[1]
-    return dataclasses.replace(settings, api=dataclasses.replace(settings.api, port=port))
-
-
-def wire_started(settings: Settings, name: str, service: Any) -> Settings:
-    """Point the services started later at one started in this process.
-
-    In one process (``ferrum stack``, tests) an address left empty in the
-    configuration means "the one running here", which with ephemeral ports is
-    only known after start. Explicit addresses always win.
-    """
-    if name == "objectstore" and not settings.conductor.objectstore_address:
-        address = getattr(service, "grpc_address", "")
-        if address:
-            settings = dataclasses.replace(
-                settings, conductor=dataclasses.replace(settings.conductor, objectstore_address=address)
-            )
-    return settings
 
 
 async def wait_for_signal() -> None:
@@ -159,7 +127,7 @@ async def serve(
         for label, address in stack.endpoints.items():
             print(f"  {label:<{width}}  {address}", flush=True)
         if ports_file:
-            Path(ports_file).write_text(json.dumps(stack.endpoints, indent=2))
+            await asyncio.to_thread(Path(ports_file).write_text, json.dumps(stack.endpoints, indent=2))
         if until is not None:
             await until(stack)
         else:

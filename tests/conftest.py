@@ -95,4 +95,4 @@ async def stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
         await running.close()
 
 
-test_settings.__test__ = False  # a helper, not a test
+test_settings.__test__ = False  # type: ignore[attr-defined]  # pytest reads this: a helper, not a test

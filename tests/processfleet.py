@@ -27,6 +27,8 @@ import asyncpg
 
 from services.common.db import migrate
 from services.common.db.embedded import EmbeddedPostgres
+from services.common.db.service_secrets import SecretRepository
+from services.common.internal_token import SECRET_NAME as INTERNAL_TOKEN
 from services.common.objectstore_client import ObjectStoreClient
 from services.demo_image import DemoImage, build_demo_image
 
@@ -128,7 +130,9 @@ class ProcessFleet:
         )
         self.inventory = json.loads((self.work / "simulator" / "machines.json").read_text())["machines"]
         self.image = await asyncio.to_thread(build_demo_image, self.work / "image", size_mib=self.image_mib)
-        self._objectstore = ObjectStoreClient(objectstore)
+        # The internal token every process generated and shares through PostgreSQL.
+        token = await SecretRepository(self.pool).get_or_create(INTERNAL_TOKEN)
+        self._objectstore = ObjectStoreClient(objectstore, token=token)
 
     def _env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")}

@@ -25,9 +25,10 @@ import aiohttp
 from aiohttp import web
 
 from services.agent import callbacks, cmdline, hardware, imagewrite, server
-from services.agent.commands import COMMANDS, CommandResult
+from services.agent.commands import COMMANDS, Command, CommandResult
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
+from services.common.connection_guard import ListenerLimits
 
 LOG = logging.getLogger(__name__)
 AGENT_VERSION = "10.0.0"  # the IPA release whose behaviour this agent follows
@@ -71,6 +72,9 @@ class AgentOptions:
     ca_file: str = ""  # extra CA bundle for https api/image/config drive URLs (ipa-cafile)
     insecure: bool = False  # skip TLS verification of those URLs (ipa-insecure)
     progress_heartbeat_interval: float = 10.0  # while an image is being written, heartbeat at least this often
+    # The command API's connection bounds (services/common/connection_guard.py): the conductor needs a few.
+    max_connections: int = 128
+    header_timeout: float = 10.0
 
 
 def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOptions:
@@ -119,6 +123,37 @@ def _tls_setting(options: AgentOptions) -> ssl.SSLContext | bool:
     return True
 
 
+def _command_named(name: str) -> Command:
+    """The command ``<extension>.<command>``, refused as IPA refuses it."""
+    extension, dot, command_name = name.partition(".")
+    if not dot or not extension or not command_name:
+        raise errors.InvalidParameterValue("Invalid command: Command name must be of the form <extension>.<name>")
+    command = COMMANDS.get(name)
+    if command is not None:
+        return command
+    if any(known.startswith(f"{extension}.") for known in COMMANDS):
+        raise errors.InvalidParameterValue(f"Invalid command: Unknown command: {command_name[:100]}")
+    raise errors.NotFound(f"Unknown command: {name[:100]}: extension {extension[:100]!r} not found")
+
+
+def _check_params(command: Command, agent: Agent, name: str, params: dict[str, Any]) -> None:
+    """Run the command's params check; every refusal is IPA's InvalidCommandParamsError (400).
+
+    A check that fails on input its author did not foresee (a TypeError on an
+    odd type, say) is still the caller's malformed input, never a 500; it is
+    logged with its traceback so the check can be made explicit."""
+    assert command.validate is not None
+    try:
+        command.validate(agent, params)
+    except errors.Invalid as exc:
+        raise errors.InvalidParameterValue(f"Invalid command parameters: {exc.message}") from None
+    except Exception as exc:
+        LOG.warning("command params refused name=%s reason=the check raised %r", name, exc, exc_info=True)
+        raise errors.InvalidParameterValue(
+            f"Invalid command parameters: {type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
+
+
 class Agent:
     """One machine's deploy agent. ``start()`` binds the command API and starts
     lookup + heartbeats in the background; ``stop()`` undoes all of it."""
@@ -126,6 +161,8 @@ class Agent:
     def __init__(self, options: AgentOptions, *, session: aiohttp.ClientSession | None = None) -> None:
         if not options.macs or not options.disks:
             raise errors.InvalidParameterValue("an agent needs at least one MAC and one disk")
+        if options.max_connections < 1 or options.header_timeout <= 0:
+            raise errors.InvalidParameterValue("an agent needs max_connections >= 1 and header_timeout > 0")
         self.options = options
         self.node_uuid: str | None = None
         self.node: dict[str, Any] = {}
@@ -160,7 +197,13 @@ class Agent:
             self._session = aiohttp.ClientSession()
         try:
             self._runner, self._port = await start_http_site(
-                server.build_app(self), self.options.listen_host, self.options.listen_port
+                server.build_app(self),
+                self.options.listen_host,
+                self.options.listen_port,
+                listener="agent",
+                limits=ListenerLimits(
+                    max_connections=self.options.max_connections, header_timeout=self.options.header_timeout
+                ),
             )
         except OSError:
             if self._own_session:  # nothing may be left open when start fails
@@ -240,14 +283,14 @@ class Agent:
         return hardware.select_root_disk(disks, hints)
 
     async def execute_command(self, name: str, params: dict[str, Any], *, wait: bool = False) -> CommandResult:
-        """Run a command: 404 unknown, 409 busy, 400 bad params; sync ones finish here."""
-        command = COMMANDS.get(name)
-        if command is None:
-            raise errors.NotFound(f"Unknown command: {name}")
+        """Run a command; sync ones finish here. Refusals are IPA's: 400 for a malformed
+        name, an unknown command of a known extension or bad params (checked before
+        anything starts, so nothing changes), 404 for an unknown extension, 409 busy."""
+        command = _command_named(name)
         if self._running is not None and self._running.status == "RUNNING":
             raise errors.Conflict("Agent is busy")
         if command.validate is not None:
-            command.validate(self, params)
+            _check_params(command, self, name, params)
         result = CommandResult(name.split(".", 1)[1], params)
         self._remember(result)
         LOG.info("command started id=%s name=%s async=%s", result.id, name, command.is_async)

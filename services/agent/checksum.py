@@ -40,7 +40,17 @@ class ExpectedChecksum:
 
 
 def is_url(value: str) -> bool:
-    return "://" in value and urlparse(value).scheme in ("http", "https")
+    return _scheme(value) in ("http", "https")
+
+
+def _scheme(url: str) -> str:
+    """The URL's scheme; "" for text no URL parser accepts (``http://[::1`` raises ValueError)."""
+    if "://" not in url:
+        return ""
+    try:
+        return urlparse(url).scheme
+    except ValueError:
+        return ""
 
 
 def image_file_name(url: str) -> str:
@@ -51,23 +61,32 @@ def validate_image_info(image_info: Any, *, allow_md5: bool) -> None:
     """IPA's synchronous checks: refuse the command (400) before anything runs."""
     if not isinstance(image_info, Mapping):
         raise errors.InvalidParameterValue("image_info must be an object")
-    if not image_info.get("id"):
+    image_id = image_info.get("id")
+    if not image_id:
         raise errors.InvalidParameterValue("Image is missing the 'id' field.")
+    if not isinstance(image_id, str):
+        raise errors.InvalidParameterValue("Image 'id' must be a string.")
     urls = image_info.get("urls")
     if not isinstance(urls, list) or not urls or not all(isinstance(u, str) and u for u in urls):
         raise errors.InvalidParameterValue("Image 'urls' must be a non-empty list of URLs.")
     for url in urls:
-        if urlparse(url).scheme not in ("http", "https"):
+        if _scheme(url) not in ("http", "https"):
             raise errors.InvalidParameterValue(f"Image URL {url!r} is not an http(s) URL.")
     algo, value = image_info.get("os_hash_algo"), image_info.get("os_hash_value")
     if algo and value:
-        algo = str(algo).lower()
+        if not isinstance(algo, str) or not isinstance(value, str):
+            raise errors.InvalidParameterValue("Image os_hash_algo and os_hash_value must be strings.")
+        algo, value = algo.lower(), value.strip()
         if algo not in SUPPORTED_ALGOS:
             raise errors.InvalidParameterValue(
                 f"Image hash algorithm {algo!r} is not supported (use one of {', '.join(sorted(SUPPORTED_ALGOS))})."
             )
         if algo == "md5" and not allow_md5:
             raise errors.InvalidParameterValue("MD5 image checksums are disabled on this agent.")
+        if not is_url(value) and (not _HEX.match(value) or ALGO_BY_LENGTH.get(len(value)) != algo):
+            raise errors.InvalidParameterValue(
+                f"Image os_hash_value {value[:140]!r} is not a hex {algo} value or a URL of a checksums file."
+            )
         return
     checksum = image_info.get("checksum")
     if not checksum or not isinstance(checksum, str):

@@ -51,6 +51,16 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="fixed heartbeat interval (default: heartbeat_timeout x random 0.3-0.6, as IPA)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        help="command API connections open at once; one more is answered 503 (default 128)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        help="seconds a request head may take to arrive before the connection is dropped (default 10)",
+    )
     parser.add_argument("--allow-md5", action="store_true", help="accept md5 image checksums")
     parser.add_argument("--ca-file", help="extra CA bundle for https api, image and config drive URLs")
     parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (test labs only)")
@@ -102,6 +112,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         "heartbeat_interval",
         "tmp_dir",
         "ca_file",
+        "max_connections",
+        "header_timeout",
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -131,7 +143,7 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     if args.ports_file:
-        Path(args.ports_file).write_text(json.dumps({"agent": agent.callback_url}))
+        await asyncio.to_thread(Path(args.ports_file).write_text, json.dumps({"agent": agent.callback_url}))
     print(f"agent command API at {agent.callback_url}", flush=True)
     try:
         await stopping.wait()
@@ -144,6 +156,9 @@ def run_agent(args: argparse.Namespace) -> int:
     from services.common.logs import configure_logging
 
     configure_logging(args.log_level, "text")
+    from services.common.open_files import raise_open_files_limit
+
+    raise_open_files_limit()
     try:
         return asyncio.run(serve(args))
     except KeyboardInterrupt:

@@ -103,11 +103,24 @@ def _validate_deploy_step(agent: Agent, params: dict[str, Any]) -> None:
     step = params.get("step")
     if not isinstance(step, Mapping) or not step.get("step"):
         raise errors.InvalidParameterValue("execute_deploy_step needs a 'step' object with a 'step' name")
-    if step.get("interface", "deploy") != "deploy" or step["step"] not in DEPLOY_STEPS:
-        raise errors.InvalidParameterValue(f"unknown deploy step {step.get('interface', 'deploy')}.{step['step']}")
-    if step["step"] == "write_image":
-        args = step.get("args") or {}
+    name, interface = step["step"], step.get("interface", "deploy")
+    if not isinstance(name, str) or not isinstance(interface, str):
+        raise errors.InvalidParameterValue("the deploy step's 'step' and 'interface' must be strings")
+    if interface != "deploy" or name not in DEPLOY_STEPS:
+        raise errors.InvalidParameterValue(f"unknown deploy step {interface[:64]}.{name[:64]}")
+    args = _step_args(step)
+    if name == "write_image":
         _validate_prepare_image(agent, {"image_info": args.get("image_info"), "configdrive": args.get("configdrive")})
+
+
+def _step_args(step: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A step's ``args``: absent or null means none; anything but an object is refused."""
+    args = step.get("args")
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise errors.InvalidParameterValue("the step's 'args' must be an object")
+    return args
 
 
 # ---- deploy -------------------------------------------------------------------------------
@@ -137,7 +150,7 @@ async def get_deploy_steps(agent: Agent, params: dict[str, Any], cmd: CommandRes
 async def execute_deploy_step(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     agent.remember_node(params.get("node"))
     step = dict(params["step"])
-    args = step.get("args") or {}
+    args = _step_args(step)
     result = await _prepare_image(agent, args["image_info"], args.get("configdrive"), cmd)
     return {"deploy_result": {"result": result}, "deploy_step": step}
 
@@ -259,9 +272,9 @@ CLEAN_STEPS: dict[str, dict[str, Any]] = {
 
 def _validate_clean_step(agent: Agent, params: dict[str, Any]) -> None:
     step = params.get("step")
-    if not isinstance(step, Mapping) or step.get("step") not in CLEAN_STEPS:
-        name = step.get("step") if isinstance(step, Mapping) else step
-        raise errors.InvalidParameterValue(f"unknown clean step {name!r}")
+    name = step.get("step") if isinstance(step, Mapping) else step
+    if not isinstance(name, str) or name not in CLEAN_STEPS:
+        raise errors.InvalidParameterValue(f"unknown clean step {str(name)[:64]!r}")
 
 
 async def get_clean_steps(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:

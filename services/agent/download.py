@@ -59,6 +59,8 @@ class DirectSink(Protocol):
     """A sink that can also lend its own buffer, so plain-HTTP bodies are
     received straight into it (``recv_into``) with no copy in Python."""
 
+    async def __call__(self, data: bytes) -> None: ...
+
     def direct_buffer(self) -> memoryview | None: ...
 
     async def direct_commit(self, count: int) -> None: ...
@@ -248,7 +250,7 @@ async def fetch(
         try:
             if direct:
                 try:
-                    await _attempt_socket(state, sink, request_headers, policy, on_size)  # type: ignore[arg-type]
+                    await _attempt_socket(state, sink, request_headers, policy, on_size)  # type: ignore[arg-type]  # direct: sink has direct_buffer
                     return state.delivered
                 except _Unsupported as exc:
                     direct = False  # this server's answers need aiohttp: do not probe again on retries

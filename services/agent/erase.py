@@ -46,9 +46,12 @@ def zero_range(fd: int, offset: int, length: int) -> None:
     """Make [offset, offset+length) read as zeros: a hole in a regular file, written zeros otherwise."""
     if length <= 0:
         return
-    if stat.S_ISREG(os.fstat(fd).st_mode) and _FALLOCATE is not None:
-        if _FALLOCATE(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-            return
+    if (
+        stat.S_ISREG(os.fstat(fd).st_mode)
+        and _FALLOCATE is not None
+        and _FALLOCATE(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) == 0
+    ):
+        return
     _write_zeros(fd, offset, length)
 
 

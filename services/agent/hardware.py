@@ -37,12 +37,20 @@ KNOWN_HINTS = frozenset(("size", "name", "rotational", *_STRING_HINTS))
 
 
 class DiskLike(Protocol):
-    path: str
-    name: str
-    serial: str
-    wwn: str
-    model: str
-    rotational: bool
+    """What describing a disk reads (read-only, so frozen dataclasses qualify)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def serial(self) -> str: ...
+    @property
+    def wwn(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def rotational(self) -> bool: ...
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 ``/v1/commands`` needs ``?agent_token=`` equal to the token the lookup gave
 (401 "Token invalid." otherwise, also before any lookup); a new command while
 an async one still runs is 409 "Agent is busy". Errors are IPA's
-``{"faultcode", "faultstring"}`` bodies.
+``{"faultcode", "faultstring"}`` bodies (its ``format_exception``), for
+every status: a malformed body, name or params is 400, an unknown route 404,
+a wrong method 405, a body over ``MAX_BODY`` 413, and only a bug is 500.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return await handler(request)
     except errors.FerrumError as exc:
         return _fault(exc.http_status, exc.faultcode, exc.message)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _fault(exc.status, "Client" if exc.status < 500 else "Server", exc.reason)
+    except Exception as exc:
+        LOG.exception("agent API request failed method=%s path=%s", request.method, request.path)
+        return _fault(500, "Server", str(exc) or type(exc).__name__)
 
 
 def _agent(request: web.Request) -> Agent:
@@ -93,7 +102,7 @@ async def run_command(request: web.Request) -> web.Response:
     _check_token(request)
     try:
         body = json.loads(await request.read() or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
         raise errors.InvalidParameterValue("Request body is not valid JSON") from None
     if not isinstance(body, dict) or not isinstance(body.get("name"), str) or "params" not in body:
         raise errors.InvalidParameterValue("Missing or invalid name or params")

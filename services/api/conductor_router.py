@@ -52,10 +52,14 @@ class ConductorRouter:
         self.rings = ConductorRings([])
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._refreshed = 0.0
+        self._token = ""
         self._read_started = 0.0
         self._job: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, *, token: str) -> None:
+        """Read the ring and start refreshing it; ``token`` is the internal token
+        every conductor call presents."""
+        self._token = token
         await self.refresh()
         self._job = asyncio.create_task(self._loop(), name="ring-refresh")
 
@@ -138,10 +142,10 @@ class ConductorRouter:
             )
         return dict(owner)
 
-    def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceStub:
+    def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = client_channel(address)
+            channel = self._channels[address] = client_channel(address, token=self._token)
         return conductor_pb2_grpc.ConductorServiceStub(channel)
 
     async def call(self, node_uuid: str, driver: str, group: str, method: str, request: Any) -> Any:

@@ -74,6 +74,8 @@ class DriversApi:
     def _driver_interfaces(self, doc: dict[str, Any], name: str, hosts: list[str]) -> None:
         conductor = self.ctx.router.rings.conductors[hosts[0]]
         for kind, names in conductor["interfaces"].get(name, {}).items():
+            if kind not in DRIVER_INTERFACE_KINDS:  # firmware: API 1.86, above our maximum
+                continue
             doc[f"default_{kind}_interface"] = names[0] if names else None
             doc[f"enabled_{kind}_interfaces"] = names
 

@@ -39,6 +39,7 @@ from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.config import ApiConfig
 from services.common.db.events import EventRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
@@ -151,7 +152,7 @@ def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
         message=mask_text(row["message"]),
         conductor=row["conductor"] or "",
     )
-    message.created_at.CopyFrom(_ts(row["created_at"]))
+    message.created_at.FromDatetime(row["created_at"])
     return message
 
 
@@ -162,11 +163,18 @@ def add_node_service(servicer: NodeServicer, server: grpc.aio.Server) -> None:
 
 class NodeServicer(pb_grpc.NodeServiceServicer):
     def __init__(
-        self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub, *, config: ApiConfig | None = None
+        self,
+        pool: asyncpg.Pool,
+        router: ConductorRouter,
+        hub: EventHub,
+        *,
+        secrets: NodeSecrets,
+        config: ApiConfig | None = None,
     ) -> None:
         self.pool, self.router, self.hub = pool, router, hub
         self.config = config or ApiConfig()
-        self.nodes, self.ports, self.events = NodeRepository(pool), PortRepository(pool), EventRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=secrets)
+        self.ports, self.events = PortRepository(pool), EventRepository(pool)
 
     async def _guard(self, context: grpc.aio.ServicerContext, coro: Any, request: Any = None) -> Any:
         """Run one call: the request screened first (NUL, NaN, sizes), every
@@ -417,6 +425,18 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             return pb.DeletePortResponse()
 
         return await self._guard(context, run(), request)
+
+    # api.proto declares the volume calls, but volumes are served over REST only
+    # so far; say so with UNIMPLEMENTED (the generated base class's status).
+    async def CreateVolumeConnector(
+        self, request: pb.CreateVolumeConnectorRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.VolumeConnector:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "volume connectors are served over REST only")
+
+    async def CreateVolumeTarget(
+        self, request: pb.CreateVolumeTargetRequest, context: grpc.aio.ServicerContext
+    ) -> cpb.VolumeTarget:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "volume targets are served over REST only")
 
     async def WatchNodes(
         self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext

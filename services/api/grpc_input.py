@@ -122,7 +122,10 @@ async def _refuse(context: grpc.aio.ServicerContext) -> None:
     )
 
 
-def _screened(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _screened(handler: Any) -> Any:
+    """``handler`` (a grpc ``RpcMethodHandler``, a named tuple at run time) with a
+    lenient deserializer; typed Any because grpc's stubs declare neither the
+    tuple nor the aio signatures of its callables."""
     if handler.request_deserializer is None:
         return handler
     if handler.unary_unary is not None:

@@ -25,9 +25,9 @@ from aiohttp import web
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.common.config import Settings
 from services.common.console_text import sanitize_text
+from services.common.endpoints import Endpoints
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
-from services.common.recorded_addresses import renderer_address
 
 LOG = logging.getLogger(__name__)
 PATH = re.compile(r"/v1/drivers/[^/]+/vendor_passthru/ipxe_config")
@@ -45,16 +45,27 @@ def error_script(reason: str, status: int) -> web.Response:
 
 
 class IpxePassthru:
-    def __init__(self, settings: Settings, *, timeout: float = 10.0) -> None:
+    def __init__(self, settings: Settings, *, token: str, endpoints: Endpoints, timeout: float = 10.0) -> None:
         self._settings = settings
+        self._token = token
+        self._endpoints = endpoints
         self._timeout = timeout
         self._channels: dict[str, grpc.aio.Channel] = {}
 
-    def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererStub:
+    def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = client_channel(address)
+            channel = self._channels[address] = client_channel(address, token=self._token)
         return renderer_pb2_grpc.BootScriptRendererStub(channel)
+
+    def _renderer_address(self) -> str:
+        """Configured, else the renderer of this process, else the configured ipxe host:grpc_port."""
+        s = self._settings
+        if s.api.renderer_address:
+            return s.api.renderer_address
+        if self._endpoints.renderer_grpc:
+            return self._endpoints.renderer_grpc
+        return f"{s.ipxe.host}:{s.ipxe.grpc_port}" if s.ipxe.grpc_port else ""
 
     async def close(self, _app: web.Application | None = None) -> None:
         for channel in self._channels.values():
@@ -73,7 +84,7 @@ class IpxePassthru:
             if node_uuid is not None
             else renderer_pb2.RenderBootScriptRequest(mac=port_address or "")
         )
-        address = renderer_address(self._settings)
+        address = self._renderer_address()
         if not address:
             LOG.warning("ipxe_config passthru reason=no renderer address configured")
             return error_script("no boot script renderer is configured, try again later", 503)

@@ -93,9 +93,9 @@ async def version_middleware(request: web.Request, handler: Handler) -> web.Stre
             request.headers.get(versions.HEADER), request.headers.get(versions.STANDARD_HEADER)
         )
     except errors.NotAcceptable as exc:
-        response = error_response(406, exc.message)
-        response.headers.update(versions.headers(versions.MIN_VERSION))
-        return response
+        refusal = error_response(406, exc.message)
+        refusal.headers.update(versions.headers(versions.MIN_VERSION))
+        return refusal
     request["version"] = version
     _reject_nul(request)
     response = await handler(request)

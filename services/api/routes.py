@@ -221,7 +221,7 @@ def build_resource(resource: type, ctx: ApiContext) -> Any:
     if resource is OpenApiDocument:
         return OpenApiDocument()
     if resource is IpxePassthru:
-        return IpxePassthru(ctx.settings)
+        return IpxePassthru(ctx.settings, token=ctx.internal_token, endpoints=ctx.endpoints)
     return resource(ctx)
 
 

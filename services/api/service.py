@@ -20,9 +20,14 @@ from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.basic_auth import BasicAuthVerifier, http_basic_verifier
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
+from services.common.db.node_secrets import NodeSecrets
+from services.common.endpoints import Endpoints
+from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
+from services.common.keyring import Keyring
 from services.common.metrics import ServiceMetrics
-from services.common.recorded_addresses import record_api_url
 
 LOG = logging.getLogger(__name__)
 
@@ -33,6 +38,9 @@ def build_app(
     router: ConductorRouter,
     metrics: ServiceMetrics,
     verifier: BasicAuthVerifier | None = None,
+    *,
+    internal_token: str,
+    endpoints: Endpoints | None = None,
 ) -> web.Application:
     """The REST app. Under http_basic it uses ``verifier``, or makes its own
     (closed with the app) when none is given."""
@@ -51,17 +59,24 @@ def build_app(
 
         app.on_cleanup.append(close_verifier)
     app.router.add_get("/metrics", metrics.handle)
-    resources = add_routes(app, ApiContext(pool, router, settings))
+    resources = add_routes(app, ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints))
     install_public_route(app, resources[IpxePassthru])
     return app
+
+
+def node_service_authenticator(verifier: BasicAuthVerifier | None) -> Authenticator | None:
+    """The public NodeService takes the same credentials as REST, checked by the
+    same verifier (one bcrypt pool and cache): none under ``noauth``."""
+    return None if verifier is None else basic_authenticator(verifier.verify)
 
 
 class ApiService:
     name = "api"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.metrics = ServiceMetrics("api")
         self.router = ConductorRouter(
             pool,
@@ -78,21 +93,36 @@ class ApiService:
     async def start(self) -> dict[str, str]:
         c = self.settings.api
         self.verifier = http_basic_verifier(c)  # an unusable htpasswd file fails the start
-        await self.router.start()
+        self.internal_token = await internal_token(self.settings, self.pool)
+        await self.router.start(token=self.internal_token)
         self.hub = EventHub(self.pool)
         await self.hub.start()
-        servicer = NodeServicer(self.pool, self.router, self.hub, config=c)
+        secrets = NodeSecrets(Keyring.from_config(self.settings.security))
+        servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets, config=c)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,
             metrics=self.metrics,
             register=lambda server: add_node_service(servicer, server),
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
+            authenticate=node_service_authenticator(self.verifier),
         )
         self._http, port = await start_http_site(
-            build_app(self.settings, self.pool, self.router, self.metrics, self.verifier), c.host, c.port
+            build_app(
+                self.settings,
+                self.pool,
+                self.router,
+                self.metrics,
+                self.verifier,
+                internal_token=self.internal_token,
+                endpoints=self.endpoints,
+            ),
+            c.host,
+            c.port,
+            listener="api",
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
         )
-        record_api_url(self.settings, f"http://{c.host}:{port}")  # for a local renderer when the port was 0
+        self.endpoints.api_url = f"http://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
         return {
             "api REST (Ironic v1)": f"http://{c.host}:{port}",
             "api gRPC": f"{c.host}:{grpc_port}",

@@ -95,7 +95,8 @@ _TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_s
 
 
 def mask_secrets(info: dict[str, Any] | None) -> dict[str, Any]:
-    """driver_info, driver_internal_info: every secret at any depth (:mod:`services.common.secret_masking`)."""
+    """driver_info, driver_internal_info: every secret at any depth (the key rule that also encrypts
+    them at rest, services/common/secret_keys.py; :mod:`services.common.secret_masking`)."""
     return mask_dict(info or {})
 
 

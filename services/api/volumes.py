@@ -26,7 +26,7 @@ from services.common.db.nodes import is_uuid
 from services.common.db.rows import iso
 from services.common.db.volumes import VolumeRepository
 from services.common.jsonutil import dumps
-from services.common.secret_masking import mask_dict
+from services.common.secret_masking import mask_value
 
 SINCE = (1, 32)
 FIELDS = {
@@ -100,7 +100,7 @@ class VolumeRecordsApi:
             if k != "links"
         }
         if "properties" in doc:  # CHAP secrets, as Ironic masks them
-            doc["properties"] = mask_dict(doc["properties"] or {})
+            doc["properties"] = mask_value(doc["properties"] or {})
         doc["links"] = views.links(base, f"volume/{self.kind}s", row["uuid"])
         if fields is not None:
             doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}

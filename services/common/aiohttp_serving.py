@@ -1,18 +1,26 @@
 """Serving an aiohttp app, shared by the HTTP-facing services: the middleware
-that gives every request an id and times it, and starting a site on a port."""
+that gives every request an id and times it, and starting a site on a port
+behind a :class:`ConnectionGuard` (connection cap and header deadline,
+``services/common/connection_guard.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from services.common.connection_guard import ConnectionGuard, ListenerLimits
+from services.common.guarded_protocol import GuardedHttpProtocol
 from services.common.logs import request_id_var
 from services.common.metrics import ServiceMetrics
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# aiohttp's default (3,630 s) let idle keep-alive connections hold descriptors for an hour;
+# 75 s is nginx's keepalive_timeout and what the renderer and the object store use.
+IDLE_TIMEOUT = 75.0
 
 
 def request_context_middleware(metrics: ServiceMetrics) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -43,16 +51,58 @@ def request_context_middleware(metrics: ServiceMetrics) -> Callable[..., Awaitab
     return middleware
 
 
-async def start_http_site(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Serve an aiohttp app; returns the runner and the bound port (port 0 allowed)."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+class GuardedSite(web.BaseSite):
+    """aiohttp's TCPSite, with every connection going through a :class:`GuardedHttpProtocol`."""
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard) -> None:
+        super().__init__(runner)
+        self._host = host
+        self._port = port
+        self.guard = guard
+        self.bound_port = port
+
+    @property
+    def name(self) -> str:
+        return f"http://{self._host}:{self.bound_port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        guard = self.guard
+        loop = asyncio.get_running_loop()
+        # reuse_address: TIME_WAIT only; a live listener still conflicts
+        self._server = await loop.create_server(
+            lambda: GuardedHttpProtocol(guard, server), self._host, self._port, reuse_address=True
+        )
+        self.bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
+        guard.start()
+
+    async def stop(self) -> None:
+        self.guard.stop()
+        await super().stop()
+
+
+async def start_http_site(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    listener: str = "http",
+    limits: ListenerLimits | None = None,
+) -> tuple[web.AppRunner, int]:
+    """Serve an aiohttp app; returns the runner and the bound port (port 0 allowed).
+
+    ``listener`` names the site in log lines; ``limits`` bound its connections
+    (default: :class:`ListenerLimits`' defaults)."""
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, keepalive_timeout=IDLE_TIMEOUT
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True)  # TIME_WAIT only; a live listener still conflicts
+    site = GuardedSite(runner, host, port, ConnectionGuard(listener, limits or ListenerLimits()))
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
         raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    server = site._server  # aiohttp exposes no public accessor for the bound socket
-    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port
-    return runner, bound
+    return runner, site.bound_port

@@ -49,8 +49,8 @@ DEFAULT_PLACEHOLDER = "%default%"  # in kernel_append_params: the renderer's def
 _CHARACTER_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\x00": "a NUL", " ": "a space"}
 
 # Node fields the renderer puts into a script, by where they live.
-DRIVER_INFO_URLS = ("deploy_kernel", "deploy_ramdisk", "rescue_kernel", "rescue_ramdisk")
-INSTANCE_INFO_URLS = ("kernel", "ramdisk", "boot_iso")
+DRIVER_INFO_URLS: tuple[str, ...] = ("deploy_kernel", "deploy_ramdisk", "rescue_kernel", "rescue_ramdisk")
+INSTANCE_INFO_URLS: tuple[str, ...] = ("kernel", "ramdisk", "boot_iso")
 KERNEL_ARGUMENT_FIELDS = {
     "driver_info": ("kernel_append_params",),
     "instance_info": ("kernel_append_params", "ramdisk_kernel_arguments"),

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.common.db.credentials import mask_password
+from services.common.keyring import KeyringError, decode_key
 
 
 class ConfigError(Exception):
@@ -65,6 +66,8 @@ class ApiConfig:
     ready_timeout: float = 30.0
     renderer_address: str = ""
     ramdisk_heartbeat_timeout: int = 300
+    http_max_connections: int = 4096
+    http_header_timeout: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +86,11 @@ class ConductorConfig:
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
+    enabled_console_interfaces: tuple[str, ...] = ("no-console",)
+    enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
+    enabled_bios_interfaces: tuple[str, ...] = ("no-bios",)
+    enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake")
+    enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware",)
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
     liveness_check_interval: float = 1.0
@@ -101,6 +109,7 @@ class ConductorConfig:
     fake_storage_delay: str = "0"
     fake_vendor_delay: str = "0"
     fake_inspect_delay: str = "0"
+    fake_rescue_delay: str = "0"
     redfish_power_timeout: float = 60.0
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0
@@ -121,7 +130,9 @@ class IpxeConfig:
     (empty: taken from the request's Host header). ``cache_ttl`` > 0 keeps
     boot data and rendered replies in memory for at most that long, evicted
     per node as soon as its boot data changes (NOTIFY ferrum_boot_data);
-    ``cache_max_entries`` bounds each layer (about 2.6 KB per cached node)."""
+    ``cache_max_entries`` bounds each layer (about 2.6 KB per cached node).
+    ``http_max_connections`` is high because a boot storm opens one
+    connection per machine at once."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -136,6 +147,8 @@ class IpxeConfig:
     max_nics: int = 8
     cache_ttl: float = 30.0
     cache_max_entries: int = 100_000
+    http_max_connections: int = 10_000
+    http_header_timeout: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +175,28 @@ class ObjectStoreConfig:
     s3_secret_key: str = ""
     s3_part_size: int = 16 * 1024**2
     s3_presign_version: str = "s3v4"
+    http_max_connections: int = 4096
+    http_header_timeout: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SecurityConfig:
+    """Credentials between Ferrum's own services (docs/security.md).
+
+    ``internal_token``: what api, conductors and renderers present to each
+    other's gRPC services (and the conductor to the object store). Empty means
+    one generated at first start and kept in PostgreSQL, which every Ferrum
+    process shares, so nothing needs configuring for one host, compose or
+    Kubernetes. Set it (at least 32 characters) to choose your own.
+
+    ``secret_key`` / ``secret_key_file``: the keys that encrypt BMC passwords,
+    agent tokens and config drives at rest (services/common/keyring.py). A
+    single base64 key, or a file of keys, the first current; neither means no
+    encryption at rest."""
+
+    internal_token: str = ""
+    secret_key: str = ""
+    secret_key_file: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,13 +211,14 @@ class Settings:
     conductor: ConductorConfig = ConductorConfig()
     ipxe: IpxeConfig = IpxeConfig()
     objectstore: ObjectStoreConfig = ObjectStoreConfig()
+    security: SecurityConfig = SecurityConfig()
 
     def conductor_hostname(self) -> str:
         """The name a conductor holds locks under: configured, else host:pid."""
         return self.conductor.hostname or f"{socket.gethostname()}-{os.getpid()}"
 
 
-SECTIONS = ("database", "api", "conductor", "ipxe", "objectstore")
+SECTIONS = ("database", "api", "conductor", "ipxe", "objectstore", "security")
 CONFIG_FILE_ENV = "FERRUM_CONFIG"
 _PORT_KEYS = ("port", "grpc_port", "metrics_port", "http_port", "embedded_port")
 
@@ -345,13 +381,24 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("FERRUM_OBJECTSTORE_BACKEND must be filesystem or s3")
     _validate_objectstore(settings.objectstore)
     _validate_ipxe(settings.ipxe)
+    _validate_security(settings.security)
     if settings.log_format not in ("text", "json"):
         raise ConfigError("FERRUM_LOG_FORMAT must be text or json")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError("FERRUM_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR")
     if settings.database.pool_min < 1 or settings.database.pool_max < settings.database.pool_min:
         raise ConfigError("database pool sizes need 1 <= pool_min <= pool_max")
+    for section in ("api", "ipxe", "objectstore"):
+        _validate_listener(section, getattr(settings, section))
     return settings
+
+
+def _validate_listener(section: str, values: ApiConfig | IpxeConfig | ObjectStoreConfig) -> None:
+    """The HTTP listener's connection bounds (services/common/connection_guard.py)."""
+    if values.http_max_connections < 1:
+        raise ConfigError(f"{env_name(section, 'http_max_connections')} must be at least 1")
+    if values.http_header_timeout <= 0:
+        raise ConfigError(f"{env_name(section, 'http_header_timeout')} must be positive (seconds)")
 
 
 def _validate_objectstore(c: ObjectStoreConfig) -> None:
@@ -373,6 +420,21 @@ def _validate_objectstore(c: ObjectStoreConfig) -> None:
         raise ConfigError("FERRUM_OBJECTSTORE_SWEEP_INTERVAL must be positive and _ORPHAN_GRACE not negative")
     if c.temp_url_secret and len(c.temp_url_secret) < 16:
         raise ConfigError("FERRUM_OBJECTSTORE_TEMP_URL_SECRET must be at least 16 characters")
+
+
+def _validate_security(c: SecurityConfig) -> None:
+    if c.internal_token and len(c.internal_token) < 32:
+        raise ConfigError("FERRUM_SECURITY_INTERNAL_TOKEN must be at least 32 characters")
+    if c.secret_key and c.secret_key_file:
+        raise ConfigError(
+            "set FERRUM_SECURITY_SECRET_KEY or FERRUM_SECURITY_SECRET_KEY_FILE, not both "
+            "(to rotate, put both keys in the file, the new one first)"
+        )
+    if c.secret_key:
+        try:
+            decode_key(c.secret_key, where="FERRUM_SECURITY_SECRET_KEY")
+        except KeyringError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _validate_ipxe(c: IpxeConfig) -> None:

@@ -5,7 +5,8 @@ client may retry, so the api and gRPC layers map errors mechanically::
 
     FerrumError (500, INTERNAL)
     ├── Invalid (400, INVALID_ARGUMENT)
-    │   ├── InvalidParameterValue, MissingParameter, PatchError
+    │   ├── InvalidParameterValue ── UnsupportedDriverExtension
+    │   ├── MissingParameter, PatchError
     │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
     │   ├── NoValidHost
     │   └── ConfigDriveInvalid
@@ -13,6 +14,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
     ├── NotFound (404, NOT_FOUND) ── NodeNotFound, PortNotFound, VolumeNotFound, ObjectNotFound
     ├── NotAcceptable (406, FAILED_PRECONDITION)
+    ├── SecretUnreadable (500, INTERNAL)
     ├── Conflict (409, ALREADY_EXISTS)
     │   ├── NodeLocked (ABORTED, retryable), InvalidState (FAILED_PRECONDITION)
     │   ├── DuplicateName, MACAlreadyExists, NodeAssociated, InstanceAssociated
@@ -21,11 +23,14 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
     │   └── AuthenticationBusy
+    ├── DriverLoadError (500): a hardware type or implementation that cannot load
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import grpc
 
@@ -51,6 +56,11 @@ class Invalid(FerrumError):
 
 class InvalidParameterValue(Invalid):
     pass
+
+
+class UnsupportedDriverExtension(InvalidParameterValue):
+    """The node's interface cannot do that verb (a ``no-*`` implementation, or a
+    feature the implementation lacks); Ironic's exception of the same name."""
 
 
 class MissingParameter(Invalid):
@@ -199,6 +209,11 @@ class AuthenticationBusy(ServiceUnavailable):
     on purpose); the client retries after ``retry_after`` seconds."""
 
 
+class DriverLoadError(FerrumError):
+    """Driver composition is broken at conductor start: a hardware type names an
+    implementation nothing provides, or a kind has no enabled implementation."""
+
+
 class HardwareError(FerrumError):
     pass
 
@@ -231,6 +246,12 @@ class AgentBusy(AgentError):
     retryable = True
 
 
+class SecretUnreadable(FerrumError):
+    """A secret stored encrypted cannot be decrypted with the configured keys
+    (docs/security.md, "Secrets at rest"): its key is missing, or it was
+    altered or moved. Refused rather than answered with anything else."""
+
+
 def _all_subclasses(cls: type[FerrumError]) -> dict[str, type[FerrumError]]:
     found = {cls.__name__: cls}
     for sub in cls.__subclasses__():
@@ -243,7 +264,7 @@ def error_class(name: str) -> type[FerrumError]:
     return _all_subclasses(FerrumError).get(name, FerrumError)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: FerrumError) -> None:
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], exc: FerrumError) -> None:
     """End a gRPC call with the error's status code and its class as metadata.
 
     The class name travels in trailing metadata so that the api can re-raise

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from services.common.grpc_auth import Authenticator, AuthInterceptor, internal_token_metadata
 from services.common.logs import request_id_var
 from services.common.metrics import ServiceMetrics
 
@@ -28,18 +29,19 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
         incoming = dict(handler_call_details.invocation_metadata or ())
-        inner = handler.unary_unary
+        # An aio server's handlers are coroutines; the stubs type RpcMethodHandler for the sync server.
+        inner = cast(Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]], handler.unary_unary)
         metrics = self._metrics
 
-        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             request_id_var.set(str(incoming.get(REQUEST_ID_KEY) or f"req-{uuid.uuid4()}"))
             started = time.perf_counter()
             code = "OK"
@@ -65,15 +67,21 @@ async def start_grpc_server(
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
     metrics: ServiceMetrics,
+    authenticate: Authenticator | None,
 ) -> tuple[grpc.aio.Server, int, HealthServicer]:
     """Start a gRPC server with health checking and reflection.
 
     Returns the server, the bound port (useful with port 0) and the health
     servicer, which the caller flips to NOT_SERVING on shutdown so load
-    balancers drain it before it stops.
+    balancers drain it before it stops. ``authenticate`` decides who may call
+    (services/common/grpc_auth.py); None leaves the service open, which only
+    the public NodeService under ``noauth`` does.
     """
+    interceptors: list[grpc.aio.ServerInterceptor] = [ContextInterceptor(metrics)]
+    if authenticate is not None:
+        interceptors.insert(0, AuthInterceptor(authenticate))
     server = grpc.aio.server(
-        interceptors=[ContextInterceptor(metrics)],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -101,12 +109,14 @@ async def stop_grpc_server(server: grpc.aio.Server, health: HealthServicer, grac
     await server.stop(grace)
 
 
-def client_channel(address: str) -> grpc.aio.Channel:
-    """An insecure channel to an internal service with Ferrum's message limits."""
+def client_channel(address: str, *, token: str) -> grpc.aio.Channel:
+    """A channel to an internal service with Ferrum's message limits, presenting
+    the internal token on every call."""
     return grpc.aio.insecure_channel(
         address,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ],
+        interceptors=internal_token_metadata(token),
     )

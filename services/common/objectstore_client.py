@@ -11,6 +11,7 @@ instead (sendfile, no copy through Python), which is about twice as fast.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import dataclasses
 import datetime
 import json
@@ -31,6 +32,9 @@ LOG = logging.getLogger(__name__)
 CHUNK_SIZE = 1024 * 1024
 UPLOAD_URL_LIFETIME = 300  # only needs to outlive the start of the request
 MAX_METADATA_HEADER = 8000  # larger metadata goes over gRPC (HTTP servers bound header sizes)
+ENCRYPT_AT_REST = "encrypt-at-rest"
+"""Metadata key: ``"true"`` asks the store to encrypt the object at rest when it has a key
+(services/objectstore/sealed_objects.py); the config drive container is always encrypted."""
 _CODE_ERRORS: dict[grpc.StatusCode, type[errors.FerrumError]] = {
     grpc.StatusCode.NOT_FOUND: errors.ObjectNotFound,
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidParameterValue,
@@ -132,14 +136,21 @@ def _upload_result(reply: objectstore_upload_client.HttpReply) -> ObjectInfo:
 class ObjectStoreClient:
     """One channel to one object store; cheap to keep, close it when done."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, *, token: str = "") -> None:
         self.address = address
+        self._token = token
         self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.ObjectStoreStub | None = None
+        self._stub: pb_grpc.ObjectStoreAsyncStub | None = None
 
-    def _api(self) -> pb_grpc.ObjectStoreStub:
+    def present_token(self, token: str) -> None:
+        """The internal token to call with (known only once the caller has its database)."""
+        if self._stub is not None:
+            raise RuntimeError("the token must be set before the first call")
+        self._token = token
+
+    def _api(self) -> pb_grpc.ObjectStoreAsyncStub:
         if self._stub is None:
-            self._channel = client_channel(self.address)
+            self._channel = client_channel(self.address, token=self._token)
             self._stub = pb_grpc.ObjectStoreStub(self._channel)
         return self._stub
 
@@ -296,7 +307,7 @@ class ObjectStoreClient:
             return None
         return ObjectInfo.from_message(reply)
 
-    async def list(self, container: str, prefix: str = "") -> list[ObjectInfo]:
+    async def list(self, container: str, prefix: str = "") -> builtins.list[ObjectInfo]:
         reply = await self._call("List", pb.ListObjectsRequest(container=container, prefix=prefix))
         return [ObjectInfo.from_message(m) for m in reply.objects]
 

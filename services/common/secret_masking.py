@@ -3,11 +3,13 @@
 Ironic passes ``driver_info``, ``instance_info`` and ``driver_internal_info``
 (and volume target properties, deploy template step arguments) through
 oslo.utils' ``strutils.mask_dict_password``. That walks dicts and lists at any
-depth; a key that contains one of :data:`OSLO_SANITIZE_KEYS` (in any case)
+depth; a key that contains one of oslo's ``_SANITIZE_KEYS`` (in any case)
 has its value replaced, and every other string value has ``key=value``
 secrets inside it replaced. Ferrum does the same, with two additions:
 
-- Ferrum's older, broader hints ``key`` and ``credential`` stay, so nothing
+- which keys are secret is :func:`services.common.secret_keys.is_secret_key`,
+  the rule that also encrypts them at rest: oslo's keys plus Ferrum's older,
+  broader hints ``key`` and ``credential``, so nothing
   that used to be masked is shown now (``snmp_priv_key``, ``ssh_key``, which
   Ironic masks by name, are among them);
 - credentials inside URLs are masked wherever a URL appears in a value
@@ -26,61 +28,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-MASK = "******"
+from services.common.secret_keys import SECRET_KEY_PATTERNS, is_secret_key
 
-# oslo_utils.strutils._SANITIZE_KEYS (oslo.utils master, 2026-06), all lowercase.
-OSLO_SANITIZE_KEYS = (
-    "adminpass",
-    "admin_pass",
-    "password",
-    "admin_password",
-    "auth_token",
-    "new_pass",
-    "auth_password",
-    "secret_uuid",
-    "secret",
-    "sys_pswd",
-    "token",
-    "configdrive",
-    "chappassword",
-    "encrypted_key",
-    "private_key",
-    "fernetkey",
-    "sslkey",
-    "passphrase",
-    "cephclusterfsid",
-    "octaviaheartbeatkey",
-    "rabbitcookie",
-    "cephmanilaclientkey",
-    "pacemakerremoteauthkey",
-    "designaterndckey",
-    "cephadminkey",
-    "heatauthencryptionkey",
-    "cephclientkey",
-    "keystonecredential",
-    "barbicansimplecryptokek",
-    "cephrgwkey",
-    "swifthashsuffix",
-    "migrationsshkey",
-    "cephmdskey",
-    "cephmonkey",
-    "chapsecret",
-)
-SECRET_KEY_PARTS = (*OSLO_SANITIZE_KEYS, "key", "credential")
+MASK = "******"
 
 # scheme://userinfo@ : the userinfo is everything up to an @ before the host part ends.
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s]*)@")
 # oslo's first format pattern, ``password = value`` / ``token=value`` inside text
 # (a query string's ``&`` and ``;`` end the value, so the rest of a URL survives).
 _KEY_VALUE = re.compile(
-    r"(?P<key>(?:" + "|".join(re.escape(k) for k in SECRET_KEY_PARTS) + r")[0-9]*\s*=\s*)[^\s'\"&;,]+",
+    r"(?P<key>(?:"
+    + "|".join(re.escape(k) for k in sorted(SECRET_KEY_PATTERNS, key=len, reverse=True))
+    + r")[0-9]*\s*=\s*)[^\s'\"&;,]+",
     re.IGNORECASE,
 )
-
-
-def is_secret_key(key: object) -> bool:
-    """True for a key whose value is a secret (``bmc_password``, ``AUTH_TOKEN``, ``snmp_priv_key``)."""
-    return isinstance(key, str) and any(part in key.lower() for part in SECRET_KEY_PARTS)
 
 
 def _userinfo(match: re.Match[str]) -> str:
@@ -115,7 +76,7 @@ def mask_dict(info: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in info.items():
         if isinstance(value, Mapping):
             out[key] = mask_dict(value)
-        elif is_secret_key(key) and value not in (None, ""):
+        elif isinstance(key, str) and is_secret_key(key) and value not in (None, ""):
             out[key] = MASK
         else:
             out[key] = mask_value(value)

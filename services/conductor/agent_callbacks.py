@@ -39,7 +39,7 @@ class AgentCallbacks:
     def __init__(self, tasks: TaskManager, node_states: NodeStates) -> None:
         self.tasks = tasks
         self.states = node_states
-        self.nodes = NodeRepository(node_states.pool)
+        self.nodes = NodeRepository(node_states.pool, secrets=node_states.secrets)
         self._retries: dict[str, asyncio.Task[None]] = {}
 
     async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
@@ -103,14 +103,13 @@ class AgentCallbacks:
         node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
         if node["provision_state"] not in (states.DEPLOYWAIT, states.DEPLOYING):
             return
-        if not await self._try_continue(node_uuid):
-            # The deploy flow still holds the lock (the agent booted fast), or a
-            # step is running: try again shortly rather than a whole heartbeat
-            # interval later.
-            if node_uuid not in self._retries:
-                retry = asyncio.create_task(self._retry_continue(node_uuid), name=f"heartbeat-retry:{node_uuid}")
-                self._retries[node_uuid] = retry
-                retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
+        # The deploy flow still holds the lock (the agent booted fast), or a
+        # step is running: try again shortly rather than a whole heartbeat
+        # interval later.
+        if not await self._try_continue(node_uuid) and node_uuid not in self._retries:
+            retry = asyncio.create_task(self._retry_continue(node_uuid), name=f"heartbeat-retry:{node_uuid}")
+            self._retries[node_uuid] = retry
+            retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
 
     async def _try_continue(self, node_uuid: str) -> bool:
         """Take the lock and run the next step; False when the node is busy.

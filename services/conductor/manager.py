@@ -15,6 +15,7 @@ import asyncio
 import logging
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import asyncpg
@@ -22,6 +23,7 @@ import asyncpg
 from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
@@ -31,7 +33,8 @@ from services.conductor import vifs
 from services.conductor.agent_callbacks import AgentCallbacks
 from services.conductor.boot_settings import BootSettings
 from services.conductor.configdrive_store import ConfigDriveStore
-from services.conductor.drivers.base import Task
+from services.conductor.drivers import capabilities
+from services.conductor.drivers.base import INTERFACE_KINDS, Task
 from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.flows import clean, deploy, inspect, power, rescue, resume, teardown, verify
@@ -85,13 +88,19 @@ NODE_CREATE_FIELDS = frozenset(
         "traits",
     )
 )
-# Interfaces Ferrum composes; the other Ironic interface fields are stored as given.
-COMPOSED_INTERFACE_FIELDS = tuple(
-    f"{k}_interface" for k in ("power", "management", "boot", "deploy", "storage", "network", "vendor", "inspect")
-)
-# Interfaces Ferrum composes; the other Ironic interface fields are stored as given.
-COMPOSED_INTERFACE_FIELDS = tuple(
-    f"{k}_interface" for k in ("power", "management", "boot", "deploy", "storage", "network", "vendor", "inspect")
+# Every node field naming an interface; each is resolved to the hardware type's
+# default when unset and checked against what the type supports when set.
+COMPOSED_INTERFACE_FIELDS = tuple(f"{k}_interface" for k in INTERFACE_KINDS)
+# The interfaces a verb needs: each is validated (a ``no-*`` one refuses with a
+# 400) before the verb changes anything. Deploys also check capabilities.
+VERB_INTERFACES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "deploy": ("power", "management", "boot", "deploy", "storage"),
+        "rebuild": ("power", "management", "boot", "deploy", "storage"),
+        "inspect": ("inspect",),
+        "rescue": ("rescue",),
+        "unrescue": ("rescue",),
+    }
 )
 
 Flow = Callable[[FlowContext, Task], Awaitable[None]]
@@ -118,14 +127,18 @@ class ConductorManager:
         config: ConductorConfig,
         *,
         hostname: str,
+        secrets: NodeSecrets,
         objectstore: Any | None = None,
     ) -> None:
         self.pool = pool
+        self.secrets = secrets
         self.registry = registry
         self.config = config
         self.hostname = hostname
-        self.nodes = NodeRepository(pool)
-        self.tasks = TaskManager(pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers)
+        self.nodes = NodeRepository(pool, secrets=secrets)
+        self.tasks = TaskManager(
+            pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers, secrets=secrets
+        )
         self.configdrives = ConfigDriveStore(
             objectstore=objectstore if config.configdrive_use_object_store else None,
             container=config.configdrive_container,
@@ -134,7 +147,9 @@ class ConductorManager:
         )
         self.tasks.publish_configdrive = self.configdrives.publish
         self.tasks.on_database_lost = self._resume_after_outage
-        self.states = NodeStates(pool, hostname=hostname, config=config, configdrives=self.configdrives)
+        self.states = NodeStates(
+            pool, hostname=hostname, config=config, configdrives=self.configdrives, secrets=secrets
+        )
         self.takeover = TakeOver(self.tasks, self.states, config=config)
         self.agents = AgentCallbacks(self.tasks, self.states)
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
@@ -154,7 +169,7 @@ class ConductorManager:
         record.setdefault("provision_state", states.ENROLL)
         record.update(self.registry.resolve_interfaces(record["driver"], record))
         async with self.pool.acquire() as conn, conn.transaction():
-            node = await NodeRepository(conn).create(record)
+            node = await NodeRepository(conn, secrets=self.secrets).create(record)
             await EventRepository(conn).record(node, event="create", message="Node created", conductor=self.hostname)
         return node
 
@@ -249,8 +264,7 @@ class ConductorManager:
                     f'The requested action "{event}" can not be performed on node "{node_uuid}" while it '
                     f'is in state "{node["provision_state"]}".'
                 ) from None
-            if event in ("deploy", "rebuild"):
-                await self._validate_for_deploy(task)
+            await self._validate_for(task, event)
             if deploy_steps and event not in ("deploy", "rebuild"):
                 raise errors.InvalidParameterValue(
                     '"deploy_steps" is only valid when setting target provision state to active or rebuild'
@@ -281,14 +295,30 @@ class ConductorManager:
             if flow is not None:  # abort, unhold, manage from available...: nothing more to do
                 task.spawn(lambda t: flow(self.states, t), name=event)
 
-    async def _validate_for_deploy(self, task: Task) -> None:
-        for kind in ("power", "management", "boot", "deploy", "storage"):
+    async def _validate_for(self, task: Task, event: str) -> None:
+        """Refuse the verb (400) when an interface it needs cannot do it."""
+        kinds = VERB_INTERFACES.get(event, ())
+        for kind in kinds:
             try:
                 await getattr(task.driver, kind).validate(task)
             except errors.FerrumError as exc:
-                raise errors.InvalidParameterValue(
+                refusal = (
+                    errors.UnsupportedDriverExtension
+                    if isinstance(exc, errors.UnsupportedDriverExtension)
+                    else errors.InvalidParameterValue
+                )
+                raise refusal(
                     f"Failed to validate {kind} interface for node {task.node['uuid']}: {exc.message}"
                 ) from None
+        if kinds:
+            self._check_capabilities(task, kinds)
+
+    def _check_capabilities(self, task: Task, kinds: tuple[str, ...]) -> None:
+        capabilities.check(
+            task,
+            kinds=kinds,
+            alternatives=lambda kind, capability: self.registry.offering(task.node["driver"], kind, capability),
+        )
 
     async def _resume_after_outage(self, task: Task) -> None:
         """Background work lost the database: wait for it, then resume the node's
@@ -366,26 +396,10 @@ class ConductorManager:
         """Ironic's /validate: every interface, shared access (no lock)."""
         task = await self.tasks.shared(node_uuid)
         results = []
-        for kind in (
-            "bios",
-            "boot",
-            "console",
-            "deploy",
-            "firmware",
-            "inspect",
-            "management",
-            "network",
-            "power",
-            "raid",
-            "rescue",
-            "storage",
-        ):
-            impl = getattr(task.driver, kind, None)
-            if impl is None:
-                results.append((kind, False, "not supported"))
-                continue
+        for kind in sorted(k for k in INTERFACE_KINDS if k != "vendor"):  # Ironic's non-vendor interfaces
             try:
-                await impl.validate(task)
+                await getattr(task.driver, kind).validate(task)
+                self._check_capabilities(task, (kind,))
                 results.append((kind, True, ""))
             except errors.FerrumError as exc:
                 results.append((kind, False, exc.message))

@@ -15,11 +15,17 @@ from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
+from services.common.conductor_messages import deploy_progress_dict, indicators_message, vendor_method_message
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.outage import is_unavailable, unavailable
+from services.common.endpoints import Endpoints
+from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
 from services.common.jsonutil import dumps
+from services.common.keyring import Keyring
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
 from services.conductor.drivers.registry import DriverRegistry
@@ -163,7 +169,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 agent_version=request.agent_version,
                 agent_token=request.agent_token,
                 agent_status=request.agent_status,
-                progress=_json_or(request.progress_json, None),
+                progress=deploy_progress_dict(request.progress) if request.HasField("progress") else None,
                 agent_verify_ca=request.agent_verify_ca,
             ),
         )
@@ -180,7 +186,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         methods = await self._run(
             context, request.node_uuid, self.manager.vendor.methods(request.node_uuid, request.driver)
         )
-        return pb.VendorMethodsReply(methods_json=dumps(methods))
+        return pb.VendorMethodsReply(methods={name: vendor_method_message(spec) for name, spec in methods.items()})
 
     async def VendorPassthru(
         self, request: pb.VendorPassthruRequest, context: grpc.aio.ServicerContext
@@ -198,17 +204,21 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         )
         return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
 
-    async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+    async def GetSupportedIndicators(
+        self, request: pb.NodeRef, context: grpc.aio.ServicerContext
+    ) -> pb.IndicatorsReply:
         result = await self._run(context, request.node_uuid, self.manager.indicators.supported(request.node_uuid))
-        return pb.JsonReply(json=dumps(result))
+        return indicators_message(result)
 
-    async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+    async def GetIndicatorState(
+        self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IndicatorStateReply:
         state = await self._run(
             context,
             request.node_uuid,
             self.manager.indicators.state(request.node_uuid, request.component, request.indicator),
         )
-        return pb.JsonReply(json=dumps(state))
+        return pb.IndicatorStateReply(state=state)
 
     async def SetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(
@@ -238,7 +248,7 @@ class ConductorService:
 
     name = "conductor"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.config = settings.conductor
         self.pool = pool
@@ -246,14 +256,21 @@ class ConductorService:
         self.metrics = ServiceMetrics("conductor")
         self.registry = DriverRegistry(self.config)
         self.objectstore: Any = None
-        if self.config.objectstore_address:
+        # Configured, else the object store started before us in this process.
+        address = self.config.objectstore_address or (endpoints.objectstore_grpc if endpoints else "")
+        if address:
             from services.common.objectstore_client import ObjectStoreClient
 
-            self.objectstore = ObjectStoreClient(self.config.objectstore_address)
+            self.objectstore = ObjectStoreClient(address)
         self.manager = ConductorManager(
-            pool, self.registry, self.config, hostname=self.hostname, objectstore=self.objectstore
+            pool,
+            self.registry,
+            self.config,
+            hostname=self.hostname,
+            secrets=NodeSecrets(Keyring.from_config(settings.security)),
+            objectstore=self.objectstore,
         )
-        self.endpoints: dict[str, str] = {}
+        self.bound: dict[str, str] = {}
         self._grpc: Any = None
         self._health: Any = None
         self._http: web.AppRunner | None = None
@@ -263,16 +280,20 @@ class ConductorService:
     async def start(self) -> dict[str, str]:
         c = self.config
         servicer = ConductorServicer(self.manager)
+        token = await internal_token(self.settings, self.pool)
+        if self.objectstore is not None:
+            self.objectstore.present_token(token)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,
             metrics=self.metrics,
             register=lambda server: pb_grpc.add_ConductorServiceServicer_to_server(servicer, server),
             service_names=[pb.DESCRIPTOR.services_by_name["ConductorService"].full_name],
+            authenticate=internal_token_authenticator(token),
         )
         app = web.Application()
         app.router.add_get("/metrics", self.metrics.handle)
-        self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port)
+        self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port, listener="conductor-metrics")
         address = f"{c.host}:{grpc_port}"
         conductors = ConductorRepository(self.pool)
         # The liveness lock first: a second process with our hostname stops here,
@@ -299,11 +320,11 @@ class ConductorService:
         self._periodic = PeriodicWork(self.manager, registration=registration)
         self._periodic.start()
         LOG.info("conductor %s registered at %s for %s", self.hostname, address, ",".join(self.registry.hardware_types))
-        self.endpoints = {
+        self.bound = {
             "conductor gRPC": address,
             "conductor metrics": f"http://{c.host}:{metrics_port}/metrics",
         }
-        return self.endpoints
+        return self.bound
 
     async def _connect(self) -> asyncpg.Connection:
         return await asyncpg.connect(self.settings.database.url, timeout=10)

@@ -24,9 +24,11 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
+from services.common.db.volumes import node_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.registry import DriverRegistry
@@ -38,14 +40,21 @@ Work = Callable[[Task], Awaitable[None]]
 
 class TaskManager:
     def __init__(
-        self, pool: asyncpg.Pool, registry: DriverRegistry, *, hostname: str, lease: float, workers: int
+        self,
+        pool: asyncpg.Pool,
+        registry: DriverRegistry,
+        *,
+        hostname: str,
+        lease: float,
+        workers: int,
+        secrets: NodeSecrets,
     ) -> None:
         self.pool = pool
         self.registry = registry
         self.hostname = hostname
         self.lease = lease
         self.max_workers = workers
-        self.nodes = NodeRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=secrets)
         self.ports = PortRepository(pool)
         self._held: set[str] = set()
         self._running: set[asyncio.Task[Any]] = set()
@@ -148,13 +157,16 @@ class TaskManager:
             raise
 
     async def build_task(self, node: dict[str, Any], *, purpose: str = "") -> Task:
-        ports = await self.ports.list_for_node_ids([node["id"]])
         driver = self.registry.compose(node)
+        ports = await self.ports.list_for_node_ids([node["id"]])
+        targets, connectors = await node_volumes(self.pool, node["id"])
         return Task(
             node=node,
             ports=ports,
             driver=driver,
             conductor=self.hostname,
+            volume_targets=targets,
+            volume_connectors=connectors,
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
             publish_configdrive=self.publish_configdrive,

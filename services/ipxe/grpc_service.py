@@ -3,6 +3,8 @@ for the api gateway's ``vendor_passthru/ipxe_config`` and other services."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
@@ -21,7 +23,7 @@ class RendererServicer(renderer_pb2_grpc.BootScriptRendererServicer):
     async def RenderBootScript(
         self,
         request: renderer_pb2.RenderBootScriptRequest,
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[Any, Any],
     ) -> renderer_pb2.RenderBootScriptResponse:
         which = request.WhichOneof("selector")
         try:

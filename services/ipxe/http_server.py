@@ -13,7 +13,11 @@ Limits that keep a misbehaving client from costing memory: a request target
 over 8 KiB (414), headers over 32 KiB (431) and unparsable requests (400)
 close the connection; reading pauses while the client does not read its
 replies or has more than 32 pipelined requests waiting; a connection idle
-for ``IDLE_TIMEOUT`` seconds is closed.
+for ``IDLE_TIMEOUT`` seconds is closed. A :class:`ConnectionGuard` caps the
+live connections (503 beyond the cap; a boot storm needs many, so the
+renderer's default cap is 10,000) and drops a connection whose request head
+is not complete ``header_timeout`` seconds after it began
+(``services/common/connection_guard.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from email.utils import formatdate
 
 import httptools
 
+from services.common.connection_guard import ConnectionGuard, ListenerLimits
 from services.common.metrics import ServiceMetrics
 from services.ipxe.handlers import Reply, ScriptReplies
 
@@ -42,10 +47,18 @@ _CLOSE = b"Connection: close\r\n"
 class ScriptHttpServer:
     """Listens on host:port and answers through a :class:`ScriptReplies`."""
 
-    def __init__(self, replies: ScriptReplies, metrics: ServiceMetrics, *, idle_timeout: float = IDLE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        replies: ScriptReplies,
+        metrics: ServiceMetrics,
+        *,
+        idle_timeout: float = IDLE_TIMEOUT,
+        limits: ListenerLimits | None = None,
+    ) -> None:
         self.replies = replies
         self.metrics = metrics
         self.idle_timeout = idle_timeout
+        self.guard = ConnectionGuard("ipxe", limits or ListenerLimits(max_connections=10_000))
         self.connections: set[HttpConnection] = set()
         self.date_line = b""
         self._server: asyncio.Server | None = None
@@ -62,10 +75,12 @@ class ScriptHttpServer:
         except OSError as exc:
             self._stop_ticker()
             raise OSError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self.guard.start()
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         self._stop_ticker()
+        self.guard.stop()
         if self._server is not None:
             self._server.close()
             for connection in list(self.connections):
@@ -108,14 +123,23 @@ class HttpConnection(asyncio.Protocol):
         self._read_paused = False
         self._closing = False
         self._close_after_queue = False
+        self._admitted = False
         self.last_active = time.monotonic()
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        if not self._server.guard.admit(transport):
+            self._closing = True
+            return
+        self._admitted = True
         self._server.connections.add(self)
+        self._server.guard.head_started(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted:
+            self._server.guard.release()
+            self._server.guard.head_finished(self)
         self._server.connections.discard(self)
         self._closing = True
         self._queue.clear()
@@ -150,6 +174,10 @@ class HttpConnection(asyncio.Protocol):
         self._target = b""
         self._host = b""
         self._header_bytes = 0
+        self._server.guard.head_started(self)
+
+    def on_headers_complete(self) -> None:
+        self._server.guard.head_finished(self)
 
     def on_url(self, url: bytes) -> None:
         self._target += url
@@ -233,6 +261,19 @@ class HttpConnection(asyncio.Protocol):
         elif not should_pause and self._read_paused:
             transport.resume_reading()
             self._read_paused = False
+
+    def head_timed_out(self) -> None:
+        """The guard's header deadline passed (see ConnectionGuard)."""
+        transport = self._transport
+        if transport is None or self._closing:
+            return
+        if self._read_paused:  # our own flow control stopped the head from arriving
+            self._server.guard.head_started(self)
+            return
+        self._server.guard.dropped_for_timeout()
+        self._closing = True
+        self._queue.clear()
+        transport.abort()
 
     def idle_since(self, horizon: float) -> bool:
         return not self._queue and self.last_active < horizon

@@ -127,7 +127,7 @@ class _Machine:
                     self.end("error")
                 line = self.lines[self.pc].strip()
                 self.pc += 1
-                if not line or line.startswith("#") or line.startswith(":"):
+                if not line or line.startswith(("#", ":")):
                     continue
                 if not self.line(line):
                     self.echoed.append(f"(script failed at: {line})")

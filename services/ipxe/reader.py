@@ -126,8 +126,8 @@ class CachingReader:
             self._conn = None
         self.invalidate()
 
-    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        self.evict(payload.lower() or None)
+    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        self.evict(str(payload).lower() or None)  # asyncpg hands over the payload text
 
     def _lost(self, *_: Any) -> None:
         # Deaf to notifications: keep nothing until listening again.

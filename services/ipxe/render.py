@@ -22,7 +22,6 @@ import jinja2
 
 from services.common.config import Settings
 from services.common.logs import node_uuid_var
-from services.common.recorded_addresses import recorded_api_url
 from services.ipxe import safety
 from services.ipxe.plan import PlanOptions, Refusal, plan_boot
 from services.ipxe.reader import BootDataReader
@@ -56,7 +55,7 @@ def template_environment() -> jinja2.Environment:
 
 def api_url_for(settings: Settings) -> str:
     """The api URL the agent calls back: ipxe.api_url, the api's public endpoint, else its host:port
-    ('' when the api port is 0: then the URL a local api recorded is used, see recorded_addresses.py)."""
+    ('' when the api port is 0: then the renderer asks for the api started in its process)."""
     if settings.ipxe.api_url:
         return settings.ipxe.api_url.rstrip("/")
     if settings.api.public_endpoint:
@@ -69,13 +68,19 @@ def api_url_for(settings: Settings) -> str:
 
 class ScriptRenderer:
     def __init__(
-        self, reader: BootDataReader, settings: Settings, *, on_render: Callable[[RenderedScript], None] | None = None
+        self,
+        reader: BootDataReader,
+        settings: Settings,
+        *,
+        on_render: Callable[[RenderedScript], None] | None = None,
+        local_api_url: Callable[[], str] = lambda: "",
     ) -> None:
         config = settings.ipxe
         self._reader = reader
         self._config = config
         self._settings = settings
         self._on_render = on_render
+        self._local_api_url = local_api_url
         self._env = template_environment()
         self._options = PlanOptions(
             api_url=api_url_for(settings),
@@ -86,11 +91,11 @@ class ScriptRenderer:
         )
 
     def _plan_options(self) -> PlanOptions:
-        """The options, with the api URL a local api recorded when configuration cannot say it."""
+        """The options, with the api of this process when configuration cannot say the api URL."""
         if self._options.api_url:
             return self._options
-        recorded = recorded_api_url(self._settings).replace("//0.0.0.0:", "//127.0.0.1:")
-        return dataclasses.replace(self._options, api_url=recorded) if recorded else self._options
+        local = self._local_api_url()
+        return dataclasses.replace(self._options, api_url=local) if local else self._options
 
     def first_stage(self, base_url: str) -> str:
         """boot.ipxe, chaining ``<base_url>/ipxe?mac=..``; ``base_url`` must be checked by the caller."""

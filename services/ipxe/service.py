@@ -15,10 +15,13 @@ import asyncpg
 
 from ferrum.v1 import renderer_pb2_grpc
 from services.common.config import Settings
+from services.common.connection_guard import ListenerLimits
 from services.common.db.bootdata import BootDataRepository
+from services.common.endpoints import Endpoints
+from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
+from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
-from services.common.recorded_addresses import forget_address, record_address
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
 from services.ipxe.handlers import ScriptReplies
 from services.ipxe.http_server import ScriptHttpServer
@@ -31,9 +34,10 @@ LOG = logging.getLogger(__name__)
 class IpxeService:
     name = "ipxe"
 
-    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+    def __init__(self, settings: Settings, pool: asyncpg.Pool, endpoints: Endpoints | None = None) -> None:
         self.settings = settings
         self.pool = pool
+        self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.metrics = ServiceMetrics("ipxe")
         self.cache: CachingReader | None = None
         reader: BootDataReader = BootDataRepository(pool)
@@ -48,7 +52,12 @@ class IpxeService:
             )
             reader = self.cache
         # A lambda on purpose: self.replies is made from the renderer, on the next line.
-        self.renderer = ScriptRenderer(reader, settings, on_render=lambda r: self.replies.counted_render(r))  # noqa: PLW0108
+        self.renderer = ScriptRenderer(
+            reader,
+            settings,
+            on_render=lambda r: self.replies.counted_render(r),  # noqa: PLW0108
+            local_api_url=self.endpoints.local_api_url,
+        )
         self.replies = ScriptReplies(self.renderer, settings.ipxe, self.metrics, self.cache)
         self.grpc_address = ""
         self._http: ScriptHttpServer | None = None
@@ -66,12 +75,17 @@ class IpxeService:
             metrics=self.metrics,
             register=lambda server: renderer_pb2_grpc.add_BootScriptRendererServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
+            authenticate=internal_token_authenticator(await internal_token(self.settings, self.pool)),
         )
-        self._http = ScriptHttpServer(self.replies, self.metrics)
+        self._http = ScriptHttpServer(
+            self.replies,
+            self.metrics,
+            limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
+        )
         port = await self._http.start(c.host, c.port)
         self.replies.bound_port = port
         self.grpc_address = f"{c.host}:{grpc_port}"
-        record_address(self.settings, self.grpc_address)
+        self.endpoints.renderer_grpc = self.grpc_address
         LOG.info("ipxe renderer ready http_port=%s grpc=%s cache_ttl=%s", port, self.grpc_address, c.cache_ttl)
         return {
             "ipxe HTTP": f"http://{c.host}:{port}/boot.ipxe",
@@ -80,8 +94,8 @@ class IpxeService:
         }
 
     async def stop(self) -> None:
-        if self.grpc_address:
-            forget_address(self.settings, self.grpc_address)
+        if self.endpoints.renderer_grpc == self.grpc_address:
+            self.endpoints.renderer_grpc = ""
         if self._http is not None:
             await self._http.stop()
         if self._grpc is not None:

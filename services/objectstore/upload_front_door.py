@@ -14,7 +14,10 @@ connection over for good; the port serves one API either way.
 Bounds: request heads up to 64 KiB (431 beyond); at most two full buffers wait
 for the store before reading pauses (memory stays flat whatever the object
 size); a body that stalls for 60 s, or an idle connection after 75 s, is
-closed. A refused upload whose body is still coming gets its answer, then the
+closed. A :class:`ConnectionGuard` caps the port's live connections (503
+beyond the cap) and drops a connection whose request head is not complete
+``header_timeout`` seconds after it began; a connection handed to aiohttp
+stays counted and watched (``services/common/guarded_protocol.py``). A refused upload whose body is still coming gets its answer, then the
 connection closes after a short linger, so the client reads the answer
 instead of a reset.
 """
@@ -32,6 +35,8 @@ from urllib.parse import unquote
 
 import httptools
 
+from services.common.connection_guard import ConnectionGuard
+from services.common.guarded_protocol import GuardedHttpProtocol
 from services.common.metrics import ServiceMetrics
 from services.objectstore.upload_requests import HttpUploads, Reply
 
@@ -105,8 +110,11 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         metrics: ServiceMetrics,
         bytes_in: Any,
         connections: set[UploadFrontDoor],
+        guard: ConnectionGuard,
     ) -> None:
         self._uploads = uploads
+        self._guard = guard
+        self._admitted = False
         self._fallback = fallback
         self._metrics = metrics
         self._bytes_in = bytes_in
@@ -131,6 +139,11 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        if not self._guard.admit(transport):
+            self._state = _State.CLOSED
+            return
+        self._admitted = True
+        self._guard.head_started(self)
         self._connections.add(self)
         self._tick = self._loop.call_later(TICK_SECONDS, self._on_tick)
 
@@ -163,6 +176,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
                     self._paused_for_queue = True
                     self._pause()
         elif self._state is _State.HEAD:
+            self._guard.head_started(self)  # a new head's first bytes start its clock
             before = self._head_fill
             self._head_fill += nbytes
             self._scan_head(max(0, before - 3))
@@ -179,6 +193,9 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         if self._tick is not None:
             self._tick.cancel()
         self._connections.discard(self)
+        if self._admitted:
+            self._guard.head_finished(self)
+            self._guard.release()
 
     # -- request heads --------------------------------------------------------------------------
 
@@ -189,6 +206,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
                 self._answer_and_close(Reply(431, (), b"request head too large\n"))
             return
         head_length = end + 4
+        self._guard.head_finished(self)
         if not self._head.startswith(b"PUT /u/"):
             self._delegate()
             return
@@ -217,19 +235,20 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         )
 
     def _delegate(self) -> None:
-        """aiohttp takes the connection over, starting with the bytes read so far."""
+        """aiohttp takes the connection over, starting with the bytes read so far; it stays
+        counted by the guard, which now watches its heads through a GuardedHttpProtocol."""
         assert self._transport is not None
         data = bytes(self._head[: self._head_fill])
-        handler = self._fallback()
+        handler = GuardedHttpProtocol(self._guard, self._fallback, admitted=True)
         transport = self._transport
         self._state = _State.DELEGATED
         if self._tick is not None:
             self._tick.cancel()
         self._connections.discard(self)
+        self._guard.head_finished(self)
         transport.set_protocol(handler)
         handler.connection_made(transport)
-        if data:
-            handler.data_received(data)  # type: ignore[attr-defined]
+        handler.hand_over(data)
 
     # -- one upload -----------------------------------------------------------------------------
 
@@ -310,12 +329,14 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         self._head_fill = len(pending)
         self._resume()
         if pending:
+            self._guard.head_started(self)
             self._scan_head(0)
 
     # -- closing --------------------------------------------------------------------------------
 
     def _answer_and_close(self, reply: Reply) -> None:
         if self._transport is not None:
+            self._guard.head_finished(self)  # the linger has its own, shorter bound
             self._linger(reply)
 
     def _linger(self, reply: Reply) -> None:
@@ -342,6 +363,17 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         """Drop the connection now (service stop); an upload in progress stores nothing."""
         if self._transport is not None:
             self._transport.abort()
+
+    def head_timed_out(self) -> None:
+        """The guard's header deadline passed while this connection was still sending a head."""
+        if self._transport is None or self._state is not _State.HEAD:
+            return
+        if not self._transport.is_reading():
+            self._guard.head_started(self)
+            return
+        self._guard.dropped_for_timeout()
+        self._state = _State.CLOSED
+        self._transport.abort()
 
     def _pause(self) -> None:
         if self._transport is not None and self._transport.is_reading():

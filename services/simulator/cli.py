@@ -43,6 +43,18 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         default="0",
         help="seconds a power request takes to land: N or min,max (default 0; real BMCs: 1,11)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=4096,
+        help="Redfish connections open at once; one more is answered 503 (default 4096)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a request head may take to arrive before the connection is dropped (default 10)",
+    )
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -66,6 +78,8 @@ async def serve(args: argparse.Namespace) -> int:
             nics_per_machine=args.nics,
             boot_order=tuple(t.strip() for t in args.boot_order.split(",") if t.strip()),
             power_delay=parse_delay(args.power_delay),
+            max_connections=args.max_connections,
+            header_timeout=args.header_timeout,
         )
     )
     stopping = asyncio.Event()
@@ -75,7 +89,7 @@ async def serve(args: argparse.Namespace) -> int:
     await simulator.start()
     try:
         if args.ports_file:
-            Path(args.ports_file).write_text(json.dumps({"simulator": simulator.redfish_url}))
+            await asyncio.to_thread(Path(args.ports_file).write_text, json.dumps({"simulator": simulator.redfish_url}))
         print(
             f"simulator: {len(simulator.machines)} machines, Redfish at {simulator.redfish_url}/redfish/v1, "
             f"status at {simulator.redfish_url}/simulator/machines, "
@@ -92,6 +106,9 @@ def run_simulator(args: argparse.Namespace) -> int:
     from services.common.logs import configure_logging
 
     configure_logging(args.log_level.upper(), "text")
+    from services.common.open_files import raise_open_files_limit
+
+    raise_open_files_limit()
     try:
         from services.simulator.options import parse_size
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from services.common import errors
 from services.common.images import configdrive_reader, fat, filesystems, iso9660
@@ -105,7 +105,7 @@ def _read_drive(disk_path: str | os.PathLike[str], part: dict[str, Any]) -> dict
         return _drive_report(configdrive_reader.read_drive(volume), volume.files())
     with open(disk_path, "rb") as fp:
         try:
-            with iso9660.IsoVolume(Window(fp, part["start"], part["size"])) as iso:
+            with iso9660.IsoVolume(cast(BinaryIO, Window(fp, part["start"], part["size"]))) as iso:  # a RawIOBase
                 return _drive_report(configdrive_reader.read_drive(iso), iso.files())
         except errors.ImageFormatError as exc:
             raise errors.ConfigDriveInvalid(f"cannot read the ISO: {exc.message}") from None

@@ -44,7 +44,7 @@ UUID_NAMESPACE = uuidlib.UUID("6f7e2a52-6c5e-4f3b-9d0e-2d8f1c0ad001")
 def machine_mac(index: int, nic: int) -> str:
     """Stable MAC from the machine index: 52:54:00 + 24 bits (4 NIC slots per machine)."""
     value = index * 4 + nic
-    return "52:54:00:%02x:%02x:%02x" % ((value >> 16) & 0xFF, (value >> 8) & 0xFF, value & 0xFF)
+    return f"52:54:00:{(value >> 16) & 0xFF:02x}:{(value >> 8) & 0xFF:02x}:{value & 0xFF:02x}"
 
 
 def machine_uuid(name: str) -> str:
@@ -225,7 +225,7 @@ class Machine:
                 self.record("agent_stopped")
             except asyncio.CancelledError:
                 raise  # the agent stays recorded, so the next halt stops it again
-            except Exception as exc:  # an agent that will not stop must not wedge the machine
+            except Exception as exc:  # noqa: BLE001 - an agent that will not stop must not wedge the machine
                 self.record("agent_stop_error", error=str(exc) or type(exc).__name__)
             self.agent = None
 

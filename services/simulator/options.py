@@ -52,7 +52,7 @@ class SimulatorOptions:
     boot_url: str = ""  # what DHCP would hand iPXE as its bootfile
     host: str = "127.0.0.1"
     port: int = 0  # 0 = ephemeral
-    disk_size: int = 1024**3
+    disk_size: int | str = 1024**3  # bytes, or a size such as "8MiB"
     username: str = ""  # empty = the BMC asks for no credentials
     password: str = ""
     name_prefix: str = "sim-"
@@ -63,6 +63,9 @@ class SimulatorOptions:
     http_timeout: float = 30.0
     agent_host: str = "127.0.0.1"  # where embedded agents listen (ephemeral ports)
     power_delay: tuple[float, float] = (0.0, 0.0)  # a Reset lands after uniform(min, max) s (0 = at once)
+    # The Redfish listener's connection bounds (services/common/connection_guard.py).
+    max_connections: int = 4096
+    header_timeout: float = 10.0
     # Builds the deploy agent a kernel boot starts; None = services.agent.agent.Agent.
     # Takes an AgentLaunch, returns an object with async start() and stop().
     agent_factory: Callable[[Any], Any] | None = None
@@ -90,6 +93,8 @@ class SimulatorOptions:
         low, high = self.power_delay
         if low < 0 or high < low or high > 600:
             raise errors.InvalidParameterValue(f"power delay {low},{high} must be 0 <= min <= max <= 600 seconds")
+        if self.max_connections < 1 or self.header_timeout <= 0:
+            raise errors.InvalidParameterValue("--max-connections must be >= 1 and --header-timeout > 0")
         parse_size(self.disk_size)
         return self
 

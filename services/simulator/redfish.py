@@ -481,7 +481,7 @@ class RedfishService:
             return error(401, "Invalid user name or password", "Base.1.0.NoValidSession")
         token = secrets.token_urlsafe(24)
         sid = secrets.token_hex(8)
-        session = {
+        session: dict[str, Any] = {
             "id": sid,
             "user": user if isinstance(user, str) else "",
             "created": time.time(),

@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import random
-import resource
 import uuid as uuidlib
 from collections.abc import Coroutine
 from pathlib import Path
@@ -24,6 +23,8 @@ import aiohttp
 from aiohttp import web
 
 from services.common.aiohttp_serving import start_http_site
+from services.common.connection_guard import ListenerLimits
+from services.common.open_files import raise_open_files_limit
 from services.simulator.machine import Machine, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
 from services.simulator.redfish import RedfishService
@@ -31,23 +32,6 @@ from services.simulator.redfish import RedfishService
 LOG = logging.getLogger(__name__)
 STOP_CONCURRENCY = 64
 FDS_PER_MACHINE = 6
-
-
-def _raise_fd_limit(wanted: int) -> None:
-    """Lift the soft open-files limit towards ``wanted`` (never above the hard limit).
-
-    A busy machine holds a few descriptors (its agent's listening socket, a
-    download, its disk file, the conductor's connections); 1,000 of them
-    outgrow the common 1,024 default.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            LOG.info("simulator raised the open-files limit from=%d to=%d", soft, target)
-        except (ValueError, OSError) as exc:
-            LOG.warning("simulator cannot raise the open-files limit from=%d wanted=%d error=%s", soft, target, exc)
 
 
 def _ensure_disk(path: Path, size: int) -> None:
@@ -87,13 +71,21 @@ class Simulator:
             self.machines.append(machine)
             self._index[machine.name] = self._index[machine.uuid] = machine
         await asyncio.to_thread(self._create_disks)
-        _raise_fd_limit(opts.machines * FDS_PER_MACHINE + 1024)
+        # A busy machine holds a few descriptors (its agent's listening socket, a download,
+        # its disk file, the conductor's connections); 1,000 of them outgrow the usual 1,024.
+        raise_open_files_limit(opts.machines * FDS_PER_MACHINE + 1024)
         # No connection cap: each real machine has its own NIC, and a shared cap
         # would queue agents' heartbeats behind other machines' image downloads.
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         self.redfish = RedfishService(self)
         try:
-            self._runner, self.port = await start_http_site(self.redfish.build_app(), opts.host, opts.port)
+            self._runner, self.port = await start_http_site(
+                self.redfish.build_app(),
+                opts.host,
+                opts.port,
+                listener="simulator",
+                limits=ListenerLimits(max_connections=opts.max_connections, header_timeout=opts.header_timeout),
+            )
         except BaseException:
             await self._session.close()
             self._session = None

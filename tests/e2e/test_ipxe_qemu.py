@@ -18,6 +18,7 @@ nothing slow runs while a stack's event loop is running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -224,6 +225,7 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
                     f"Ferrum: looking up this machine by MAC {DEPLOY_MAC} (net1)",
                     f"Ferrum: node {node} is in state deploying",
                     marker,
+                    "BOOTIF=01-52-54-00-e2-e0-01",  # the /proc/cmdline line /init prints after the marker
                 ],
                 vms[0],
                 BOOT_WAIT,
@@ -334,11 +336,12 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
     disk = work / "disk.img"
     disk.write_bytes(boot_sector(SAN_MARKER) + bytes(16 * 1024 * 1024 - 512))
     port, control = free_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
-    tgtd = subprocess.Popen(
-        ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "tgtd.log", "wb"),
-    )
+    with open(work / "tgtd.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        tgtd = subprocess.Popen(
+            ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
 
     def adm(*args: str) -> str:
         return run("tgtadm", "-C", str(control), "--lld", "iscsi", *args, timeout=30)
@@ -361,10 +364,8 @@ def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
         yield {"port": port, "show": lambda: adm("--op", "show", "--mode", "target")}
     finally:
         # tgtd ignores SIGTERM while it holds targets (TOOLING.md): remove them, then stop it by PID.
-        try:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
             adm("--op", "delete", "--mode", "target", "--tid", "1", "--force")
-        except (RuntimeError, subprocess.TimeoutExpired):
-            pass
         tgtd.terminate()
         try:
             tgtd.wait(10)
@@ -453,6 +454,7 @@ async def test_real_uefi_ipxe_boots_deploy_ramdisk(
                 f"Ferrum: node {node} is in state clean wait",
                 "Ferrum: loading the deploy kernel and ramdisk (uefi)",
                 marker,
+                "initrd=deploy_ramdisk",  # the /proc/cmdline line /init prints after the marker
             ],
             vm,
             BOOT_WAIT,

@@ -740,7 +740,7 @@ async def test_masked_token_locks_down_unless_pregenerated(env):
         await locked.start()
         try:
             await wait_for(lambda: locked.last_error is not None, 10, "lock down")
-            assert "no usable agent token" in locked.last_error and locked.heartbeats_sent == 0
+            assert "no usable agent token" in (locked.last_error or "") and locked.heartbeats_sent == 0
             await command(env, locked, "standby.sync", {}, expect=401)
         finally:
             await locked.stop()

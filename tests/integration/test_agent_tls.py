@@ -74,6 +74,7 @@ async def test_agent_https_is_verified_against_its_announced_certificate(tls_age
     assert commands[0]["command_status"] == "SUCCEEDED"
     with pytest.raises(errors.AgentError):  # the system trust store does not know this certificate
         await AgentClient(url, "t" * 43, attempts=1).commands()
-    other, _, _ = self_signed(tmp_path / "other" if (tmp_path / "other").mkdir() is None else tmp_path)
+    (tmp_path / "other").mkdir()
+    other, _, _ = self_signed(tmp_path / "other")
     with pytest.raises(errors.AgentError):  # nor does another agent's certificate
         await AgentClient(url, "t" * 43, verify_ca=other, attempts=1).commands()

@@ -81,7 +81,7 @@ def fault(body: dict[str, Any]) -> str:
 async def lab(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, lab_versions])
-    add_routes(app, ApiContext(service.pool, service.router, service.settings))
+    add_routes(app, ApiContext(service.pool, service.router, service.settings, internal_token=service.internal_token))
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:

@@ -293,8 +293,10 @@ async def test_values_the_renderer_refuses_are_refused_when_set(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         info = struct_pb2.Struct()
         info.update({key: value})
-        await nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", **{section: info}))
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and f"{section} {key}" in caught.value.details()
+        fields: dict[str, Any] = {section: info}
+        await nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", **fields))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"{section} {key}" in (caught.value.details() or "")
 
 
 async def test_good_boot_values_are_accepted(rest: Rest) -> None:

@@ -27,10 +27,12 @@ def api(stack: Any) -> str:
 
 
 async def call(method: str, url: str, body: Any = None, version: str = "latest") -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as s:
-        async with s.request(method, url, json=body, headers={"X-OpenStack-Ironic-API-Version": version}) as r:
-            text = await r.text()
-            return r.status, (json.loads(text) if text else None)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.request(method, url, json=body, headers={"X-OpenStack-Ironic-API-Version": version}) as r,
+    ):
+        text = await r.text()
+        return r.status, (json.loads(text) if text else None)
 
 
 def fault(body: dict[str, Any]) -> str:

@@ -15,10 +15,13 @@ from pathlib import Path
 
 import aiohttp
 import bcrypt
+import grpc
 import pytest
 
+from ferrum.v1 import api_pb2, api_pb2_grpc
 from services.api.service import ApiService
 from services.common.config import ConfigError
+from services.common.grpc_auth import basic_auth_metadata
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from tests.conftest import test_settings
 
@@ -209,10 +212,11 @@ async def test_passwords_longer_than_bcrypt_reads_are_refused(secured: str) -> N
 
 
 async def test_a_full_queue_answers_503_with_retry_after(secured_stack: RunningStack, tmp_path: Path) -> None:
-    """A second api whose pool admits one check: while it runs, the next request is a
-    503 with Retry-After at once, and the good password works again afterwards."""
+    """A second api whose pool admits one check: while it runs, the next REST
+    request is a 503 with Retry-After at once and the next gRPC call UNAVAILABLE
+    (one verifier serves both), and the good password works again afterwards."""
     htpasswd = tmp_path / "htpasswd"
-    htpasswd.write_text("slow:" + bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=12)).decode() + "\n")
+    htpasswd.write_text("slow:" + bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=13)).decode() + "\n")
     base = secured_stack.settings
     assert base is not None
     settings = dataclasses.replace(
@@ -224,8 +228,14 @@ async def test_a_full_queue_answers_503_with_retry_after(secured_stack: RunningS
     )
     api = ApiService(settings, secured_stack.pool)
     try:
-        root = (await api.start())["api REST (Ironic v1)"]
-        async with aiohttp.ClientSession() as session:
+        started = await api.start()
+        root = started["api REST (Ironic v1)"]
+        async with (
+            aiohttp.ClientSession() as session,
+            grpc.aio.insecure_channel(started["api gRPC"], interceptors=basic_auth_metadata("slow", "pw")) as channel,
+        ):
+            await asyncio.wait_for(channel.channel_ready(), 10)
+            nodes = api_pb2_grpc.NodeServiceStub(channel)
 
             async def status(password: str) -> tuple[int, dict[str, str], str]:
                 async with session.get(root + "/v1/nodes", headers=basic("slow", password)) as r:
@@ -240,12 +250,19 @@ async def test_a_full_queue_answers_503_with_retry_after(secured_stack: RunningS
             code, headers, body = await status("pw")
             assert code == 503 and int(headers["Retry-After"]) >= 1, body
             assert "Too many authentications" in json.loads(json.loads(body)["error_message"])["faultstring"]
+            with pytest.raises(grpc.aio.AioRpcError) as busy:
+                await nodes.ListNodes(api_pb2.ListNodesRequest(), timeout=10)
+            assert busy.value.code() == grpc.StatusCode.UNAVAILABLE, busy.value.details()
+            assert "Too many authentications" in (busy.value.details() or "")
+            assert not first.done()  # both refusals came while the one admitted check ran
             assert (await first)[0] == 401
             deadline = time.monotonic() + 10
             while api.verifier.pending:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.005)
             assert (await status("pw"))[0] == 200
+            await nodes.ListNodes(api_pb2.ListNodesRequest(), timeout=10)  # the cached success serves gRPC too
+            assert api.verifier.pending == 0
     finally:
         await api.stop()
 

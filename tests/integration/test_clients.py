@@ -20,6 +20,7 @@ async def baremetal(endpoint: str, *args: str) -> tuple[int, str, str]:
         BAREMETAL, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await asyncio.wait_for(process.communicate(), 90)
+    assert process.returncode is not None  # communicate() waited for the exit
     return process.returncode, out.decode(), err.decode()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import grpc
 import pytest
@@ -13,6 +14,7 @@ from google.protobuf import json_format, struct_pb2
 
 from ferrum.v1 import api_pb2 as pb
 from ferrum.v1 import api_pb2_grpc as pb_grpc
+from ferrum.v1 import common_pb2 as cpb
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +24,14 @@ async def nodes(stack):
     await channel.close()
 
 
-async def wait_state(nodes, ident: str, state: str) -> object:
+def list_value(items: list[dict[str, Any]]) -> struct_pb2.ListValue:
+    value = struct_pb2.ListValue()
+    for item in items:
+        value.add_struct().update(item)
+    return value
+
+
+async def wait_state(nodes, ident: str, state: str) -> cpb.Node:
     for _ in range(400):
         node = await nodes.GetNode(pb.GetNodeRequest(ident=ident))
         if node.provision_state == state and not node.reservation:
@@ -138,8 +147,7 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
         )
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
-    steps = struct_pb2.ListValue()
-    steps.extend([{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 150}])
+    steps = list_value([{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 150}])
     await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="active", deploy_steps=steps))
     node = await wait_state(nodes, "grpc-new", "active")
     ran = [s["step"] for s in json_format.MessageToDict(node.driver_internal_info)["deploy_steps"]]
@@ -171,8 +179,7 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
     await wait_state(nodes, "grpc-new", "available")
     await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="manage"))
     await wait_state(nodes, "grpc-new", "manageable")
-    clean_steps = struct_pb2.ListValue()
-    clean_steps.extend([{"interface": "deploy", "step": "erase_devices_metadata"}])
+    clean_steps = list_value([{"interface": "deploy", "step": "erase_devices_metadata"}])
     await nodes.SetProvisionState(
         pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=clean_steps, disable_ramdisk=True)
     )
@@ -190,3 +197,15 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
         )
     )
     assert retired.retired and retired.retired_reason == "end of lease"
+
+
+async def test_volume_calls_are_unimplemented(nodes) -> None:
+    """api.proto declares them; until they are served the status says so, not UNKNOWN."""
+    for call, request in (
+        (nodes.CreateVolumeConnector, pb.CreateVolumeConnectorRequest()),
+        (nodes.CreateVolumeTarget, pb.CreateVolumeTargetRequest()),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as failure:
+            await call(request)
+        assert failure.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "served over REST only" in (failure.value.details() or "")

@@ -46,6 +46,11 @@ def listvalue(items: list[Any]) -> struct_pb2.ListValue:
     return message
 
 
+def factory(message: Any, **fields: Any) -> Callable[[], Any]:
+    """Makes the request when the case runs (each case gets a fresh message)."""
+    return lambda: message(**fields)
+
+
 def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
     """(method, what, request factory, acceptable codes)."""
     both = {INVALID, NOT_FOUND}
@@ -56,8 +61,8 @@ def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
                 (
                     "CreateNode",
                     f"{field} {number}",
-                    lambda f=field, n=number: pb.CreateNodeRequest(
-                        driver="fake-hardware", **{f: struct({"x": {"y": [float(n)]}})}
+                    factory(
+                        pb.CreateNodeRequest, driver="fake-hardware", **{field: struct({"x": {"y": [float(number)]}})}
                     ),
                     {INVALID},
                 )
@@ -66,7 +71,7 @@ def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
             (
                 "CreateNode",
                 f"{field} nested 30",
-                lambda f=field: pb.CreateNodeRequest(driver="fake-hardware", **{f: struct(nested(30))}),
+                factory(pb.CreateNodeRequest, driver="fake-hardware", **{field: struct(nested(30))}),
                 {INVALID},
             )
         )
@@ -74,7 +79,7 @@ def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
             (
                 "CreateNode",
                 f"{field} NUL key",
-                lambda f=field: pb.CreateNodeRequest(driver="fake-hardware", **{f: struct({NUL: 1})}),
+                factory(pb.CreateNodeRequest, driver="fake-hardware", **{field: struct({NUL: 1})}),
                 {INVALID},
             )
         )
@@ -84,7 +89,7 @@ def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
                 (
                     "CreateNode",
                     f"{key} {what}",
-                    lambda k=key, v=value: pb.CreateNodeRequest(**{"driver": "fake-hardware", k: v}),
+                    factory(pb.CreateNodeRequest, **{"driver": "fake-hardware", key: value}),
                     {INVALID},
                 )
             )
@@ -107,31 +112,29 @@ def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
     for ident in idents:
         label = "NUL" if ident == NUL else "huge" if ident == HUGE else ident
         table += [
-            ("GetNode", label, lambda i=ident: pb.GetNodeRequest(ident=i), both),
-            ("DeleteNode", label, lambda i=ident: pb.DeleteNodeRequest(ident=i), both),
-            ("PatchNode", label, lambda i=ident: pb.PatchNodeRequest(ident=i, patch_json="[]"), both),
-            ("SetProvisionState", label, lambda i=ident: pb.SetProvisionStateRequest(ident=i, target="manage"), both),
-            ("SetPowerState", label, lambda i=ident: pb.SetPowerStateRequest(ident=i, target="power on"), both),
-            ("SetMaintenance", label, lambda i=ident: pb.SetMaintenanceRequest(ident=i, maintenance=True), both),
+            ("GetNode", label, factory(pb.GetNodeRequest, ident=ident), both),
+            ("DeleteNode", label, factory(pb.DeleteNodeRequest, ident=ident), both),
+            ("PatchNode", label, factory(pb.PatchNodeRequest, ident=ident, patch_json="[]"), both),
+            ("SetProvisionState", label, factory(pb.SetProvisionStateRequest, ident=ident, target="manage"), both),
+            ("SetPowerState", label, factory(pb.SetPowerStateRequest, ident=ident, target="power on"), both),
+            ("SetMaintenance", label, factory(pb.SetMaintenanceRequest, ident=ident, maintenance=True), both),
             (
                 "CreatePort",
                 label,
-                lambda i=ident: pb.CreatePortRequest(node_ident=i, address="52:54:00:12:34:56"),
+                factory(pb.CreatePortRequest, node_ident=ident, address="52:54:00:12:34:56"),
                 both,
             ),
-            ("GetPort", label, lambda i=ident: pb.GetPortRequest(ident=i), both),
-            ("DeletePort", label, lambda i=ident: pb.DeletePortRequest(ident=i), both),
-            ("ListPorts", label, lambda i=ident: pb.ListPortsRequest(node_ident=i), both),
-            ("ListNodes", f"marker {label}", lambda i=ident: pb.ListNodesRequest(marker=i), both),
-            ("ListPorts", f"marker {label}", lambda i=ident: pb.ListPortsRequest(marker=i), both),
+            ("GetPort", label, factory(pb.GetPortRequest, ident=ident), both),
+            ("DeletePort", label, factory(pb.DeletePortRequest, ident=ident), both),
+            ("ListPorts", label, factory(pb.ListPortsRequest, node_ident=ident), both),
+            ("ListNodes", f"marker {label}", factory(pb.ListNodesRequest, marker=ident), both),
+            ("ListPorts", f"marker {label}", factory(pb.ListPortsRequest, marker=ident), both),
         ]
         if ident != ABSENT:  # watching a node that does not exist (yet) is allowed: nothing comes
-            table.append(("WatchNodes", label, lambda i=ident: pb.WatchNodesRequest(node_uuid=i), {INVALID}))
+            table.append(("WatchNodes", label, factory(pb.WatchNodesRequest, node_uuid=ident), {INVALID}))
     for key in ("provision_state", "driver", "sort_key", "sort_dir", "conductor_group", "owner"):
         for what, value in (("NUL", NUL), ("huge", HUGE)):
-            table.append(
-                ("ListNodes", f"{key} {what}", lambda k=key, v=value: pb.ListNodesRequest(**{k: v}), {INVALID})
-            )
+            table.append(("ListNodes", f"{key} {what}", factory(pb.ListNodesRequest, **{key: value}), {INVALID}))
     table.append(("ListNodes", "limit -5", lambda: pb.ListNodesRequest(limit=-5), {INVALID}))
     table.append(("ListPorts", "limit -5", lambda: pb.ListPortsRequest(limit=-5), {INVALID}))
     table.append(("ListPorts", "address NUL", lambda: pb.ListPortsRequest(address=NUL), {INVALID}))
@@ -151,7 +154,7 @@ def cases() -> list[tuple[str, str, Callable[[], Any], set[grpc.StatusCode]]]:
         "NUL owner": json.dumps([{"op": "replace", "path": "/owner", "value": NUL}]),
     }
     for what, text in patches.items():
-        table.append(("PatchNode", what, lambda t=text: pb.PatchNodeRequest(ident=TARGET, patch_json=t), {INVALID}))
+        table.append(("PatchNode", what, factory(pb.PatchNodeRequest, ident=TARGET, patch_json=text), {INVALID}))
     table += [
         ("SetProvisionState", "target NUL", lambda: pb.SetProvisionStateRequest(ident=TARGET, target=NUL), {INVALID}),
         ("SetProvisionState", "target huge", lambda: pb.SetProvisionStateRequest(ident=TARGET, target=HUGE), {INVALID}),

@@ -45,7 +45,11 @@ async def history_api(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, pin_1_78])
     history_routes = tuple(r for r in ROUTES if r.resource is NodeHistoryApi)
-    add_routes(app, ApiContext(service.pool, service.router, service.settings), history_routes)
+    add_routes(
+        app,
+        ApiContext(service.pool, service.router, service.settings, internal_token=service.internal_token),
+        history_routes,
+    )
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:

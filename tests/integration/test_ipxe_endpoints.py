@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import logging
 import re
-import shutil
 import uuid as uuidlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +21,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ferrum.v1 import renderer_pb2, renderer_pb2_grpc
 from services.api.service import ApiService
 from services.common.db.pool import create_pool
-from services.common.recorded_addresses import address_file, api_url_file
+from services.common.endpoints import Endpoints
+from services.common.grpc_auth import internal_token_metadata
+from services.common.internal_token import internal_token
 from services.ipxe.interpret import interpret_script
 from services.ipxe.service import IpxeService
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
@@ -179,7 +180,8 @@ async def test_active_node_boots_local_disk(stack: Any, http: aiohttp.ClientSess
 async def test_grpc_render_health_and_reflection(stack: Any, http: aiohttp.ClientSession) -> None:
     _, _, address = urls(stack)
     node = await make_node(stack, http, macs=["52:54:00:aa:04:01"], state="wait call-back")
-    async with grpc.aio.insecure_channel(address) as channel:
+    token = await internal_token(stack.settings, stack.pool)
+    async with grpc.aio.insecure_channel(address, interceptors=internal_token_metadata(token)) as channel:
         stub = renderer_pb2_grpc.BootScriptRendererStub(channel)
         reply = await stub.RenderBootScript(renderer_pb2.RenderBootScriptRequest(mac="52:54:00:AA:04:01"))
         assert reply.kind == "deploy" and reply.node_uuid == node and reply.reason == ""
@@ -193,7 +195,9 @@ async def test_grpc_render_health_and_reflection(stack: Any, http: aiohttp.Clien
                 await stub.RenderBootScript(bad)
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         health = health_pb2_grpc.HealthStub(channel)
-        status = await health.Check(health_pb2.HealthCheckRequest(service="ferrum.v1.BootScriptRenderer"))
+        # types-grpcio-health-checking declares HealthStub without its methods.
+        request = health_pb2.HealthCheckRequest(service="ferrum.v1.BootScriptRenderer")
+        status = await health.Check(request)  # type: ignore[attr-defined]
         assert status.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -358,25 +362,33 @@ async def test_cache_listens_again_after_losing_its_connection(
         await cached.stop()
 
 
-async def test_renderer_finds_an_ephemeral_api_through_the_state_dir(
+async def test_renderer_finds_an_ephemeral_api_of_its_process(
     stack: Any, http: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
-    """Without FERRUM_IPXE_API_URL, a renderer uses the URL the api (port 0) recorded at start."""
+    """Without FERRUM_IPXE_API_URL, a renderer uses the api started in its process
+    (port 0: only the shared Endpoints object knows where it listens)."""
     _, api, _ = urls(stack)
     settings = next(s for s in stack.services if s.name == "ipxe").settings
     assert settings.api.port == 0
+    assert stack.addresses.api_url == api
     mine = own_state(settings, tmp_path, api_url="")
-    (Path(mine.state_dir) / "run").mkdir(parents=True)
-    shutil.copyfile(api_url_file(settings), api_url_file(mine))  # what the stack's api recorded at start
-    plain = IpxeService(mine, stack.pool)
+    # The api's address as the runtime shares it (a copy: this second renderer
+    # must not replace the stack's own in what the stack's api reads).
+    plain = IpxeService(mine, stack.pool, Endpoints(api_url=stack.addresses.api_url))
+    alone = IpxeService(own_state(settings, tmp_path / "alone", api_url=""), stack.pool)  # no api in its process
     endpoints = await plain.start()
+    alone_endpoints = await alone.start()
     try:
         await make_node(stack, http, macs=["52:54:00:aa:09:01"], state="deploying")
         base = endpoints["ipxe HTTP"].rsplit("/", 1)[0]
         status, body, _ = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:aa:09:01"})
         assert status == 200 and f"ipa-api-url={api} " in body, body.splitlines()[8]
+        base = alone_endpoints["ipxe HTTP"].rsplit("/", 1)[0]
+        status, body, headers = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:aa:09:01"})
+        assert headers["X-Ferrum-Boot-Kind"] == "error" and "FERRUM_IPXE_API_URL" in body
     finally:
         await plain.stop()
+        await alone.stop()
 
 
 async def test_database_outage_is_an_error_script_not_500(
@@ -386,12 +398,15 @@ async def test_database_outage_is_an_error_script_not_500(
     pool = await create_pool(database_url, min_size=1, max_size=2)
     lonely = IpxeService(own_state(settings, tmp_path), pool)
     endpoints = await lonely.start()
+    token = await internal_token(stack.settings, stack.pool)
     try:
         base = endpoints["ipxe HTTP"].rsplit("/", 1)[0]
         await pool.close()  # the renderer's database goes away
         status, body, headers = await get(http, f"{base}/ipxe", params={"mac": "52:54:00:aa:0a:01"})
         assert status == 200 and headers["X-Ferrum-Boot-Kind"] == "error" and "database error" in body
-        async with grpc.aio.insecure_channel(endpoints["ipxe gRPC"]) as channel:
+        async with grpc.aio.insecure_channel(
+            endpoints["ipxe gRPC"], interceptors=internal_token_metadata(token)
+        ) as channel:
             reply = await renderer_pb2_grpc.BootScriptRendererStub(channel).RenderBootScript(
                 renderer_pb2.RenderBootScriptRequest(mac="52:54:00:aa:0a:01")
             )
@@ -400,7 +415,7 @@ async def test_database_outage_is_an_error_script_not_500(
         await lonely.stop()
 
 
-async def test_stack_renderer_record_survives_replicas(stack: Any) -> None:
-    """Replicas above used their own state dirs: the stack api still finds its renderer."""
-    settings = next(s for s in stack.services if s.name == "ipxe").settings
-    assert address_file(settings).read_text().strip() == urls(stack)[2]
+async def test_stack_api_still_finds_its_renderer_after_replicas(stack: Any) -> None:
+    """Replicas above were started and stopped on their own: the stack's api still
+    reaches the renderer of its process."""
+    assert stack.addresses.renderer_grpc == urls(stack)[2]

@@ -66,7 +66,7 @@ async def start(*, cache_ttl: float = 0.0, slow: dict[str, float] | None = None,
     metrics = ServiceMetrics("ipxe")
     config = settings()
     holder: dict[str, ScriptReplies] = {}
-    renderer = ScriptRenderer(cache or reader, config, on_render=lambda r: holder["replies"].counted_render(r))
+    renderer = ScriptRenderer(cache or reader, config, on_render=lambda r: holder["replies"].counted_render(r))  # noqa: PLW0108 - bound later
     replies = ScriptReplies(renderer, config.ipxe, metrics, cache, clock=clock)
     holder["replies"] = replies
     http = ScriptHttpServer(replies, metrics, idle_timeout=idle_timeout)

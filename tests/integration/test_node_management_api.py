@@ -61,7 +61,7 @@ def live(stack: Any) -> str:
 async def api(stack: Any) -> AsyncIterator[str]:
     service = next(s for s in stack.services if s.name == "api")
     app = web.Application(middlewares=[error_middleware, versions_up_to_1_78])
-    add_routes(app, ApiContext(service.pool, service.router, service.settings))
+    add_routes(app, ApiContext(service.pool, service.router, service.settings, internal_token=service.internal_token))
     server = TestServer(app, host="127.0.0.1", port=0)
     await server.start_server()
     try:
@@ -217,8 +217,8 @@ async def test_boot_mode_and_secure_boot(session, api) -> None:
     for body in ({"target": "efi"}, {"target": None}, {}, {"target": "uefi", "x": 1}):
         status, err = await call(session, "PUT", f"{url}/boot_mode", body, headers=v(76))
         assert status == 400, (body, err)
-    for body in ({"target": "yes"}, {"target": 1}):
-        status, err = await call(session, "PUT", f"{url}/secure_boot", body, headers=v(76))
+    for wrong in ({"target": "yes"}, {"target": 1}):
+        status, err = await call(session, "PUT", f"{url}/secure_boot", wrong, headers=v(76))
         assert status == 400, (body, err)
 
     status, _ = await call(session, "PUT", f"{url}/boot_mode", {"target": "bios"}, headers=v(76))

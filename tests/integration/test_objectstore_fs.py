@@ -54,7 +54,7 @@ async def service(database_url: str, root: Path, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="module")
 async def client(service):
-    store = ObjectStoreClient(service.grpc_address)
+    store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
     yield store
     await store.close()
 
@@ -270,6 +270,7 @@ async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
     # 50 concurrent compare-and-set increments: each success moved the counter by exactly one.
     async def cas() -> bool:
         current = await client.stat("usage", "shared.iso")
+        assert current is not None
         try:
             await client.update_metadata("usage", "shared.iso", usage_delta=1, expected_usage=current.usage_count)
             return True
@@ -278,7 +279,7 @@ async def test_usage_count_under_concurrency(client: ObjectStoreClient) -> None:
 
     won = sum(await asyncio.gather(*(cas() for _ in range(50))))
     info = await client.stat("usage", "shared.iso")
-    assert won >= 1 and info.usage_count == 50 + won
+    assert info is not None and won >= 1 and info.usage_count == 50 + won
 
     with pytest.raises(errors.InvalidParameterValue):
         await client.update_metadata("usage", "shared.iso", usage_delta=-10_000)
@@ -371,8 +372,11 @@ async def test_wire_status_codes(service) -> None:
 
     from ferrum.v1 import objectstore_pb2 as pb
     from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
+    from services.common.grpc_auth import internal_token_metadata
 
-    async with grpc.aio.insecure_channel(service.grpc_address) as channel:
+    async with grpc.aio.insecure_channel(
+        service.grpc_address, interceptors=internal_token_metadata(service.internal_token)
+    ) as channel:
         stub = pb_grpc.ObjectStoreStub(channel)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await stub.Stat(pb.ObjectRef(container="wire", name="missing"))

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -50,7 +51,7 @@ async def service(database_url: str, root: Path, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="module")
 async def client(service):
-    store = ObjectStoreClient(service.grpc_address)
+    store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
     yield store
     await store.close()
 
@@ -291,11 +292,11 @@ async def test_expect_continue_and_chunked_bodies(client: ObjectStoreClient, htt
     # Chunked (no Content-Length) goes through aiohttp's route, with the same outcome.
     pieces = [os.urandom(100_000) for _ in range(7)]
 
-    async def body():
+    async def chunked() -> AsyncIterator[bytes]:
         for piece in pieces:
             yield piece
 
-    async with http.put(url, data=body(), headers={"X-Object-Metadata": '{"via": "chunked"}'}) as resp:
+    async with http.put(url, data=chunked(), headers={"X-Object-Metadata": '{"via": "chunked"}'}) as resp:
         assert resp.status == 201, await resp.text()
         answer = await resp.json()
     assert answer["sha256"] == hashlib.sha256(b"".join(pieces)).hexdigest() and answer["metadata"] == {"via": "chunked"}
@@ -339,7 +340,7 @@ async def test_put_file_falls_back_to_grpc_when_http_uploads_cannot_work(
     source.write_bytes(os.urandom(MiB + 1))
     try:
         async with running_objectstore(settings) as svc:
-            store = ObjectStoreClient(svc.grpc_address)
+            store = ObjectStoreClient(svc.grpc_address, token=svc.internal_token)
             try:
                 info = await store.put_file("fb", "f.bin", source)
                 assert info.size == MiB + 1
@@ -356,7 +357,7 @@ async def test_stopping_the_service_mid_upload_leaves_nothing(
     root = tmp_path_factory.mktemp("stopping")
     settings = test_settings(database_url, tmp_path_factory.mktemp("state"), objectstore={"root": str(root)})
     async with running_objectstore(settings) as svc:
-        store = ObjectStoreClient(svc.grpc_address)
+        store = ObjectStoreClient(svc.grpc_address, token=svc.internal_token)
         try:
             url = await store.temp_url("stop", "mid.iso", lifetime=60, method="PUT")
         finally:
@@ -372,7 +373,7 @@ async def test_stopping_the_service_mid_upload_leaves_nothing(
         assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
     async with running_objectstore(settings) as svc:
-        store = ObjectStoreClient(svc.grpc_address)
+        store = ObjectStoreClient(svc.grpc_address, token=svc.internal_token)
         try:
             assert await store.stat("stop", "mid.iso") is None
         finally:

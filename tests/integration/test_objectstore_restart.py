@@ -26,7 +26,7 @@ async def test_ttl_sweep_after_restart(database_url: str, tmp_path: Path) -> Non
         database_url, tmp_path / "state", objectstore={"root": str(root), "sweep_interval": 3600.0}
     )
     async with running_objectstore(settings) as first:
-        store = ObjectStoreClient(first.grpc_address)
+        store = ObjectStoreClient(first.grpc_address, token=first.internal_token)
         await store.put_bytes("restart", "short-lived.img", b"y" * 1000, delete_after=1)
         await store.put_bytes("restart", "long-lived.img", b"z" * 10, delete_after=3600)
         await store.close()
@@ -47,12 +47,15 @@ async def test_ttl_sweep_after_restart(database_url: str, tmp_path: Path) -> Non
 async def test_temp_urls_survive_restart(database_url: str, tmp_path: Path) -> None:
     settings = test_settings(database_url, tmp_path / "state", objectstore={"root": str(tmp_path / "o")})
     async with running_objectstore(settings) as first:
-        store = ObjectStoreClient(first.grpc_address)
+        store = ObjectStoreClient(first.grpc_address, token=first.internal_token)
         await store.put_bytes("survive", "a.img", b"persisted")
         url = await store.temp_url("survive", "a.img", lifetime=600)
         await store.close()
         old_base = first.public_url
     # A new process (new port: the signature covers the path, not the host).
-    async with running_objectstore(settings) as second, aiohttp.ClientSession() as http:
-        async with http.get(url.replace(old_base, second.public_url)) as resp:
-            assert resp.status == 200 and await resp.read() == b"persisted"
+    async with (
+        running_objectstore(settings) as second,
+        aiohttp.ClientSession() as http,
+        http.get(url.replace(old_base, second.public_url)) as resp,
+    ):
+        assert resp.status == 200 and await resp.read() == b"persisted"

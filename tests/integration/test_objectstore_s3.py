@@ -60,7 +60,7 @@ async def moto_service(database_url: str, moto_endpoint: str, tmp_path_factory: 
 
 @pytest.fixture(scope="module")
 async def client(moto_service):
-    store = ObjectStoreClient(moto_service.grpc_address)
+    store = ObjectStoreClient(moto_service.grpc_address, token=moto_service.internal_token)
     yield store
     await store.close()
 
@@ -289,7 +289,7 @@ async def test_presigned_downloads_against_s3rver(
         },
     )
     async with running_objectstore(settings) as service, aiohttp.ClientSession() as http:
-        store = ObjectStoreClient(service.grpc_address)
+        store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
         try:
             data = os.urandom(300_000)
             await store.put_bytes("vm", "boot-2.iso", data)
@@ -347,7 +347,7 @@ async def test_s3_orphan_sweep(database_url: str, moto_endpoint: str, tmp_path: 
         database_url, tmp_path, moto_endpoint, s3_bucket="ferrum-orphans", orphan_grace=0.0, sweep_interval=3600.0
     )
     async with running_objectstore(settings) as service:
-        store = ObjectStoreClient(service.grpc_address)
+        store = ObjectStoreClient(service.grpc_address, token=service.internal_token)
         try:
             await store.put_bytes("orph", "kept.img", b"kept")
             session = aioboto3.Session()
@@ -361,6 +361,7 @@ async def test_s3_orphan_sweep(database_url: str, moto_endpoint: str, tmp_path: 
                 await s3.put_object(Bucket="ferrum-orphans", Key="0123456789abcdef0123456789abcdef", Body=b"stray")
                 await s3.put_object(Bucket="ferrum-orphans", Key="someone-elses/file.txt", Body=b"foreign")
                 await asyncio.sleep(1.1)  # S3 times have one-second resolution
+                assert service.store is not None
                 assert await service.store.sweep_orphans() == 1
                 keys = [o["Key"] for o in (await s3.list_objects_v2(Bucket="ferrum-orphans"))["Contents"]]
             assert "0123456789abcdef0123456789abcdef" not in keys and "someone-elses/file.txt" in keys

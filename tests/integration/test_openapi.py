@@ -63,7 +63,7 @@ CHECKS = (
     "not_a_server_error,response_schema_conformance,status_code_conformance,"
     "response_headers_conformance,content_type_conformance"
 )
-SCHEMATHESIS_BUDGET = 240.0  # seconds; the run takes well under a minute here
+SCHEMATHESIS_BUDGET = 240.0  # seconds; about a minute on a quiet 2-core machine, 85-165 s under load
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,9 @@ def _normalize(path: str) -> str:
 
 async def test_document_covers_exactly_the_served_routes(stack: Any) -> None:
     service = next(s for s in stack.services if s.name == "api")
-    app = build_app(service.settings, service.pool, service.router, service.metrics)
+    app = build_app(
+        service.settings, service.pool, service.router, service.metrics, internal_token=service.internal_token
+    )
     served = set()
     for route in app.router.routes():
         path = route.resource.canonical if route.resource else ""
@@ -148,6 +150,7 @@ async def _seed(api: str) -> None:
                 assert r.status == 201, await r.text()
 
 
+@pytest.mark.timeout(SCHEMATHESIS_BUDGET + 60)  # its own budget below, not the suite's default 120 s
 async def test_schemathesis_finds_no_server_error_or_schema_violation(api: str, tmp_path: Path) -> None:
     await _seed(api)
     command = [
@@ -190,7 +193,8 @@ async def test_schemathesis_finds_no_server_error_or_schema_violation(api: str, 
     assert process.returncode == 0, text[-12000:]
     generated = re.search(r"(\d+) generated", text)
     assert generated and int(generated.group(1)) > 1000, text[-3000:]
-    assert re.search(r"Tested: (\d+)", text) and int(re.search(r"Tested: (\d+)", text).group(1)) >= 50, text[-3000:]
+    tested = re.search(r"Tested: (\d+)", text)
+    assert tested and int(tested.group(1)) >= 50, text[-3000:]
 
 
 async def test_document_is_public_under_http_basic(stack: Any, tmp_path: Path) -> None:
@@ -200,7 +204,11 @@ async def test_document_is_public_under_http_basic(stack: Any, tmp_path: Path) -
     htpasswd.write_text("admin:" + bcrypt.hashpw(b"secret", bcrypt.gensalt(rounds=4)).decode() + "\n")
     api_config = dataclasses.replace(service.settings.api, auth_strategy="http_basic", htpasswd_file=str(htpasswd))
     settings = dataclasses.replace(service.settings, api=api_config)
-    server = TestServer(build_app(settings, service.pool, service.router, service.metrics), host="127.0.0.1", port=0)
+    server = TestServer(
+        build_app(settings, service.pool, service.router, service.metrics, internal_token=service.internal_token),
+        host="127.0.0.1",
+        port=0,
+    )
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as session:

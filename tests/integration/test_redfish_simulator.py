@@ -62,7 +62,7 @@ def make_task(sim: Simulator, index: int | None = 0, **extra: object) -> base.Ta
     if index is None:
         info.pop("redfish_system_id")
     node = {"uuid": "0d7f0c43-2d5b-4f3e-9a42-9c1c7e6e1a01", "driver": "redfish", "driver_info": info}
-    return base.Task(node=node, ports=[], driver=None, conductor="test")  # type: ignore[arg-type]
+    return base.Task(node=node, ports=[], driver=None, conductor="test")  # type: ignore[arg-type]  # drivers under test never read it
 
 
 async def test_power_cycle(sim: Simulator, power: RedfishPower) -> None:
@@ -119,6 +119,7 @@ async def test_uuid_and_macs(sim: Simulator, management: RedfishManagement) -> N
 @pytest.mark.parametrize("auth", ["basic", "session", "auto"])
 async def test_every_auth_type(sim: Simulator, auth: str) -> None:
     power = RedfishPower({})
+    assert sim.redfish is not None
     sessions_before = set(sim.redfish.sessions)
     try:
         assert await power.get_power_state(make_task(sim, 0, redfish_auth_type=auth)) in ("power on", "power off")
@@ -287,9 +288,12 @@ async def test_slow_bmc_power_changes_are_polled(tmp_path: Path) -> None:
     power = RedfishPower({"redfish_poll_interval": 0.05, "redfish_power_timeout": 10})
     try:
         machine = slow.machines[0]
-        task = base.Task(
-            node={"uuid": "slow", "driver_info": slow.driver_info(machine)}, ports=[], driver=None, conductor="test"
-        )  # type: ignore[arg-type]
+        task = base.Task(  # the power interface never reads task.driver
+            node={"uuid": "slow", "driver_info": slow.driver_info(machine)},
+            ports=[],
+            driver=None,  # type: ignore[arg-type]
+            conductor="test",
+        )
         async with (
             aiohttp.ClientSession() as http,
             http.post(

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from multidict import CIMultiDictProxy
 
 from services.common.images.configdrive import build_configdrive, encode_configdrive
 
@@ -22,7 +23,7 @@ class Client:
 
     async def call(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, expect: int | None = None
-    ) -> tuple[int, Any, aiohttp.typedefs.LooseHeaders]:
+    ) -> tuple[int, Any, CIMultiDictProxy[str]]:
         async with self.session.request(
             method, self.base + path, json=body, headers=V if headers is None else headers
         ) as r:

@@ -38,7 +38,7 @@ async def ports_of(path: Path, process: subprocess.Popen) -> dict[str, str]:
     for _ in range(600):
         if path.exists() and path.read_text():
             return json.loads(path.read_text())
-        assert process.poll() is None, process.stderr.read()
+        assert process.poll() is None, process.stderr and process.stderr.read()
         await asyncio.sleep(0.05)
     raise AssertionError("service did not start")
 

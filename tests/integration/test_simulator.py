@@ -397,8 +397,8 @@ async def test_error_and_unknown_scripts_fall_through_to_the_disk(sim: Simulator
     boot_server.scripts[hyphen[0]] = "#!ipxe\necho Ferrum: booting the local disk\nexit 0\n"
     await machine.reset(reason="test")
     await wait_for(lambda: machine.boot_count == 2 and machine.status == "no_bootable_device", what="exit 0")
-    events = [e["event"] for e in machine.boot_log if e["boot"] == 2]
-    assert "pxe_exit" in events and "pxe_error" not in events and events.count("pxe_fetch") == 2
+    kinds = [e["event"] for e in machine.boot_log if e["boot"] == 2]
+    assert "pxe_exit" in kinds and "pxe_error" not in kinds and kinds.count("pxe_fetch") == 2
     del boot_server.scripts[hyphen[0]]
     await power_off(sim, 2)
 

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pycdlib
 
@@ -50,7 +51,7 @@ def pycdlib_config_drive(meta: dict[str, object], user_data: bytes | None) -> by
     return out.getvalue()
 
 
-def sfdisk(disk: Path, script: str) -> list[dict[str, object]]:
+def sfdisk(disk: Path, script: str) -> list[dict[str, Any]]:
     subprocess.run(["sfdisk", "-q", str(disk)], input=script, text=True, check=True, capture_output=True)
     return json.loads(
         subprocess.run(["sfdisk", "--json", str(disk)], check=True, capture_output=True, text=True).stdout

@@ -116,5 +116,5 @@ def test_every_version_gate_is_a_microversion_above_the_minimum() -> None:
     gated = [r for r in ROUTES if r.since is not None]
     assert gated, "the table gates no route"
     for route in gated:
-        assert route.since[0] == 1 and route.since > (1, 1), route
+        assert route.since is not None and route.since[0] == 1 and route.since > (1, 1), route
     assert all(r.method in (*METHODS, "*") for r in ROUTES)

@@ -28,6 +28,9 @@ def test_env_and_toml_layers(tmp_path):
         ({"FERRUM_API_AUTH_STRATEGY": "keystone"}, "noauth or http_basic"),
         ({"FERRUM_IPXE_CACHE_TTL": "-1"}, "CACHE_TTL must be >= 0"),
         ({"FERRUM_IPXE_CACHE_MAX_ENTRIES": "0"}, "CACHE_MAX_ENTRIES must be >= 1"),
+        ({"FERRUM_API_HTTP_MAX_CONNECTIONS": "0"}, "FERRUM_API_HTTP_MAX_CONNECTIONS must be at least 1"),
+        ({"FERRUM_IPXE_HTTP_HEADER_TIMEOUT": "0"}, "FERRUM_IPXE_HTTP_HEADER_TIMEOUT must be positive"),
+        ({"FERRUM_OBJECTSTORE_HTTP_HEADER_TIMEOUT": "-1"}, "FERRUM_OBJECTSTORE_HTTP_HEADER_TIMEOUT must be positive"),
     ],
 )
 def test_bad_values_are_rejected(env, message):
@@ -53,3 +56,10 @@ def test_every_option_has_one_env_name():
     assert names["FERRUM_DATABASE_URL"] == ("database", "url")
     assert names["FERRUM_STATE_DIR"] == (None, "state_dir")
     assert len(set(names.values())) == len(names)
+
+
+def test_listener_bounds_have_defaults_per_listener():
+    settings = load_settings({"FERRUM_IPXE_HTTP_MAX_CONNECTIONS": "20000"})
+    assert settings.ipxe.http_max_connections == 20000  # a boot storm: one connection per machine
+    assert (settings.api.http_max_connections, settings.objectstore.http_max_connections) == (4096, 4096)
+    assert settings.api.http_header_timeout == settings.ipxe.http_header_timeout == 10.0

@@ -147,12 +147,12 @@ def test_minimal_dict_without_ports(tmp_path: Path) -> None:
 def test_same_files_as_openstacksdk(tmp_path: Path) -> None:
     """Our tree is byte-identical to openstacksdk's populate_directory for the same input."""
     meta = {"uuid": NODE["uuid"], "name": "node-7", "hostname": "h", "public_keys": {"k": KEY}}
-    network = {"links": [], "networks": [], "services": []}
+    network: dict[str, list[Any]] = {"links": [], "networks": [], "services": []}
     vendor = {"a": 1}
     ours = configdrive.configdrive_files(
         NODE, PORTS, {"meta_data": meta, "network_data": network, "vendor_data": vendor, "user_data": "text"}
     )
-    with sdk_configdrive.populate_directory(meta, "text", network_data=network, vendor_data=vendor) as d:
+    with sdk_configdrive.populate_directory(meta, b"text", network_data=network, vendor_data=vendor) as d:
         theirs = {str(p.relative_to(d)): p.read_bytes() for p in Path(d).rglob("*") if p.is_file()}
     assert ours == theirs
 

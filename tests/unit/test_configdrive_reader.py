@@ -64,6 +64,7 @@ def as_cloud_init(data: configdrive_reader.ConfigDriveData) -> dict[str, Any]:
         meta = dict(data.meta_data)
         for key in ("network_config", "authorized_keys"):  # cloud-init keeps these as the file's bytes
             meta[key] = meta[key].encode() if meta[key] else ""
+        assert data.user_data is not None  # the layout-1 drives here carry a user-data string
         result: dict[str, Any] = {"version": 1, "metadata": meta, "files": {}, "userdata": data.user_data.decode()}
         if data.dsmode is not None:
             result["dsmode"] = data.dsmode

@@ -13,7 +13,7 @@ import pytest
 
 from services.common import states
 from services.common.config import load_settings
-from services.common.recorded_addresses import record_api_url
+from services.common.endpoints import Endpoints
 from services.ipxe.plan import RAMDISK_STATES
 from services.ipxe.reader import StaticReader
 from services.ipxe.render import ScriptRenderer
@@ -427,8 +427,9 @@ async def test_settings_shape_the_scripts(tmp_path: Path) -> None:
     fallback = await render(node("deploying"), {"mac": MAC}, api_url="")
     assert "ipa-api-url=http://127.0.0.1:6385 " in fallback.script  # the api's configured host:port
     ephemeral = load_settings({}, overrides={"api": {"port": 0}, None: {"state_dir": str(tmp_path)}})
-    renderer = ScriptRenderer(StaticReader([node("deploying")]), ephemeral)
+    local = Endpoints()
+    renderer = ScriptRenderer(StaticReader([node("deploying")]), ephemeral, local_api_url=local.local_api_url)
     no_api = await renderer.render(mac=MAC)
     assert no_api.kind == "error" and "FERRUM_IPXE_API_URL" in no_api.reason
-    record_api_url(ephemeral, "http://0.0.0.0:41234")  # what a local api on port 0 writes when it starts
+    local.api_url = "http://0.0.0.0:41234"  # what an api on port 0 in the same process records when it starts
     assert "ipa-api-url=http://127.0.0.1:41234 " in (await renderer.render(mac=MAC)).script

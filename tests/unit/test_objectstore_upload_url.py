@@ -17,6 +17,7 @@ def test_round_trip_with_unicode_and_folders() -> None:
     path = tempurl.build_upload_path(SECRET, "ïmages", "deploy/boot ïso.iso", expires)
     assert path.startswith("/u/") and " " not in path
     target = tempurl.parse_upload_path(unquote(path))
+    assert target is not None
     assert target == tempurl.UploadTarget(expires, target.signature, "ïmages", "deploy/boot ïso.iso")
     assert tempurl.verify_upload(SECRET, target)
     assert not tempurl.verify_upload(b"other secret", target)

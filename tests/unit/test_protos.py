@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_check() -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "scripts/gen_protos.py", "--check"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "scripts/gen_protos.py", "--check"], cwd=ROOT, capture_output=True, text=True, check=False
     )
 
 

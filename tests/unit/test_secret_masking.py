@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.common.secret_masking import MASK, OSLO_SANITIZE_KEYS, mask_dict, mask_text
+from services.common.secret_keys import OSLO_SANITIZE_KEYS
+from services.common.secret_masking import MASK, mask_dict, mask_text
 
 
 def test_every_oslo_key_is_masked_in_any_case_and_inside_longer_names() -> None:
@@ -40,7 +41,11 @@ def test_nested_secrets_lists_and_urls() -> None:
         "kernel_append_params": f"console=ttyS0 ipa-agent-token={MASK} root_password = {MASK}",
         "count": 3,
     }
-    assert info["bmc"]["password"] == "pw"  # a copy: the stored value is untouched
+    assert info["bmc"] == {
+        "password": "pw",
+        "username": "admin",
+        "deeper": [{"auth_token": "t"}, "plain"],
+    }  # a copy: the stored value is untouched
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ finds candidates and records the outcome.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -42,7 +44,7 @@ def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> e
 
 
 class AllocationRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -68,13 +70,13 @@ class AllocationRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE a.name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Allocation {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def for_node(self, node_id: int) -> dict[str, Any]:
         row = await self._db.fetchrow(_SELECT + " WHERE a.node_id = $1", node_id)
         if row is None:
             raise errors.NotFound("The node has no allocation.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def list(
         self,
@@ -84,7 +86,7 @@ class AllocationRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -116,7 +118,7 @@ class AllocationRepository:
         rows = await self._db.fetch(
             f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} LIMIT ${len(args)}", *args
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def finish(
         self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None
@@ -153,14 +155,14 @@ class AllocationRepository:
             raise _conflict(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete(self, allocation_id: int) -> None:
         await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
 
     async def candidates(
         self, *, resource_class: str, traits: Sequence[str], node_uuids: Sequence[str] | None, owner: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Nodes that could take the allocation, in random order as Ironic tries them:
         available, not in maintenance, not retired, no instance, no allocation, unlocked,
         of the resource class and with every requested trait; with an ``owner``
@@ -180,7 +182,7 @@ class AllocationRepository:
             f"{extra} ORDER BY random() LIMIT 50",
             *args,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     @contextlib.asynccontextmanager
     async def pick_lock(self) -> AsyncIterator[None]:
@@ -196,7 +198,7 @@ class AllocationRepository:
             finally:
                 await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
 
-    async def uuids_for_nodes(self, node_ids: Sequence[int]) -> dict[int, str]:
+    async def uuids_for_nodes(self, node_ids: Sequence[int | None]) -> dict[int | None, str]:
         """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""
         wanted = sorted({i for i in node_ids if i is not None})
         if not wanted:

@@ -3,12 +3,15 @@ read from the machine with :meth:`BiosRepository.replace`; the api reads."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 REGISTRY_COLUMNS = (
@@ -25,19 +28,19 @@ REGISTRY_COLUMNS = (
 
 
 class BiosRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def list(self, node_id: int) -> list[dict[str, Any]]:
+    async def list(self, node_id: int) -> builtins.list[dict[str, Any]]:
         """Every cached setting of a node, by name (a machine has hundreds at most)."""
         rows = await self._db.fetch("SELECT * FROM bios_settings WHERE node_id = $1 ORDER BY name", node_id)
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def get(self, node_id: int, name: str) -> dict[str, Any]:
         row = await self._db.fetchrow("SELECT * FROM bios_settings WHERE node_id = $1 AND name = $2", node_id, name)
         if row is None:
             raise errors.NotFound(f"BIOS setting {name} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def replace(
         self, node_id: int, settings: Mapping[str, str | None], registry: Mapping[str, Mapping[str, Any]] | None = None
@@ -52,7 +55,7 @@ class BiosRepository:
             if unknown:
                 raise errors.InvalidParameterValue(f"BIOS setting {name}: unknown registry fields {sorted(unknown)}")
 
-        async def run(conn: asyncpg.Connection) -> None:
+        async def run(conn: asyncpg.Connection | PoolConnectionProxy) -> None:
             await conn.execute(
                 "DELETE FROM bios_settings WHERE node_id = $1 AND NOT (name = ANY($2::text[]))", node_id, list(settings)
             )
@@ -71,9 +74,9 @@ class BiosRepository:
                 ],
             )
 
-        if isinstance(self._db, asyncpg.Connection):
-            async with self._db.transaction():
-                await run(self._db)
-        else:
+        if isinstance(self._db, asyncpg.Pool):
             async with self._db.acquire() as conn, conn.transaction():
                 await run(conn)
+        else:
+            async with self._db.transaction():
+                await run(self._db)

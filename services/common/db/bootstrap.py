@@ -32,8 +32,9 @@ async def open_database(settings: Settings) -> Database:
     embedded = None
     url = settings.database.url
     if not url:
+        state_dir = await asyncio.to_thread(Path(settings.state_dir).resolve)
         embedded = EmbeddedPostgres(
-            Path(settings.state_dir).resolve() / "postgres",
+            state_dir / "postgres",
             port=settings.database.embedded_port,
             fsync=settings.database.embedded_fsync,
         )

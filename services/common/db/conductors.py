@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import asyncpg
-
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 LIVENESS_LOCK_CLASS = 0x46455243  # "FERC": the first key of pg_try_advisory_lock(int, int)
@@ -30,7 +29,7 @@ _ALIVE = (
 
 
 class ConductorRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def register(
@@ -94,17 +93,17 @@ class ConductorRepository:
         rows = await self._db.fetch(
             f"SELECT c.* FROM conductors c WHERE {_ALIVE} ORDER BY c.hostname", timeout, restart_grace
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def list_dead(self, timeout: float, *, restart_grace: float = 10.0) -> list[dict[str, Any]]:
         """Conductors that went offline, stopped heartbeating or lost their session, but still exist."""
         rows = await self._db.fetch(
             f"SELECT c.* FROM conductors c WHERE NOT {_ALIVE} ORDER BY c.hostname", timeout, restart_grace
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def mark_offline(self, hostname: str) -> None:
         await self._db.execute("UPDATE conductors SET online = false WHERE hostname = $1", hostname)
 
     async def list_all(self) -> list[dict[str, Any]]:
-        return [row_to_dict(r) for r in await self._db.fetch("SELECT * FROM conductors ORDER BY hostname")]  # type: ignore[misc]
+        return [row_to_dict(r) for r in await self._db.fetch("SELECT * FROM conductors ORDER BY hostname")]

@@ -4,12 +4,14 @@ pool from ``services.common.db.pool`` (its codec maps jsonb to Python values).""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -17,6 +19,10 @@ SORT_KEYS = frozenset(("id", "uuid", "name", "created_at", "updated_at"))
 WRITABLE = frozenset(("uuid", "name", "steps", "extra"))
 
 
+@overload
+def _row(record: asyncpg.Record) -> dict[str, Any]: ...
+@overload
+def _row(record: asyncpg.Record | None) -> dict[str, Any] | None: ...
 def _row(record: asyncpg.Record | None) -> dict[str, Any] | None:
     return row_to_dict(record)  # the pool's codec turns jsonb into Python values
 
@@ -28,7 +34,7 @@ def _duplicate(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> 
 
 
 class DeployTemplateRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,11 +59,11 @@ class DeployTemplateRepository:
             row = await self._db.fetchrow("SELECT * FROM deploy_templates WHERE name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Deploy template {ident} could not be found.")
-        return _row(row)  # type: ignore[return-value]
+        return _row(row)
 
     async def list(
         self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -89,7 +95,7 @@ class DeployTemplateRepository:
             f"LIMIT ${len(args)}",
             *args,
         )
-        return [_row(r) for r in rows]  # type: ignore[misc]
+        return [_row(r) for r in rows]
 
     async def update(self, template_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(changes) - WRITABLE
@@ -111,7 +117,7 @@ class DeployTemplateRepository:
             raise _duplicate(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Deploy template {template_uuid} could not be found.")
-        return _row(row)  # type: ignore[return-value]
+        return _row(row)
 
     async def delete(self, template_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM deploy_templates WHERE uuid = $1::uuid", template_uuid)

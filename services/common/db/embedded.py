@@ -37,6 +37,7 @@ Layout of ``data_dir`` (mode 0700, owned by the server's user)::
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -52,6 +53,7 @@ import subprocess
 import tempfile
 import time
 from types import TracebackType
+from typing import Self
 
 from services.common.db import credentials
 from services.common.db.embedded_access import HBA_CONF, adopt_database_sql, service_role_sql, set_password_sql
@@ -506,7 +508,7 @@ class EmbeddedPostgres:
         cmd += ["--", name]
         self._run_client(cmd, f"drop database {name!r}")
 
-    def __enter__(self) -> EmbeddedPostgres:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -832,10 +834,8 @@ class EmbeddedPostgres:
         """SIGKILL the postmaster ``pid`` and its children; wait until gone."""
         victims = [pid, *_child_pids(pid)]
         for victim in victims:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(victim, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for victim in victims:
             if not self._wait_gone(victim, 5.0):
                 raise EmbeddedPostgresError(f"embedded PostgreSQL pid {victim} survived SIGKILL")

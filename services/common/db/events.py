@@ -8,13 +8,14 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
 
 NOTIFY_CHANNEL = "ferrum_node_events"
 
 
 class EventRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def record(
@@ -77,7 +78,7 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_events WHERE sequence > $1 ORDER BY sequence LIMIT $2", sequence, limit
             )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def latest_sequence(self) -> int:
         return int(await self._db.fetchval("SELECT coalesce(max(sequence), 0) FROM node_events"))
@@ -95,7 +96,7 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_history WHERE node_id = $1 ORDER BY id LIMIT $2", node_id, limit
             )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def history_entry(self, node_id: int, entry_uuid: str) -> dict[str, Any] | None:
         return row_to_dict(

@@ -7,20 +7,20 @@ long history is never loaded whole.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
-import asyncpg
-
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
 
 class HistoryRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def list(self, node_id: int, *, limit: int, marker: str | None = None) -> list[dict[str, Any]]:
+    async def list(self, node_id: int, *, limit: int, marker: str | None = None) -> builtins.list[dict[str, Any]]:
         """One page of a node's history, oldest first, after ``marker`` (an entry UUID)."""
         if marker is None:
             rows = await self._db.fetch(
@@ -40,7 +40,7 @@ class HistoryRepository:
                 after,
                 limit,
             )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def get(self, node_id: int, entry_uuid: str) -> dict[str, Any]:
         """One entry of this node's history; 404 if it is not this node's."""
@@ -51,4 +51,4 @@ class HistoryRepository:
             )
         if row is None:
             raise errors.NotFound(f"Node history record {entry_uuid} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)

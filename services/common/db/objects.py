@@ -10,6 +10,7 @@ update.
 
 from __future__ import annotations
 
+import builtins
 import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from services.common.db.rows import row_to_dict
 _LIVE = "(delete_at IS NULL OR delete_at > now())"
 _COLUMNS = (
     "id, container, name, size, sha256, content_type, backend_key, delete_at, usage_count, "
-    "metadata, created_at, updated_at"
+    "metadata, created_at, updated_at, sealed_key_id"
 )
 
 
@@ -50,7 +51,7 @@ class ObjectRepository:
             )
         )
 
-    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> list[dict[str, Any]]:
+    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND starts_with(name, $2) AND {_LIVE} "
             "ORDER BY name LIMIT $3",
@@ -58,7 +59,7 @@ class ObjectRepository:
             prefix,
             limit,
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def container_usage(self, container: str, *, excluding: str = "") -> int:
         """Bytes held by the live objects of a container, not counting ``excluding``
@@ -103,13 +104,14 @@ class ObjectRepository:
             )
             row = await conn.fetchrow(
                 "INSERT INTO objects (container, name, size, sha256, content_type, backend_key, delete_at, "
-                " usage_count, metadata) "
+                " usage_count, metadata, sealed_key_id) "
                 "VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 second' END, "
-                " $8, $9::jsonb) "
+                " $8, $9::jsonb, $10) "
                 "ON CONFLICT (container, name) DO UPDATE SET size = EXCLUDED.size, sha256 = EXCLUDED.sha256, "
                 " content_type = EXCLUDED.content_type, backend_key = EXCLUDED.backend_key, "
                 " delete_at = EXCLUDED.delete_at, usage_count = EXCLUDED.usage_count, "
-                " metadata = EXCLUDED.metadata, created_at = now(), updated_at = NULL "
+                " metadata = EXCLUDED.metadata, sealed_key_id = EXCLUDED.sealed_key_id, "
+                " created_at = now(), updated_at = NULL "
                 f"RETURNING {_COLUMNS}",
                 container,
                 name,
@@ -120,6 +122,7 @@ class ObjectRepository:
                 delete_after,
                 values["usage_count"],
                 dict(values["metadata"]),
+                values.get("sealed_key_id"),
             )
         return row_to_dict(row), old  # type: ignore[return-value]
 
@@ -167,7 +170,7 @@ class ObjectRepository:
         except asyncpg.CheckViolationError:
             raise errors.InvalidParameterValue(f"usage_count of {container}/{name} cannot go below zero") from None
         if row is not None:
-            return row_to_dict(row)  # type: ignore[return-value]
+            return row_to_dict(row)
         current = await self.get(container, name)
         if current is None:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
@@ -200,7 +203,7 @@ class ObjectRepository:
             )
             return count, False, None
 
-    async def delete_expired(self, *, limit: int = 500) -> list[str]:
+    async def delete_expired(self, *, limit: int = 500) -> builtins.list[str]:
         """Remove up to ``limit`` expired rows; returns their backend keys.
 
         SKIP LOCKED lets several object store replicas sweep at once without
@@ -218,17 +221,39 @@ class ObjectRepository:
         rows = await self._db.fetch("SELECT backend_key FROM objects WHERE backend_key = ANY($1::text[])", list(keys))
         return {r["backend_key"] for r in rows}
 
+    async def reseal_candidates(
+        self, *, after_id: int, limit: int, current_key_id: str, containers: Sequence[str], flag: str
+    ) -> builtins.list[dict[str, Any]]:
+        """Live objects after ``after_id`` (by id) whose bytes are sealed under
+        another key, or plain although they should be sealed (in one of
+        ``containers`` or with metadata ``flag`` = "true"): what
+        ``ferrum db rotate-key`` rewrites."""
+        rows = await self._db.fetch(
+            f"SELECT {_COLUMNS} FROM objects WHERE id > $1 AND {_LIVE} AND ("
+            " (sealed_key_id IS NOT NULL AND sealed_key_id <> $3) OR (sealed_key_id IS NULL "
+            "  AND (container = ANY($4::text[]) OR lower(metadata ->> $5) = 'true'))) "
+            "ORDER BY id LIMIT $2",
+            after_id,
+            limit,
+            current_key_id,
+            list(containers),
+            flag,
+        )
+        return [row_to_dict(r) for r in rows]
+
+    async def swap_bytes(self, object_id: int, *, old_key: str, new_key: str, sealed_key_id: str | None) -> bool:
+        """Point a row at re-encrypted bytes, only if it still points at
+        ``old_key`` (an upload or delete meanwhile wins); True when it did.
+        The content is the same, so nothing else changes (not even updated_at)."""
+        result = await self._db.execute(
+            "UPDATE objects SET backend_key = $3, sealed_key_id = $4 WHERE id = $1 AND backend_key = $2",
+            object_id,
+            old_key,
+            new_key,
+            sealed_key_id,
+        )
+        return not result.endswith(" 0")
+
     async def now(self) -> datetime.datetime:
         """The database clock, which decides expiry everywhere."""
         return await self._db.fetchval("SELECT now()")  # type: ignore[no-any-return]
-
-    async def get_or_create_secret(self, name: str, candidate: str) -> str:
-        """The stored secret of that name; the first caller's ``candidate`` wins."""
-        await self._db.execute(
-            "INSERT INTO objectstore_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-            name,
-            candidate,
-        )
-        return await self._db.fetchval(  # type: ignore[no-any-return]
-            "SELECT value FROM objectstore_secrets WHERE name = $1", name
-        )

@@ -6,12 +6,14 @@ keyset pagination on (sort_key, id).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -75,11 +77,11 @@ async def _page(
         f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, {alias}.id {sort_dir} LIMIT ${len(args)}",
         *args,
     )
-    return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+    return [row_to_dict(r) for r in rows]
 
 
 class PortgroupRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +110,7 @@ class PortgroupRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE g.name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Port group {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def list(
         self,
@@ -119,7 +121,7 @@ class PortgroupRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         where: list[str] = []
         args: list[Any] = []
         if node_id is not None:
@@ -159,7 +161,7 @@ class PortgroupRepository:
             raise _conflict(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Port group {portgroup_uuid} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete_if_empty(self, portgroup_uuid: str) -> None:
         """Delete a group that has no ports; one with ports is a 409, as in Ironic."""
@@ -175,7 +177,7 @@ class PortgroupRepository:
 
     async def ports(
         self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """A page of the group's ports, as the ports API renders them."""
         return await _page(
             self._db,
@@ -197,7 +199,7 @@ class PortgroupRepository:
             "UPDATE ports SET portgroup_id = $2, updated_at = now() WHERE uuid = $1::uuid", port_uuid, portgroup_id
         )
 
-    async def uuids_by_id(self, portgroup_ids: Sequence[int]) -> dict[int, str]:
+    async def uuids_by_id(self, portgroup_ids: Sequence[int | None]) -> dict[int | None, str]:
         """Group UUIDs for the ports' ``portgroup_id`` values, in one query."""
         wanted = sorted({i for i in portgroup_ids if i is not None})
         if not wanted:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -31,7 +33,7 @@ _SELECT = "SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p
 
 
 class PortRepository:
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,12 +76,13 @@ class PortRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if node_id is not None:
             args.append(node_id)
             where.append(f"p.node_id = ${len(args)}")
@@ -107,11 +110,11 @@ class PortRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY p.{sort_key} {sort_dir.upper()}, p.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]
 
-    async def list_for_node_ids(self, node_ids: Sequence[int]) -> list[dict[str, Any]]:
+    async def list_for_node_ids(self, node_ids: Sequence[int]) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(_SELECT + " WHERE p.node_id = ANY($1::bigint[]) ORDER BY p.id", list(node_ids))
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def update(self, port_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(changes) - WRITABLE_FIELDS
@@ -132,7 +135,7 @@ class PortRepository:
             raise errors.NodeNotFound("The port's node could not be found.") from None
         if row is None:
             raise errors.PortNotFound(f"Port {port_uuid} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete(self, port_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM ports WHERE uuid = $1::uuid", port_uuid)

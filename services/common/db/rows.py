@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
+from typing import Any, overload
 
 import asyncpg
 
 
+@overload
+def row_to_dict(record: asyncpg.Record) -> dict[str, Any]: ...
+@overload
+def row_to_dict(record: asyncpg.Record | None) -> dict[str, Any] | None: ...
 def row_to_dict(record: asyncpg.Record | None) -> dict[str, Any] | None:
-    """A plain dict with UUIDs as strings; timestamps stay datetimes."""
+    """A plain dict with UUIDs as strings; timestamps stay datetimes.
+
+    The overloads let a caller that holds a record (a row of fetch()) get a
+    dict without a None check; fetchrow()'s optional row stays optional.
+    """
     if record is None:
         return None
     out: dict[str, Any] = {}

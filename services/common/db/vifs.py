@@ -30,7 +30,7 @@ class VifRepository:
         rows = await self._db.fetch(
             "SELECT id, uuid, node_id, internal_info FROM portgroups WHERE node_id = $1 ORDER BY id", node_id
         )
-        return [row_to_dict(r) for r in rows]  # type: ignore[misc]
+        return [row_to_dict(r) for r in rows]
 
     async def portgroup(self, portgroup_uuid: str) -> dict[str, Any] | None:
         row = await self._db.fetchrow(

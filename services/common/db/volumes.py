@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import row_to_dict
 
@@ -23,7 +25,7 @@ _SPECS = {
 class VolumeRepository:
     """One repository for both kinds; ``kind`` is ``connector`` or ``target``."""
 
-    def __init__(self, db: asyncpg.Pool | asyncpg.Connection, kind: str) -> None:
+    def __init__(self, db: Database, kind: str) -> None:
         self._db = db
         self.kind = kind
         self.table, self.writable = _SPECS[kind]
@@ -57,11 +59,11 @@ class VolumeRepository:
         row = await self._db.fetchrow(self._select + " WHERE v.uuid = $1::uuid", ident) if is_uuid(ident) else None
         if row is None:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def list(
         self, *, node_id: int | None = None, limit: int = 1000, marker: str | None = None, sort_dir: str = "asc"
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
         where, args = [], []
@@ -84,7 +86,7 @@ class VolumeRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY v.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]  # type: ignore[misc]
+        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]
 
     async def update(self, ident: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         columns = [c for c in changes if c in self.writable and c != "uuid"]
@@ -100,9 +102,35 @@ class VolumeRepository:
             raise self._conflict(changes) from None
         if row is None:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def delete(self, ident: str) -> None:
         result = await self._db.execute(f"DELETE FROM {self.table} WHERE uuid = $1::uuid", ident)
         if result.endswith(" 0"):
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
+
+
+# A node's targets (by boot_index) and connectors in one round trip: every
+# locked operation reads them, as Ironic's task does, so the interfaces and
+# the capability checks see the node's volumes without a query of their own.
+_NODE_VOLUMES = """
+SELECT
+    coalesce((SELECT jsonb_agg(jsonb_build_object('uuid', t.uuid::text, 'volume_type', t.volume_type,
+                                                  'boot_index', t.boot_index, 'volume_id', t.volume_id,
+                                                  'properties', t.properties, 'extra', t.extra)
+                               ORDER BY t.boot_index)
+              FROM volume_targets t WHERE t.node_id = $1), '[]'::jsonb) AS targets,
+    coalesce((SELECT jsonb_agg(jsonb_build_object('uuid', c.uuid::text, 'type', c.type,
+                                                  'connector_id', c.connector_id, 'extra', c.extra)
+                               ORDER BY c.id)
+              FROM volume_connectors c WHERE c.node_id = $1), '[]'::jsonb) AS connectors
+"""
+
+
+async def node_volumes(
+    db: asyncpg.Pool | asyncpg.Connection, node_id: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volume targets, volume connectors) of one node, as plain dicts."""
+    row = await db.fetchrow(_NODE_VOLUMES, node_id)
+    assert row is not None  # an aggregate-only SELECT always returns its row
+    return list(row["targets"]), list(row["connectors"])

@@ -315,11 +315,13 @@ _V1_FILES = ("etc/network/interfaces", "meta.js", "root/.ssh/authorized_keys")
 
 def _read_v1(files: _Budget) -> ConfigDriveData:
     """The pre-2012 layout, as ``ConfigDriveReader.read_v1`` turns it into meta data."""
-    found = {name: files.read(name) for name in _V1_FILES if files.exists(name)}
-    if not found:
+    read = {name: files.read(name) for name in _V1_FILES if files.exists(name)}
+    if not read:
         raise _NonReadable("no config drive files found")
-    if any(data is None for data in found.values()):
-        raise errors.ConfigDriveInvalid(f"Failed to read: {next(n for n, d in found.items() if d is None)}")
+    unreadable = [name for name, data in read.items() if data is None]
+    if unreadable:
+        raise errors.ConfigDriveInvalid(f"Failed to read: {unreadable[0]}")
+    found = {name: data for name, data in read.items() if data is not None}
     meta_js = _json(found["meta.js"], "meta.js", (dict,)) if "meta.js" in found else {}
     authorized = found.get("root/.ssh/authorized_keys", b"")
     keydata = meta_js.get("public-keys", authorized)

@@ -33,7 +33,7 @@ MAX_ENTRIES = 100_000  # names in one image we are willing to index (a config dr
 MAX_FILE_BYTES = 64 * 1024 * 1024  # default bound on one file read whole (the config drive limit)
 MAX_TOTAL_BYTES = 128 * 1024 * 1024  # default bound on all files read whole from one image
 # What pycdlib raises on malformed images besides its own exceptions (found by the fuzz tests).
-_PARSE_ERRORS = (
+_PARSE_ERRORS: tuple[type[Exception], ...] = (
     pycdlib.pycdlibexception.PyCdlibException,
     ValueError,
     IndexError,
@@ -229,7 +229,7 @@ class IsoVolume:
         self.close()
 
     def close(self) -> None:
-        with contextlib.suppress(_PARSE_ERRORS):  # closing a half-opened image: nothing to release
+        with contextlib.suppress(*_PARSE_ERRORS):  # closing a half-opened image: nothing to release
             self._iso.close()
 
     def files(self) -> list[str]:

@@ -86,7 +86,8 @@ def sector_size_of(fd: int) -> int:
     """The logical sector size: from the kernel for block devices, 512 for image files."""
     if stat.S_ISBLK(os.fstat(fd).st_mode):
         buf = fcntl.ioctl(fd, _BLKSSZGET, b"\0" * 4)
-        return struct.unpack("i", buf)[0]
+        size: int = struct.unpack("i", buf)[0]
+        return size
     return 512
 
 

@@ -1,11 +1,13 @@
 """Hardware interface contracts (Ironic's driver composition, asyncio).
 
-Every interface has a fast, side-effect-free ``validate``, ``get_properties``
-(the driver_info keys it reads), ``capabilities`` (seed 004: what neighbouring
-interfaces may rely on, e.g. ``iscsi_volume_boot``) and ``take_over`` (called
-when another conductor adopts an active node). Methods take the ``task`` first:
-it carries the node, its ports and volumes, and the composed driver, so
-signatures stay stable as features grow.
+A node has one implementation of each kind in ``INTERFACE_KINDS``, Ironic's
+thirteen. Every interface has a fast, side-effect-free ``validate``,
+``get_properties`` (the driver_info keys it reads), ``capabilities`` (seed
+004: what neighbouring interfaces may rely on, e.g. ``iscsi_volume_boot``;
+see capabilities.py) and ``take_over`` (called when another conductor adopts
+an active node). Methods take the ``task`` first: it carries the node, its
+ports and volumes, and the composed driver, so signatures stay stable as
+features grow. docs/drivers.md describes the model and how to extend it.
 """
 
 from __future__ import annotations
@@ -13,18 +15,28 @@ from __future__ import annotations
 import abc
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
-INTERFACE_KINDS = (
-    "power",
-    "management",
-    "boot",
-    "deploy",
-    "storage",
-    "network",
-    "vendor",
-    "inspect",
+# Every node has one implementation of each kind, as in Ironic. The core kinds
+# have no sensible "nothing" and a hardware type must name them; each optional
+# kind has an implementation that does nothing (storage, network: ``noop``) or
+# refuses every verb (``no-<kind>``), the default when a hardware type is silent.
+CORE_KINDS = ("power", "management", "boot", "deploy")
+OPTIONAL_KIND_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "storage": "noop",
+        "network": "noop",
+        "vendor": "no-vendor",
+        "inspect": "no-inspect",
+        "console": "no-console",
+        "raid": "no-raid",
+        "bios": "no-bios",
+        "rescue": "no-rescue",
+        "firmware": "no-firmware",
+    }
 )
+INTERFACE_KINDS = (*CORE_KINDS, *OPTIONAL_KIND_DEFAULTS)
 
 
 @dataclass
@@ -108,10 +120,10 @@ class PowerInterface(BaseInterface):
     async def get_power_state(self, task: Task) -> str: ...
 
     @abc.abstractmethod
-    async def set_power_state(self, task: Task, state: str, timeout: int | None = None) -> None: ...
+    async def set_power_state(self, task: Task, state: str, timeout: float | None = None) -> None: ...
 
     @abc.abstractmethod
-    async def reboot(self, task: Task, timeout: int | None = None) -> None: ...
+    async def reboot(self, task: Task, timeout: float | None = None) -> None: ...
 
     def get_supported_power_states(self) -> list[str]:
         return ["power on", "power off", "rebooting"]
@@ -121,7 +133,7 @@ def unsupported(interface: BaseInterface, what: str) -> Exception:
     """Ironic's UnsupportedDriverExtension: a 400 naming the interface and the feature."""
     from services.common import errors
 
-    return errors.InvalidParameterValue(
+    return errors.UnsupportedDriverExtension(
         f"Unsupported: the {interface.kind} interface {interface.name!r} does not support {what} "
         "(disabled or not implemented)."
     )
@@ -272,14 +284,101 @@ class VendorInterface(BaseInterface):
 class InspectInterface(BaseInterface):
     kind = "inspect"
 
+    @abc.abstractmethod
     async def inspect_hardware(self, task: Task) -> str:
         """Returns the provision state to move to (``manageable`` when done)."""
-        raise NotImplementedError
+
+
+class ConsoleInterface(BaseInterface):
+    """A serial console for the node (Ironic's console interface)."""
+
+    kind = "console"
+
+    @abc.abstractmethod
+    async def start_console(self, task: Task) -> None: ...
+
+    @abc.abstractmethod
+    async def stop_console(self, task: Task) -> None: ...
+
+    @abc.abstractmethod
+    async def get_console(self, task: Task) -> dict[str, Any]:
+        """``{"type": ..., "url": ...}`` of the running console."""
+
+
+class RAIDInterface(BaseInterface):
+    kind = "raid"
+
+    async def validate_raid_config(self, task: Task, raid_config: Mapping[str, Any]) -> None:
+        """Raise errors.InvalidParameterValue when the target RAID config cannot be built."""
+
+    @abc.abstractmethod
+    async def create_configuration(self, task: Task) -> str | None: ...
+
+    @abc.abstractmethod
+    async def delete_configuration(self, task: Task) -> str | None: ...
+
+
+class BIOSInterface(BaseInterface):
+    kind = "bios"
+
+    @abc.abstractmethod
+    async def apply_configuration(self, task: Task, settings: list[dict[str, Any]]) -> str | None: ...
+
+    @abc.abstractmethod
+    async def factory_reset(self, task: Task) -> str | None: ...
+
+    async def cache_bios_settings(self, task: Task) -> None:
+        """Refresh the node's cached BIOS settings (nothing to cache by default)."""
+
+
+class RescueInterface(BaseInterface):
+    kind = "rescue"
+
+    @abc.abstractmethod
+    async def rescue(self, task: Task) -> str:
+        """Boot the rescue ramdisk; returns the provision state to move to."""
+
+    @abc.abstractmethod
+    async def unrescue(self, task: Task) -> str:
+        """Boot the instance again; returns the provision state to move to."""
+
+    async def clean_up(self, task: Task) -> None:
+        """Undo what a failed or aborted rescue left behind."""
+
+
+class FirmwareInterface(BaseInterface):
+    kind = "firmware"
+
+    @abc.abstractmethod
+    async def update(self, task: Task, settings: list[dict[str, Any]]) -> str | None: ...
+
+    async def cache_firmware_components(self, task: Task) -> None:
+        """Refresh the node's cached firmware component versions (nothing by default)."""
+
+
+# The contract each kind's implementations must fulfil (checked when they load).
+KIND_BASES: Mapping[str, type[BaseInterface]] = MappingProxyType(
+    {
+        "power": PowerInterface,
+        "management": ManagementInterface,
+        "boot": BootInterface,
+        "deploy": DeployInterface,
+        "storage": StorageInterface,
+        "network": NetworkInterface,
+        "vendor": VendorInterface,
+        "inspect": InspectInterface,
+        "console": ConsoleInterface,
+        "raid": RAIDInterface,
+        "bios": BIOSInterface,
+        "rescue": RescueInterface,
+        "firmware": FirmwareInterface,
+    }
+)
 
 
 @dataclass(frozen=True)
 class ComposedDriver:
-    """The implementations chosen for one node, by interface kind."""
+    """The implementations chosen for one node, one per interface kind."""
 
     hardware_type: str
     power: PowerInterface
@@ -290,6 +389,11 @@ class ComposedDriver:
     network: NetworkInterface
     vendor: VendorInterface
     inspect: InspectInterface
+    console: ConsoleInterface
+    raid: RAIDInterface
+    bios: BIOSInterface
+    rescue: RescueInterface
+    firmware: FirmwareInterface
 
     def interfaces(self) -> dict[str, BaseInterface]:
         return {kind: getattr(self, kind) for kind in INTERFACE_KINDS}

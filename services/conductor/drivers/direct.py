@@ -235,7 +235,7 @@ class DirectDeploy(base.DeployInterface):
         await task.driver.power.set_power_state(task, states.POWER_OFF)
         await task.save_fields({"power_state": states.POWER_OFF})
         await task.save_internal_info(
-            {}, remove=AGENT_KEYS + ("is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
+            {}, remove=(*AGENT_KEYS, "is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
         )
         return "deleted"
 

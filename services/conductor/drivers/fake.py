@@ -8,7 +8,8 @@ be exercised (and benchmarked) without machines.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from services.common import errors, states
 from services.conductor.drivers import base
@@ -36,12 +37,12 @@ class FakePower(_Delayed, base.PowerInterface):
         await self._sleep()
         return task.node.get("power_state") or states.POWER_OFF
 
-    async def set_power_state(self, task: base.Task, state: str, timeout: int | None = None) -> None:
+    async def set_power_state(self, task: base.Task, state: str, timeout: float | None = None) -> None:
         if state not in (states.POWER_ON, states.POWER_OFF, states.SOFT_REBOOT, states.SOFT_POWER_OFF):
             raise errors.InvalidParameterValue(f"fake power cannot set {state!r}")
         await self._sleep()
 
-    async def reboot(self, task: base.Task, timeout: int | None = None) -> None:
+    async def reboot(self, task: base.Task, timeout: float | None = None) -> None:
         await self._sleep()
 
     def get_supported_power_states(self) -> list[str]:
@@ -66,7 +67,7 @@ class FakeManagement(_Delayed, base.ManagementInterface):
 
     # Ironic's fake indicators: a read-only chassis LED and a settable system LED.
     # Set states live in driver_internal_info["fake_indicators"] ("led@system": "BLINKING").
-    INDICATORS = {
+    INDICATORS: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {
         "chassis": {"led-0": {"readonly": True, "states": ["OFF", "ON"]}},
         "system": {"led": {"readonly": False, "states": ["BLINKING", "OFF", "ON"]}},
     }
@@ -178,8 +179,12 @@ class FakeVendor(_Delayed, base.VendorInterface):
 
     name = "fake"
     delay_option = "fake_vendor_delay"
-    WORDS = {"second_method": "kazoo", "third_method_sync": "meow", "fourth_method_shared_lock": "woof"}
-    methods = {
+    WORDS: ClassVar[dict[str, str]] = {
+        "second_method": "kazoo",
+        "third_method_sync": "meow",
+        "fourth_method_shared_lock": "woof",
+    }
+    methods: ClassVar[Mapping[str, base.VendorMethod]] = {
         "second_method": base.VendorMethod(("POST",), description="Test if the value of bar is kazoo"),
         "third_method_sync": base.VendorMethod(
             ("POST",), is_async=False, description="Test if the value of bar is meow"
@@ -208,3 +213,20 @@ class FakeInspect(_Delayed, base.InspectInterface):
     async def inspect_hardware(self, task: base.Task) -> str:
         await self._sleep()
         return states.MANAGEABLE
+
+
+class FakeRescue(_Delayed, base.RescueInterface):
+    """Ironic's fake rescue: accepts rescue and unrescue without a machine, so
+    fake-hardware keeps exercising the rescue verbs (the rescue flow itself
+    is another issue's work and does not call it yet)."""
+
+    name = "fake"
+    delay_option = "fake_rescue_delay"
+
+    async def rescue(self, task: base.Task) -> str:
+        await self._sleep()
+        return states.RESCUE
+
+    async def unrescue(self, task: base.Task) -> str:
+        await self._sleep()
+        return states.ACTIVE

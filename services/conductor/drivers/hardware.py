@@ -1,9 +1,19 @@
 """Hardware types: declarations of which implementations a kind of machine
-supports per interface, the first enabled one being the default."""
+supports per interface kind, the first enabled one being the default.
+
+A type must name its core kinds (power, management, boot, deploy). An
+optional kind it does not name gets the kind's ``noop``/``no-*``
+implementation, and that implementation is always among the supported ones,
+so an operator can switch any node's optional interface off. The names are
+checked against what is installed when the conductor loads them
+(``DriverRegistry``).
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+from services.conductor.drivers.base import OPTIONAL_KIND_DEFAULTS
 
 
 class HardwareType:
@@ -13,11 +23,21 @@ class HardwareType:
     # boot/deploy logic can run against fake power (CONTRACT.md section 8).
     accepts_any_enabled: ClassVar[bool] = False
 
+    @classmethod
+    def supported_names(cls, kind: str) -> tuple[str, ...]:
+        """What this type supports for ``kind``, default first; the kind's
+        no-op implementation last when the kind is optional."""
+        declared = tuple(cls.supported.get(kind, ()))
+        noop = OPTIONAL_KIND_DEFAULTS.get(kind)
+        if noop is None or noop in declared:
+            return declared
+        return (*declared, noop)
+
 
 class FakeHardware(HardwareType):
     name = "fake-hardware"
     accepts_any_enabled = True
-    supported = {
+    supported: ClassVar[dict[str, tuple[str, ...]]] = {
         "power": ("fake",),
         "management": ("fake",),
         "boot": ("fake", "ipxe"),
@@ -26,6 +46,7 @@ class FakeHardware(HardwareType):
         "network": ("noop",),
         "vendor": ("fake", "no-vendor"),
         "inspect": ("fake", "no-inspect"),
+        "rescue": ("fake", "no-rescue"),
     }
 
 
@@ -33,7 +54,7 @@ class RedfishHardware(HardwareType):
     """Servers with a Redfish BMC (and Ferrum's simulator)."""
 
     name = "redfish"
-    supported = {
+    supported: ClassVar[dict[str, tuple[str, ...]]] = {
         "power": ("redfish",),
         "management": ("redfish",),
         "boot": ("ipxe", "fake"),

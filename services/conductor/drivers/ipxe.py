@@ -18,7 +18,18 @@ REQUIRED_DEPLOY_KEYS = ("deploy_kernel", "deploy_ramdisk")
 
 class IpxeBoot(base.BootInterface):
     name = "ipxe"
-    capabilities = frozenset({"ipxe_boot", "pxe_boot", "iscsi_volume_boot", "ramdisk_boot"})
+    # What the renderer (services/ipxe/plan.py) can start: the deploy ramdisk and
+    # ramdisk instances, and SAN boots from iSCSI, Fibre Channel (FCoE) and NFS roots.
+    capabilities = frozenset(
+        {
+            "ipxe_boot",
+            "pxe_boot",
+            "ramdisk_boot",
+            "iscsi_volume_boot",
+            "fibre_channel_volume_boot",
+            "nfs_volume_boot",
+        }
+    )
 
     def get_properties(self) -> dict[str, str]:
         return {

@@ -156,7 +156,7 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
     async def get_power_state(self, task: base.Task) -> str:
         return await self._call(task, "read the power state", _read_power)
 
-    async def set_power_state(self, task: base.Task, state: str, timeout: int | None = None) -> None:
+    async def set_power_state(self, task: base.Task, state: str, timeout: float | None = None) -> None:
         if state not in SET_POWER_STATE:
             raise errors.InvalidParameterValue(
                 f"redfish power cannot set {state!r}; supported: {self.get_supported_power_states()}"
@@ -179,7 +179,7 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
         await self._reset(info, SET_POWER_STATE[state])
         await self._wait_for(info, wanted, deadline, task)
 
-    async def reboot(self, task: base.Task, timeout: int | None = None) -> None:
+    async def reboot(self, task: base.Task, timeout: float | None = None) -> None:
         info = parse_driver_info(task.node)
         deadline = time.monotonic() + (timeout or self.power_timeout)
         current = await self._info_call(info, "read the power state", _read_power)

@@ -189,12 +189,17 @@ def close_root(root: Any) -> None:
     try:
         if auth is not None:
             auth.close()
-    except Exception as exc:  # the BMC may be gone; the session will expire on its own
+    except Exception as exc:  # noqa: BLE001 - best-effort cleanup: the BMC may be gone; the session expires on its own
         LOG.debug("redfish session close failed: %s", exc)
     try:
         root._conn.close()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - best-effort cleanup, as above
         LOG.debug("redfish connector close failed: %s", exc)
+
+
+def _close_roots(roots: list[Any]) -> None:
+    for root in roots:
+        close_root(root)
 
 
 class ConnectionCache:
@@ -270,12 +275,8 @@ class ConnectionCache:
         roots = list(getattr(self, "_roots", {}).values())
         if roots:
             self._roots = {}
-            try:
-                threading.Thread(
-                    target=lambda: [close_root(r) for r in roots], name="redfish-close", daemon=True
-                ).start()
-            except RuntimeError:  # interpreter shutdown: nothing can wait on a BMC any more
-                pass
+            with contextlib.suppress(RuntimeError):  # interpreter shutdown: nothing can wait on a BMC any more
+                threading.Thread(target=_close_roots, args=(roots,), name="redfish-close", daemon=True).start()
 
     def __len__(self) -> int:
         with self._lock:

@@ -21,7 +21,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,8 +157,9 @@ class EarlyWriteback:
 
     def __init__(self) -> None:
         try:
-            self._call = ctypes.CDLL(None, use_errno=True).sync_file_range
-            self._call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            call = ctypes.CDLL(None, use_errno=True).sync_file_range
+            call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            self._call: Callable[[int, int, int, int], int] | None = call
         except (AttributeError, OSError):
             self._call = None
         self._offset = 0

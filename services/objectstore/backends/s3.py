@@ -257,7 +257,7 @@ class S3Backend:
         return found
 
     async def presigned_url(self, key: str, *, lifetime: int) -> str:
-        return await self._presigner.generate_presigned_url(  # type: ignore[no-any-return]
+        return await self._presigner.generate_presigned_url(
             "get_object", Params={"Bucket": self.bucket, "Key": self.full_key(key)}, ExpiresIn=max(lifetime, 1)
         )
 

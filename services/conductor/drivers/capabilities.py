@@ -1,0 +1,109 @@
+"""Capabilities: what an implementation promises the interfaces around it.
+
+Each implementation lists tags in ``capabilities`` (seed 004), for example
+the ``ipxe`` boot interface's ``iscsi_volume_boot``: it can start a node from
+an iSCSI volume. A node's own data can demand a tag of one of its interfaces;
+the rules below say which. Checking the rules before a deploy refuses a
+combination that cannot work (a 400 naming the interface and the tag) rather
+than letting it fail half-way on the machine.
+
+A rule is a plain function from the task to the needs it finds, so the next
+feature (boot from volume deploys: ``<type>_volume_deploy`` of the deploy
+interface) adds a function to ``RULES`` and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from services.common import errors
+from services.conductor.drivers.base import BaseInterface, Task
+
+
+def check_capability(interface: BaseInterface | None, capability: str) -> bool:
+    """Whether ``interface`` declares ``capability``; False when it declares
+    nothing (Ironic's ``check_interface_capability``)."""
+    return capability in (getattr(interface, "capabilities", None) or ())
+
+
+@dataclass(frozen=True)
+class Need:
+    """The node needs ``capability`` of its ``kind`` interface, ``because``..."""
+
+    kind: str
+    capability: str
+    because: str
+
+
+Rule = Callable[[Task], Iterable[Need]]
+
+
+def volume_boot_needs(task: Task) -> Iterator[Need]:
+    """A boot volume (the target with boot_index 0) is started by the boot
+    interface, which must say it can boot that volume type. Other targets are
+    data volumes the booted OS attaches; they need nothing of the boot
+    interface (as in Ironic's cinder storage validation)."""
+    for target in task.volume_targets:
+        if target.get("boot_index") == 0:
+            # Matched exactly, as the iPXE renderer matches it: "ISCSI" is no iSCSI volume there.
+            volume_type = str(target.get("volume_type") or "")
+            yield Need(
+                "boot",
+                f"{volume_type}_volume_boot",
+                f"its boot volume (volume target {target.get('uuid')}) is of type {volume_type!r}",
+            )
+
+
+RULES: tuple[Rule, ...] = (volume_boot_needs,)
+
+
+@dataclass(frozen=True)
+class Unmet:
+    need: Need
+    interface: BaseInterface
+
+
+def unmet(task: Task, *, kinds: Iterable[str] | None = None, rules: Iterable[Rule] = RULES) -> list[Unmet]:
+    """The needs of the task's node its interfaces do not meet (only of ``kinds`` when given)."""
+    wanted = None if kinds is None else set(kinds)
+    found = []
+    for rule in rules:
+        for need in rule(task):
+            if wanted is not None and need.kind not in wanted:
+                continue
+            interface = getattr(task.driver, need.kind)
+            if not check_capability(interface, need.capability):
+                found.append(Unmet(need, interface))
+    return found
+
+
+def describe(task: Task, missing: Unmet, *, alternatives: Iterable[str] = ()) -> str:
+    """One sentence naming the interface, the capability and why it is needed."""
+    need = missing.need
+    text = (
+        f"The {need.kind} interface {missing.interface.name!r} of node {task.node['uuid']} lacks the capability "
+        f"{need.capability!r}, which the node needs: {need.because}."
+    )
+    others = list(alternatives)
+    if others:
+        text += f" {need.kind.capitalize()} interfaces of hardware type {task.node['driver']} that have it: {', '.join(others)}."
+    else:
+        text += f" No enabled {need.kind} interface of hardware type {task.node['driver']} has it."
+    return text
+
+
+def check(
+    task: Task,
+    *,
+    kinds: Iterable[str] | None = None,
+    rules: Iterable[Rule] = RULES,
+    alternatives: Callable[[str, str], list[str]] | None = None,
+) -> None:
+    """Raise InvalidParameterValue (400) for the first unmet need.
+
+    ``alternatives(kind, capability)`` names the implementations that would
+    do, so the message says what to switch to."""
+    for missing in unmet(task, kinds=kinds, rules=rules):
+        others = alternatives(missing.need.kind, missing.need.capability) if alternatives else []
+        raise errors.InvalidParameterValue(describe(task, missing, alternatives=others))
