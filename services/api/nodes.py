@@ -180,10 +180,12 @@ class NodesApi:
             values["uuid"] = str(uuidlib.uuid4())
         if values.get("chassis_uuid") is not None:
             await self.existing_chassis(values["chassis_uuid"])
+        group = values.get("conductor_group", "")
+        await self.ctx.router.require_served(values["uuid"], values["driver"], group)
         reply = await self.ctx.router.call(
             values["uuid"],
             values["driver"],
-            values.get("conductor_group", ""),
+            group,
             "CreateNode",
             cpb.ConductorCreateNodeRequest(node_json=dumps(values)),
         )
@@ -211,10 +213,16 @@ class NodesApi:
                 await self.existing_chassis(values["chassis_uuid"])
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
-        if "driver" in values:
-            await self.ctx.router.route(node["uuid"], values["driver"], node["conductor_group"])
-        reply = await self.ctx.rpc(
-            node,
+        # A new driver or conductor group must have a conductor, or the node could
+        # never be reached again; the change goes to that conductor, as in Ironic.
+        driver = values.get("driver", node["driver"])
+        group = values.get("conductor_group", node["conductor_group"])
+        if "driver" in values or "conductor_group" in values:
+            await self.ctx.router.require_served(node["uuid"], driver, group)
+        reply = await self.ctx.router.call(
+            node["uuid"],
+            driver,
+            group,
             "UpdateNode",
             cpb.ConductorUpdateNodeRequest(
                 node_uuid=node["uuid"],
