@@ -16,7 +16,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from services.agent import callbacks, cmdline, hardware, imagewrite, server
+from services.agent import callbacks, cmdline, hardware, imagewrite, server, vmedia
 from services.agent.commands import COMMANDS, Command, CommandResult
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
@@ -77,10 +77,18 @@ class AgentOptions:
     header_timeout: float = 10.0
 
 
-def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOptions:
+def options_from_kernel_cmdline(
+    cmdline_text: str, *, floppy_parameters: Mapping[str, str] | None = None, **overrides: Any
+) -> AgentOptions:
     """Options from ``ipa-api-url=..``, ``BOOTIF=..``, ``ipa-node-uuid``, ``ipa-agent-token``,
     ``ipa-global-request-id``, ``ipa-listen-port`` ... as the iPXE script passes them;
-    keyword overrides win (disks never come from the command line)."""
+    keyword overrides win (disks never come from the command line).
+
+    ``floppy_parameters`` are the virtual floppy's (``services.agent.vmedia``):
+    with ``boot_method=vmedia`` on the command line they win over it, as in IPA;
+    without it they are ignored."""
+    if floppy_parameters and vmedia.wants_floppy(cmdline_text):
+        cmdline_text = cmdline.with_parameters(cmdline_text, floppy_parameters)
     values = cmdline.option_values(cmdline_text)
     values.update(overrides)
     if "macs" in values:

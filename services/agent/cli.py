@@ -1,7 +1,9 @@
 """``ferrum agent``: one agent in its own process (the ramdisk's main).
 
 Settings come from flags, or from a kernel command line file
-(``--kernel-cmdline /proc/cmdline``) with flags winning. Disks are always
+(``--kernel-cmdline /proc/cmdline``) with flags winning; a command line with
+``boot_method=vmedia`` adds the virtual floppy's ``parameters.txt``
+(``services/agent/vmedia.py``), which wins over it. Disks are always
 given with ``--disk PATH[,name=/dev/sda,serial=..,wwn=..,model=..,rotational=0]``.
 """
 
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from services.agent import vmedia
 from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
 from services.common import errors
 
@@ -38,6 +41,14 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="PATH[,name=..,serial=..,wwn=..,model=..,rotational=0|1]",
         help="a disk (file or block device) the agent may write (repeatable; required)",
+    )
+    parser.add_argument(
+        "--vmedia-device",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="where to look for the ir-vfd-dev virtual floppy when booted with boot_method=vmedia "
+        "(repeatable; default /dev/disk/by-label/ir-vfd-dev, else every block device)",
     )
     parser.add_argument("--node-uuid", help="node UUID hint for lookup")
     parser.add_argument("--agent-token", help="pre-generated agent token (else the lookup's)")
@@ -126,7 +137,10 @@ def options_from_args(args: argparse.Namespace) -> Any:
         overrides["qcow2_stream"] = False
     if "listen_port" not in overrides and "ipa-listen-port" not in text:
         overrides["listen_port"] = 9999
-    return options_from_kernel_cmdline(text, **overrides)
+    floppy = None
+    if vmedia.wants_floppy(text):
+        floppy = vmedia.machine_parameters([Path(d) for d in args.vmedia_device] or None)
+    return options_from_kernel_cmdline(text, floppy_parameters=floppy, **overrides)
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -136,7 +150,7 @@ async def serve(args: argparse.Namespace) -> int:
         if args.exit_on_power_off:
             stopping.set()
 
-    options = dataclasses.replace(options_from_args(args), power_off=leave, reboot=leave)
+    options = dataclasses.replace(await asyncio.to_thread(options_from_args, args), power_off=leave, reboot=leave)
     agent = Agent(options)
     await agent.start()
     loop = asyncio.get_running_loop()

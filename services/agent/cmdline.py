@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from services.common import errors
@@ -29,6 +30,13 @@ def split(cmdline: str) -> dict[str, str]:
         key, _, value = word.partition("=")
         found[key] = value
     return found
+
+
+def with_parameters(cmdline: str, parameters: Mapping[str, str]) -> str:
+    """The command line with ``parameters`` appended as words, so they win over it (``split`` keeps
+    the last value of a repeated key): how the virtual floppy's values take precedence."""
+    words = [f"{key}={shlex.quote(value)}" for key, value in parameters.items()]
+    return " ".join([cmdline.strip(), *words]).strip()
 
 
 def normalize_mac(value: str) -> str:
