@@ -114,6 +114,15 @@ class ConductorConfig:
     configdrive_inline_limit: int = 4 * 1024 * 1024
     agent_command_timeout: float = 60.0
     agent_power_off_timeout: float = 30.0
+    # Virtual-media boot (docs/virtual-media.md): the floppy and per-node ISOs live this
+    # many seconds in the object store, and their temp URLs as long (seed 002: 10 minutes).
+    deploy_helper_images_ttl: int = 600
+    vmedia_container: str = "ironic_vmedia_container"
+    vmedia_kernel_append_params: str = "nofb vga=normal console=tty0 console=ttyS0,115200n8"
+    vmedia_api_url: str = ""  # what the floppy tells the agent; empty = the api's public endpoint or this process's api
+    vmedia_work_dir: str = ""  # kernels, ramdisks and ISOs while they are built; empty = <state_dir>/vmedia/<hostname>
+    vmedia_download_timeout: float = 60.0  # connect and per-read timeout of kernel, ramdisk and ESP downloads
+    vmedia_max_download: int = 2 * 1024**3
 
 
 @dataclasses.dataclass(frozen=True)

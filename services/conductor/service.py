@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -31,6 +32,16 @@ from services.conductor.manager import ConductorManager
 from services.conductor.periodic import PeriodicWork
 
 LOG = logging.getLogger(__name__)
+
+
+def agent_api_url(settings: Settings, endpoints: Endpoints | None) -> str:
+    """The api URL a deploy agent calls back (for the virtual floppy): configured, the api's public
+    endpoint, else the api of this process (``ferrum stack``, the demo, the tests)."""
+    if settings.conductor.vmedia_api_url:
+        return settings.conductor.vmedia_api_url
+    if settings.api.public_endpoint:
+        return settings.api.public_endpoint
+    return endpoints.local_api_url() if endpoints is not None and endpoints.api_url else ""
 
 
 def _json_or(value: str, default: Any) -> Any:
@@ -255,8 +266,15 @@ class ConductorService:
             from services.common.objectstore_client import ObjectStoreClient
 
             self.objectstore = ObjectStoreClient(address)
+        work_dir = Path(self.config.vmedia_work_dir or Path(settings.state_dir) / "vmedia") / self.hostname
         self.manager = ConductorManager(
-            pool, self.registry, self.config, hostname=self.hostname, objectstore=self.objectstore
+            pool,
+            self.registry,
+            self.config,
+            hostname=self.hostname,
+            objectstore=self.objectstore,
+            vmedia_work_dir=work_dir,
+            api_url=lambda: agent_api_url(settings, endpoints),
         )
         self.bound: dict[str, str] = {}
         self._grpc: Any = None
