@@ -187,11 +187,21 @@ class VirtualMediaBoot(base.BootInterface):
                 f"Node {task.node['uuid']}: boot interface {self.name} needs a management interface that attaches "
                 f"virtual media; {management.name!r} cannot"
             )
+        # The one network check: a BMC without a virtual CD is refused before the deploy starts.
+        await self.check_bmc(task)
 
     # ---- the deploy ramdisk -------------------------------------------------------------------
 
     async def prepare_ramdisk(self, task: base.Task, ramdisk_params: Mapping[str, Any]) -> None:
-        await self.setup_virtual_media_boot(task)
+        try:
+            await self.setup_virtual_media_boot(task)
+        except Exception:
+            # A refused URL or a failed build leaves nothing inserted and no object behind.
+            try:
+                await self.cleanup_virtual_media_boot(task)
+            except Exception:  # the first failure is the one to report
+                LOG.warning("virtual media clean up after a failed set up failed", exc_info=True)
+            raise
 
     async def clean_up_ramdisk(self, task: base.Task) -> None:
         await self.cleanup_virtual_media_boot(task)

@@ -1,0 +1,325 @@
+"""Issue 17 over REST: deploys that boot from virtual media, on the machine simulator.
+
+A live stack (api, conductor, object store, renderer) and simulated machines
+whose BMCs insert media by URL. The conductor builds the boot ISOs itself
+(ISOLINUX + GRUB, from a stub kernel the simulator never runs: its firmware
+reads the boot loader's kernel line from the ISO) and puts the agent's
+parameters on a TTL'd floppy. Checked here: the direct deploy (disk equals
+image, config drive read, nothing left behind), 20 ramdisk deploys of one
+image sharing one ISO built once (usage counted, re-attached on reboot,
+deleted with the last node), and bad input refused or failed with the
+reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from services.common import errors
+from services.demo_image import build_demo_image, payload_digest
+from services.runtime import ALL_SERVICES_ORDER, RunningStack
+from services.simulator.options import SimulatorOptions
+from services.simulator.service import Simulator
+from tests.conftest import test_settings
+from tests.restclient import call, wait_state
+
+USER, PASSWORD = "admin", "vmedia-secret"
+CONTAINER = "vmedia-test"
+MACHINES = 24
+FLEET = 20  # ramdisk deploys of one image at once
+
+BZIMAGE = bytearray(4096)
+BZIMAGE[0x1FE:0x200] = b"\x55\xaa"
+BZIMAGE[0x202:0x206] = b"HdrS"
+RAMDISK = b"\x1f\x8b\x08\x00" + b"\0" * 4000
+
+
+@pytest.fixture(scope="module")
+async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    tmp = tmp_path_factory.mktemp("vmedia")
+    settings = test_settings(
+        database_url,
+        tmp / "state",
+        conductor={
+            "hostname": "vmedia-conductor",
+            "deploy_callback_timeout": 30.0,
+            "timeout_check_interval": 1.0,
+            "enabled_boot_interfaces": ("fake", "ipxe", "redfish-virtual-media"),
+            "enabled_deploy_interfaces": ("fake", "direct", "ramdisk"),
+            "deploy_helper_images_ttl": 300,
+        },
+    )
+    stack = RunningStack()
+    await stack.start(settings, list(ALL_SERVICES_ORDER))
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=MACHINES,
+            state_dir=str(tmp / "machines"),
+            boot_url=stack.endpoints["ipxe HTTP"],
+            username=USER,
+            password=PASSWORD,
+            disk_size=64 * 1024 * 1024,
+        ).validate()
+    )
+    await simulator.start()
+    session = aiohttp.ClientSession()
+    conductor = next(s for s in stack.services if s.name == "conductor")
+    store = conductor.objectstore
+    await store.put_bytes(CONTAINER, "vmlinuz", bytes(BZIMAGE))
+    await store.put_bytes(CONTAINER, "initrd", RAMDISK)
+    try:
+        yield {
+            "stack": stack,
+            "sim": simulator,
+            "api": stack.endpoints["api REST (Ironic v1)"],
+            "tmp": tmp,
+            "session": session,
+            "store": store,
+            "vmedia": conductor.manager.vmedia,
+            "kernel": await store.temp_url(CONTAINER, "vmlinuz", lifetime=3600),
+            "ramdisk": await store.temp_url(CONTAINER, "initrd", lifetime=3600),
+        }
+    finally:
+        await session.close()
+        await stack.close()
+        await simulator.stop()
+
+
+def bmc(env: dict[str, Any], machine: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "redfish_address": env["sim"].redfish_url,
+        "redfish_system_id": machine.system_path,
+        "redfish_username": USER,
+        "redfish_password": PASSWORD,
+        **extra,
+    }
+
+
+async def enroll(env: dict[str, Any], machine: Any, body: dict[str, Any]) -> dict[str, Any]:
+    _, node = await call(
+        env,
+        "POST",
+        "/v1/nodes",
+        {"name": machine.name, "driver": "redfish", "boot_interface": "redfish-virtual-media", **body},
+        expect=201,
+    )
+    await call(env, "POST", "/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]}, expect=201)
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": verb}, expect=202)
+        await wait_state(env, node["uuid"], state)
+    return node
+
+
+async def objects(env: dict[str, Any]) -> dict[str, Any]:
+    """The conductor's virtual-media objects by name (none once the container is gone)."""
+    try:
+        return {o.name: o for o in await env["store"].list(env["vmedia"].container)}
+    except errors.NotFound:
+        return {}
+
+
+def events(machine: Any, name: str) -> list[dict[str, Any]]:
+    return [e for e in machine.boot_log if e["event"] == name]
+
+
+async def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.1)
+
+
+async def test_direct_deploy_boots_the_agent_from_a_virtual_cd_with_a_floppy(env: dict[str, Any]) -> None:
+    machine = env["sim"].machines[0]
+    image = build_demo_image(env["tmp"] / "images", size_mib=16, marker="vmedia")
+    await env["store"].put_file(CONTAINER, "disk.raw", image.path)
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "direct",
+            "driver_info": bmc(env, machine, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"]),
+            "instance_info": {
+                "image_source": await env["store"].temp_url(CONTAINER, "disk.raw", lifetime=3600),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": image.sha256,
+            },
+        },
+    )
+    builds = env["vmedia"].builds
+    await call(
+        env,
+        "PUT",
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "vm0.vmedia"}}},
+        expect=202,
+    )
+    active = await wait_state(env, node["uuid"], "active", timeout=120)
+    assert active["last_error"] is None and active["power_state"] == "power on"
+    await wait_for(lambda: machine.os_report is not None, "the machine did not boot its disk")
+    assert payload_digest(Path(machine.disk_path), image) == payload_digest(image.path, image)
+    assert (machine.os_report or {}).get("config_drive", {}).get("meta_data", {}).get("hostname") == "vm0.vmedia"
+
+    # The agent booted from the CD; its command line carried no node data, the floppy did.
+    (cd_boot,) = events(machine, "cd_boot")
+    assert "boot_method=vmedia" in cd_boot["cmdline"]
+    assert node["uuid"] not in cd_boot["cmdline"] and "ipa-agent-token" not in cd_boot["cmdline"]
+    assert "ipa-api-url" not in cd_boot["cmdline"]
+    (floppy,) = events(machine, "removable_media")
+    assert f"/image-{node['uuid']}" in floppy["image"]
+    assert events(machine, "agent_started"), machine.boot_log
+    assert env["vmedia"].builds == builds + 1
+    # Clean up ejected both media, deleted the floppy and gave the shared deploy ISO back (deleted at zero).
+    assert not machine.virtual_media["Cd"].inserted and not machine.virtual_media["Floppy"].inserted
+    left = await objects(env)
+    assert f"image-{node['uuid']}" not in left
+    assert not [n for n in left if n.startswith("boot-")], left
+
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "deleted"}, expect=202)
+    done = await wait_state(env, node["uuid"], "available", timeout=120)
+    assert done["power_state"] == "power off"
+
+
+async def test_twenty_ramdisk_deploys_of_one_image_share_one_iso(env: dict[str, Any]) -> None:
+    machines = env["sim"].machines[1 : 1 + FLEET]
+    nodes = await asyncio.gather(
+        *(
+            enroll(
+                env,
+                m,
+                {
+                    "deploy_interface": "ramdisk",
+                    "driver_info": bmc(env, m, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"]),
+                    "instance_info": {
+                        "kernel": env["kernel"],
+                        "ramdisk": env["ramdisk"],
+                        "image_source": "fleet-image",
+                    },
+                },
+            )
+            for m in machines
+        )
+    )
+    builds = env["vmedia"].builds
+    await asyncio.gather(
+        *(
+            call(
+                env,
+                "PUT",
+                f"/v1/nodes/{n['uuid']}/states/provision",
+                {"target": "active", "configdrive": {"meta_data": {"hostname": f"{n['name']}.ramdisk"}}},
+                expect=202,
+            )
+            for n in nodes
+        )
+    )
+    actives = [await wait_state(env, n["uuid"], "active", timeout=180) for n in nodes]
+    assert env["vmedia"].builds == builds + 1  # concurrent deploys of one image built it once
+    names = {a["instance_info"]["boot_iso"] for a in actives}
+    assert len(names) == 1 and next(iter(names)).startswith("swift:boot-")
+    shared = next(iter(names)).removeprefix("swift:")
+    assert (await objects(env))[shared].usage_count == FLEET
+
+    # Each machine runs the ISO's kernel as its OS and reads config-2 from the second device.
+    await wait_for(lambda: all(m.os_report is not None for m in machines), "machines did not boot the ISO")
+    for machine in machines:
+        report = machine.os_report or {}
+        assert report.get("ramdisk") is True and "root=/dev/ram0" in report["cmdline"]
+        assert (report.get("config_drive") or {}).get("meta_data", {}).get("hostname") == f"{machine.name}.ramdisk"
+
+    # A reboot attaches the boot ISO again (fresh temp URL) before the machine restarts.
+    first, node = machines[0], nodes[0]
+    boots = len(events(first, "cd_boot"))
+    first.virtual_media["Cd"].inserted = False  # as a BMC that dropped its media over a reset
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/power", {"target": "rebooting"}, expect=202)
+    await wait_for(lambda: len(events(first, "cd_boot")) > boots, "the reboot did not boot the CD again")
+    assert first.virtual_media["Cd"].inserted and shared in first.virtual_media["Cd"].image
+
+    await asyncio.gather(
+        *(call(env, "PUT", f"/v1/nodes/{n['uuid']}/states/provision", {"target": "deleted"}, expect=202) for n in nodes)
+    )
+    for n in nodes:
+        done = await wait_state(env, n["uuid"], "available", timeout=120)
+        assert "boot_iso" not in done["instance_info"]
+    left = await objects(env)
+    assert shared not in left and not [o for o in left if o.startswith(("configdrive-", "image-"))], left
+
+
+async def test_unreachable_deploy_iso_fails_the_deploy_naming_the_url(env: dict[str, Any]) -> None:
+    machine = env["sim"].machines[21]
+    missing = env["kernel"].replace("/vmlinuz", "/no-such.iso")
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "direct",
+            "driver_info": bmc(env, machine, deploy_iso=missing),
+            "instance_info": {
+                "image_source": env["kernel"],
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": "0" * 64,
+            },
+        },
+    )
+    started = time.monotonic()
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"}, expect=202)
+    failed = await wait_state(env, node["uuid"], "deploy failed", timeout=60)
+    assert time.monotonic() - started < 30
+    assert "no-such.iso" in failed["last_error"] and "unreachable" in failed["last_error"]
+    assert not machine.virtual_media["Cd"].inserted
+    assert f"image-{node['uuid']}" not in await objects(env)
+
+
+async def test_a_bmc_without_a_virtual_cd_is_refused_at_validate(env: dict[str, Any]) -> None:
+    machine = env["sim"].machines[22]
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "direct",
+            "driver_info": bmc(env, machine, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"]),
+            "instance_info": {
+                "image_source": env["kernel"],
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": "0" * 64,
+            },
+        },
+    )
+    del machine.virtual_media["Cd"]  # this BMC only has a floppy
+    status, body = await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"})
+    assert status == 400, body
+    assert "no virtual CD" in str(body)
+    _, after = await call(env, "GET", f"/v1/nodes/{node['uuid']}", expect=200)
+    assert after["provision_state"] == "available"
+    _, checks = await call(env, "GET", f"/v1/nodes/{node['uuid']}/validate", expect=200)
+    assert checks["boot"]["result"] is False and "no virtual CD" in checks["boot"]["reason"]
+
+
+async def test_a_bad_kernel_fails_the_deploy_and_leaves_no_object(env: dict[str, Any]) -> None:
+    machine = env["sim"].machines[23]
+    await env["store"].put_bytes(CONTAINER, "not-a-kernel", b"MZ" + b"\0" * 1000)
+    bad = await env["store"].temp_url(CONTAINER, "not-a-kernel", lifetime=3600)
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "direct",
+            "driver_info": bmc(env, machine, deploy_kernel=bad, deploy_ramdisk=env["ramdisk"]),
+            "instance_info": {
+                "image_source": env["kernel"],
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": "0" * 64,
+            },
+        },
+    )
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "active"}, expect=202)
+    failed = await wait_state(env, node["uuid"], "deploy failed", timeout=60)
+    assert "not an x86 Linux kernel" in failed["last_error"]
+    left = await objects(env)
+    assert not [n for n in left if n.startswith("boot-")] and f"image-{node['uuid']}" not in left, left
