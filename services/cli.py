@@ -105,6 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade = db_sub.add_parser("upgrade", help="apply pending schema migrations (idempotent, safe concurrently)")
     upgrade.add_argument("--config", help="TOML config file")
     upgrade.add_argument("--database-url", help="PostgreSQL URL (required unless FERRUM_DATABASE_URL is set)")
+    rotate = db_sub.add_parser(
+        "rotate-key",
+        help="re-encrypt every stored secret under the current secret key (idempotent, resumable)",
+        description="Re-encrypt BMC passwords, agent tokens and config drives, in PostgreSQL and in the object "
+        "store, under the first key of FERRUM_SECURITY_SECRET_KEY_FILE (or FERRUM_SECURITY_SECRET_KEY); also "
+        "encrypts a deployment that had no key. Safe to run again. See docs/security.md.",
+        epilog=EPILOG,
+    )
+    rotate.add_argument("--config", help="TOML config file (also FERRUM_CONFIG)")
+    rotate.add_argument("--database-url", help="PostgreSQL URL; empty = the embedded PostgreSQL (stop the stack first)")
+    rotate.add_argument("--state-dir", help="where embedded PostgreSQL and local objects live (default ./.ferrum)")
+    rotate.add_argument("--batch-size", type=int, default=100, help="rows per transaction (default 100)")
 
     sub.add_parser("options", help="list every configuration option with its environment variable")
     return parser
@@ -167,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a start-up failure: one clear line, nothing left running
         from services.common import errors
         from services.common.db.embedded import EmbeddedPostgresError
+        from services.common.keyring import KeyringError
 
-        if isinstance(exc, (ConfigError, OSError, EmbeddedPostgresError, errors.FerrumError)) or type(
+        if isinstance(exc, (ConfigError, OSError, EmbeddedPostgresError, errors.FerrumError, KeyringError)) or type(
             exc
         ).__module__.startswith("asyncpg"):
             print(f"ferrum: error: {exc}".splitlines()[0], file=sys.stderr)
@@ -183,6 +196,12 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file)
     if args.command in ("api", "conductor", "ipxe", "objectstore"):
         return await runtime.serve(settings, [args.command], ports_file=args.ports_file)
+    if args.command == "db" and args.db_command == "rotate-key":
+        from services import rotate_key
+
+        if args.batch_size < 1:
+            raise ConfigError("--batch-size must be at least 1")
+        return await rotate_key.run(settings, batch_size=args.batch_size)
     if args.command == "db":
         from services.common.db import migrate
 

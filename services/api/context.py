@@ -18,8 +18,10 @@ from services.api.conductor_router import ConductorRouter
 from services.api.json_body import read_json
 from services.common import errors
 from services.common.config import ApiConfig, Settings
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository, is_uuid
 from services.common.endpoints import Endpoints
+from services.common.keyring import Keyring
 
 NAMES_SINCE = (1, 5)
 
@@ -39,7 +41,7 @@ class ApiContext:
         self.settings = settings
         self.internal_token = internal_token  # presented to Ferrum's own gRPC services
         self.endpoints = endpoints if endpoints is not None else Endpoints()
-        self.nodes = NodeRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=NodeSecrets(Keyring.from_config(settings.security)))
 
     @property
     def config(self) -> ApiConfig:

@@ -35,6 +35,7 @@ from services.api.provision_params import check_configdrive, check_deploy_steps,
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.db.events import EventRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
@@ -149,9 +150,10 @@ def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
 
 
 class NodeServicer(pb_grpc.NodeServiceServicer):
-    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub) -> None:
+    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub, *, secrets: NodeSecrets) -> None:
         self.pool, self.router, self.hub = pool, router, hub
-        self.nodes, self.ports, self.events = NodeRepository(pool), PortRepository(pool), EventRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=secrets)
+        self.ports, self.events = PortRepository(pool), EventRepository(pool)
 
     async def _guard(self, context: grpc.aio.ServicerContext, coro: Any) -> Any:
         try:

@@ -22,10 +22,12 @@ from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.config import Settings
 from services.common.connection_guard import ListenerLimits
+from services.common.db.node_secrets import NodeSecrets
 from services.common.endpoints import Endpoints
 from services.common.grpc_auth import Authenticator, basic_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
+from services.common.keyring import Keyring
 from services.common.metrics import ServiceMetrics
 
 LOG = logging.getLogger(__name__)
@@ -94,7 +96,8 @@ class ApiService:
         await self.router.start(token=self.internal_token)
         self.hub = EventHub(self.pool)
         await self.hub.start()
-        servicer = NodeServicer(self.pool, self.router, self.hub)
+        secrets = NodeSecrets(Keyring.from_config(self.settings.security))
+        servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,

@@ -7,9 +7,9 @@ from typing import Any
 
 from services.common import errors, states
 from services.common.db.rows import iso
+from services.common.secret_keys import is_secret_key
 
 MASK = "******"
-SECRET_HINTS = ("password", "secret", "token", "key", "credential")
 INSTANCE_SECRETS = ("configdrive", "image_url")
 
 # Field -> microversion it appeared in (CONTRACT.md 1.5), for fields Ferrum stores.
@@ -95,9 +95,8 @@ _TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_s
 
 
 def mask_secrets(info: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: (MASK if any(h in k.lower() for h in SECRET_HINTS) and v not in (None, "") else v) for k, v in info.items()
-    }
+    """Secret-looking keys (the rule that also encrypts them at rest: services/common/secret_keys.py) masked."""
+    return {k: (MASK if is_secret_key(k) and v not in (None, "") else v) for k, v in info.items()}
 
 
 def links(base: str, resource: str, ident: str) -> list[dict[str, str]]:

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from services.common.db.credentials import mask_password
+from services.common.keyring import KeyringError, decode_key
 
 
 class ConfigError(Exception):
@@ -190,9 +191,16 @@ class SecurityConfig:
     other's gRPC services (and the conductor to the object store). Empty means
     one generated at first start and kept in PostgreSQL, which every Ferrum
     process shares, so nothing needs configuring for one host, compose or
-    Kubernetes. Set it (at least 32 characters) to choose your own."""
+    Kubernetes. Set it (at least 32 characters) to choose your own.
+
+    ``secret_key`` / ``secret_key_file``: the keys that encrypt BMC passwords,
+    agent tokens and config drives at rest (services/common/keyring.py). A
+    single base64 key, or a file of keys, the first current; neither means no
+    encryption at rest."""
 
     internal_token: str = ""
+    secret_key: str = ""
+    secret_key_file: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,6 +425,16 @@ def _validate_objectstore(c: ObjectStoreConfig) -> None:
 def _validate_security(c: SecurityConfig) -> None:
     if c.internal_token and len(c.internal_token) < 32:
         raise ConfigError("FERRUM_SECURITY_INTERNAL_TOKEN must be at least 32 characters")
+    if c.secret_key and c.secret_key_file:
+        raise ConfigError(
+            "set FERRUM_SECURITY_SECRET_KEY or FERRUM_SECURITY_SECRET_KEY_FILE, not both "
+            "(to rotate, put both keys in the file, the new one first)"
+        )
+    if c.secret_key:
+        try:
+            decode_key(c.secret_key, where="FERRUM_SECURITY_SECRET_KEY")
+        except KeyringError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _validate_ipxe(c: IpxeConfig) -> None:

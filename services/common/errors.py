@@ -13,6 +13,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
     ├── NotFound (404, NOT_FOUND) ── NodeNotFound, PortNotFound, VolumeNotFound, ObjectNotFound
     ├── NotAcceptable (406, FAILED_PRECONDITION)
+    ├── SecretUnreadable (500, INTERNAL)
     ├── Conflict (409, ALREADY_EXISTS)
     │   ├── NodeLocked (ABORTED, retryable), InvalidState (FAILED_PRECONDITION)
     │   ├── DuplicateName, MACAlreadyExists, NodeAssociated, InstanceAssociated
@@ -230,6 +231,12 @@ class AgentError(HardwareError):
 
 class AgentBusy(AgentError):
     retryable = True
+
+
+class SecretUnreadable(FerrumError):
+    """A secret stored encrypted cannot be decrypted with the configured keys
+    (docs/security.md, "Secrets at rest"): its key is missing, or it was
+    altered or moved. Refused rather than answered with anything else."""
 
 
 def _all_subclasses(cls: type[FerrumError]) -> dict[str, type[FerrumError]]:

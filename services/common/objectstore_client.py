@@ -32,6 +32,9 @@ LOG = logging.getLogger(__name__)
 CHUNK_SIZE = 1024 * 1024
 UPLOAD_URL_LIFETIME = 300  # only needs to outlive the start of the request
 MAX_METADATA_HEADER = 8000  # larger metadata goes over gRPC (HTTP servers bound header sizes)
+ENCRYPT_AT_REST = "encrypt-at-rest"
+"""Metadata key: ``"true"`` asks the store to encrypt the object at rest when it has a key
+(services/objectstore/sealed_objects.py); the config drive container is always encrypted."""
 _CODE_ERRORS: dict[grpc.StatusCode, type[errors.FerrumError]] = {
     grpc.StatusCode.NOT_FOUND: errors.ObjectNotFound,
     grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidParameterValue,

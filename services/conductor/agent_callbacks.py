@@ -39,7 +39,7 @@ class AgentCallbacks:
     def __init__(self, tasks: TaskManager, node_states: NodeStates) -> None:
         self.tasks = tasks
         self.states = node_states
-        self.nodes = NodeRepository(node_states.pool)
+        self.nodes = NodeRepository(node_states.pool, secrets=node_states.secrets)
         self._retries: dict[str, asyncio.Task[None]] = {}
 
     async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:

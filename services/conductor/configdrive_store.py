@@ -3,9 +3,12 @@
 With the object store (the default in the stack) the ISO is uploaded as
 ``configdrive-<node uuid>`` with a time to live of the call-back timeout plus
 a margin, and only a temp URL is kept on the node, so no large blob sits in
-PostgreSQL and any conductor can hand it out. Without one, small drives stay
-inline in instance_info (gzip+base64, what Nova sends) up to a limit, and
-larger ones are refused with a message that says what to change.
+PostgreSQL and any conductor can hand it out. The upload asks to be
+encrypted at rest (``encrypt-at-rest``), which a store with a key does
+whatever its config drive container is called (docs/security.md, "Secrets
+at rest"). Without an object store, small drives stay inline in
+instance_info (gzip+base64, what Nova sends) up to a limit, and larger ones
+are refused with a message that says what to change.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 from typing import Any
 
 from services.common import errors
+from services.common.objectstore_client import ENCRYPT_AT_REST
 from services.conductor.drivers.base import Task
 
 LOG = logging.getLogger(__name__)
@@ -60,7 +64,7 @@ class ConfigDriveStore:
                 iso,
                 delete_after=self.lifetime,
                 content_type="application/octet-stream",
-                metadata={"node_uuid": task.node["uuid"]},
+                metadata={"node_uuid": task.node["uuid"], ENCRYPT_AT_REST: "true"},
             )
             url = await self.objectstore.temp_url(self.container, name, lifetime=self.lifetime)
             LOG.info("config drive stored node_uuid=%s bytes=%d object=%s", task.node["uuid"], len(iso), name)

@@ -25,6 +25,7 @@ from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.advisory import AdvisoryLocks
 from services.common.db.events import EventRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
@@ -129,16 +130,20 @@ class ConductorManager:
         config: ConductorConfig,
         *,
         hostname: str,
+        secrets: NodeSecrets,
         objectstore: Any | None = None,
         vmedia_work_dir: Path | None = None,
         api_url: Callable[[], str] = lambda: "",
     ) -> None:
         self.pool = pool
+        self.secrets = secrets
         self.registry = registry
         self.config = config
         self.hostname = hostname
-        self.nodes = NodeRepository(pool)
-        self.tasks = TaskManager(pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers)
+        self.nodes = NodeRepository(pool, secrets=secrets)
+        self.tasks = TaskManager(
+            pool, registry, hostname=hostname, lease=config.lock_lease, workers=config.workers, secrets=secrets
+        )
         self.configdrives = ConfigDriveStore(
             objectstore=objectstore if config.configdrive_use_object_store else None,
             container=config.configdrive_container,
@@ -159,7 +164,9 @@ class ConductorManager:
         )
         self.tasks.media = self.vmedia
         self.tasks.on_database_lost = self._resume_after_outage
-        self.states = NodeStates(pool, hostname=hostname, config=config, configdrives=self.configdrives)
+        self.states = NodeStates(
+            pool, hostname=hostname, config=config, configdrives=self.configdrives, secrets=secrets
+        )
         self.takeover = TakeOver(self.tasks, self.states, config=config)
         self.agents = AgentCallbacks(self.tasks, self.states)
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
@@ -179,7 +186,7 @@ class ConductorManager:
         record.setdefault("provision_state", states.ENROLL)
         record.update(self.registry.resolve_interfaces(record["driver"], record))
         async with self.pool.acquire() as conn, conn.transaction():
-            node = await NodeRepository(conn).create(record)
+            node = await NodeRepository(conn, secrets=self.secrets).create(record)
             await EventRepository(conn).record(node, event="create", message="Node created", conductor=self.hostname)
         return node
 

@@ -19,6 +19,7 @@ import asyncpg
 from services.common import states
 from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
@@ -37,13 +38,20 @@ class NodeStates:
     """The FlowContext a conductor hands to its flows (services/conductor/flows)."""
 
     def __init__(
-        self, pool: asyncpg.Pool, *, hostname: str, config: ConductorConfig, configdrives: ConfigDriveStore
+        self,
+        pool: asyncpg.Pool,
+        *,
+        hostname: str,
+        config: ConductorConfig,
+        configdrives: ConfigDriveStore,
+        secrets: NodeSecrets,
     ) -> None:
         self.pool = pool
+        self.secrets = secrets
         self.hostname = hostname
         self.config = config
         self.configdrives = configdrives
-        self.nodes = NodeRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=secrets)
 
     async def transition(
         self,
@@ -69,7 +77,9 @@ class NodeStates:
         update.update(changes or {})
         message = last_error or f"{node['provision_state']} -> {move.target} ({event})" + (f": {note}" if note else "")
         async with self.pool.acquire() as conn, conn.transaction():
-            saved = await NodeRepository(conn).update(node["uuid"], update, expect_reservation=self.hostname)
+            saved = await NodeRepository(conn, secrets=self.secrets).update(
+                node["uuid"], update, expect_reservation=self.hostname
+            )
             await EventRepository(conn).record(
                 saved,
                 event=event,
@@ -119,7 +129,9 @@ class NodeStates:
     ) -> dict[str, Any]:
         """Node fields and their event in one transaction, under the lock."""
         async with self.pool.acquire() as conn, conn.transaction():
-            saved = await NodeRepository(conn).update(task.node["uuid"], changes, expect_reservation=self.hostname)
+            saved = await NodeRepository(conn, secrets=self.secrets).update(
+                task.node["uuid"], changes, expect_reservation=self.hostname
+            )
             await EventRepository(conn).record(
                 saved, event=event, message=message, severity=severity, conductor=self.hostname, event_type=event_type
             )

@@ -16,14 +16,17 @@ from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
+from services.common.conductor_messages import deploy_progress_dict, indicators_message, vendor_method_message
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.endpoints import Endpoints
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.jsonutil import dumps
+from services.common.keyring import Keyring
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
 from services.conductor.drivers.registry import DriverRegistry
@@ -177,7 +180,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 agent_version=request.agent_version,
                 agent_token=request.agent_token,
                 agent_status=request.agent_status,
-                progress=_json_or(request.progress_json, None),
+                progress=deploy_progress_dict(request.progress) if request.HasField("progress") else None,
                 agent_verify_ca=request.agent_verify_ca,
             ),
         )
@@ -194,7 +197,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         methods = await self._run(
             context, request.node_uuid, self.manager.vendor.methods(request.node_uuid, request.driver)
         )
-        return pb.VendorMethodsReply(methods_json=dumps(methods))
+        return pb.VendorMethodsReply(methods={name: vendor_method_message(spec) for name, spec in methods.items()})
 
     async def VendorPassthru(
         self, request: pb.VendorPassthruRequest, context: grpc.aio.ServicerContext
@@ -212,17 +215,21 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         )
         return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
 
-    async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+    async def GetSupportedIndicators(
+        self, request: pb.NodeRef, context: grpc.aio.ServicerContext
+    ) -> pb.IndicatorsReply:
         result = await self._run(context, request.node_uuid, self.manager.indicators.supported(request.node_uuid))
-        return pb.JsonReply(json=dumps(result))
+        return indicators_message(result)
 
-    async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+    async def GetIndicatorState(
+        self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IndicatorStateReply:
         state = await self._run(
             context,
             request.node_uuid,
             self.manager.indicators.state(request.node_uuid, request.component, request.indicator),
         )
-        return pb.JsonReply(json=dumps(state))
+        return pb.IndicatorStateReply(state=state)
 
     async def SetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(
@@ -272,6 +279,7 @@ class ConductorService:
             self.registry,
             self.config,
             hostname=self.hostname,
+            secrets=NodeSecrets(Keyring.from_config(settings.security)),
             objectstore=self.objectstore,
             vmedia_work_dir=work_dir,
             api_url=lambda: agent_api_url(settings, endpoints),

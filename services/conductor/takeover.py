@@ -44,7 +44,7 @@ class TakeOver:
         self.config = config
         self.hostname = ctx.hostname
         self.conductors = ConductorRepository(ctx.pool)
-        self.nodes = NodeRepository(ctx.pool)
+        self.nodes = NodeRepository(ctx.pool, secrets=ctx.secrets)
 
     async def alive(self) -> list[dict[str, Any]]:
         return await self.conductors.list_alive(

@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
@@ -40,14 +41,21 @@ Work = Callable[[Task], Awaitable[None]]
 
 class TaskManager:
     def __init__(
-        self, pool: asyncpg.Pool, registry: DriverRegistry, *, hostname: str, lease: float, workers: int
+        self,
+        pool: asyncpg.Pool,
+        registry: DriverRegistry,
+        *,
+        hostname: str,
+        lease: float,
+        workers: int,
+        secrets: NodeSecrets,
     ) -> None:
         self.pool = pool
         self.registry = registry
         self.hostname = hostname
         self.lease = lease
         self.max_workers = workers
-        self.nodes = NodeRepository(pool)
+        self.nodes = NodeRepository(pool, secrets=secrets)
         self.ports = PortRepository(pool)
         self._held: set[str] = set()
         self._running: set[asyncio.Task[Any]] = set()

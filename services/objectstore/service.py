@@ -31,6 +31,7 @@ from services.common.metrics import ServiceMetrics
 from services.objectstore import tempurl_routes
 from services.objectstore.backends import Backend, make_backend
 from services.objectstore.grpc_api import ObjectStoreServicer
+from services.objectstore.sealed_objects import ObjectSealing
 from services.objectstore.store import ObjectStore
 from services.objectstore.sweeper import Sweeper
 from services.objectstore.upload_front_door import UploadFrontDoor
@@ -77,6 +78,7 @@ class ObjectStoreService:
 
     async def start(self) -> dict[str, str]:
         c = self.settings.objectstore
+        sealing = ObjectSealing.from_settings(self.settings)  # a bad key file stops the start here
         repo = ObjectRepository(self.pool)
         self._backend = make_backend(c, self.settings.state_dir)
         await self._backend.start()
@@ -85,7 +87,7 @@ class ObjectStoreService:
 
         # The public URL needs the bound port; the store gets it right after the bind,
         # before any gRPC call can ask for a temp URL.
-        self.store = ObjectStore(c, repo, self._backend, secret=secret, public_url="")
+        self.store = ObjectStore(c, repo, self._backend, secret=secret, public_url="", sealing=sealing)
         servicer = ObjectStoreServicer(self.store, self.metrics)
         uploads = HttpUploads(self.store)
         app = web.Application(middlewares=[request_context_middleware(self.metrics)])

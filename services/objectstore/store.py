@@ -25,6 +25,8 @@ from services.common.config import ObjectStoreConfig
 from services.common.db.objects import ObjectRepository
 from services.objectstore import names, tempurl
 from services.objectstore.backends import Backend, Upload
+from services.objectstore.backends.download_response import ObjectVersion, answer_download
+from services.objectstore.sealed_objects import ObjectSealing
 
 LOG = logging.getLogger(__name__)
 EXPIRED_BATCH = 500
@@ -54,11 +56,20 @@ class TempUrlCheck:
 
 class ObjectStore:
     def __init__(
-        self, config: ObjectStoreConfig, repo: ObjectRepository, backend: Backend, *, secret: bytes, public_url: str
+        self,
+        config: ObjectStoreConfig,
+        repo: ObjectRepository,
+        backend: Backend,
+        *,
+        secret: bytes,
+        public_url: str,
+        sealing: ObjectSealing,
     ) -> None:
+        """``sealing`` says which objects are encrypted at rest and holds the keys (sealed_objects)."""
         self.config = config
         self.repo = repo
         self.backend = backend
+        self.sealing = sealing
         self._secret = secret
         self.public_url = public_url.rstrip("/")
 
@@ -91,7 +102,10 @@ class ObjectStore:
             raise errors.InvalidParameterValue("usage_count must not be negative")
         room = self.config.max_container_size - await self.repo.container_usage(container, excluding=name)
         key = uuid.uuid4().hex
-        upload = self.backend.begin_upload(key)
+        upload: Upload = self.backend.begin_upload(key)
+        sealed_key_id = None
+        if self.sealing.wants(container, metadata):
+            upload, sealed_key_id = self.sealing.begin(upload, container=container, name=name)
         size = 0
         try:
             async for chunk in chunks:
@@ -126,6 +140,7 @@ class ObjectStore:
             "backend_key": key,
             "usage_count": request.usage_count,
             "metadata": metadata,
+            "sealed_key_id": sealed_key_id,
         }
         return await asyncio.shield(
             self._commit_and_publish(upload, values, request.delete_after, expected_sha256.lower())
@@ -256,6 +271,9 @@ class ObjectStore:
         if offset > size:
             raise errors.InvalidParameterValue(f"offset {offset} is past the end of the object ({size} bytes)")
         count = size - offset if length == 0 else min(length, size - offset)
+        if row["sealed_key_id"] is not None:
+            self.sealing.check_readable(row)
+            return row, self.sealing.read(self.backend, row, offset=offset, length=count)
         chunks = self.backend.read(row["backend_key"], offset=offset, length=count, chunk_size=1024 * 1024)
         return row, chunks
 
@@ -311,8 +329,24 @@ class ObjectStore:
         return TempUrlCheck(200, row, parsed.expires)
 
     async def serve(self, request: web.Request, check: TempUrlCheck) -> web.StreamResponse:
-        assert check.row is not None
-        return await self.backend.serve(request, check.row, expires=check.expires)
+        row = check.row
+        assert row is not None
+        if row["sealed_key_id"] is None:
+            return await self.backend.serve(request, row, expires=check.expires)
+        # Sealed: decrypted here, never sendfile'd or redirected to S3 (either would hand out ciphertext).
+        try:
+            self.sealing.check_readable(row)
+        except errors.SecretUnreadable as exc:
+            LOG.error("temp URL download refused container=%s name=%s reason=%s", row["container"], row["name"], exc)
+            return web.Response(
+                status=500, text="the object cannot be decrypted\n", headers={"Cache-Control": "no-store"}
+            )
+
+        async def send_span(response: web.StreamResponse, offset: int, count: int) -> None:
+            async for data in self.sealing.read(self.backend, row, offset=offset, length=count):
+                await response.write(data)
+
+        return await answer_download(request, ObjectVersion.from_row(row), send_span)
 
     # -- sweeps -------------------------------------------------------------------------------
 

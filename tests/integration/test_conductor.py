@@ -14,7 +14,9 @@ import pytest
 from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.conductors import ConductorRepository
+from services.common.db.node_secrets import NodeSecrets
 from services.common.db.pool import create_pool
+from services.common.keyring import Keyring
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.manager import ConductorManager
 from services.conductor.periodic import PeriodicWork
@@ -29,7 +31,7 @@ async def pool(database_url):
 
 def manager(pool, hostname: str, **config) -> ConductorManager:
     cfg = dataclasses.replace(ConductorConfig(), hostname=hostname, **config)
-    return ConductorManager(pool, DriverRegistry(cfg), cfg, hostname=hostname)
+    return ConductorManager(pool, DriverRegistry(cfg), cfg, hostname=hostname, secrets=NodeSecrets(Keyring()))
 
 
 async def new_node(

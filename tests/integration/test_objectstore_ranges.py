@@ -1,11 +1,14 @@
 """Temp-URL downloads against RFC 9110's Range, If-Range and precondition
 rules (issue 16, item 11), on the real service with each backend: the
-filesystem, and S3 proxied through the service (a real ``moto_server``).
+filesystem, and S3 proxied through the service (a real ``moto_server``),
+each with the object stored as sent and encrypted at rest (``+sealed``:
+ranges decrypt only the 64 KiB records they cover; SIZE spans two).
 What iPXE's ``sanboot`` needs (HEAD for the size, single ranges as 206) is
 checked first."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import email.utils
 import hashlib
@@ -17,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from services.common.objectstore_client import ObjectStoreClient
+from services.common.objectstore_client import ENCRYPT_AT_REST, ObjectStoreClient
 from services.objectstore.backends.byte_ranges import MAX_RANGE_SPECS
 from services.objectstore.testing import moto_server, running_objectstore
 from tests.conftest import test_settings
@@ -26,11 +29,13 @@ SIZE = 100_000
 VENV_BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(scope="module", params=["filesystem", "s3"])
+@pytest.fixture(scope="module", params=["filesystem", "s3", "filesystem+sealed", "s3+sealed"])
 async def service(request: pytest.FixtureRequest, database_url: str, tmp_path_factory: pytest.TempPathFactory):
-    state = tmp_path_factory.mktemp(request.param)
-    if request.param == "filesystem":
-        async with running_objectstore(test_settings(database_url, state)) as svc:
+    backend, _, sealed = request.param.partition("+")
+    state = tmp_path_factory.mktemp(backend)
+    security = {"secret_key": base64.b64encode(os.urandom(32)).decode()} if sealed else {}
+    if backend == "filesystem":
+        async with running_objectstore(test_settings(database_url, state, security=security)) as svc:
             yield svc
         return
     with moto_server(VENV_BIN) as endpoint:
@@ -44,6 +49,7 @@ async def service(request: pytest.FixtureRequest, database_url: str, tmp_path_fa
                 "s3_access_key": "testing",
                 "s3_secret_key": "testing",
             },
+            security=security,
         )
         async with running_objectstore(settings) as svc:
             yield svc
@@ -69,8 +75,12 @@ def data() -> bytes:
 
 @pytest.fixture(scope="module")
 async def url(client: ObjectStoreClient, service, data: bytes) -> str:
-    container = f"ranges-{service.settings.objectstore.backend}"
-    await client.put_bytes(container, "boot.iso", data, content_type="application/x-iso9660-image")
+    sealed = bool(service.settings.security.secret_key)
+    container = f"ranges-{service.settings.objectstore.backend}{'-sealed' if sealed else ''}"
+    metadata = {ENCRYPT_AT_REST: "true"} if sealed else {}
+    await client.put_bytes(container, "boot.iso", data, content_type="application/x-iso9660-image", metadata=metadata)
+    key_id = await service.pool.fetchval("SELECT sealed_key_id FROM objects WHERE container = $1", container)
+    assert (key_id is not None) == sealed
     return await client.temp_url(container, "boot.iso", lifetime=600)
 
 

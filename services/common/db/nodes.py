@@ -3,11 +3,16 @@
 Locking follows ARCHITECTURE.md: the exclusive lock is the ``reservation``
 column, taken with a conditional UPDATE and held under a lease that the
 holder refreshes; an expired lease (a dead conductor) may be taken over.
+
+Secrets (BMC passwords, agent tokens, config drives) are sealed on every
+write and opened on every read here (``node_secrets``), so callers see
+plaintext and PostgreSQL holds ciphertext when a key is configured.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +22,7 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.node_secrets import SEALED_FIELDS, NodeSecrets
 from services.common.db.rows import row_to_dict
 
 INTERFACE_FIELDS = (
@@ -120,14 +126,6 @@ _FILTERS = {
 }
 
 
-@overload
-def _node(record: asyncpg.Record) -> dict[str, Any]: ...
-@overload
-def _node(record: asyncpg.Record | None) -> dict[str, Any] | None: ...
-def _node(record: asyncpg.Record | None) -> dict[str, Any] | None:
-    return row_to_dict(record)
-
-
 def is_uuid(value: str) -> bool:
     try:
         uuidlib.UUID(value)
@@ -137,25 +135,40 @@ def is_uuid(value: str) -> bool:
 
 
 class NodeRepository:
-    """Named node queries over a pool (or one connection inside a transaction)."""
+    """Named node queries over a pool (or one connection inside a transaction).
 
-    def __init__(self, db: Database) -> None:
+    ``secrets`` is required, not defaulted: a repository built without the
+    keyring would write secrets in the clear and hand out ciphertext."""
+
+    def __init__(self, db: Database, *, secrets: NodeSecrets) -> None:
         self._db = db
+        self._secrets = secrets
+
+    @overload
+    def _node(self, record: asyncpg.Record) -> dict[str, Any]: ...
+    @overload
+    def _node(self, record: asyncpg.Record | None) -> dict[str, Any] | None: ...
+    def _node(self, record: asyncpg.Record | None) -> dict[str, Any] | None:
+        row = row_to_dict(record)
+        return None if row is None else self._secrets.open(row)
 
     async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(values) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
+        if "uuid" not in values and any(f in values for f in SEALED_FIELDS):
+            values = {**values, "uuid": str(uuidlib.uuid4())}  # the sealed values are bound to it
+        values = self._secrets.seal(str(values.get("uuid")), values)
         columns = list(values)
         placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
         sql = f"INSERT INTO nodes ({', '.join(columns)}, updated_at) VALUES ({placeholders}, NULL) RETURNING *"
         try:
-            return _node(await self._db.fetchrow(sql, *[values[c] for c in columns]))  # type: ignore[return-value]
+            return self._node(await self._db.fetchrow(sql, *[values[c] for c in columns]))  # type: ignore[return-value]
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, values) from None
 
     async def get(self, node_uuid: str) -> dict[str, Any]:
-        node = _node(await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", node_uuid))
+        node = self._node(await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", node_uuid))
         if node is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         return node
@@ -166,13 +179,13 @@ class NodeRepository:
             row = await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", ident)
         else:
             row = await self._db.fetchrow("SELECT * FROM nodes WHERE name = $1", ident)
-        node = _node(row)
+        node = self._node(row)
         if node is None:
             raise errors.NodeNotFound(f"Node {ident} could not be found.")
         return node
 
     async def get_by_id(self, node_id: int) -> dict[str, Any]:
-        node = _node(await self._db.fetchrow("SELECT * FROM nodes WHERE id = $1", node_id))
+        node = self._node(await self._db.fetchrow("SELECT * FROM nodes WHERE id = $1", node_id))
         if node is None:
             raise errors.NodeNotFound(f"Node id {node_id} could not be found.")
         return node
@@ -183,7 +196,7 @@ class NodeRepository:
             "WHERE p.address = ANY($1::text[]) ORDER BY n.id LIMIT 1",
             list(addresses),
         )
-        return _node(row)
+        return self._node(row)
 
     async def list(
         self,
@@ -240,7 +253,7 @@ class NodeRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [_node(r) for r in await self._db.fetch(sql, *args)]
+        return [self._node(r) for r in await self._db.fetch(sql, *args)]
 
     async def count(self) -> int:
         return int(await self._db.fetchval("SELECT count(*) FROM nodes"))
@@ -253,6 +266,7 @@ class NodeRepository:
         unknown = set(changes) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
+        changes = self._secrets.seal(node_uuid, changes)
         columns = [c for c in changes if c != "uuid"]
         sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
         args: list[Any] = [node_uuid, *[changes[c] for c in columns]]
@@ -262,7 +276,7 @@ class NodeRepository:
             sql += f" AND reservation = ${len(args)}"
         sql += " RETURNING *"
         try:
-            node = _node(await self._db.fetchrow(sql, *args))
+            node = self._node(await self._db.fetchrow(sql, *args))
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, changes) from None
         except asyncpg.CheckViolationError as exc:
@@ -293,16 +307,21 @@ class NodeRepository:
             "UPDATE nodes SET driver_internal_info = (driver_internal_info || $2::jsonb) - $3::text[], "
             f"updated_at = now(){touch} WHERE uuid = $1::uuid RETURNING *",
             node_uuid,
-            dict(values),
+            self._secrets.seal(node_uuid, {"driver_internal_info": dict(values)})["driver_internal_info"],
             list(remove),
         )
-        node = _node(row)
+        node = self._node(row)
         if node is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         return node
 
     async def set_agent_token_once(self, node_uuid: str, token: str) -> tuple[dict[str, Any], bool]:
-        """Store the one-time agent token unless one exists; returns (node, created)."""
+        """Store the one-time agent token unless one exists; returns (node, created).
+
+        The token is sealed here, before the statement: the "only if none
+        yet" test stays in SQL, so two lookups racing still issue one token."""
+        stored = self._secrets.seal(node_uuid, {"driver_internal_info": {"agent_secret_token": token}})
+        token = stored["driver_internal_info"]["agent_secret_token"]
         row = await self._db.fetchrow(
             "UPDATE nodes SET driver_internal_info = driver_internal_info || "
             "jsonb_build_object('agent_secret_token', $2::text), updated_at = now() "
@@ -311,8 +330,47 @@ class NodeRepository:
             token,
         )
         if row is not None:
-            return _node(row), True
+            return self._node(row), True
         return await self.get(node_uuid), False
+
+    async def reseal_batch(self, *, after_id: int, limit: int) -> tuple[int | None, int]:
+        """Re-encrypt, under the current key, the secrets of the next ``limit``
+        nodes by id after ``after_id`` that hold any in the clear or under
+        another key (``ferrum db rotate-key``). Returns (the last id looked at,
+        None when no node is left; how many rows were rewritten).
+
+        One transaction per batch with the rows locked, so a conductor writing
+        a node meanwhile waits a moment instead of being overwritten. Only the
+        encryption changes (same plaintext, no ``updated_at``), so running it
+        again, or after an interruption, is safe.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            conn: Any = self._db
+            if isinstance(self._db, asyncpg.Pool):
+                conn = await stack.enter_async_context(self._db.acquire())
+            await stack.enter_async_context(conn.transaction())
+            rows = await conn.fetch(
+                "SELECT id, uuid, driver_info, driver_internal_info, instance_info FROM nodes "
+                "WHERE id > $1 ORDER BY id LIMIT $2 FOR UPDATE",
+                after_id,
+                limit,
+            )
+            rewritten = 0
+            for record in rows:
+                row = row_to_dict(record)
+                assert row is not None
+                if not self._secrets.needs_reseal(row):
+                    continue
+                sealed = self._secrets.reseal(row)
+                await conn.execute(
+                    "UPDATE nodes SET driver_info = $2, driver_internal_info = $3, instance_info = $4 WHERE id = $1",
+                    row["id"],
+                    sealed["driver_info"],
+                    sealed["driver_internal_info"],
+                    sealed["instance_info"],
+                )
+                rewritten += 1
+        return (int(rows[-1]["id"]) if rows else None), rewritten
 
     async def delete(self, node_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM nodes WHERE uuid = $1::uuid", node_uuid)
@@ -337,7 +395,7 @@ class NodeRepository:
             lease,
         )
         if row is not None:
-            return _node(row)
+            return self._node(row)
         current = await self._db.fetchrow("SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid)
         if current is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
@@ -357,7 +415,7 @@ class NodeRepository:
             holder,
             lease,
         )
-        return _node(row)
+        return self._node(row)
 
     async def release(self, node_uuid: str, holder: str) -> bool:
         result = await self._db.execute(
@@ -389,13 +447,13 @@ class NodeRepository:
 
     async def list_reserved_by(self, holders: Sequence[str]) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch("SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders))
-        return [_node(r) for r in rows]
+        return [self._node(r) for r in rows]
 
     async def list_expired_reservations(self) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
             "SELECT * FROM nodes WHERE reservation IS NOT NULL AND reservation_expires_at < now()"
         )
-        return [_node(r) for r in rows]
+        return [self._node(r) for r in rows]
 
     async def list_in_states(
         self, states: Sequence[str], *, updated_before: datetime.datetime | None = None
@@ -408,7 +466,7 @@ class NodeRepository:
                 list(states),
                 updated_before,
             )
-        return [_node(r) for r in rows]
+        return [self._node(r) for r in rows]
 
     async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
@@ -417,7 +475,7 @@ class NodeRepository:
             after_id,
             limit,
         )
-        return [_node(r) for r in rows]
+        return [self._node(r) for r in rows]
 
 
 def _unique_error(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.FerrumError:

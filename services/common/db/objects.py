@@ -23,7 +23,7 @@ from services.common.db.rows import row_to_dict
 _LIVE = "(delete_at IS NULL OR delete_at > now())"
 _COLUMNS = (
     "id, container, name, size, sha256, content_type, backend_key, delete_at, usage_count, "
-    "metadata, created_at, updated_at"
+    "metadata, created_at, updated_at, sealed_key_id"
 )
 
 
@@ -104,13 +104,14 @@ class ObjectRepository:
             )
             row = await conn.fetchrow(
                 "INSERT INTO objects (container, name, size, sha256, content_type, backend_key, delete_at, "
-                " usage_count, metadata) "
+                " usage_count, metadata, sealed_key_id) "
                 "VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 second' END, "
-                " $8, $9::jsonb) "
+                " $8, $9::jsonb, $10) "
                 "ON CONFLICT (container, name) DO UPDATE SET size = EXCLUDED.size, sha256 = EXCLUDED.sha256, "
                 " content_type = EXCLUDED.content_type, backend_key = EXCLUDED.backend_key, "
                 " delete_at = EXCLUDED.delete_at, usage_count = EXCLUDED.usage_count, "
-                " metadata = EXCLUDED.metadata, created_at = now(), updated_at = NULL "
+                " metadata = EXCLUDED.metadata, sealed_key_id = EXCLUDED.sealed_key_id, "
+                " created_at = now(), updated_at = NULL "
                 f"RETURNING {_COLUMNS}",
                 container,
                 name,
@@ -121,6 +122,7 @@ class ObjectRepository:
                 delete_after,
                 values["usage_count"],
                 dict(values["metadata"]),
+                values.get("sealed_key_id"),
             )
         return row_to_dict(row), old  # type: ignore[return-value]
 
@@ -218,6 +220,39 @@ class ObjectRepository:
         """Which of these backend keys still belong to a row (live or not)."""
         rows = await self._db.fetch("SELECT backend_key FROM objects WHERE backend_key = ANY($1::text[])", list(keys))
         return {r["backend_key"] for r in rows}
+
+    async def reseal_candidates(
+        self, *, after_id: int, limit: int, current_key_id: str, containers: Sequence[str], flag: str
+    ) -> builtins.list[dict[str, Any]]:
+        """Live objects after ``after_id`` (by id) whose bytes are sealed under
+        another key, or plain although they should be sealed (in one of
+        ``containers`` or with metadata ``flag`` = "true"): what
+        ``ferrum db rotate-key`` rewrites."""
+        rows = await self._db.fetch(
+            f"SELECT {_COLUMNS} FROM objects WHERE id > $1 AND {_LIVE} AND ("
+            " (sealed_key_id IS NOT NULL AND sealed_key_id <> $3) OR (sealed_key_id IS NULL "
+            "  AND (container = ANY($4::text[]) OR lower(metadata ->> $5) = 'true'))) "
+            "ORDER BY id LIMIT $2",
+            after_id,
+            limit,
+            current_key_id,
+            list(containers),
+            flag,
+        )
+        return [row_to_dict(r) for r in rows]
+
+    async def swap_bytes(self, object_id: int, *, old_key: str, new_key: str, sealed_key_id: str | None) -> bool:
+        """Point a row at re-encrypted bytes, only if it still points at
+        ``old_key`` (an upload or delete meanwhile wins); True when it did.
+        The content is the same, so nothing else changes (not even updated_at)."""
+        result = await self._db.execute(
+            "UPDATE objects SET backend_key = $3, sealed_key_id = $4 WHERE id = $1 AND backend_key = $2",
+            object_id,
+            old_key,
+            new_key,
+            sealed_key_id,
+        )
+        return not result.endswith(" 0")
 
     async def now(self) -> datetime.datetime:
         """The database clock, which decides expiry everywhere."""
