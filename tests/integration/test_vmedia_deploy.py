@@ -14,6 +14,7 @@ reason.
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,10 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
             "hostname": "vmedia-conductor",
             "deploy_callback_timeout": 30.0,
             "timeout_check_interval": 1.0,
-            "enabled_boot_interfaces": ("fake", "ipxe", "redfish-virtual-media"),
+            "enabled_hardware_types": ("fake-hardware", "redfish", "ilo"),
+            "enabled_power_interfaces": ("fake", "redfish", "ilo"),
+            "enabled_management_interfaces": ("fake", "redfish", "ilo"),
+            "enabled_boot_interfaces": ("fake", "ipxe", "redfish-virtual-media", "ilo-virtual-media"),
             "enabled_deploy_interfaces": ("fake", "direct", "ramdisk"),
             "deploy_helper_images_ttl": 300,
         },
@@ -68,6 +72,19 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
         ).validate()
     )
     await simulator.start()
+    ilo = Simulator(
+        SimulatorOptions(
+            machines=1,
+            state_dir=str(tmp / "ilo-machines"),
+            username=USER,
+            password=PASSWORD,
+            disk_size=64 * 1024 * 1024,
+            name_prefix="ilo-",
+            first_index=1000,
+            bmc_profile="ilo",
+        ).validate()
+    )
+    await ilo.start()
     session = aiohttp.ClientSession()
     conductor = next(s for s in stack.services if s.name == "conductor")
     store = conductor.objectstore
@@ -77,6 +94,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
         yield {
             "stack": stack,
             "sim": simulator,
+            "ilo": ilo,
             "api": stack.endpoints["api REST (Ironic v1)"],
             "tmp": tmp,
             "session": session,
@@ -89,6 +107,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
         await session.close()
         await stack.close()
         await simulator.stop()
+        await ilo.stop()
 
 
 def bmc(env: dict[str, Any], machine: Any, **extra: Any) -> dict[str, Any]:
@@ -184,6 +203,69 @@ async def test_direct_deploy_boots_the_agent_from_a_virtual_cd_with_a_floppy(env
     await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "deleted"}, expect=202)
     done = await wait_state(env, node["uuid"], "available", timeout=120)
     assert done["power_state"] == "power off"
+
+
+async def test_ilo_virtual_media_deploy_boots_once_from_the_cd_by_boot_on_next_server_reset(
+    env: dict[str, Any],
+) -> None:
+    machine = env["ilo"].machines[0]
+    base = f"{env['ilo'].redfish_url}/redfish/v1"
+    auth = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
+    async with env["session"].get(f"{base}/Managers/{machine.name}/VirtualMedia", headers=auth) as reply:
+        members = [m["@odata.id"] for m in (await reply.json())["Members"]]
+    assert members == [f"/redfish/v1/Managers/{machine.name}/VirtualMedia/{n}" for n in ("1", "2")]
+    async with env["session"].get(
+        f"{base}{machine.system_path.removeprefix('/redfish/v1')}/VirtualMedia", headers=auth
+    ) as reply:
+        assert reply.status == 404  # iLO 5 has virtual media under its Manager only
+
+    image = build_demo_image(env["tmp"] / "ilo-images", size_mib=16, marker="ilo")
+    await env["store"].put_file(CONTAINER, "ilo.raw", image.path)
+    node = await enroll(
+        env,
+        machine,
+        {
+            "driver": "ilo",
+            "boot_interface": "ilo-virtual-media",
+            "deploy_interface": "direct",
+            "driver_info": {
+                "ilo_address": env["ilo"].redfish_url,
+                "ilo_username": USER,
+                "ilo_password": PASSWORD,
+                "ilo_system_id": machine.system_path,
+                "deploy_kernel": env["kernel"],
+                "deploy_ramdisk": env["ramdisk"],
+            },
+            "instance_info": {
+                "image_source": await env["store"].temp_url(CONTAINER, "ilo.raw", lifetime=3600),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": image.sha256,
+            },
+        },
+    )
+    assert node["driver_info"]["ilo_password"] == "******"
+    await call(
+        env,
+        "PUT",
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "ilo0.vmedia"}}},
+        expect=202,
+    )
+    active = await wait_state(env, node["uuid"], "active", timeout=120)
+    assert active["last_error"] is None
+    await wait_for(lambda: machine.os_report is not None, "the iLO machine did not boot its disk")
+    assert payload_digest(Path(machine.disk_path), image) == payload_digest(image.path, image)
+    assert (machine.os_report or {}).get("config_drive", {}).get("meta_data", {}).get("hostname") == "ilo0.vmedia"
+    # The CD boot came from BootOnNextServerReset, not from a standard boot override to Cd.
+    (flag,) = events(machine, "virtual_media_boot_on_next_reset")
+    assert flag["device"] == "Cd" and flag["value"] is True
+    (cd_boot,) = events(machine, "cd_boot")
+    assert cd_boot["at"] >= flag["at"] and "boot_method=vmedia" in cd_boot["cmdline"]
+    assert not [e for e in machine.boot_log if e["event"] == "firmware_start" and "Cd" in e["sequence"].split(",")[1:]]
+    (floppy,) = events(machine, "removable_media")
+    assert f"/image-{node['uuid']}" in floppy["image"]
+    assert not machine.virtual_media["Cd"].boot_on_next_reset and not machine.virtual_media["Cd"].inserted
+    assert f"image-{node['uuid']}" not in await objects(env)
 
 
 async def test_twenty_ramdisk_deploys_of_one_image_share_one_iso(env: dict[str, Any]) -> None:
