@@ -11,6 +11,8 @@ from typing import Any
 from services.common.config import ConfigError, Settings, describe_options, load_settings
 
 ALL_SERVICES = ["objectstore", "ipxe", "conductor", "api"]
+# `ferrum demo --boot virtual-media` enables the virtual-media boot interface next to the defaults.
+DEMO_VMEDIA_BOOT_INTERFACES = ("fake", "ipxe", "redfish-virtual-media")
 EPILOG = "Every option can also be set with a FERRUM_* environment variable or a TOML file (--config); run `ferrum options` for the list."
 
 
@@ -99,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(demo)
     demo.add_argument("--nodes", type=int, default=8, help="how many simulated machines to provision (default 8)")
+    demo.add_argument(
+        "--boot",
+        choices=("ipxe", "virtual-media"),
+        default="ipxe",
+        help="how the machines boot the deploy agent: ipxe (default) or virtual-media (a virtual CD built by "
+        "the conductor plus a parameters floppy; docs/virtual-media.md)",
+    )
 
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -143,6 +152,8 @@ def settings_from(args: argparse.Namespace, env: dict[str, str]) -> Settings:
         ):
             for key in keys:
                 overrides.setdefault(sec, {})[key] = 0
+    if args.command == "demo" and getattr(args, "boot", "ipxe") == "virtual-media":
+        overrides.setdefault("conductor", {})["enabled_boot_interfaces"] = DEMO_VMEDIA_BOOT_INTERFACES
     return load_settings(env, config_file=getattr(args, "config", None), overrides=overrides)
 
 
@@ -219,7 +230,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         simulators: list[Any] = []
         try:
             return await runtime.serve(
-                settings, ALL_SERVICES, until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators)
+                settings,
+                ALL_SERVICES,
+                until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators, boot=args.boot),
             )
         finally:
             for simulator in simulators:

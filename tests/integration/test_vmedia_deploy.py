@@ -22,7 +22,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.cli import build_parser, settings_from
 from services.common import errors
+from services.demo import run_demo
 from services.demo_image import build_demo_image, payload_digest
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
@@ -405,3 +407,24 @@ async def test_a_bad_kernel_fails_the_deploy_and_leaves_no_object(env: dict[str,
     assert "not an x86 Linux kernel" in failed["last_error"]
     left = await objects(env)
     assert not [n for n in left if n.startswith("boot-")] and f"image-{node['uuid']}" not in left, left
+
+
+async def test_the_demo_boots_by_virtual_media(env: dict[str, Any]) -> None:
+    """``ferrum demo --boot virtual-media``: its settings enable the interface, and the run itself
+    (enroll, deploy, byte-for-byte check, undeploy) goes through the virtual CD."""
+    args = build_parser().parse_args(["demo", "--boot", "virtual-media", "--state-dir", str(env["tmp"] / "cli")])
+    assert "redfish-virtual-media" in settings_from(args, {}).conductor.enabled_boot_interfaces
+    plain = build_parser().parse_args(["demo", "--state-dir", str(env["tmp"] / "cli")])
+    assert "redfish-virtual-media" not in settings_from(plain, {}).conductor.enabled_boot_interfaces
+
+    simulators: list[Any] = []
+    try:
+        await run_demo(env["stack"], nodes=2, simulators=simulators, boot="virtual-media")
+        (simulator,) = simulators
+        for machine in simulator.machines:
+            (cd_boot,) = events(machine, "cd_boot")
+            assert "boot_method=vmedia" in cd_boot["cmdline"]
+            assert events(machine, "removable_media") and not events(machine, "kernel")  # no iPXE kernel
+    finally:
+        for simulator in simulators:
+            await simulator.stop()
