@@ -246,8 +246,8 @@ async def boot_disk(machine: Machine) -> str:
 
 async def _download_media(machine: Machine, device: str, dest: Path, *, limit: int) -> bool:
     """Fetch the medium inserted in ``device`` to ``dest``; False (recorded) when it cannot be read."""
-    slot = machine.virtual_media[device]
-    if not slot.inserted or not slot.image:
+    slot = machine.virtual_media.get(device)  # a BMC may lack the device
+    if slot is None or not slot.inserted or not slot.image:
         return False
     sim = machine.simulator
     try:
@@ -284,8 +284,8 @@ async def boot_cd(machine: Machine) -> str:
     RAM (a ramdisk deploy's instance), which reads its config drive from the
     attached media as cloud-init does: the CD itself when it is labelled
     config-2 (a combined ISO), else the removable device."""
-    slot = machine.virtual_media["Cd"]
-    if not slot.inserted or not slot.image:
+    slot = machine.virtual_media.get("Cd")
+    if slot is None or not slot.inserted or not slot.image:
         machine.record("cd_empty")
         return FAILED
     scratch = await _scratch(machine)

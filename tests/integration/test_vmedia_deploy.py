@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.agent import vmedia as agent_vmedia
 from services.cli import build_parser, settings_from
 from services.common import errors
 from services.demo import run_demo
@@ -34,7 +35,7 @@ from tests.restclient import call, wait_state
 
 USER, PASSWORD = "admin", "vmedia-secret"
 CONTAINER = "vmedia-test"
-MACHINES = 24
+MACHINES = 26
 FLEET = 20  # ramdisk deploys of one image at once
 
 BZIMAGE = bytearray(4096)
@@ -428,3 +429,74 @@ async def test_the_demo_boots_by_virtual_media(env: dict[str, Any]) -> None:
     finally:
         for simulator in simulators:
             await simulator.stop()
+
+
+async def test_a_one_slot_bmc_gets_the_config_drive_folded_into_the_instance_iso(env: dict[str, Any]) -> None:
+    """A BMC with a CD only: the ramdisk instance's config drive goes into its own ISO (label
+    config-2), which the OS reads as cloud-init reads a config-2 CD; tear down deletes it."""
+    machine = env["sim"].machines[24]
+    del machine.virtual_media["Floppy"]
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "ramdisk",
+            "driver_info": bmc(env, machine, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"]),
+            "instance_info": {"kernel": env["kernel"], "ramdisk": env["ramdisk"], "image_source": "one-slot"},
+        },
+    )
+    await call(
+        env,
+        "PUT",
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "one-slot.vmedia"}}},
+        expect=202,
+    )
+    active = await wait_state(env, node["uuid"], "active", timeout=120)
+    assert active["last_error"] is None
+    await wait_for(lambda: machine.os_report is not None, "the machine did not boot the ISO")
+    report = machine.os_report or {}
+    assert report.get("ramdisk") is True
+    assert (report.get("config_drive") or {}).get("meta_data", {}).get("hostname") == "one-slot.vmedia"
+    assert f"/boot-{node['uuid']}.iso" in machine.virtual_media["Cd"].image
+    assert f"boot-{node['uuid']}.iso" in await objects(env)
+
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "deleted"}, expect=202)
+    await wait_state(env, node["uuid"], "available", timeout=120)
+    left = await objects(env)
+    assert f"boot-{node['uuid']}.iso" not in left and f"configdrive-{node['uuid']}.iso" not in left, left
+
+
+async def test_setting_up_and_cleaning_up_twice_changes_nothing(env: dict[str, Any]) -> None:
+    """What a conductor that adopts a deploy does: run the set up again. The ISO is counted once,
+    the floppy is the same object with the same token; a second clean up releases nothing twice."""
+    machine = env["sim"].machines[25]
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "direct",
+            "driver_info": bmc(env, machine, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"]),
+        },
+    )
+    conductor = next(s for s in env["stack"].services if s.name == "conductor")
+    uuid = node["uuid"]
+
+    async def floppy_parameters() -> dict[str, str]:
+        data = await env["store"].get_bytes(env["vmedia"].container, f"image-{uuid}")
+        return await asyncio.to_thread(agent_vmedia.image_parameters, [data])
+
+    async with conductor.manager.tasks.acquire(uuid, "repeat") as task:
+        await task.driver.boot.prepare_ramdisk(task, {})
+        first = await floppy_parameters()
+        shared = task.node["driver_internal_info"]["vmedia_deploy_iso"]
+        await task.driver.boot.prepare_ramdisk(task, {})
+        assert await floppy_parameters() == first and first["ipa-node-uuid"] == uuid
+        assert first["ipa-agent-token"] and first["boot_method"] == "vmedia"
+        assert (await objects(env))[shared].usage_count == 1
+        assert machine.virtual_media["Cd"].inserted and machine.virtual_media["Floppy"].inserted
+        await task.driver.boot.clean_up_ramdisk(task)
+        await task.driver.boot.clean_up_ramdisk(task)
+    left = await objects(env)
+    assert shared not in left and f"image-{uuid}" not in left, left
+    assert not machine.virtual_media["Cd"].inserted and not machine.virtual_media["Floppy"].inserted
