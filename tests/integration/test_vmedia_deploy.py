@@ -35,7 +35,7 @@ from tests.restclient import call, wait_state
 
 USER, PASSWORD = "admin", "vmedia-secret"
 CONTAINER = "vmedia-test"
-MACHINES = 26
+MACHINES = 27
 FLEET = 20  # ramdisk deploys of one image at once
 
 BZIMAGE = bytearray(4096)
@@ -500,3 +500,44 @@ async def test_setting_up_and_cleaning_up_twice_changes_nothing(env: dict[str, A
     left = await objects(env)
     assert shared not in left and f"image-{uuid}" not in left, left
     assert not machine.virtual_media["Cd"].inserted and not machine.virtual_media["Floppy"].inserted
+
+
+async def test_config_via_removable_leaves_the_config_drive_in_the_removable_slot(env: dict[str, Any]) -> None:
+    """A disk-booting instance with config_via_removable: its config drive stays attached as a
+    second device, where the OS finds it as cloud-init would; tear down ejects and deletes it."""
+    machine = env["sim"].machines[26]
+    image = build_demo_image(env["tmp"] / "removable-images", size_mib=16, marker="removable")
+    await env["store"].put_file(CONTAINER, "removable.raw", image.path)
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "direct",
+            "driver_info": bmc(
+                env, machine, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"], config_via_removable="true"
+            ),
+            "instance_info": {
+                "image_source": await env["store"].temp_url(CONTAINER, "removable.raw", lifetime=3600),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": image.sha256,
+            },
+        },
+    )
+    await call(
+        env,
+        "PUT",
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "removable.vmedia"}}},
+        expect=202,
+    )
+    active = await wait_state(env, node["uuid"], "active", timeout=120)
+    assert active["last_error"] is None
+    await wait_for(lambda: machine.os_report is not None, "the machine did not boot its disk")
+    assert f"/configdrive-{node['uuid']}.iso" in (machine.virtual_media["Floppy"].image or "")
+    media = (machine.os_report or {}).get("media_config_drive") or {}
+    assert media.get("meta_data", {}).get("hostname") == "removable.vmedia"
+
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "deleted"}, expect=202)
+    await wait_state(env, node["uuid"], "available", timeout=120)
+    assert not machine.virtual_media["Floppy"].inserted
+    assert f"configdrive-{node['uuid']}.iso" not in await objects(env)
