@@ -151,7 +151,8 @@ async def fleet(
     The simulator goes into ``simulators``, stopped after the stack (whose conductor logs out of
     its BMCs on the way down)."""
     api = stack.endpoints["api REST (Ironic v1)"]
-    store = next(s for s in stack.services if s.name == "conductor").objectstore
+    conductor: Any = next(s for s in stack.services if s.name == "conductor")
+    store = conductor.objectstore
     simulator = Simulator(
         SimulatorOptions(
             machines=machines,
@@ -245,7 +246,7 @@ async def fleets(machines: int, tmp: Path) -> dict[str, Any]:
     simulators: list[Simulator] = []
     await stack.start(settings, list(ALL_SERVICES_ORDER))
     try:
-        conductor = next(s for s in stack.services if s.name == "conductor")
+        conductor: Any = next(s for s in stack.services if s.name == "conductor")
         store = conductor.objectstore
         await store.put_file("bench", "vmlinuz", ensure_kernel())
         await store.put_file("bench", "initrd", ensure_initramfs(MARKER))

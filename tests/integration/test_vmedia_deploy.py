@@ -89,7 +89,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
     )
     await ilo.start()
     session = aiohttp.ClientSession()
-    conductor = next(s for s in stack.services if s.name == "conductor")
+    conductor: Any = next(s for s in stack.services if s.name == "conductor")
     store = conductor.objectstore
     await store.put_bytes(CONTAINER, "vmlinuz", bytes(BZIMAGE))
     await store.put_bytes(CONTAINER, "initrd", RAMDISK)
