@@ -6,13 +6,17 @@ EthernetInterfaces and the ComputerSystem.Reset action; one Manager per
 machine with Cd/Floppy VirtualMedia (InsertMedia checks the URL answers, then
 records it; EjectMedia), or with ``bmc_profile="ilo"`` iLO 5's layout (members
 1 = Floppy and 2 = CD under the Manager only, Oem.Hpe actions, one-time boot
-by PATCHing Oem.Hpe.BootOnNextServerReset); SessionService sessions and HTTP basic auth. Plus a
+by PATCHing Oem.Hpe.BootOnNextServerReset); a ``Console`` LogService per
+system whose entries are the last lines of the machine's console (its serial
+port, for a QEMU machine); SessionService sessions and HTTP basic auth. Plus a
 JSON view of every machine at ``/simulator/machines`` for tests and demos.
-Paths match with or without a trailing slash.
+Paths match with or without a trailing slash. A machine that cannot power on
+(its VM does not start) gets a Redfish error, never a hang.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import json
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from services.simulator.firmware import url_exists
+from services.simulator.machine import MachineStartError
 
 if TYPE_CHECKING:
     from services.simulator.machine import Machine
@@ -51,6 +56,7 @@ ILO_MEMBERS = {"1": "Floppy", "2": "Cd"}
 ILO_MEMBER_OF = {device: member for member, device in ILO_MEMBERS.items()}
 MISSING = "Base.1.0.ResourceMissingAtURI"
 MAX_SESSIONS = 1024
+CONSOLE_ENTRIES = 100  # lines of console a log service read returns
 PUBLIC = {
     ("GET", "/redfish"),
     ("GET", V1),
@@ -109,6 +115,9 @@ class RedfishService:
             ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/EthernetInterfaces/(?P<nic>[^/]+)", RedfishService.nic),
             ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
             ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.media),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/LogServices", RedfishService.log_services),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/LogServices/Console", RedfishService.console_service),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/LogServices/Console/Entries", RedfishService.console_entries),
             ("GET", V1 + r"/Managers", RedfishService.managers),
             ("GET", V1 + r"/Managers/(?P<sys>[^/]+)", RedfishService.manager),
             ("GET", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
@@ -270,6 +279,7 @@ class RedfishService:
                 "MemorySummary": {"TotalSystemMemoryGiB": 4, "Status": {"State": "Enabled"}},
                 "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
                 **({} if self.ilo else {"VirtualMedia": odata(path + "/VirtualMedia")}),
+                "LogServices": odata(path + "/LogServices"),
                 "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
                 "Actions": {
                     "#ComputerSystem.Reset": {
@@ -330,7 +340,10 @@ class RedfishService:
             m.record("power_pending", reset_type=reset_type, delay=round(delay, 2))
             m.schedule_power(reset_type, delay)
         else:
-            await m.apply_power(reset_type)
+            try:
+                await m.apply_power(reset_type)
+            except MachineStartError as exc:
+                return error(500, str(exc), "Base.1.0.GeneralError")
         return web.Response(status=204)
 
     async def nics(self, request: web.Request, match: re.Match[str]) -> web.Response:
@@ -466,6 +479,13 @@ class RedfishService:
             return error(400, f"cannot fetch {image}: {problem}", "Base.1.0.ResourceCannotBeCreated")
         slot = m.virtual_media[dev]
         slot.image, slot.inserted, slot.write_protected = image, inserted, protected
+        if inserted:
+            try:
+                await m.attach_media(dev)
+            except MachineStartError as exc:
+                slot.image, slot.inserted, slot.write_protected = None, False, True
+                m.record("virtual_media_error", device=dev, image=image, error=str(exc))
+                return error(400, str(exc), "Base.1.0.ResourceCannotBeCreated")
         m.record("virtual_media_inserted", device=dev, image=image)
         return web.Response(status=204)
 
@@ -478,6 +498,8 @@ class RedfishService:
         slot = m.virtual_media[dev]
         if slot.image is not None:
             m.record("virtual_media_ejected", device=dev, image=slot.image)
+        if slot.inserted:
+            await m.detach_media(dev)
         slot.image, slot.inserted, slot.write_protected = None, False, True
         return web.Response(status=204)
 
@@ -519,6 +541,58 @@ class RedfishService:
         if not self.ilo:
             raise http_error(web.HTTPNotFound, "no such action", MISSING)
         return await self.eject_media(request, match)
+
+    # ---- console log ----------------------------------------------------------------
+
+    async def log_services(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = m.system_path + "/LogServices"
+        return web.json_response(collection(path, "LogService", [path + "/Console"]))
+
+    async def console_service(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = m.system_path + "/LogServices/Console"
+        return web.json_response(
+            {
+                "@odata.type": "#LogService.v1_3_0.LogService",
+                "@odata.id": path,
+                "Id": "Console",
+                "Name": "Serial console",
+                "Description": f"The last {CONSOLE_ENTRIES} lines of the machine's console, oldest first",
+                "MaxNumberOfRecords": CONSOLE_ENTRIES,
+                "OverWritePolicy": "WrapsWhenFull",
+                "ServiceEnabled": True,
+                "Entries": odata(path + "/Entries"),
+            }
+        )
+
+    async def console_entries(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        """Console lines as LogEntry members (expanded, so one GET reads them all)."""
+        m = self.machine(match)
+        path = m.system_path + "/LogServices/Console/Entries"
+        lines = await asyncio.to_thread(m.console_lines, CONSOLE_ENTRIES)
+        members = [
+            {
+                "@odata.type": "#LogEntry.v1_4_0.LogEntry",
+                "@odata.id": f"{path}/{number}",
+                "Id": str(number),
+                "Name": "Console line",
+                "EntryType": "Oem",
+                "OemRecordFormat": "Ferrum console line",
+                "Severity": "OK",
+                "Message": line,
+            }
+            for number, line in enumerate(lines, start=1)
+        ]
+        return web.json_response(
+            {
+                "@odata.type": "#LogEntryCollection.LogEntryCollection",
+                "@odata.id": path,
+                "Name": "Console lines",
+                "Members@odata.count": len(members),
+                "Members": members,
+            }
+        )
 
     # ---- sessions ---------------------------------------------------------------------
 
