@@ -38,6 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(stack)
     stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
+    stack.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve REST and internal gRPC over TLS with a local CA generated in STATE_DIR/tls "
+        "(to try TLS out; iPXE and temp URLs stay plain HTTP; docs/security.md)",
+    )
 
     api = sub.add_parser("api", help="run the REST (Ironic v1) and gRPC api service", epilog=EPILOG)
     _common(api)
@@ -193,7 +199,14 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from services import runtime
 
     if args.command == "stack":
-        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file)
+        notes: dict[str, str] = {}
+        if args.tls:
+            from services.common.local_ca import ensure_local_tls, with_local_tls
+
+            tls = await asyncio.to_thread(ensure_local_tls, settings.state_dir)
+            settings = with_local_tls(settings, tls)
+            notes["TLS CA (OS_CACERT)"] = str(tls.ca_file)
+        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file, notes=notes)
     if args.command in ("api", "conductor", "ipxe", "objectstore"):
         return await runtime.serve(settings, [args.command], ports_file=args.ports_file)
     if args.command == "db" and args.db_command == "rotate-key":
