@@ -10,8 +10,10 @@ import asyncio
 import datetime
 import json
 import os
+import signal
 import ssl
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+import requests
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -30,6 +33,7 @@ from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.conftest import test_settings
+from tests.integration.test_stack_process import FERRUM, ROOT, clean_env, wait_for
 from tests.restclient import call, wait_state
 
 BAREMETAL = str(Path(sys.executable).with_name("baremetal"))
@@ -245,3 +249,33 @@ async def test_simulated_machine_deploys_against_the_tls_api(tls_stack: dict[str
         await asyncio.sleep(0.2)
     assert payload_digest(Path(machine.disk_path), image) == payload_digest(image.path, image)
     assert (machine.os_report.get("config_drive") or {}).get("meta_data", {}).get("hostname") == "tls.example"
+
+
+# ---- ferrum stack --tls as a process ---------------------------------------------------------------
+
+
+def test_ferrum_stack_tls_process(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o755)
+    ports = tmp_path / "ports.json"
+    state = tmp_path / "state"
+    command = [*FERRUM, "stack", "--tls", "--ephemeral", "--state-dir", str(state), "--ports-file", str(ports)]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        endpoints = wait_for(ports, process, timeout=90)
+        ca = endpoints["TLS CA (OS_CACERT)"]
+        assert ca == str((state / "tls" / "ca.pem").resolve())
+        api = endpoints["api REST (Ironic v1)"]
+        assert api.startswith("https://") and endpoints["ipxe HTTP"].startswith("http://")
+        assert requests.get(f"{api}/v1/", verify=ca, timeout=10).status_code == 200
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(f"{api}/v1/", timeout=10)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0
+        assert "TLS CA (OS_CACERT)" in out and ca in out  # printed for the operator
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
