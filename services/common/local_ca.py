@@ -186,7 +186,8 @@ def with_local_tls(settings: Settings, tls: LocalTls) -> Settings:
     gRPC serve ``server.pem``, internal clients trust ``ca.pem``, and deploy
     ramdisks are told to trust it too (``ipa-cafile``; the path is this host's,
     right for in-process simulated machines; a real ramdisk needs the file at
-    that path, docs/security.md)."""
+    that path, docs/security.md) and to serve their command API with auto TLS
+    (``ipa-enable-auto-tls=1`` in the default kernel parameters)."""
     security = dataclasses.replace(
         settings.security,
         tls_cert_file=str(tls.cert_file),
@@ -196,4 +197,8 @@ def with_local_tls(settings: Settings, tls: LocalTls) -> Settings:
     ipxe = settings.ipxe
     if not ipxe.agent_ca_file:
         ipxe = dataclasses.replace(ipxe, agent_ca_file=str(tls.ca_file))
+    if "ipa-enable-auto-tls" not in ipxe.kernel_append_params:
+        ipxe = dataclasses.replace(
+            ipxe, kernel_append_params=f"{ipxe.kernel_append_params} ipa-enable-auto-tls=1".strip()
+        )
     return validate(dataclasses.replace(settings, security=security, ipxe=ipxe))

@@ -243,6 +243,11 @@ async def test_simulated_machine_deploys_against_the_tls_api(tls_stack: dict[str
     cmdline = json.dumps(kernel_lines)
     assert f"ipa-api-url={tls_stack['api']}" in cmdline
     assert f"ipa-cafile={tls_stack['tls'].ca_file}" in cmdline
+    # ... and served its command API with auto TLS: the conductor called an https agent, trusting the
+    # certificate announced in the heartbeat.
+    assert "ipa-enable-auto-tls=1" in cmdline
+    started = [e for e in machine.boot_log if e["event"] == "agent_started"]
+    assert started and started[-1]["callback_url"].startswith("https://127.0.0.1:")
     deadline = time.monotonic() + 60
     while machine.os_report is None:
         assert time.monotonic() < deadline, "the machine did not boot its disk"
