@@ -21,6 +21,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ports-file", help="write the bound endpoints as JSON to this file once serving")
 
 
+TLS_HELP = (
+    "serve REST and internal gRPC over TLS with a local CA generated in STATE_DIR/tls "
+    "(to try TLS out; iPXE and temp URLs stay plain HTTP; docs/security.md)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ferrum",
@@ -38,12 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(stack)
     stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
-    stack.add_argument(
-        "--tls",
-        action="store_true",
-        help="serve REST and internal gRPC over TLS with a local CA generated in STATE_DIR/tls "
-        "(to try TLS out; iPXE and temp URLs stay plain HTTP; docs/security.md)",
-    )
+    stack.add_argument("--tls", action="store_true", help=TLS_HELP)
 
     api = sub.add_parser("api", help="run the REST (Ironic v1) and gRPC api service", epilog=EPILOG)
     _common(api)
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     _common(demo)
+    demo.add_argument("--tls", action="store_true", help=TLS_HELP)
     demo.add_argument("--nodes", type=int, default=8, help="how many simulated machines to provision (default 8)")
 
     db = sub.add_parser("db", help="database maintenance")
@@ -198,14 +200,14 @@ def main(argv: list[str] | None = None) -> int:
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from services import runtime
 
-    if args.command == "stack":
-        notes: dict[str, str] = {}
-        if args.tls:
-            from services.common.local_ca import ensure_local_tls, with_local_tls
+    notes: dict[str, str] = {}
+    if getattr(args, "tls", False):
+        from services.common.local_ca import ensure_local_tls, with_local_tls
 
-            tls = await asyncio.to_thread(ensure_local_tls, settings.state_dir)
-            settings = with_local_tls(settings, tls)
-            notes["TLS CA (OS_CACERT)"] = str(tls.ca_file)
+        tls = await asyncio.to_thread(ensure_local_tls, settings.state_dir)
+        settings = with_local_tls(settings, tls)
+        notes["TLS CA (OS_CACERT)"] = str(tls.ca_file)
+    if args.command == "stack":
         return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file, notes=notes)
     if args.command in ("api", "conductor", "ipxe", "objectstore"):
         return await runtime.serve(settings, [args.command], ports_file=args.ports_file)
@@ -232,7 +234,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         simulators: list[Any] = []
         try:
             return await runtime.serve(
-                settings, ALL_SERVICES, until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators)
+                settings,
+                ALL_SERVICES,
+                until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators),
+                notes=notes,
             )
         finally:
             for simulator in simulators:

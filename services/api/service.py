@@ -128,7 +128,7 @@ class ApiService:
         self.endpoints.api_url = f"{scheme}://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
         return {
             "api REST (Ironic v1)": f"{scheme}://{c.host}:{port}",
-            "api gRPC" + (" (TLS)" if tls is not None else ""): f"{c.host}:{grpc_port}",
+            "api gRPC": f"{c.host}:{grpc_port}",
             "api metrics": f"{scheme}://{c.host}:{port}/metrics",
         }
 

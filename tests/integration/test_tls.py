@@ -141,7 +141,7 @@ async def test_internal_grpc_is_tls_only(tls_stack: dict[str, Any]) -> None:
     endpoints = tls_stack["stack"].endpoints
     roots = tls_stack["tls"].ca_file.read_bytes()
     request = health_pb2.HealthCheckRequest(service="")
-    for label in (*INTERNAL_GRPC, "api gRPC (TLS)"):
+    for label in (*INTERNAL_GRPC, "api gRPC"):
         address = endpoints[label]
         async with grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots)) as channel:
             reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=10)
