@@ -29,6 +29,12 @@ class TlsFiles:
     key_file: str
     ca_file: str = ""
 
+    @classmethod
+    def trusting(cls, ca_file: str) -> TlsFiles:
+        """What a client outside Ferrum's processes (a benchmark, a script) needs
+        to call Ferrum over TLS: only the CA it verifies servers with."""
+        return cls(cert_file="", key_file="", ca_file=ca_file)
+
 
 def tls_files(security: SecurityConfig) -> TlsFiles | None:
     """The configured TLS files, or None when this deployment runs plain TCP."""

@@ -137,22 +137,27 @@ async def test_rest_is_https_and_needs_the_ca(tls_stack: dict[str, Any]) -> None
             await plain.get(api.replace("https://", "http://") + "/")
 
 
+async def health(channel: grpc.aio.Channel, timeout: float) -> Any:
+    """grpc_health ships no stubs for the aio Check call, hence the ignore."""
+    stub = health_pb2_grpc.HealthStub(channel)
+    return await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)  # type: ignore[attr-defined]
+
+
 async def test_internal_grpc_is_tls_only(tls_stack: dict[str, Any]) -> None:
     endpoints = tls_stack["stack"].endpoints
     roots = tls_stack["tls"].ca_file.read_bytes()
-    request = health_pb2.HealthCheckRequest(service="")
     for label in (*INTERNAL_GRPC, "api gRPC"):
         address = endpoints[label]
         async with grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(roots)) as channel:
-            reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=10)
+            reply = await health(channel, 10)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, label
         async with grpc.aio.insecure_channel(address) as channel:  # a plaintext client is refused
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
+                await health(channel, 5)
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, label
         async with grpc.aio.secure_channel(address, grpc.ssl_channel_credentials()) as channel:  # no CA: refused
             with pytest.raises(grpc.aio.AioRpcError) as untrusted:
-                await health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
+                await health(channel, 5)
             assert untrusted.value.code() == grpc.StatusCode.UNAVAILABLE, label
 
 
