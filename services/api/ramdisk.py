@@ -77,9 +77,7 @@ class RamdiskApi:
             "node": {
                 "uuid": fresh["uuid"],
                 "properties": fresh["properties"],
-                "instance_info": {
-                    k: (views.MASK if k in views.INSTANCE_SECRETS else v) for k, v in fresh["instance_info"].items()
-                },
+                "instance_info": views.mask_instance_info(fresh["instance_info"]),
                 "driver_internal_info": views.mask_secrets(fresh["driver_internal_info"]),
                 "links": views.links(base, "nodes", fresh["uuid"]),
             },

@@ -8,6 +8,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     │   ├── InvalidParameterValue ── UnsupportedDriverExtension
     │   ├── MissingParameter, PatchError
     │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
+    │   ├── NoValidHost
     │   └── ConfigDriveInvalid
     ├── Unauthorized (401, UNAUTHENTICATED)
     ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
@@ -21,6 +22,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
+    │   └── AuthenticationBusy
     ├── DriverLoadError (500): a hardware type or implementation that cannot load
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
@@ -79,6 +81,12 @@ class NodeInMaintenance(Invalid):
 
 class DriverNotFound(Invalid):
     pass
+
+
+class NoValidHost(Invalid):
+    """No live conductor serves the node's driver in its conductor group, so the
+    node could never be routed: refused on create and patch (Ironic turns its
+    404 NoValidHost into a 400 there too)."""
 
 
 class ConfigDriveInvalid(Invalid):
@@ -196,6 +204,11 @@ class DatabaseUnavailable(ServiceUnavailable):
     retry_after = 2
 
 
+class AuthenticationBusy(ServiceUnavailable):
+    """Too many password checks are already running or waiting (bcrypt is slow
+    on purpose); the client retries after ``retry_after`` seconds."""
+
+
 class DriverLoadError(FerrumError):
     """Driver composition is broken at conductor start: a hardware type names an
     implementation nothing provides, or a kind has no enabled implementation."""
@@ -272,4 +285,6 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> FerrumError:
     code = error.code()
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return NoConductorAvailable(f"conductor unreachable: {error.details()}")
-    return FerrumError(f"conductor call failed: {code.name}: {error.details()}")
+    # An unexpected failure's details may name the server's internals (exception
+    # classes, SQL): they are for its log, not for the api's client.
+    return FerrumError(f"conductor call failed: {code.name}")
