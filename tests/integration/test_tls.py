@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.common.config import ConfigError, load_settings
 from services.common.local_ca import RENEW_BEFORE, SERVER_LIFETIME, ensure_local_tls, with_local_tls
 from services.demo_image import build_demo_image, payload_digest
+from services.ipxe.render import api_url_for
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
@@ -111,6 +112,16 @@ def test_local_ca_files_are_private_reused_and_renewed(tmp_path: Path) -> None:
     first.key_file.write_text("garbage")  # an unusable key: a new pair, never a start failure
     fresh = ensure_local_tls(tmp_path)
     ssl.create_default_context().load_cert_chain(fresh.cert_file, fresh.key_file)
+
+
+def test_renderer_names_the_https_api_and_the_ramdisk_ca(tmp_path: Path) -> None:
+    """With a fixed api port (no api in the process to ask), the agent's api URL is https under TLS."""
+    base = load_settings({}, overrides={None: {"state_dir": str(tmp_path)}})
+    assert api_url_for(base) == "http://127.0.0.1:6385"
+    settings = with_local_tls(base, ensure_local_tls(tmp_path))
+    assert api_url_for(settings) == "https://127.0.0.1:6385"
+    assert settings.ipxe.agent_ca_file == str(tmp_path.resolve() / "tls" / "ca.pem")
+    assert settings.ipxe.kernel_append_params.endswith(" ipa-enable-auto-tls=1")
 
 
 def test_tls_options_are_checked() -> None:
