@@ -23,6 +23,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ports-file", help="write the bound endpoints as JSON to this file once serving")
 
 
+TLS_HELP = (
+    "serve REST and internal gRPC over TLS with a local CA generated in STATE_DIR/tls "
+    "(to try TLS out; iPXE and temp URLs stay plain HTTP; docs/security.md)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ferrum",
@@ -40,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(stack)
     stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
+    stack.add_argument("--tls", action="store_true", help=TLS_HELP)
 
     api = sub.add_parser("api", help="run the REST (Ironic v1) and gRPC api service", epilog=EPILOG)
     _common(api)
@@ -118,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     _common(demo)
+    demo.add_argument("--tls", action="store_true", help=TLS_HELP + "; python backend only")
     demo.add_argument(
         "--nodes", type=int, help="how many machines to provision (default 8; 2 with --backend qemu, at most 4)"
     )
@@ -202,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ferrum: error: {exc}", file=sys.stderr)
         return 2
+    if args.command == "demo" and args.backend == "qemu" and args.tls:
+        # The local CA is a file on this host; the VMs' ramdisk has no copy of it to verify the api with.
+        print(
+            "ferrum: error: demo --tls needs the python backend (the VMs' ramdisk lacks the local CA)", file=sys.stderr
+        )
+        return 2
     if args.command == "demo" and args.backend == "qemu":
         from services.demo_vm import guest_settings
 
@@ -238,8 +252,15 @@ def main(argv: list[str] | None = None) -> int:
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from services import runtime
 
+    notes: dict[str, str] = {}
+    if getattr(args, "tls", False):
+        from services.common.local_ca import ensure_local_tls, with_local_tls
+
+        tls = await asyncio.to_thread(ensure_local_tls, settings.state_dir)
+        settings = with_local_tls(settings, tls)
+        notes["TLS CA (OS_CACERT)"] = str(tls.ca_file)
     if args.command == "stack":
-        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file)
+        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file, notes=notes)
     if args.command in ("api", "conductor", "ipxe", "objectstore"):
         return await runtime.serve(settings, [args.command], ports_file=args.ports_file)
     if args.command == "db" and args.db_command == "rotate-key":
@@ -288,7 +309,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
                 stack, nodes=8 if args.nodes is None else args.nodes, simulators=simulators, boot=args.boot
             )
         try:
-            return await runtime.serve(settings, ALL_SERVICES, until=demo)
+            return await runtime.serve(settings, ALL_SERVICES, until=demo, notes=notes)
         finally:
             for simulator in simulators:
                 await simulator.stop()

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 from rich.table import Table
 
+from services.common.tls import client_ssl_context, tls_files
 from services.demo_image import DemoImage, build_demo_image, payload_digest
 
 HEADERS = {"X-OpenStack-Ironic-API-Version": "latest"}
@@ -250,7 +251,9 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any], boot: str =
     )
     simulators.append(simulator)
     await simulator.start()
-    async with aiohttp.ClientSession() as session:
+    # With TLS on (ferrum demo --tls), the REST calls verify the api against the configured CA.
+    tls = client_ssl_context(tls_files(stack.settings.security))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as session:
         root = await rest_call(session, "GET", f"{api}/")
         console.print(
             f"\n[bold]Ferrum[/] at {api} (Ironic API {root['default_version']['min_version']}"

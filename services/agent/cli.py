@@ -90,6 +90,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ca-file", help="extra CA bundle for https api, image and config drive URLs")
     parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (test labs only)")
     parser.add_argument(
+        "--cert-file", dest="tls_cert_file", help="serve the command API over TLS with this PEM certificate"
+    )
+    parser.add_argument("--key-file", dest="tls_key_file", help="the key of --cert-file")
+    parser.add_argument(
+        "--auto-tls",
+        action="store_true",
+        help="serve the command API over TLS with a self-signed certificate made at start (IPA's auto TLS)",
+    )
+    parser.add_argument(
         "--tmp-dir",
         help="where out-of-order qcow2 clusters are spooled, or qcow2 images staged for qemu-img (default system temp)",
     )
@@ -153,6 +162,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         "ca_file",
         "max_connections",
         "header_timeout",
+        "tls_cert_file",
+        "tls_key_file",
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -161,6 +172,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         overrides["allow_md5"] = True
     if args.insecure:
         overrides["insecure"] = True
+    if args.auto_tls:
+        overrides["auto_tls"] = True
     if args.qcow2_via_qemu_img:
         overrides["qcow2_stream"] = False
     if "listen_port" not in overrides and "ipa-listen-port" not in text:

@@ -71,6 +71,8 @@ def option_values(cmdline: str) -> dict[str, Any]:
         ("listen_host", ("ipa-listen-host",)),
         ("ca_file", ("ipa-cafile", "ipa-ca-file")),
         ("advertise_host", ("ipa-advertise-host",)),
+        ("tls_cert_file", ("ipa-cert-file",)),
+        ("tls_key_file", ("ipa-key-file",)),
     ):
         if (value := get(*names)) is not None:
             values[field] = value
@@ -90,4 +92,6 @@ def option_values(cmdline: str) -> dict[str, Any]:
         values["allow_md5"] = md5.lower() in _TRUE
     if (insecure := get("ipa-insecure")) is not None:
         values["insecure"] = insecure.lower() in _TRUE
+    if (auto := get("ipa-enable-auto-tls")) is not None:
+        values["auto_tls"] = auto.lower() in _TRUE
     return values
