@@ -136,7 +136,7 @@ class AllocationRepository:
             raise _conflict(exc, {}) from None
         if row is None:  # deleted while it was being processed
             raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
-        return row_to_dict(row)  # type: ignore[return-value]
+        return row_to_dict(row)
 
     async def update(self, allocation_id: int, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Change an allocation's ``name`` and/or ``extra`` (the only patchable fields)."""
