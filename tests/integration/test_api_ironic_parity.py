@@ -201,6 +201,38 @@ async def test_allocation_retries_a_briefly_locked_candidate(api: Client, databa
     assert done["state"] == "active" and done["node_uuid"] == node["uuid"], done
 
 
+async def test_allocation_deleted_while_allocating_gives_its_node_back(api: Client, database_url: str) -> None:
+    import asyncpg
+
+    node = await api.new_node("alloc-gone", "available", resource_class="gone-rc")
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE nodes SET reservation = 'someone-else', reservation_expires_at = now() + interval '1 minute' "
+            "WHERE uuid = $1::uuid",
+            node["uuid"],
+        )
+        _, alloc = await api.call("POST", "/v1/allocations", {"resource_class": "gone-rc"}, expect=201)
+        await api.call("DELETE", f"/v1/allocations/{alloc['uuid']}", expect=204)
+        before = (await api.node("alloc-gone"))["updated_at"]
+        await conn.execute(
+            "UPDATE nodes SET reservation = NULL, reservation_expires_at = NULL WHERE uuid = $1::uuid", node["uuid"]
+        )
+    finally:
+        await conn.close()
+    await api.refused(404, "GET", f"/v1/allocations/{alloc['uuid']}")
+    # The pick, retrying the lock, claims the node (instance_uuid set, updated_at moves), finds its
+    # allocation gone and gives the node back (instance_uuid None again).
+    deadline = time.monotonic() + 10
+    while True:
+        seen = await api.node("alloc-gone")
+        if seen["updated_at"] != before and seen["instance_uuid"] is None:
+            break
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.05)
+    assert (await api.node("alloc-gone"))["allocation_uuid"] is None
+
+
 # -- drivers, VIFs, node flags ------------------------------------------------------------------
 
 
