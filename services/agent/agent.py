@@ -61,6 +61,8 @@ class AgentOptions:
     allow_md5: bool = False
     power_off: Callable[[], Awaitable[None]] | None = None  # hook: standby.power_off
     reboot: Callable[[], Awaitable[None]] | None = None  # hook: standby.run_image / reboot
+    # hook: rescue.finalize_rescue hands the rescue login its crypt(3) password hash
+    set_rescue_password: Callable[[str], Awaitable[None]] | None = None
     agent_token: str = ""  # pre-generated token (ipa-agent-token), else the lookup's
     global_request_id: str = ""  # ipa-global-request-id, sent on lookup/heartbeat
     tmp_dir: str = ""  # qcow2 spool / staging directory (default: system temp)
@@ -359,6 +361,12 @@ class Agent:
         task = asyncio.create_task(act(), name=f"agent-{kind}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def stop_callbacks(self, reason: str) -> None:
+        """No more heartbeats (rescue finished: the conductor no longer drives this node)."""
+        self.powered_down = reason
+        self._heartbeat_now.set()
+        LOG.info("callbacks stopped node_uuid=%s reason=%s", self.node_uuid, reason)
 
     # ---- lookup and heartbeats ----------------------------------------------------------
 

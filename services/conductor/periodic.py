@@ -14,6 +14,8 @@ from services.common import errors, states
 from services.common.db.conductors import ConductorRepository
 from services.common.db.outage import is_unavailable
 from services.common.hashring import ConductorRings
+from services.conductor.drivers.base import Task
+from services.conductor.flows import clean, rescue, service
 
 if TYPE_CHECKING:
     from services.conductor.manager import ConductorManager
@@ -76,6 +78,8 @@ class PeriodicWork:
         for state, timeout in (
             (states.DEPLOYWAIT, self.config.deploy_callback_timeout),
             (states.CLEANWAIT, self.config.clean_callback_timeout),
+            (states.RESCUEWAIT, self.config.rescue_callback_timeout),
+            (states.SERVICEWAIT, self.config.service_callback_timeout),
         ):
             cutoff = now - datetime.timedelta(seconds=timeout)
             for node in await self.manager.nodes.list_in_states([state], updated_before=cutoff):
@@ -86,15 +90,27 @@ class PeriodicWork:
                         # Re-read under the lock: a heartbeat may have arrived since the scan.
                         fresh = task.node["provision_updated_at"]
                         if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
-                            await self.manager.states.fail(
-                                task,
-                                f"Timeout reached while waiting for callback for node {node['uuid']} "
-                                f'({int(timeout)} s in "{state}")',
-                            )
+                            await self._time_out(task, state, timeout)
                             failed += 1
                 except errors.NodeLocked:
                     continue
         return failed
+
+    async def _time_out(self, task: Task, state: str, timeout: float) -> None:
+        """Each wait state's flow fails its own way (clean failed names the step, rescue powers off)."""
+        ctx = self.manager.states
+        if state == states.CLEANWAIT:
+            await clean.timed_out(ctx, task)
+        elif state == states.RESCUEWAIT:
+            await rescue.timed_out(ctx, task)
+        elif state == states.SERVICEWAIT:
+            await service.timed_out(ctx, task)
+        else:
+            await ctx.fail(
+                task,
+                f"Timeout reached while waiting for callback for node {task.node['uuid']} "
+                f'({int(timeout)} s in "{state}")',
+            )
 
     async def sync_power_states(self) -> int:
         """Record the BMC's power state for nodes this conductor owns.

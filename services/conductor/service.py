@@ -94,6 +94,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 rescue_password=request.rescue_password or None,
                 deploy_steps=_json_or(request.deploy_steps_json, None),
                 disable_ramdisk=request.disable_ramdisk,
+                service_steps=_json_or(request.service_steps_json, None),
             ),
         )
         return pb.Empty()

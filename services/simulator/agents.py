@@ -35,6 +35,8 @@ class AgentLaunch:
     listen_host: str
     power_off: Callable[[], Awaitable[None]]
     reboot: Callable[[], Awaitable[None]]
+    # The rescue login of the booted ramdisk: receives the crypt(3) password hash.
+    set_rescue_password: Callable[[str], Awaitable[None]] | None = None
     session: aiohttp.ClientSession | None = field(default=None, compare=False)
 
 
@@ -48,6 +50,7 @@ def real_agent(launch: AgentLaunch) -> AgentHandle:
         disks=(Disk(path=launch.disk_path, name="/dev/sda", serial=launch.disk_serial),),
         power_off=launch.power_off,
         reboot=launch.reboot,
+        set_rescue_password=launch.set_rescue_password,
         # Every simulated machine lives in this process: whatever the kernel line
         # says about listening, agents share one host on ephemeral ports.
         listen_host=launch.listen_host,

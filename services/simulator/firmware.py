@@ -181,6 +181,7 @@ async def start_ramdisk(machine: Machine, cmdline: str) -> str:
         listen_host=sim.options.agent_host,
         power_off=power_off,
         reboot=reboot,
+        set_rescue_password=machine.set_rescue_password,
         session=sim.session,
     )
     factory = sim.options.agent_factory or real_agent

@@ -46,7 +46,7 @@ class FakeHardware(HardwareType):
         "network": ("noop",),
         "vendor": ("fake", "no-vendor"),
         "inspect": ("fake", "no-inspect"),
-        "rescue": ("fake", "no-rescue"),
+        "rescue": ("fake", "agent", "no-rescue"),
     }
 
 
@@ -63,4 +63,5 @@ class RedfishHardware(HardwareType):
         "network": ("noop",),
         "vendor": ("no-vendor",),
         "inspect": ("no-inspect",),
+        "rescue": ("no-rescue", "agent"),
     }
