@@ -14,6 +14,7 @@ from services.common import errors, states
 from services.common.db.conductors import ConductorRepository
 from services.common.db.outage import is_unavailable
 from services.common.hashring import ConductorRings
+from services.conductor.console_tail import last_console_line
 from services.conductor.drivers.base import Task
 from services.conductor.flows import clean, rescue, service
 
@@ -106,11 +107,13 @@ class PeriodicWork:
         elif state == states.SERVICEWAIT:
             await service.timed_out(ctx, task)
         else:
-            await ctx.fail(
-                task,
+            reason = (
                 f"Timeout reached while waiting for callback for node {task.node['uuid']} "
-                f'({int(timeout)} s in "{state}")',
+                f'({int(timeout)} s in "{state}")'
             )
+            if seen := await last_console_line(task):
+                reason += f"; the console last showed: {seen}"
+            await ctx.fail(task, reason)
 
     async def sync_power_states(self) -> int:
         """Record the BMC's power state for nodes this conductor owns.

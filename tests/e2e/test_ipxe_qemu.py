@@ -225,6 +225,7 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
                     f"Ferrum: looking up this machine by MAC {DEPLOY_MAC} (net1)",
                     f"Ferrum: node {node} is in state deploying",
                     marker,
+                    "BOOTIF=01-52-54-00-e2-e0-01",  # the /proc/cmdline line /init prints after the marker
                 ],
                 vms[0],
                 BOOT_WAIT,
@@ -453,6 +454,7 @@ async def test_real_uefi_ipxe_boots_deploy_ramdisk(
                 f"Ferrum: node {node} is in state clean wait",
                 "Ferrum: loading the deploy kernel and ramdisk (uefi)",
                 marker,
+                "initrd=deploy_ramdisk",  # the /proc/cmdline line /init prints after the marker
             ],
             vm,
             BOOT_WAIT,
