@@ -45,6 +45,7 @@ CLEAN_TIMEOUT = 12.0
 # Machine index -> what is wrong with its disk (the agent of that machine sees this path).
 HUNG_DISK = 3  # a FIFO: opening it blocks, so the erase step never finishes
 BROKEN_DISK = 4  # a directory: the erase step fails at once
+ABORTED_DISK = 5  # another FIFO, for abort in clean wait
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +64,15 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
     )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
-    fifo = tmp / "hung-disk"
-    os.mkfifo(fifo)
+    fifos = [tmp / "hung-disk", tmp / "aborted-disk"]
+    for fifo in fifos:
+        os.mkfifo(fifo)
     (tmp / "broken-disk").mkdir()
-    odd_disks = {f"{HUNG_DISK}": str(fifo), f"{BROKEN_DISK}": str(tmp / "broken-disk")}
+    odd_disks = {
+        f"{HUNG_DISK}": str(fifos[0]),
+        f"{BROKEN_DISK}": str(tmp / "broken-disk"),
+        f"{ABORTED_DISK}": str(fifos[1]),
+    }
     simulator: Simulator
 
     def agent_factory(launch: AgentLaunch) -> Any:
@@ -78,7 +84,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
 
     simulator = Simulator(
         SimulatorOptions(
-            machines=5,
+            machines=6,
             state_dir=str(tmp / "machines"),
             boot_url=stack.endpoints["ipxe HTTP"],
             username=USER,
@@ -107,9 +113,10 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
         await session.close()
         await stack.close()
         await simulator.stop()
-        # Release the agent thread still blocked opening the FIFO.
-        with contextlib.suppress(OSError):
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        # Release the agent threads still blocked opening the FIFOs.
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 async def enroll(env: dict[str, Any], index: int, *, automated_clean: bool | None = None) -> dict[str, Any]:
@@ -257,23 +264,44 @@ async def test_a_failing_step_names_the_step_and_the_agent_error(env: dict[str, 
     assert failed["power_state"] == "power off"
 
 
+async def running_step(env: dict[str, Any], uuid: str) -> dict[str, Any]:
+    """Wait until the node is in clean wait with a step sent to its agent."""
+    deadline = time.monotonic() + 120
+    while True:
+        _, current = await call(env, "GET", f"/v1/nodes/{uuid}", expect=200)
+        if current["provision_state"] == "clean wait" and current["clean_step"]:
+            return current
+        assert time.monotonic() < deadline, current
+        await asyncio.sleep(0.1)
+
+
 async def test_an_agent_dying_mid_step_hits_the_clean_timeout(env: dict[str, Any]) -> None:
     node = await enroll(env, HUNG_DISK)
     machine = env["sim"].machines[HUNG_DISK]
     await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "provide"}, expect=202)
-    deadline = time.monotonic() + 120
-    while True:  # the step is running (and hangs on the disk)
-        _, current = await call(env, "GET", f"/v1/nodes/{node['uuid']}", expect=200)
-        if current["provision_state"] == "clean wait" and current["clean_step"]:
-            break
-        assert time.monotonic() < deadline, current
-        await asyncio.sleep(0.1)
+    current = await running_step(env, node["uuid"])  # the step is running (and hangs on the disk)
     assert current["clean_step"]["step"] == "erase_devices_metadata"
     await machine.agent.stop()  # the ramdisk dies: no more heartbeats
     failed = await wait_state(env, node["uuid"], "clean failed", timeout=CLEAN_TIMEOUT + 30)
     assert "Timeout reached while cleaning the node" in failed["last_error"]
     assert "Failed on step deploy.erase_devices_metadata" in failed["last_error"]
     assert failed["power_state"] == "power off"
+
+
+async def test_abort_in_clean_wait_stops_the_ramdisk(env: dict[str, Any]) -> None:
+    node = await enroll(env, ABORTED_DISK)
+    machine = env["sim"].machines[ABORTED_DISK]
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "provide"}, expect=202)
+    await running_step(env, node["uuid"])
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "abort"}, expect=202)
+    aborted = await wait_state(env, node["uuid"], "clean failed", timeout=60)
+    assert aborted["last_error"] == (
+        "By request, the clean operation was aborted during or after the completion of step "
+        '"deploy.erase_devices_metadata"'
+    )
+    assert aborted["clean_step"] == {} and aborted["maintenance"] is False
+    assert aborted["power_state"] == "power off" and machine.power_state == "Off"
+    await provision(env, node["uuid"], "manage", "manageable")
 
 
 async def test_rescue_hands_over_a_verifiable_hash_and_unrescue_returns_to_active(env: dict[str, Any]) -> None:
