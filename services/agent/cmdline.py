@@ -63,6 +63,7 @@ def option_values(cmdline: str) -> dict[str, Any]:
         ("listen_host", ("ipa-listen-host",)),
         ("ca_file", ("ipa-cafile", "ipa-ca-file")),
         ("advertise_host", ("ipa-advertise-host",)),
+        ("inspection_callback_url", ("ipa-inspection-callback-url",)),
     ):
         if (value := get(*names)) is not None:
             values[field] = value

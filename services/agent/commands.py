@@ -335,7 +335,11 @@ async def install_bootloader(agent: Agent, params: dict[str, Any], cmd: CommandR
 async def get_hardware_info(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     disks = await asyncio.to_thread(hardware.describe_disks, agent.options.disks)
     return hardware.inventory(
-        disks, agent.options.macs, hostname=agent.options.hostname, ipv4_address=agent.advertise_host
+        disks,
+        agent.options.macs,
+        hostname=agent.options.hostname,
+        ipv4_address=agent.advertise_host,
+        facts=agent.options.hardware,
     )
 
 

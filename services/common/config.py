@@ -85,7 +85,7 @@ class ConductorConfig:
     enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
-    enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
+    enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake", "agent")
     enabled_console_interfaces: tuple[str, ...] = ("no-console",)
     enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
     enabled_bios_interfaces: tuple[str, ...] = ("no-bios",)

@@ -41,6 +41,7 @@ from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.flows import clean, deploy, inspect, power, rescue, resume, service, teardown, verify
 from services.conductor.flows.context import FlowContext
 from services.conductor.indicators import Indicators
+from services.conductor.inspection import InventoryProcessing
 from services.conductor.node_states import NodeStates
 from services.conductor.takeover import TakeOver
 from services.conductor.taskmanager import TaskManager
@@ -125,6 +126,7 @@ FLOW_OF_STATE: Mapping[str, Flow] = {
 ABORT_FLOWS: Mapping[str, Flow] = {
     states.CLEANWAIT: clean.abort,
     states.RESCUEWAIT: rescue.abort,
+    states.INSPECTWAIT: inspect.abort,
     states.SERVICEWAIT: service.abort,
 }
 
@@ -157,8 +159,14 @@ class ConductorManager:
         )
         self.tasks.publish_configdrive = self.configdrives.publish
         self.tasks.on_database_lost = self._resume_after_outage
+        self.inspection = InventoryProcessing(pool)
         self.states = NodeStates(
-            pool, hostname=hostname, config=config, configdrives=self.configdrives, secrets=secrets
+            pool,
+            hostname=hostname,
+            config=config,
+            configdrives=self.configdrives,
+            secrets=secrets,
+            inspection=self.inspection,
         )
         self.takeover = TakeOver(self.tasks, self.states, config=config)
         self.agents = AgentCallbacks(self.tasks, self.states)
@@ -331,6 +339,23 @@ class ConductorManager:
             flow = ABORT_FLOWS.get(move.source) if event == "abort" else FLOW_OF_STATE.get(move.target)
             if flow is not None:  # unhold, manage from available...: nothing more to do
                 task.spawn(lambda t: flow(self.states, t), name=event)
+
+    async def continue_inspection(self, node_uuid: str, data: Mapping[str, Any]) -> None:
+        """The agent posted its inventory (``/v1/continue_inspection``): store it
+        and finish the inspection in the background. A node not waiting for
+        one is NotFound, the api's generic answer to a ramdisk."""
+        async with self.tasks.acquire(node_uuid, "continue inspection") as task:
+            if task.node["provision_state"] != states.INSPECTWAIT:
+                raise errors.NotFound(f"Node {node_uuid} is not waiting for inspection data")
+            await self.inspection.store(task, data)
+            await task.save_internal_info({inspect.RECEIVED: True})
+            await self.states.transition(task, "resume", note="the agent posted its inventory")
+            task.spawn(lambda t: inspect.process(self.states, t), name="inspection")
+
+    async def get_inventory(self, node_uuid: str) -> dict[str, Any]:
+        """What the last inspection stored: ``{"inventory", "plugin_data"}`` (API 1.81)."""
+        node = await self.nodes.get(node_uuid)
+        return await self.inspection.inventories.get(node["id"], node["uuid"])
 
     @staticmethod
     def _abort_after_step(node: Mapping[str, Any]) -> bool:

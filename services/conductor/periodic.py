@@ -16,7 +16,7 @@ from services.common.db.outage import is_unavailable
 from services.common.hashring import ConductorRings
 from services.conductor.console_tail import last_console_line
 from services.conductor.drivers.base import Task
-from services.conductor.flows import clean, rescue, service
+from services.conductor.flows import clean, inspect, rescue, service
 
 if TYPE_CHECKING:
     from services.conductor.manager import ConductorManager
@@ -81,6 +81,7 @@ class PeriodicWork:
             (states.CLEANWAIT, self.config.clean_callback_timeout),
             (states.RESCUEWAIT, self.config.rescue_callback_timeout),
             (states.SERVICEWAIT, self.config.service_callback_timeout),
+            (states.INSPECTWAIT, self.config.inspect_wait_timeout),
         ):
             cutoff = now - datetime.timedelta(seconds=timeout)
             for node in await self.manager.nodes.list_in_states([state], updated_before=cutoff):
@@ -106,6 +107,8 @@ class PeriodicWork:
             await rescue.timed_out(ctx, task)
         elif state == states.SERVICEWAIT:
             await service.timed_out(ctx, task)
+        elif state == states.INSPECTWAIT:
+            await inspect.timed_out(ctx, task)
         else:
             reason = (
                 f"Timeout reached while waiting for callback for node {task.node['uuid']} "

@@ -37,6 +37,7 @@ class AgentLaunch:
     reboot: Callable[[], Awaitable[None]]
     # The rescue login of the booted ramdisk: receives the crypt(3) password hash.
     set_rescue_password: Callable[[str], Awaitable[None]] | None = None
+    hardware: Any = None  # services.agent.hardware.MachineFacts: what the machine's inventory reports
     session: aiohttp.ClientSession | None = field(default=None, compare=False)
 
 
@@ -51,6 +52,7 @@ def real_agent(launch: AgentLaunch) -> AgentHandle:
         power_off=launch.power_off,
         reboot=launch.reboot,
         set_rescue_password=launch.set_rescue_password,
+        hardware=launch.hardware,
         # Every simulated machine lives in this process: whatever the kernel line
         # says about listening, agents share one host on ephemeral ports.
         listen_host=launch.listen_host,

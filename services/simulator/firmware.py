@@ -182,6 +182,7 @@ async def start_ramdisk(machine: Machine, cmdline: str) -> str:
         power_off=power_off,
         reboot=reboot,
         set_rescue_password=machine.set_rescue_password,
+        hardware=machine.hardware_facts(),
         session=sim.session,
     )
     factory = sim.options.agent_factory or real_agent

@@ -241,6 +241,19 @@ class Machine:
                 self.record("agent_stop_error", error=str(exc) or type(exc).__name__)
             self.agent = None
 
+    def hardware_facts(self) -> Any:
+        """What this machine's agent reports: CPUs and memory differ by machine index,
+        so inspection has something distinct to find; the last of several NICs has no link."""
+        from services.agent.hardware import MachineFacts
+
+        return MachineFacts(
+            cpu_count=2 * (1 + self.index % 8),
+            cpu_arch="x86_64",
+            memory_mb=2048 * (1 + self.index % 5),
+            boot_mode="uefi" if self.boot_mode == "UEFI" else "bios",
+            links=tuple(nic < len(self.macs) - 1 or len(self.macs) == 1 for nic in range(len(self.macs))),
+        )
+
     async def set_rescue_password(self, hashed: str) -> None:
         """The rescue agent's finalize_rescue: the login of this boot accepts the password now."""
         self.rescue_password_hash = hashed

@@ -45,7 +45,7 @@ class FakeHardware(HardwareType):
         "storage": ("fake", "noop"),
         "network": ("noop",),
         "vendor": ("fake", "no-vendor"),
-        "inspect": ("fake", "no-inspect"),
+        "inspect": ("fake", "agent", "no-inspect"),
         "rescue": ("fake", "agent", "no-rescue"),
     }
 
@@ -62,6 +62,6 @@ class RedfishHardware(HardwareType):
         "storage": ("noop", "fake"),
         "network": ("noop",),
         "vendor": ("no-vendor",),
-        "inspect": ("no-inspect",),
+        "inspect": ("no-inspect", "agent"),
         "rescue": ("no-rescue", "agent"),
     }

@@ -29,6 +29,7 @@ RESUMES: Mapping[str, Flow] = {
     states.CLEANWAIT: clean.resume,
     states.VERIFYING: verify.resume,
     states.INSPECTING: inspect.resume,
+    states.INSPECTWAIT: inspect.resume,
     states.ADOPTING: rescue.resume,
     states.RESCUING: rescue.resume,
     states.UNRESCUING: rescue.resume,
