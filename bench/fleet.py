@@ -9,7 +9,7 @@ one is active. Prints machines/minute and the CPU seconds the control plane
 (the stack process and its PostgreSQL) spent per machine, next to the CPU this
 process (simulator + agents + client) spent. Figures only.
 
-    .venv/bin/python bench/fleet.py --machines 100,1000
+    .venv/bin/python bench/fleet.py --machines 100,1000 [--tls]
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import aiohttp
 import psutil
 
 from services.common.objectstore_client import ObjectStoreClient
+from services.common.tls import TlsFiles, client_ssl_context
 from services.demo_image import build_demo_image
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
@@ -102,7 +103,7 @@ async def wait_all(session: aiohttp.ClientSession, api: str, uuids: list[str], s
         await asyncio.sleep(0.5)
 
 
-async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
+async def run(machines: int, image_mib: int, tmp: Path, *, tls: bool = False) -> dict[str, float]:
     ports_file = tmp / "ports.json"
     env = {
         **os.environ,
@@ -124,6 +125,7 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
                 str(tmp / "state"),
                 "--ports-file",
                 str(ports_file),
+                *(["--tls"] if tls else []),
             ],
             cwd=REPO,
             env=env,
@@ -139,8 +141,10 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
             await asyncio.sleep(0.2)
         endpoints = json.loads(ports_file.read_text())
         api, boot_url = endpoints["api REST (Ironic v1)"], endpoints["ipxe HTTP"]
+        # With --tls, REST and gRPC calls verify the stack against the CA it printed.
+        trust = TlsFiles.trusting(endpoints["TLS CA (OS_CACERT)"]) if tls else None
         image = build_demo_image(tmp / "image", size_mib=image_mib, marker="fleet bench")
-        store = ObjectStoreClient(endpoints["objectstore gRPC"], token=BENCH_TOKEN)
+        store = ObjectStoreClient(endpoints["objectstore gRPC"], token=BENCH_TOKEN, tls=trust)
         await store.put_file("bench", "disk.raw", image.path)
         image_url = await store.temp_url("bench", "disk.raw", lifetime=7200)
         await store.put_bytes("bench", "kernel", b"k")
@@ -155,7 +159,7 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
             ).validate()
         )
         await simulator.start()
-        connector = aiohttp.TCPConnector(limit=64)
+        connector = aiohttp.TCPConnector(limit=64, ssl=client_ssl_context(trust))
         async with aiohttp.ClientSession(connector=connector) as session:
             semaphore = asyncio.Semaphore(32)
 
@@ -231,14 +235,15 @@ async def run(machines: int, image_mib: int, tmp: Path) -> dict[str, float]:
             stack.wait()
 
 
-async def main(sizes: list[int], image_mib: int) -> None:
+async def main(sizes: list[int], image_mib: int, *, tls: bool = False) -> None:
     rows = []
     for machines in sizes:
         with tempfile.TemporaryDirectory(prefix="ferrum-fleet-") as tmp:
             Path(tmp).chmod(0o755)
-            rows.append(await run(machines, image_mib, Path(tmp)))
+            rows.append(await run(machines, image_mib, Path(tmp), tls=tls))
     print(
-        f"Fleet deploy: N simulated Redfish machines, {image_mib} MiB raw image + config drive each, "
+        ("TLS (ferrum stack --tls: https REST, TLS gRPC, auto-TLS agents). " if tls else "")
+        + f"Fleet deploy: N simulated Redfish machines, {image_mib} MiB raw image + config drive each, "
         "all deploys requested at once (iPXE + direct agent); 2-core machine; control plane = the stack "
         "process (api, conductor, ipxe, objectstore) + its PostgreSQL"
     )
@@ -261,5 +266,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--machines", default="100", help="comma-separated fleet sizes (default 100; e.g. 100,1000)")
     parser.add_argument("--image-mib", type=int, default=8, help="image size in MiB (default 8)")
+    parser.add_argument("--tls", action="store_true", help="run the stack with --tls and call it over TLS")
     options = parser.parse_args()
-    asyncio.run(main([int(x) for x in options.machines.split(",")], options.image_mib))
+    asyncio.run(main([int(x) for x in options.machines.split(",")], options.image_mib, tls=options.tls))

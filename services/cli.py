@@ -11,6 +11,8 @@ from typing import Any
 from services.common.config import ConfigError, Settings, describe_options, load_settings
 
 ALL_SERVICES = ["objectstore", "ipxe", "conductor", "api"]
+# `ferrum demo --boot virtual-media` enables the virtual-media boot interface next to the defaults.
+DEMO_VMEDIA_BOOT_INTERFACES = ("fake", "ipxe", "redfish-virtual-media")
 EPILOG = "Every option can also be set with a FERRUM_* environment variable or a TOML file (--config); run `ferrum options` for the list."
 
 
@@ -19,6 +21,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--database-url", help="PostgreSQL URL; empty = embedded PostgreSQL (FERRUM_DATABASE_URL)")
     parser.add_argument("--state-dir", help="where embedded PostgreSQL and local objects live (default ./.ferrum)")
     parser.add_argument("--ports-file", help="write the bound endpoints as JSON to this file once serving")
+
+
+TLS_HELP = (
+    "serve REST and internal gRPC over TLS with a local CA generated in STATE_DIR/tls "
+    "(to try TLS out; iPXE and temp URLs stay plain HTTP; docs/security.md)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(stack)
     stack.add_argument("--ephemeral", action="store_true", help="bind every port to a free ephemeral port")
+    stack.add_argument("--tls", action="store_true", help=TLS_HELP)
 
     api = sub.add_parser("api", help="run the REST (Ironic v1) and gRPC api service", epilog=EPILOG)
     _common(api)
@@ -116,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     _common(demo)
+    demo.add_argument("--tls", action="store_true", help=TLS_HELP + "; python backend only")
     demo.add_argument(
         "--nodes", type=int, help="how many machines to provision (default 8; 2 with --backend qemu, at most 4)"
     )
@@ -125,6 +135,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="python",
         help="python: simulated machines (default); qemu: real VMs that network-boot the deploy ramdisk "
         "built from Debian packages and boot the OS written to their disks",
+    )
+    demo.add_argument(
+        "--boot",
+        choices=("ipxe", "virtual-media"),
+        default="ipxe",
+        help="how the simulated machines boot the deploy agent: ipxe (default) or virtual-media (a virtual CD "
+        "built by the conductor plus a parameters floppy; docs/virtual-media.md); python backend only",
     )
 
     db = sub.add_parser("db", help="database maintenance")
@@ -170,6 +187,8 @@ def settings_from(args: argparse.Namespace, env: dict[str, str]) -> Settings:
         ):
             for key in keys:
                 overrides.setdefault(sec, {})[key] = 0
+    if args.command == "demo" and getattr(args, "boot", "ipxe") == "virtual-media":
+        overrides.setdefault("conductor", {})["enabled_boot_interfaces"] = DEMO_VMEDIA_BOOT_INTERFACES
     return load_settings(env, config_file=getattr(args, "config", None), overrides=overrides)
 
 
@@ -190,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from(args, dict(os.environ))
     except ConfigError as exc:
         print(f"ferrum: error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "demo" and args.backend == "qemu" and args.tls:
+        # The local CA is a file on this host; the VMs' ramdisk has no copy of it to verify the api with.
+        print(
+            "ferrum: error: demo --tls needs the python backend (the VMs' ramdisk lacks the local CA)", file=sys.stderr
+        )
         return 2
     if args.command == "demo" and args.backend == "qemu":
         from services.demo_vm import guest_settings
@@ -227,8 +252,15 @@ def main(argv: list[str] | None = None) -> int:
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     from services import runtime
 
+    notes: dict[str, str] = {}
+    if getattr(args, "tls", False):
+        from services.common.local_ca import ensure_local_tls, with_local_tls
+
+        tls = await asyncio.to_thread(ensure_local_tls, settings.state_dir)
+        settings = with_local_tls(settings, tls)
+        notes["TLS CA (OS_CACERT)"] = str(tls.ca_file)
     if args.command == "stack":
-        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file)
+        return await runtime.serve(settings, ALL_SERVICES, ports_file=args.ports_file, notes=notes)
     if args.command in ("api", "conductor", "ipxe", "objectstore"):
         return await runtime.serve(settings, [args.command], ports_file=args.ports_file)
     if args.command == "db" and args.db_command == "rotate-key":
@@ -250,6 +282,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.command == "demo":
         simulators: list[Any] = []
+        if args.backend == "qemu" and args.boot != "ipxe":
+            print("ferrum: error: --boot virtual-media needs the python backend", file=sys.stderr)
+            return 2
         if args.backend == "qemu":
             from pathlib import Path
 
@@ -270,9 +305,11 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             from services.demo import run_demo
 
-            demo = lambda stack: run_demo(stack, nodes=8 if args.nodes is None else args.nodes, simulators=simulators)  # noqa: E731
+            demo = lambda stack: run_demo(  # noqa: E731
+                stack, nodes=8 if args.nodes is None else args.nodes, simulators=simulators, boot=args.boot
+            )
         try:
-            return await runtime.serve(settings, ALL_SERVICES, until=demo)
+            return await runtime.serve(settings, ALL_SERVICES, until=demo, notes=notes)
         finally:
             for simulator in simulators:
                 await simulator.stop()

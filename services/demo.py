@@ -4,7 +4,9 @@ It starts the simulator (Redfish BMCs, iPXE-booting firmware, the real deploy
 agent, sparse-file disks) next to a freshly started stack, builds a small
 GPT + ext4 disk image, stores it in Ferrum's object store, then does what an
 operator does over the Ironic REST API: enroll the machines, manage, provide
-and deploy them with a config drive. It shows each machine's image write
+and deploy them with a config drive. The agent boots by iPXE, or with
+``--boot virtual-media`` from a virtual CD the conductor builds, with its
+parameters on a virtual floppy (docs/virtual-media.md). It shows each machine's image write
 live, checks every disk byte for byte against the image, shows what each
 machine's "OS" found on its config drive, undeploys them and stops.
 """
@@ -23,11 +25,19 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 from rich.table import Table
 
+from services.common.tls import client_ssl_context, tls_files
 from services.demo_image import DemoImage, build_demo_image, payload_digest
 
 HEADERS = {"X-OpenStack-Ironic-API-Version": "latest"}
 REDFISH_USER, REDFISH_PASSWORD = "admin", "demo-password"
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFerrumDemoKey operator@ferrum"
+
+
+# x86 boot sector signature and the "HdrS" setup header of a bzImage; the gzip magic of an initramfs.
+STAND_IN_KERNEL = bytes(0x1FE) + b"\x55\xaa" + b"\0\0" + b"HdrS" + b"simulated deploy kernel\n"
+STAND_IN_RAMDISK = b"\x1f\x8b\x08\x00" + b"simulated deploy ramdisk\n"
+# What each --boot choice enrolls the nodes with.
+BOOT_INTERFACES = {"ipxe": "ipxe", "virtual-media": "redfish-virtual-media"}
 
 
 class DemoError(RuntimeError):
@@ -77,9 +87,10 @@ async def _publish(stack: Any, image: DemoImage) -> tuple[str, str, str]:
         raise DemoError("the demo needs the stack's object store")
     await store.put_file("demo-images", "demo-disk.raw", image.path, content_type="application/octet-stream")
     # The simulator reads the kernel command line instead of running a kernel;
-    # these stand-ins exist so the URLs in the boot script resolve like real ones.
-    await store.put_bytes("demo-images", "ferrum-agent.kernel", b"simulated deploy kernel\n")
-    await store.put_bytes("demo-images", "ferrum-agent.initramfs", b"simulated deploy ramdisk\n")
+    # these stand-ins exist so the URLs in the boot script resolve like real ones,
+    # and carry the headers the boot ISO builder checks (a bzImage, a gzip initramfs).
+    await store.put_bytes("demo-images", "ferrum-agent.kernel", STAND_IN_KERNEL)
+    await store.put_bytes("demo-images", "ferrum-agent.initramfs", STAND_IN_RAMDISK)
     urls = []
     for name in ("demo-disk.raw", "ferrum-agent.kernel", "ferrum-agent.initramfs"):
         urls.append(await store.temp_url("demo-images", name, lifetime=3600))
@@ -95,6 +106,7 @@ async def _enroll(
     ramdisk: str,
     image_url: str,
     image: DemoImage,
+    boot_interface: str = "ipxe",
 ) -> dict[str, Any]:
     node = await rest_call(
         session,
@@ -103,7 +115,7 @@ async def _enroll(
         {
             "name": machine.name,
             "driver": "redfish",
-            "boot_interface": "ipxe",
+            "boot_interface": boot_interface,
             "deploy_interface": "direct",
             "resource_class": "baremetal",
             "driver_info": {
@@ -203,8 +215,9 @@ def _config_drive_seen(machine: Any) -> str:
     return str(drive.get("hostname") or "-")
 
 
-async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
-    """Provision ``nodes`` simulated machines through ``stack``.
+async def run_demo(stack: Any, *, nodes: int, simulators: list[Any], boot: str = "ipxe") -> None:
+    """Provision ``nodes`` simulated machines through ``stack``, booting the agent by ``boot``
+    (``ipxe``, or ``virtual-media``: a virtual CD and floppy, which the conductor must have enabled).
 
     The simulator is appended to ``simulators`` for the caller to stop after
     the stack: conductors close their BMC sessions on the way down, and the
@@ -213,6 +226,9 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
     from services.simulator.options import SimulatorOptions
     from services.simulator.service import Simulator
 
+    if boot not in BOOT_INTERFACES:
+        raise DemoError(f"unknown boot method {boot!r}; choose from {', '.join(BOOT_INTERFACES)}")
+    boot_interface = BOOT_INTERFACES[boot]
     console = Console(width=None if Console().is_terminal else 110)
     api = stack.endpoints["api REST (Ironic v1)"]
     boot_url = stack.endpoints["ipxe HTTP"]
@@ -235,7 +251,9 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
     )
     simulators.append(simulator)
     await simulator.start()
-    async with aiohttp.ClientSession() as session:
+    # With TLS on (ferrum demo --tls), the REST calls verify the api against the configured CA.
+    tls = client_ssl_context(tls_files(stack.settings.security))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls)) as session:
         root = await rest_call(session, "GET", f"{api}/")
         console.print(
             f"\n[bold]Ferrum[/] at {api} (Ironic API {root['default_version']['min_version']}"
@@ -249,11 +267,13 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
         )
         enrolled = await asyncio.gather(
             *(
-                _enroll(session, api, m, simulator.redfish_url, kernel, ramdisk, image_url, image)
+                _enroll(session, api, m, simulator.redfish_url, kernel, ramdisk, image_url, image, boot_interface)
                 for m in simulator.machines
             )
         )
-        console.print(f"Enrolled {len(enrolled)} nodes (redfish + ipxe + direct); manage, provide, deploy...")
+        console.print(
+            f"Enrolled {len(enrolled)} nodes (redfish + {boot_interface} + direct); manage, provide, deploy..."
+        )
         timings: dict[str, dict[str, float]] = {n["uuid"]: {} for n in enrolled}
         await asyncio.gather(*(_provision(session, api, n, timings[n["uuid"]]) for n in enrolled))
         await _watch(session, api, enrolled, image, timings, console)

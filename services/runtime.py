@@ -117,10 +117,13 @@ async def serve(
     *,
     ports_file: str | None = None,
     until: Callable[[RunningStack], Awaitable[None]] | None = None,
+    notes: dict[str, str] | None = None,
 ) -> int:
-    """Start ``names``, print the endpoints, run until a signal (or ``until``)."""
+    """Start ``names``, print the endpoints (and ``notes``, such as the CA file
+    clients must trust), run until a signal (or ``until``)."""
     stack = RunningStack()
     await stack.start(settings, names)
+    stack.endpoints.update(notes or {})
     try:
         width = max(len(k) for k in stack.endpoints)
         print("Ferrum is running:", flush=True)

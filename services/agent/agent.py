@@ -16,7 +16,7 @@ import random
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,8 +24,9 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
-from services.agent import callbacks, cmdline, hardware, imagewrite, server
+from services.agent import callbacks, cmdline, hardware, imagewrite, server, vmedia
 from services.agent.commands import COMMANDS, Command, CommandResult
+from services.agent.tls import ServingTls, auto_tls, configured_tls
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
 from services.common.connection_guard import ListenerLimits
@@ -82,12 +83,25 @@ class AgentOptions:
     # The command API's connection bounds (services/common/connection_guard.py): the conductor needs a few.
     max_connections: int = 128
     header_timeout: float = 10.0
+    # The command API over TLS (services/agent/tls.py): given files (ipa-cert-file / ipa-key-file),
+    # or a self-signed certificate made at start (ipa-enable-auto-tls); announced as agent_verify_ca.
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    auto_tls: bool = False
 
 
-def options_from_kernel_cmdline(cmdline_text: str, **overrides: Any) -> AgentOptions:
+def options_from_kernel_cmdline(
+    cmdline_text: str, *, floppy_parameters: Mapping[str, str] | None = None, **overrides: Any
+) -> AgentOptions:
     """Options from ``ipa-api-url=..``, ``BOOTIF=..``, ``ipa-node-uuid``, ``ipa-agent-token``,
     ``ipa-global-request-id``, ``ipa-listen-port`` ... as the iPXE script passes them;
-    keyword overrides win (disks never come from the command line)."""
+    keyword overrides win (disks never come from the command line).
+
+    ``floppy_parameters`` are the virtual floppy's (``services.agent.vmedia``):
+    with ``boot_method=vmedia`` on the command line they win over it, as in IPA;
+    without it they are ignored."""
+    if floppy_parameters and vmedia.wants_floppy(cmdline_text):
+        cmdline_text = cmdline.with_parameters(cmdline_text, floppy_parameters)
     values = cmdline.option_values(cmdline_text)
     values.update(overrides)
     if "macs" in values:
@@ -193,6 +207,11 @@ class Agent:
         self._api_headers: dict[str, str] = {}
         self._started_at = time.time()
         self.tls: ssl.SSLContext | bool = _tls_setting(options)
+        self.serving_tls: ServingTls | None = None
+        if bool(options.tls_cert_file) != bool(options.tls_key_file):
+            raise errors.InvalidParameterValue("the agent's TLS needs both a certificate and a key file")
+        if options.tls_cert_file:
+            self.serving_tls = configured_tls(options.tls_cert_file, options.tls_key_file)
         self._route_address = ""
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -200,6 +219,8 @@ class Agent:
     async def start(self) -> None:
         if not self.options.advertise_host and self.options.listen_host in ("0.0.0.0", "::", ""):
             self._route_address = await asyncio.to_thread(route_address, self.options.api_url)
+        if self.options.auto_tls and self.serving_tls is None:
+            self.serving_tls = await asyncio.to_thread(auto_tls, self.advertise_host)
         if self._session is None:
             self._session = aiohttp.ClientSession()
         try:
@@ -211,6 +232,7 @@ class Agent:
                 limits=ListenerLimits(
                     max_connections=self.options.max_connections, header_timeout=self.options.header_timeout
                 ),
+                ssl_context=self.serving_tls.context if self.serving_tls is not None else None,
             )
         except OSError:
             if self._own_session:  # nothing may be left open when start fails
@@ -263,7 +285,8 @@ class Agent:
         host = self.advertise_host
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"http://{host}:{self.options.advertise_port or self._port}"
+        scheme = "https" if self.serving_tls is not None else "http"
+        return f"{scheme}://{host}:{self.options.advertise_port or self._port}"
 
     def status(self) -> dict[str, Any]:
         return {"started_at": self._started_at, "version": AGENT_VERSION}
@@ -472,6 +495,8 @@ class Agent:
             "agent_version": AGENT_VERSION,
             "agent_token": self.agent_token,
         }
+        if self.serving_tls is not None:
+            body["agent_verify_ca"] = self.serving_tls.certificate_pem
         if self.progress is not None:
             body["deploy_progress"] = self.progress.as_dict()
         return body

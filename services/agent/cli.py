@@ -2,7 +2,9 @@
 
 Settings come from flags, or from a kernel command line file
 (``--kernel-cmdline /proc/cmdline``, read through
-:func:`services.agent.parameters.read_parameters`) with flags winning. Disks
+:func:`services.agent.parameters.read_parameters`) with flags winning; a
+command line with ``boot_method=vmedia`` adds the virtual floppy's
+``parameters.txt`` (``services/agent/vmedia.py``), which wins over it. Disks
 are given with ``--disk PATH[,name=/dev/sda,serial=..,wwn=..,model=..,rotational=0]``
 or found in sysfs (``--discover-disks``, what the ramdisk's init passes).
 """
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from services.agent import vmedia
 from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
 from services.agent.parameters import read_parameters
 from services.common import errors
@@ -47,6 +50,14 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "--discover-disks",
         action="store_true",
         help="add every disk listed in /sys/block (what a ramdisk on a real machine does)",
+    )
+    parser.add_argument(
+        "--vmedia-device",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="where to look for the ir-vfd-dev virtual floppy when booted with boot_method=vmedia "
+        "(repeatable; default /dev/disk/by-label/ir-vfd-dev, else every block device)",
     )
     parser.add_argument("--node-uuid", help="node UUID hint for lookup")
     parser.add_argument("--agent-token", help="pre-generated agent token (else the lookup's)")
@@ -78,6 +89,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-md5", action="store_true", help="accept md5 image checksums")
     parser.add_argument("--ca-file", help="extra CA bundle for https api, image and config drive URLs")
     parser.add_argument("--insecure", action="store_true", help="do not verify TLS certificates (test labs only)")
+    parser.add_argument(
+        "--cert-file", dest="tls_cert_file", help="serve the command API over TLS with this PEM certificate"
+    )
+    parser.add_argument("--key-file", dest="tls_key_file", help="the key of --cert-file")
+    parser.add_argument(
+        "--auto-tls",
+        action="store_true",
+        help="serve the command API over TLS with a self-signed certificate made at start (IPA's auto TLS)",
+    )
     parser.add_argument(
         "--tmp-dir",
         help="where out-of-order qcow2 clusters are spooled, or qcow2 images staged for qemu-img (default system temp)",
@@ -142,6 +162,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         "ca_file",
         "max_connections",
         "header_timeout",
+        "tls_cert_file",
+        "tls_key_file",
     ):
         value = getattr(args, flag)
         if value is not None:
@@ -150,11 +172,16 @@ def options_from_args(args: argparse.Namespace) -> Any:
         overrides["allow_md5"] = True
     if args.insecure:
         overrides["insecure"] = True
+    if args.auto_tls:
+        overrides["auto_tls"] = True
     if args.qcow2_via_qemu_img:
         overrides["qcow2_stream"] = False
     if "listen_port" not in overrides and "ipa-listen-port" not in text:
         overrides["listen_port"] = 9999
-    return options_from_kernel_cmdline(text, **overrides)
+    floppy = None
+    if vmedia.wants_floppy(text):
+        floppy = vmedia.machine_parameters([Path(d) for d in args.vmedia_device] or None)
+    return options_from_kernel_cmdline(text, floppy_parameters=floppy, **overrides)
 
 
 async def run_power_command(command: str) -> None:
@@ -180,7 +207,7 @@ async def serve(args: argparse.Namespace) -> int:
         return hook
 
     options = dataclasses.replace(
-        options_from_args(args),
+        await asyncio.to_thread(options_from_args, args),  # reading the floppy blocks (mtools)
         power_off=leave(getattr(args, "power_off_command", None)),
         reboot=leave(getattr(args, "reboot_command", None)),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from services.common import errors
@@ -29,6 +30,13 @@ def split(cmdline: str) -> dict[str, str]:
         key, _, value = word.partition("=")
         found[key] = value
     return found
+
+
+def with_parameters(cmdline: str, parameters: Mapping[str, str]) -> str:
+    """The command line with ``parameters`` appended as words, so they win over it (``split`` keeps
+    the last value of a repeated key): how the virtual floppy's values take precedence."""
+    words = [f"{key}={shlex.quote(value)}" for key, value in parameters.items()]
+    return " ".join([cmdline.strip(), *words]).strip()
 
 
 def normalize_mac(value: str) -> str:
@@ -64,6 +72,8 @@ def option_values(cmdline: str) -> dict[str, Any]:
         ("ca_file", ("ipa-cafile", "ipa-ca-file")),
         ("advertise_host", ("ipa-advertise-host",)),
         ("inspection_callback_url", ("ipa-inspection-callback-url",)),
+        ("tls_cert_file", ("ipa-cert-file",)),
+        ("tls_key_file", ("ipa-key-file",)),
     ):
         if (value := get(*names)) is not None:
             values[field] = value
@@ -83,4 +93,6 @@ def option_values(cmdline: str) -> dict[str, Any]:
         values["allow_md5"] = md5.lower() in _TRUE
     if (insecure := get("ipa-insecure")) is not None:
         values["insecure"] = insecure.lower() in _TRUE
+    if (auto := get("ipa-enable-auto-tls")) is not None:
+        values["auto_tls"] = auto.lower() in _TRUE
     return values

@@ -1,12 +1,12 @@
-"""Where the agent in a booted ramdisk finds its parameters.
+"""Where the agent in a booted ramdisk finds its kernel command line parameters.
 
-Today that is the kernel command line the boot script wrote (``ipa-api-url``,
-``BOOTIF``, ``ipa-agent-token`` ...). A virtual-media boot adds a second
-source, the floppy's ``parameters.txt`` (CONTRACT.md 6.1), whose values win.
-Every source is read here and nowhere else, so adding one changes no caller:
-the result is one command-line-shaped string in which a later source's words
-come last, and :func:`services.agent.cmdline.split` keeps the last value of a
-repeated key.
+That is the line the boot script or the boot ISO wrote (``ipa-api-url``,
+``BOOTIF``, ``ipa-agent-token``, ``boot_method`` ...), as one
+command-line-shaped string; :func:`services.agent.cmdline.split` keeps the
+last value of a repeated key. After a virtual-media boot the floppy's
+``parameters.txt`` (CONTRACT.md 6.1) is a second source whose values win; it
+is a device, not text, so ``services/agent/vmedia.py`` reads it and
+``options_from_kernel_cmdline(floppy_parameters=...)`` merges it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from services.common.db.conductors import ConductorRepository
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.hashring import ConductorRings
 from services.common.logs import request_id_var
+from services.common.tls import TlsFiles
 
 LOG = logging.getLogger(__name__)
 
@@ -53,13 +54,15 @@ class ConductorRouter:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._refreshed = 0.0
         self._token = ""
+        self._tls: TlsFiles | None = None
         self._read_started = 0.0
         self._job: asyncio.Task[None] | None = None
 
-    async def start(self, *, token: str) -> None:
+    async def start(self, *, token: str, tls: TlsFiles | None) -> None:
         """Read the ring and start refreshing it; ``token`` is the internal token
-        every conductor call presents."""
+        every conductor call presents, ``tls`` whether calls go over TLS."""
         self._token = token
+        self._tls = tls
         await self.refresh()
         self._job = asyncio.create_task(self._loop(), name="ring-refresh")
 
@@ -145,7 +148,7 @@ class ConductorRouter:
     def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = client_channel(address, token=self._token)
+            channel = self._channels[address] = client_channel(address, token=self._token, tls=self._tls)
         return conductor_pb2_grpc.ConductorServiceStub(channel)
 
     async def call(self, node_uuid: str, driver: str, group: str, method: str, request: Any) -> Any:

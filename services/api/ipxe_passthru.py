@@ -28,6 +28,7 @@ from services.common.console_text import sanitize_text
 from services.common.endpoints import Endpoints
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.logs import request_id_var
+from services.common.tls import tls_files
 
 LOG = logging.getLogger(__name__)
 PATH = re.compile(r"/v1/drivers/[^/]+/vendor_passthru/ipxe_config")
@@ -55,7 +56,9 @@ class IpxePassthru:
     def _stub(self, address: str) -> renderer_pb2_grpc.BootScriptRendererAsyncStub:
         channel = self._channels.get(address)
         if channel is None:
-            channel = self._channels[address] = client_channel(address, token=self._token)
+            channel = self._channels[address] = client_channel(
+                address, token=self._token, tls=tls_files(self._settings.security)
+            )
         return renderer_pb2_grpc.BootScriptRendererStub(channel)
 
     def _renderer_address(self) -> str:

@@ -28,6 +28,7 @@ from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.keyring import Keyring
 from services.common.metrics import ServiceMetrics
+from services.common.tls import server_ssl_context, tls_files
 
 LOG = logging.getLogger(__name__)
 
@@ -94,7 +95,8 @@ class ApiService:
         c = self.settings.api
         self.verifier = http_basic_verifier(c)  # an unusable htpasswd file fails the start
         self.internal_token = await internal_token(self.settings, self.pool)
-        await self.router.start(token=self.internal_token)
+        tls = tls_files(self.settings.security)
+        await self.router.start(token=self.internal_token, tls=tls)
         self.hub = EventHub(self.pool)
         await self.hub.start()
         secrets = NodeSecrets(Keyring.from_config(self.settings.security))
@@ -106,6 +108,7 @@ class ApiService:
             register=lambda server: add_node_service(servicer, server),
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
             authenticate=node_service_authenticator(self.verifier),
+            tls=tls,
         )
         self._http, port = await start_http_site(
             build_app(
@@ -121,12 +124,14 @@ class ApiService:
             c.port,
             listener="api",
             limits=ListenerLimits(max_connections=c.http_max_connections, header_timeout=c.http_header_timeout),
+            ssl_context=server_ssl_context(tls) if tls is not None else None,
         )
-        self.endpoints.api_url = f"http://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
+        scheme = "https" if tls is not None else "http"
+        self.endpoints.api_url = f"{scheme}://{c.host}:{port}"  # the renderer of this process puts it in ramdisks
         return {
-            "api REST (Ironic v1)": f"http://{c.host}:{port}",
+            "api REST (Ironic v1)": f"{scheme}://{c.host}:{port}",
             "api gRPC": f"{c.host}:{grpc_port}",
-            "api metrics": f"http://{c.host}:{port}/metrics",
+            "api metrics": f"{scheme}://{c.host}:{port}/metrics",
         }
 
     async def wait_routable(self, *, conductor: str | None) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -59,11 +60,18 @@ def request_context_middleware(metrics: ServiceMetrics) -> Callable[..., Awaitab
 class GuardedSite(web.BaseSite):
     """aiohttp's TCPSite, with every connection going through a :class:`GuardedHttpProtocol`."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard) -> None:
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        guard: ConnectionGuard,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         if _RUNNER_SHUTDOWN:
-            super().__init__(runner)
+            super().__init__(runner, ssl_context=ssl_context)
         else:
-            super().__init__(runner, shutdown_timeout=SHUTDOWN_TIMEOUT)
+            super().__init__(runner, shutdown_timeout=SHUTDOWN_TIMEOUT, ssl_context=ssl_context)
         self._host = host
         self._port = port
         self.guard = guard
@@ -71,7 +79,8 @@ class GuardedSite(web.BaseSite):
 
     @property
     def name(self) -> str:
-        return f"http://{self._host}:{self.bound_port}"
+        scheme = "https" if self._ssl_context is not None else "http"
+        return f"{scheme}://{self._host}:{self.bound_port}"
 
     async def start(self) -> None:
         await super().start()
@@ -79,9 +88,15 @@ class GuardedSite(web.BaseSite):
         assert server is not None
         guard = self.guard
         loop = asyncio.get_running_loop()
-        # reuse_address: TIME_WAIT only; a live listener still conflicts
+        # reuse_address: TIME_WAIT only; a live listener still conflicts. The guard's header
+        # deadline starts after the TLS handshake, so the handshake gets the same bound.
         self._server = await loop.create_server(
-            lambda: GuardedHttpProtocol(guard, server), self._host, self._port, reuse_address=True
+            lambda: GuardedHttpProtocol(guard, server),
+            self._host,
+            self._port,
+            reuse_address=True,
+            ssl=self._ssl_context,
+            ssl_handshake_timeout=guard.limits.header_timeout if self._ssl_context is not None else None,
         )
         self.bound_port = self._server.sockets[0].getsockname()[1] if self._server.sockets else self._port
         guard.start()
@@ -98,11 +113,13 @@ async def start_http_site(
     *,
     listener: str = "http",
     limits: ListenerLimits | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[web.AppRunner, int]:
     """Serve an aiohttp app; returns the runner and the bound port (port 0 allowed).
 
     ``listener`` names the site in log lines; ``limits`` bound its connections
-    (default: :class:`ListenerLimits`' defaults)."""
+    (default: :class:`ListenerLimits`' defaults); ``ssl_context`` makes it
+    HTTPS (services/common/tls.py)."""
     if _RUNNER_SHUTDOWN:
         runner = web.AppRunner(
             app,
@@ -114,7 +131,7 @@ async def start_http_site(
     else:
         runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT)
     await runner.setup()
-    site = GuardedSite(runner, host, port, ConnectionGuard(listener, limits or ListenerLimits()))
+    site = GuardedSite(runner, host, port, ConnectionGuard(listener, limits or ListenerLimits()), ssl_context)
     try:
         await site.start()
     except OSError as exc:

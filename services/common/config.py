@@ -131,6 +131,15 @@ class ConductorConfig:
     configdrive_inline_limit: int = 4 * 1024 * 1024
     agent_command_timeout: float = 60.0
     agent_power_off_timeout: float = 30.0
+    # Virtual-media boot (docs/virtual-media.md): the floppy and per-node ISOs live this
+    # many seconds in the object store, and their temp URLs as long (seed 002: 10 minutes).
+    deploy_helper_images_ttl: int = 600
+    vmedia_container: str = "ironic_vmedia_container"
+    vmedia_kernel_append_params: str = "nofb vga=normal console=tty0 console=ttyS0,115200n8"
+    vmedia_api_url: str = ""  # what the floppy tells the agent; empty = the api's public endpoint or this process's api
+    vmedia_work_dir: str = ""  # kernels, ramdisks and ISOs while they are built; empty = <state_dir>/vmedia/<hostname>
+    vmedia_download_timeout: float = 60.0  # connect and per-read timeout of kernel, ramdisk and ESP downloads
+    vmedia_max_download: int = 2 * 1024**3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,7 +152,10 @@ class IpxeConfig:
     per node as soon as its boot data changes (NOTIFY ferrum_boot_data);
     ``cache_max_entries`` bounds each layer (about 2.6 KB per cached node).
     ``http_max_connections`` is high because a boot storm opens one
-    connection per machine at once."""
+    connection per machine at once. ``agent_ca_file`` is the path, inside
+    the deploy ramdisk, of the CA bundle the agent verifies an https api
+    with; rendered as ``ipa-cafile=`` (``ferrum stack --tls`` sets it to its
+    local CA, which in-process simulated machines read from this host)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -160,6 +172,7 @@ class IpxeConfig:
     cache_max_entries: int = 100_000
     http_max_connections: int = 10_000
     http_header_timeout: float = 10.0
+    agent_ca_file: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,11 +216,21 @@ class SecurityConfig:
     ``secret_key`` / ``secret_key_file``: the keys that encrypt BMC passwords,
     agent tokens and config drives at rest (services/common/keyring.py). A
     single base64 key, or a file of keys, the first current; neither means no
-    encryption at rest."""
+    encryption at rest.
+
+    ``tls_cert_file`` / ``tls_key_file``: PEM certificate (chain) and key that
+    the REST and every internal gRPC listener serve TLS with; set both or
+    neither. When set, internal clients also call over TLS and verify servers
+    against ``tls_ca_file`` (empty: the system trust store). One section for
+    all services because they share one certificate and must agree on TLS,
+    like the internal token (services/common/tls.py)."""
 
     internal_token: str = ""
     secret_key: str = ""
     secret_key_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,6 +478,10 @@ def _validate_security(c: SecurityConfig) -> None:
             decode_key(c.secret_key, where="FERRUM_SECURITY_SECRET_KEY")
         except KeyringError as exc:
             raise ConfigError(str(exc)) from None
+    if bool(c.tls_cert_file) != bool(c.tls_key_file):
+        raise ConfigError("set both FERRUM_SECURITY_TLS_CERT_FILE and FERRUM_SECURITY_TLS_KEY_FILE, or neither")
+    if c.tls_ca_file and not c.tls_cert_file:
+        raise ConfigError("FERRUM_SECURITY_TLS_CA_FILE needs FERRUM_SECURITY_TLS_CERT_FILE and _KEY_FILE (TLS is off)")
 
 
 def _validate_ipxe(c: IpxeConfig) -> None:
@@ -462,6 +489,8 @@ def _validate_ipxe(c: IpxeConfig) -> None:
         value = getattr(c, key)
         if value and not re.fullmatch(r"https?://[A-Za-z0-9.\-_~:/\[\]@%+,;=]+", value):
             raise ConfigError(f"{env_name('ipxe', key)} must be an http(s) URL without spaces or iPXE specials")
+    if c.agent_ca_file and not re.fullmatch(r"/[A-Za-z0-9._\-/+]+", c.agent_ca_file):
+        raise ConfigError("FERRUM_IPXE_AGENT_CA_FILE must be an absolute path of letters, digits and ._-/+")
     if c.default_boot_mode not in ("bios", "uefi"):
         raise ConfigError("FERRUM_IPXE_DEFAULT_BOOT_MODE must be bios or uefi")
     if c.boot_timeout <= 0 or c.boot_retries < 1 or c.retry_delay < 1 or not 1 <= c.max_nics <= 32:

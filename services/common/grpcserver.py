@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from services.common.grpc_auth import Authenticator, AuthInterceptor, internal_token_metadata
 from services.common.logs import request_id_var
 from services.common.metrics import ServiceMetrics
+from services.common.tls import TlsFiles, grpc_channel_credentials, grpc_server_credentials
 
 REQUEST_ID_KEY = "x-request-id"
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024
@@ -68,6 +69,7 @@ async def start_grpc_server(
     service_names: Sequence[str],
     metrics: ServiceMetrics,
     authenticate: Authenticator | None,
+    tls: TlsFiles | None,
 ) -> tuple[grpc.aio.Server, int, HealthServicer]:
     """Start a gRPC server with health checking and reflection.
 
@@ -75,7 +77,8 @@ async def start_grpc_server(
     servicer, which the caller flips to NOT_SERVING on shutdown so load
     balancers drain it before it stops. ``authenticate`` decides who may call
     (services/common/grpc_auth.py); None leaves the service open, which only
-    the public NodeService under ``noauth`` does.
+    the public NodeService under ``noauth`` does. ``tls`` serves TLS with
+    those files (services/common/tls.py); None serves plain TCP.
     """
     interceptors: list[grpc.aio.ServerInterceptor] = [ContextInterceptor(metrics)]
     if authenticate is not None:
@@ -93,7 +96,10 @@ async def start_grpc_server(
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     names = [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
     reflection.enable_server_reflection(names, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if tls is not None:
+        bound = server.add_secure_port(f"{host}:{port}", grpc_server_credentials(tls))
+    else:
+        bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC on {host}:{port} (address in use?)")
     await server.start()
@@ -109,14 +115,17 @@ async def stop_grpc_server(server: grpc.aio.Server, health: HealthServicer, grac
     await server.stop(grace)
 
 
-def client_channel(address: str, *, token: str) -> grpc.aio.Channel:
+def client_channel(address: str, *, token: str, tls: TlsFiles | None) -> grpc.aio.Channel:
     """A channel to an internal service with Ferrum's message limits, presenting
-    the internal token on every call."""
-    return grpc.aio.insecure_channel(
-        address,
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ],
-        interceptors=internal_token_metadata(token),
-    )
+    the internal token on every call; over TLS verified against the configured
+    CA when ``tls`` is set (the deployment's TLS switch, services/common/tls.py)."""
+    options = [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ]
+    interceptors = internal_token_metadata(token)
+    if tls is not None:
+        return grpc.aio.secure_channel(
+            address, grpc_channel_credentials(tls), options=options, interceptors=interceptors
+        )
+    return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)

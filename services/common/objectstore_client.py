@@ -27,6 +27,7 @@ from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common import errors, objectstore_upload_client
 from services.common.grpcserver import client_channel
+from services.common.tls import TlsFiles
 
 LOG = logging.getLogger(__name__)
 CHUNK_SIZE = 1024 * 1024
@@ -136,9 +137,10 @@ def _upload_result(reply: objectstore_upload_client.HttpReply) -> ObjectInfo:
 class ObjectStoreClient:
     """One channel to one object store; cheap to keep, close it when done."""
 
-    def __init__(self, address: str, *, token: str = "") -> None:
+    def __init__(self, address: str, *, token: str = "", tls: TlsFiles | None = None) -> None:
         self.address = address
         self._token = token
+        self._tls = tls
         self._channel: grpc.aio.Channel | None = None
         self._stub: pb_grpc.ObjectStoreAsyncStub | None = None
 
@@ -150,7 +152,7 @@ class ObjectStoreClient:
 
     def _api(self) -> pb_grpc.ObjectStoreAsyncStub:
         if self._stub is None:
-            self._channel = client_channel(self.address, token=self._token)
+            self._channel = client_channel(self.address, token=self._token, tls=self._tls)
             self._stub = pb_grpc.ObjectStoreStub(self._channel)
         return self._stub
 

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -22,6 +23,7 @@ import asyncpg
 
 from services.common import errors, states
 from services.common.config import ConductorConfig
+from services.common.db.advisory import AdvisoryLocks
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
@@ -46,6 +48,7 @@ from services.conductor.node_states import NodeStates
 from services.conductor.takeover import TakeOver
 from services.conductor.taskmanager import TaskManager
 from services.conductor.vendor_passthru import VendorPassthru
+from services.conductor.vmedia_store import VirtualMediaStore
 
 LOG = logging.getLogger(__name__)
 
@@ -141,6 +144,8 @@ class ConductorManager:
         hostname: str,
         secrets: NodeSecrets,
         objectstore: Any | None = None,
+        vmedia_work_dir: Path | None = None,
+        api_url: Callable[[], str] = lambda: "",
     ) -> None:
         self.pool = pool
         self.secrets = secrets
@@ -158,6 +163,18 @@ class ConductorManager:
             inline_limit=config.configdrive_inline_limit,
         )
         self.tasks.publish_configdrive = self.configdrives.publish
+        self.vmedia = VirtualMediaStore(
+            objectstore=objectstore,
+            locks=AdvisoryLocks(pool),
+            configdrives=self.configdrives,
+            container=config.vmedia_container,
+            ttl=config.deploy_helper_images_ttl,
+            work_dir=vmedia_work_dir or Path(config.vmedia_work_dir or "vmedia") / hostname,
+            api_url=lambda: config.vmedia_api_url or api_url(),
+            download_timeout=config.vmedia_download_timeout,
+            max_download=config.vmedia_max_download,
+        )
+        self.tasks.media = self.vmedia
         self.tasks.on_database_lost = self._resume_after_outage
         self.inspection = InventoryProcessing(pool)
         self.states = NodeStates(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -28,12 +29,23 @@ from services.common.jsonutil import dumps
 from services.common.keyring import Keyring
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
+from services.common.tls import server_ssl_context, tls_files
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.liveness import LivenessLock
 from services.conductor.manager import ConductorManager
 from services.conductor.periodic import PeriodicWork
 
 LOG = logging.getLogger(__name__)
+
+
+def agent_api_url(settings: Settings, endpoints: Endpoints | None) -> str:
+    """The api URL a deploy agent calls back (for the virtual floppy): configured, the api's public
+    endpoint, else the api of this process (``ferrum stack``, the demo, the tests)."""
+    if settings.conductor.vmedia_api_url:
+        return settings.conductor.vmedia_api_url
+    if settings.api.public_endpoint:
+        return settings.api.public_endpoint
+    return endpoints.local_api_url() if endpoints is not None and endpoints.api_url else ""
 
 
 def _json_or(value: str, default: Any) -> Any:
@@ -277,7 +289,8 @@ class ConductorService:
         if address:
             from services.common.objectstore_client import ObjectStoreClient
 
-            self.objectstore = ObjectStoreClient(address)
+            self.objectstore = ObjectStoreClient(address, tls=tls_files(settings.security))
+        work_dir = Path(self.config.vmedia_work_dir or Path(settings.state_dir) / "vmedia") / self.hostname
         self.manager = ConductorManager(
             pool,
             self.registry,
@@ -285,6 +298,8 @@ class ConductorService:
             hostname=self.hostname,
             secrets=NodeSecrets(Keyring.from_config(settings.security)),
             objectstore=self.objectstore,
+            vmedia_work_dir=work_dir,
+            api_url=lambda: agent_api_url(settings, endpoints),
         )
         self.bound: dict[str, str] = {}
         self._grpc: Any = None
@@ -306,10 +321,18 @@ class ConductorService:
             register=lambda server: pb_grpc.add_ConductorServiceServicer_to_server(servicer, server),
             service_names=[pb.DESCRIPTOR.services_by_name["ConductorService"].full_name],
             authenticate=internal_token_authenticator(token),
+            tls=tls_files(self.settings.security),
         )
         app = web.Application()
         app.router.add_get("/metrics", self.metrics.handle)
-        self._http, metrics_port = await start_http_site(app, c.host, c.metrics_port, listener="conductor-metrics")
+        tls = tls_files(self.settings.security)
+        self._http, metrics_port = await start_http_site(
+            app,
+            c.host,
+            c.metrics_port,
+            listener="conductor-metrics",
+            ssl_context=server_ssl_context(tls) if tls is not None else None,
+        )
         address = f"{c.host}:{grpc_port}"
         conductors = ConductorRepository(self.pool)
         # The liveness lock first: a second process with our hostname stops here,
@@ -338,7 +361,7 @@ class ConductorService:
         LOG.info("conductor %s registered at %s for %s", self.hostname, address, ",".join(self.registry.hardware_types))
         self.bound = {
             "conductor gRPC": address,
-            "conductor metrics": f"http://{c.host}:{metrics_port}/metrics",
+            "conductor metrics": f"{'https' if tls is not None else 'http'}://{c.host}:{metrics_port}/metrics",
         }
         return self.bound
 

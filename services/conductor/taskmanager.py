@@ -31,6 +31,7 @@ from services.common.db.ports import PortRepository
 from services.common.db.volumes import node_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.drivers.base import Task
+from services.conductor.drivers.media import MediaImages
 from services.conductor.drivers.registry import DriverRegistry
 
 LOG = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class TaskManager:
         self._refresher: asyncio.Task[None] | None = None
         # Set by the manager: how a boot interface gets the config drive as a URL.
         self.publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
+        # Set by the manager: floppies and boot ISOs for virtual-media boot.
+        self.media: MediaImages | None = None
         # Set by the manager: what to do with a locked node whose background work
         # lost the database (wait for it and resume the flow from its recorded step).
         self.on_database_lost: Callable[[Task], Awaitable[None]] | None = None
@@ -170,6 +173,7 @@ class TaskManager:
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
             publish_configdrive=self.publish_configdrive,
+            media=self.media,
             purpose=purpose,
         )
 

@@ -58,6 +58,7 @@ class PlanOptions:
     default_boot_mode: str = "uefi"
     timeout_ms: int = 60_000
     retries: int = 10
+    agent_ca_file: str = ""  # ipa-cafile: the CA the agent verifies an https api with
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,8 @@ def _ramdisk_values(data: BootData, mac: str | None, options: PlanOptions) -> di
         raise Refusal("the renderer does not know the api URL for the agent (set FERRUM_IPXE_API_URL)")
     api_url = safety.check_url(options.api_url, field="the api URL")
     args = ["selinux=0", "troubleshoot=0", "text", append, f"ipa-api-url={api_url}", f"ipa-node-uuid={node['uuid']}"]
+    if options.agent_ca_file:
+        args.append(f"ipa-cafile={options.agent_ca_file}")
     if node.get("provision_state") in INSPECT_STATES:
         args.append(f"ipa-inspection-callback-url={api_url.rstrip('/')}/v1/continue_inspection")
     # With the MAC known, BOOTIF names the NIC the agent must use; asked by

@@ -63,7 +63,8 @@ def api_url_for(settings: Settings) -> str:
     if not settings.api.port:
         return ""  # an ephemeral api port is unknown here
     host = settings.api.host if settings.api.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    return f"http://{host}:{settings.api.port}"
+    scheme = "https" if settings.security.tls_cert_file else "http"  # the api serves TLS (services/common/tls.py)
+    return f"{scheme}://{host}:{settings.api.port}"
 
 
 class ScriptRenderer:
@@ -88,6 +89,7 @@ class ScriptRenderer:
             default_boot_mode=config.default_boot_mode,
             timeout_ms=int(config.boot_timeout * 1000),
             retries=config.boot_retries,
+            agent_ca_file=config.agent_ca_file,
         )
 
     def _plan_options(self) -> PlanOptions:

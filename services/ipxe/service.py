@@ -22,6 +22,7 @@ from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
+from services.common.tls import tls_files
 from services.ipxe.grpc_service import SERVICE_NAME, RendererServicer
 from services.ipxe.handlers import ScriptReplies
 from services.ipxe.http_server import ScriptHttpServer
@@ -76,6 +77,7 @@ class IpxeService:
             register=lambda server: renderer_pb2_grpc.add_BootScriptRendererServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
             authenticate=internal_token_authenticator(await internal_token(self.settings, self.pool)),
+            tls=tls_files(self.settings.security),  # the boot HTTP below stays plain: iPXE has no HTTPS here
         )
         self._http = ScriptHttpServer(
             self.replies,

@@ -28,6 +28,7 @@ from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.metrics import ServiceMetrics
+from services.common.tls import tls_files
 from services.objectstore import tempurl_routes
 from services.objectstore.backends import Backend, make_backend
 from services.objectstore.grpc_api import ObjectStoreServicer
@@ -112,6 +113,7 @@ class ObjectStoreService:
             register=lambda server: pb_grpc.add_ObjectStoreServicer_to_server(servicer, server),
             service_names=[SERVICE_NAME],
             authenticate=internal_token_authenticator(self.internal_token),
+            tls=tls_files(self.settings.security),  # the temp-URL HTTP port stays plain: BMCs and ramdisks fetch there
         )
         self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
         self.endpoints.objectstore_grpc = self.grpc_address

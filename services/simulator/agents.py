@@ -2,12 +2,16 @@
 
 The firmware hands an :class:`AgentLaunch` to a factory; the default one
 builds Ferrum's real agent (``services.agent.agent``) from the kernel command
-line, bound to this machine's disk file and power hooks. A different factory
-(``SimulatorOptions.agent_factory``) can stand in, e.g. in tests.
+line and, after a virtual-media boot, the inserted removable media (the agent
+finds its ``ir-vfd-dev`` floppy among them, as on a machine), bound to this
+machine's disk file and power hooks. A different factory
+(``SimulatorOptions.agent_factory``) can stand in, e.g. in tests; it may
+return the agent or an awaitable of it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,14 +43,21 @@ class AgentLaunch:
     set_rescue_password: Callable[[str], Awaitable[None]] | None = None
     hardware: Any = None  # services.agent.hardware.MachineFacts: what the machine's inventory reports
     session: aiohttp.ClientSession | None = field(default=None, compare=False)
+    # What a virtual-media boot left inserted besides the CD (the floppy / USB stick), as bytes.
+    removable_media: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
 
 
-def real_agent(launch: AgentLaunch) -> AgentHandle:
+async def real_agent(launch: AgentLaunch) -> AgentHandle:
     """Ferrum's agent for one simulated machine (imported only when a machine needs it)."""
+    from services.agent import vmedia
     from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
 
+    floppy = None
+    if launch.removable_media and vmedia.wants_floppy(launch.kernel_cmdline):
+        floppy = await asyncio.to_thread(vmedia.image_parameters, launch.removable_media)
     options = options_from_kernel_cmdline(
         launch.kernel_cmdline,
+        floppy_parameters=floppy,
         macs=launch.macs,
         disks=(Disk(path=launch.disk_path, name="/dev/sda", serial=launch.disk_serial),),
         power_off=launch.power_off,

@@ -70,6 +70,13 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds a request head may take to arrive before the connection is dropped (default 10)",
     )
+    parser.add_argument(
+        "--bmc",
+        default="redfish",
+        choices=("redfish", "ilo"),
+        help="virtual media layout: redfish (Cd/Floppy, standard actions) or ilo (iLO 5: Managers/<m>/VirtualMedia/1 "
+        "floppy and /2 CD, Oem.Hpe actions, BootOnNextServerReset)",
+    )
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -99,6 +106,7 @@ async def serve(args: argparse.Namespace) -> int:
             agent_port_base=args.agent_port_base,
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
+            bmc_profile=args.bmc,
         )
     )
     stopping = asyncio.Event()

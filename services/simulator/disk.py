@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Sequence
 from typing import Any, BinaryIO, cast
 
 from services.common import errors
@@ -151,3 +152,30 @@ def inspect_disk(disk_path: str | os.PathLike[str]) -> dict[str, Any]:
     table = read_partitions(disk_path)
     table["config_drive"] = read_config_drive(disk_path, table) if table["partitions"] else None
     return table
+
+
+def read_media_config_drive(media: Sequence[tuple[str, str | os.PathLike[str]]]) -> dict[str, Any] | None:
+    """The config drive on attached whole devices (a virtual CD, USB stick or floppy), or None.
+
+    cloud-init's ConfigDrive datasource looks for the ``config-2`` label on
+    every block device, not only partitions: a drive handed over on virtual
+    media is one. ``media`` is (device name, image file) in the order the
+    machine lists its devices; the first labelled, readable one wins.
+    """
+    failures = []
+    for device, path in media:
+        with open(path, "rb") as fp:
+            found = filesystems.probe(fp, 0)
+        if not set(found.labels) & set(CONFIG_DRIVE_LABELS):
+            continue
+        base = {"device": device, "filesystem": found.kind}
+        if found.kind not in READABLE:
+            failures.append((base, f"{device} holds {found.kind or 'no known'} file system"))
+            continue
+        try:
+            return {**base, **_read_drive(path, {"start": 0, "size": os.path.getsize(path), "filesystem": found.kind})}
+        except errors.ConfigDriveInvalid as exc:
+            failures.append((base, f"{device}: {exc.message}"))
+    if not failures:
+        return None
+    return {**failures[0][0], "error": "; ".join(reason for _, reason in failures)}

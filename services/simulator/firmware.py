@@ -11,15 +11,18 @@ It walks the boot sequence (the BMC's override first, then the boot order):
   device, as firmware does.
 * **Hdd**: "boots the OS": reads the disk's partition table and config drive
   and records them as ``os_report``. An empty disk is not bootable.
-* **Cd**: downloads the inserted virtual CD, reads its boot loader's kernel
-  line (isolinux/GRUB) plus ``parameters.txt`` of an inserted floppy, and
-  starts the agent from that, as a virtual-media deploy does.
+* **Cd**: downloads the inserted virtual CD and reads its boot loader's kernel
+  line (isolinux/GRUB). A deploy ramdisk's line starts the agent, handing it the
+  inserted floppy, from which it reads its own parameters (as a virtual-media
+  deploy does); any other line is an OS running from RAM (a ramdisk deploy),
+  which reads its config drive from the attached media.
 * **BiosSetup**: stops in setup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 MAX_SCRIPT_BYTES = 1024 * 1024
+MAX_REMOVABLE_BYTES = 64 * 1024**2  # a virtual floppy / USB stick: a parameters file or a config drive
 BOOTED, FAILED = "booted", "failed"
 
 
@@ -52,9 +56,13 @@ async def fetch_text(session: aiohttp.ClientSession, url: str, timeout: float) -
 
 
 async def url_exists(session: aiohttp.ClientSession, url: str, timeout: float) -> str | None:
-    """None when ``url`` answers 2xx to a GET (body not read), else the reason."""
+    """None when ``url`` answers 2xx to a GET of its first byte, else the reason. One byte, so
+    checking a 1 GiB ISO costs nothing and the server sees a finished response, not a reset."""
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        async with session.get(
+            url, headers={"Range": "bytes=0-0"}, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
+            await response.read()
             return None if response.status < 300 else f"HTTP {response.status}"
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         return str(exc) or type(exc).__name__
@@ -156,12 +164,17 @@ async def boot_kernel(machine: Machine, action: Any, script_url: str) -> str:
     return await start_ramdisk(machine, cmdline)
 
 
-async def start_ramdisk(machine: Machine, cmdline: str) -> str:
-    """Start the deploy agent the kernel command line describes (ipa-api-url, BOOTIF, ...)."""
+async def start_ramdisk(machine: Machine, cmdline: str, *, removable_media: tuple[bytes, ...] = ()) -> str:
+    """Start the deploy agent the kernel command line describes (ipa-api-url, BOOTIF, ...).
+
+    After a virtual-media boot (``boot_method=vmedia``) the agent also gets the
+    inserted removable media and reads its own parameters from the floppy there,
+    so the api URL may be on neither the command line nor known here."""
     sim = machine.simulator
     args = split_cmdline(cmdline)
     api_url = (args.get("ipa-api-url") or "").split(",")[0].strip()
-    if not api_url:
+    vmedia_boot = args.get("boot_method", "").lower() == "vmedia" and bool(removable_media)
+    if not api_url and not vmedia_boot:
         machine.status = "ramdisk_idle"
         machine.record("ramdisk_idle", reason="no ipa-api-url on the kernel command line")
         return BOOTED
@@ -184,11 +197,13 @@ async def start_ramdisk(machine: Machine, cmdline: str) -> str:
         set_rescue_password=machine.set_rescue_password,
         hardware=machine.hardware_facts(),
         session=sim.session,
+        removable_media=removable_media,
     )
     factory = sim.options.agent_factory or real_agent
     agent = None
     try:
-        agent = factory(launch)
+        made = factory(launch)
+        agent = await made if inspect.isawaitable(made) else made
         await agent.start()
     except asyncio.CancelledError:
         if agent is not None:  # powered off while the agent was starting: leave no socket behind
@@ -200,7 +215,11 @@ async def start_ramdisk(machine: Machine, cmdline: str) -> str:
         return BOOTED
     machine.agent = agent
     machine.status = "ramdisk"
-    machine.record("agent_started", api_url=api_url, callback_url=getattr(agent, "callback_url", ""))
+    machine.record(
+        "agent_started",
+        api_url=getattr(getattr(agent, "options", None), "api_url", api_url),
+        callback_url=getattr(agent, "callback_url", ""),
+    )
     return BOOTED
 
 
@@ -209,6 +228,11 @@ async def boot_disk(machine: Machine) -> str:
     if not report["partitions"]:
         machine.record("disk_not_bootable", reason="no partition table" if report["table"] is None else "no partitions")
         return FAILED
+    # cloud-init also looks at whole devices: a config drive handed over on virtual media.
+    media = await _removable_config_drive(machine)
+    if media is not None:
+        report["media_config_drive"] = media
+        report["config_drive"] = report.get("config_drive") or media
     machine.os_report = report
     machine.status = "os"
     drive = report.get("config_drive") or {}
@@ -222,47 +246,89 @@ async def boot_disk(machine: Machine) -> str:
     return BOOTED
 
 
+async def _download_media(machine: Machine, device: str, dest: Path, *, limit: int) -> bool:
+    """Fetch the medium inserted in ``device`` to ``dest``; False (recorded) when it cannot be read."""
+    slot = machine.virtual_media.get(device)  # a BMC may lack the device
+    if slot is None or not slot.inserted or not slot.image:
+        return False
+    sim = machine.simulator
+    try:
+        await vmedia.download(sim.session, slot.image, dest, timeout=sim.options.http_timeout, limit=limit)
+    except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError, ValueError) as exc:
+        machine.record(f"{device.lower()}_error", image=slot.image, error=str(exc) or type(exc).__name__)
+        return False
+    return True
+
+
+async def _scratch(machine: Machine) -> Path:
+    scratch = Path(machine.simulator.options.state_dir) / "media"
+    await asyncio.to_thread(scratch.mkdir, parents=True, exist_ok=True)
+    return scratch
+
+
+async def _removable_config_drive(machine: Machine) -> dict[str, Any] | None:
+    """A config drive on the inserted floppy / USB stick, read as cloud-init reads it."""
+    image = await _scratch(machine) / f"{machine.name}-removable.img"
+    try:
+        if not await _download_media(machine, "Floppy", image, limit=MAX_REMOVABLE_BYTES):
+            return None
+        return await asyncio.to_thread(disk_reader.read_media_config_drive, [("usb", image)])
+    finally:
+        await asyncio.to_thread(image.unlink, missing_ok=True)
+
+
 async def boot_cd(machine: Machine) -> str:
-    """Boot the inserted virtual CD: its boot loader's kernel line (plus a
-    parameters floppy, if one is inserted) starts the deploy agent."""
-    slot = machine.virtual_media["Cd"]
-    if not slot.inserted or not slot.image:
+    """Boot the inserted virtual CD.
+
+    Its boot loader's kernel line says what runs. A deploy ramdisk (``ipa-api-url``
+    or ``boot_method=vmedia`` on it) starts the agent, which gets the inserted
+    floppy / USB stick to read its parameters from. Anything else is an OS in
+    RAM (a ramdisk deploy's instance), which reads its config drive from the
+    attached media as cloud-init does: the CD itself when it is labelled
+    config-2 (a combined ISO), else the removable device."""
+    slot = machine.virtual_media.get("Cd")
+    if slot is None or not slot.inserted or not slot.image:
         machine.record("cd_empty")
         return FAILED
-    sim = machine.simulator
-    scratch = Path(sim.options.state_dir) / "media"
-    await asyncio.to_thread(scratch.mkdir, parents=True, exist_ok=True)
+    scratch = await _scratch(machine)
     iso = scratch / f"{machine.name}-cd.iso"
+    removable = scratch / f"{machine.name}-removable.img"
     try:
-        size = await vmedia.download(sim.session, slot.image, iso, timeout=sim.options.http_timeout)
-        found = await asyncio.to_thread(vmedia.iso_kernel_cmdline, iso)
-    except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError, ValueError) as exc:
-        machine.record("cd_error", image=slot.image, error=str(exc) or type(exc).__name__)
-        return FAILED
+        try:
+            size = await vmedia.download(
+                machine.simulator.session, slot.image, iso, timeout=machine.simulator.options.http_timeout
+            )
+            found = await asyncio.to_thread(vmedia.iso_kernel_cmdline, iso)
+        except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError, ValueError) as exc:
+            machine.record("cd_error", image=slot.image, error=str(exc) or type(exc).__name__)
+            return FAILED
+        if found is None:
+            machine.record("cd_not_bootable", image=slot.image, size=size)
+            return FAILED
+        cmdline, config = found
+        media: tuple[bytes, ...] = ()
+        if await _download_media(machine, "Floppy", removable, limit=MAX_REMOVABLE_BYTES):
+            data = await asyncio.to_thread(removable.read_bytes)
+            media = (data,)
+            machine.record("removable_media", image=machine.virtual_media["Floppy"].image, size=len(data))
+        machine.record("cd_boot", image=slot.image, config=config, cmdline=cmdline)
+        args = split_cmdline(cmdline)
+        if args.get("ipa-api-url") or args.get("boot_method", "").lower() == "vmedia":
+            return await start_ramdisk(machine, cmdline, removable_media=media)
+        devices = [("cdrom", iso), *([("usb", removable)] if media else [])]
+        drive = await asyncio.to_thread(disk_reader.read_media_config_drive, devices)
     finally:
         await asyncio.to_thread(iso.unlink, missing_ok=True)
-    if found is None:
-        machine.record("cd_not_bootable", image=slot.image, size=size)
-        return FAILED
-    cmdline, config = found
-    floppy = machine.virtual_media["Floppy"]
-    if floppy.inserted and floppy.image:
-        image = scratch / f"{machine.name}-floppy.img"
-        try:
-            await vmedia.download(
-                sim.session, floppy.image, image, timeout=sim.options.http_timeout, limit=64 * 1024**2
-            )
-            params = await vmedia.floppy_parameters(image)
-        except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError) as exc:
-            machine.record("floppy_error", image=floppy.image, error=str(exc) or type(exc).__name__)
-            params = {}
-        finally:
-            await asyncio.to_thread(image.unlink, missing_ok=True)
-        # Later words win when the agent splits the line: the floppy takes precedence.
-        cmdline = " ".join([cmdline] + [f"{k}={v}" for k, v in params.items()])
-        machine.record("floppy_parameters", image=floppy.image, keys=sorted(params))
-    machine.record("cd_boot", image=slot.image, config=config, cmdline=cmdline)
-    return await start_ramdisk(machine, cmdline)
+        await asyncio.to_thread(removable.unlink, missing_ok=True)
+    machine.os_report = {"ramdisk": True, "cmdline": cmdline, "config_drive": drive}
+    machine.status = "os"
+    machine.record(
+        "os_booted",
+        ramdisk=True,
+        config_drive=bool(drive),
+        hostname=(drive or {}).get("hostname") or "",
+    )
+    return BOOTED
 
 
 async def boot_bios_setup(machine: Machine) -> str:

@@ -61,6 +61,7 @@ class VirtualMediaSlot:
     image: str | None = None
     inserted: bool = False
     write_protected: bool = True
+    boot_on_next_reset: bool = False  # iLO's Oem.Hpe.BootOnNextServerReset: boot this medium once
 
 
 class Machine:
@@ -157,6 +158,11 @@ class Machine:
     def boot_sequence(self) -> list[str]:
         """Devices to try on this boot; a Once override is used up here."""
         order = list(self.simulator.options.boot_order)
+        cd = self.virtual_media.get("Cd")
+        if cd is not None and cd.boot_on_next_reset:
+            cd.boot_on_next_reset = False  # iLO clears it once the server has booted from the medium
+            if cd.inserted:
+                return ["Cd"] + [d for d in order if d != "Cd"]
         if self.boot_enabled in ("Once", "Continuous") and self.boot_target not in ("None", ""):
             first = self.boot_target
             if self.boot_enabled == "Once":

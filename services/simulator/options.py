@@ -30,6 +30,7 @@ BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
 BACKENDS = ("python", "qemu")
 MAX_QEMU_MACHINES = 64  # each is a TCG process with its own memory
 MAX_MACHINES = 100_000
+BMC_PROFILES = ("redfish", "ilo")
 NICS_PER_MACHINE_MAX = 4
 
 
@@ -79,6 +80,10 @@ class SimulatorOptions:
     # Builds the deploy agent a kernel boot starts; None = services.agent.agent.Agent.
     # Takes an AgentLaunch, returns an object with async start() and stop().
     agent_factory: Callable[[Any], Any] | None = None
+    # How the BMC lays out virtual media: "redfish" (Cd and Floppy under the System and its
+    # Manager, the standard actions) or "ilo" (iLO 5: only under the Manager, members 1 = Floppy
+    # and 2 = CD, Oem.Hpe actions too, and a one-time boot by Oem.Hpe.BootOnNextServerReset).
+    bmc_profile: str = "redfish"
 
     def validate(self) -> SimulatorOptions:
         if not 1 <= self.machines <= MAX_MACHINES:
@@ -105,6 +110,8 @@ class SimulatorOptions:
             raise errors.InvalidParameterValue(f"power delay {low},{high} must be 0 <= min <= max <= 600 seconds")
         if self.max_connections < 1 or self.header_timeout <= 0:
             raise errors.InvalidParameterValue("--max-connections must be >= 1 and --header-timeout > 0")
+        if self.bmc_profile not in BMC_PROFILES:
+            raise errors.InvalidParameterValue(f"--bmc {self.bmc_profile!r} must be one of {', '.join(BMC_PROFILES)}")
         parse_size(self.disk_size)
         if self.backend not in BACKENDS:
             raise errors.InvalidParameterValue(f"backend {self.backend!r} must be one of {', '.join(BACKENDS)}")

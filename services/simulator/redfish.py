@@ -4,12 +4,14 @@ Enough of DMTF Redfish for sushy (and so Ironic-style drivers): the service
 root, Systems with PowerState, Boot override (with allowable values), UUID,
 EthernetInterfaces and the ComputerSystem.Reset action; one Manager per
 machine with Cd/Floppy VirtualMedia (InsertMedia checks the URL answers, then
-records it; EjectMedia); a ``Console`` LogService per system whose entries
-are the last lines of the machine's console (its serial port, for a QEMU
-machine); SessionService sessions and HTTP basic auth. Plus a JSON view of
-every machine at ``/simulator/machines`` for tests and demos. Paths match
-with or without a trailing slash. A machine that cannot power on (its VM does
-not start) gets a Redfish error, never a hang.
+records it; EjectMedia), or with ``bmc_profile="ilo"`` iLO 5's layout (members
+1 = Floppy and 2 = CD under the Manager only, Oem.Hpe actions, one-time boot
+by PATCHing Oem.Hpe.BootOnNextServerReset); a ``Console`` LogService per
+system whose entries are the last lines of the machine's console (its serial
+port, for a QEMU machine); SessionService sessions and HTTP basic auth. Plus a
+JSON view of every machine at ``/simulator/machines`` for tests and demos.
+Paths match with or without a trailing slash. A machine that cannot power on
+(its VM does not start) gets a Redfish error, never a hang.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
 MEDIA_TYPES = {"Cd": ["CD", "DVD"], "Floppy": ["Floppy", "USBStick"]}
+# iLO 5's virtual media members (Managers/<m>/VirtualMedia/<n>) and the device each is.
+ILO_MEMBERS = {"1": "Floppy", "2": "Cd"}
+ILO_MEMBER_OF = {device: member for member, device in ILO_MEMBERS.items()}
+MISSING = "Base.1.0.ResourceMissingAtURI"
 MAX_SESSIONS = 1024
 CONSOLE_ENTRIES = 100  # lines of console a log service read returns
 PUBLIC = {
@@ -126,6 +132,18 @@ class RedfishService:
                 "POST",
                 V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/VirtualMedia\.EjectMedia",
                 RedfishService.eject_media,
+            ),
+            (
+                "POST",
+                V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/Oem/Hpe/"
+                r"HpeiLOVirtualMedia\.InsertVirtualMedia",
+                RedfishService.hpe_insert_media,
+            ),
+            (
+                "POST",
+                V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)/Actions/Oem/Hpe/"
+                r"HpeiLOVirtualMedia\.EjectVirtualMedia",
+                RedfishService.hpe_eject_media,
             ),
             ("GET", V1 + r"/SessionService", RedfishService.session_service),
             ("GET", V1 + r"/SessionService/Sessions", RedfishService.session_list),
@@ -260,7 +278,7 @@ class RedfishService:
                 "ProcessorSummary": {"Count": 2, "Model": "Simulated CPU", "Status": {"State": "Enabled"}},
                 "MemorySummary": {"TotalSystemMemoryGiB": 4, "Status": {"State": "Enabled"}},
                 "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
-                "VirtualMedia": odata(path + "/VirtualMedia"),
+                **({} if self.ilo else {"VirtualMedia": odata(path + "/VirtualMedia")}),
                 "LogServices": odata(path + "/LogServices"),
                 "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
                 "Actions": {
@@ -379,22 +397,34 @@ class RedfishService:
             }
         )
 
+    @property
+    def ilo(self) -> bool:
+        return self.sim.options.bmc_profile == "ilo"
+
+    def media_id(self, device: str) -> str:
+        """The member id a device has on this BMC (iLO numbers them)."""
+        return ILO_MEMBER_OF[device] if self.ilo else device
+
     async def media_collection(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)
+        if self.ilo and request.path.startswith(V1 + "/Systems/"):
+            raise http_error(web.HTTPNotFound, "iLO has virtual media under its Manager only", MISSING)
         base = f"{V1}/Managers/{m.name}/VirtualMedia"
         own = request.path.rstrip("/")
-        return web.json_response(collection(own, "VirtualMedia", [f"{base}/{dev}" for dev in m.virtual_media]))
+        members = [f"{base}/{self.media_id(dev)}" for dev in m.virtual_media]
+        return web.json_response(collection(own, "VirtualMedia", sorted(members)))
 
     def media_document(self, m: Machine, device: str) -> dict[str, Any]:
         slot = m.virtual_media[device]
-        path = f"{V1}/Managers/{m.name}/VirtualMedia/{device}"
-        return {
+        member = self.media_id(device)
+        path = f"{V1}/Managers/{m.name}/VirtualMedia/{member}"
+        document: dict[str, Any] = {
             "@odata.type": "#VirtualMedia.v1_4_0.VirtualMedia",
             "@odata.id": path,
-            "Id": device,
-            "Name": f"Virtual {device}",
+            "Id": member,
+            "Name": f"Virtual {device}" if not self.ilo else "VirtualMedia",
             "MediaTypes": MEDIA_TYPES[device],
-            "ConnectedVia": "URI",
+            "ConnectedVia": "URI" if slot.inserted else "NotConnected",
             "Image": slot.image,
             "ImageName": slot.image.rsplit("/", 1)[-1].split("?")[0] if slot.image else None,
             "Inserted": slot.inserted,
@@ -404,14 +434,28 @@ class RedfishService:
                 "#VirtualMedia.EjectMedia": {"target": path + "/Actions/VirtualMedia.EjectMedia"},
             },
         }
+        if self.ilo:
+            oem = path + "/Actions/Oem/Hpe/HpeiLOVirtualMedia"
+            document["Oem"] = {
+                "Hpe": {
+                    "@odata.type": "#HpeiLOVirtualMedia.v2_2_0.HpeiLOVirtualMedia",
+                    "Actions": {
+                        "#HpeiLOVirtualMedia.EjectVirtualMedia": {"target": oem + ".EjectVirtualMedia"},
+                        "#HpeiLOVirtualMedia.InsertVirtualMedia": {"target": oem + ".InsertVirtualMedia"},
+                    },
+                    "BootOnNextServerReset": slot.boot_on_next_reset,
+                }
+            }
+        return document
 
     def device(self, match: re.Match[str]) -> tuple[Machine, str]:
         m = self.machine(match)
-        if match["dev"] not in m.virtual_media:
-            raise http_error(
-                web.HTTPNotFound, f"no virtual media device {match['dev']}", "Base.1.0.ResourceMissingAtURI"
-            )
-        return m, match["dev"]
+        if self.ilo and match.re.pattern.startswith(V1 + r"/Systems/"):
+            raise http_error(web.HTTPNotFound, "iLO has virtual media under its Manager only", MISSING)
+        device = ILO_MEMBERS.get(match["dev"], "") if self.ilo else match["dev"]
+        if device not in m.virtual_media:
+            raise http_error(web.HTTPNotFound, f"no virtual media device {match['dev']}", MISSING)
+        return m, device
 
     async def media(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m, dev = self.device(match)
@@ -460,12 +504,43 @@ class RedfishService:
         return web.Response(status=204)
 
     async def patch_media(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        """Some BMCs (and sushy for them) insert by PATCHing Image/Inserted."""
+        """Some BMCs (and sushy for them) insert by PATCHing Image/Inserted; iLO also takes
+        ``Oem.Hpe.BootOnNextServerReset`` here: boot once from this medium at the next reset."""
         m, dev = self.device(match)
         data = await self.body(request)
+        if "Oem" in data:
+            return self._patch_hpe(m, dev, data)
         if data.get("Image") in (None, "") and data.get("Inserted") is False:
             return await self.eject_media(request, match)
         return await self._insert(m, dev, data)
+
+    def _patch_hpe(self, m: Machine, dev: str, data: dict[str, Any]) -> web.Response:
+        hpe = (data.get("Oem") or {}).get("Hpe") if isinstance(data.get("Oem"), dict) else None
+        if not self.ilo or not isinstance(hpe, dict) or set(hpe) != {"BootOnNextServerReset"} or len(data) != 1:
+            return error(400, "the only Oem property here is Oem.Hpe.BootOnNextServerReset", "Base.1.0.PropertyUnknown")
+        value = hpe["BootOnNextServerReset"]
+        if not isinstance(value, bool):
+            return error(400, "BootOnNextServerReset must be a boolean", "Base.1.0.PropertyValueTypeError")
+        slot = m.virtual_media[dev]
+        if value and (dev != "Cd" or not slot.inserted):
+            return error(
+                400, "boot on next server reset needs an inserted CD", "iLO.2.16.InvalidOperationForSystemState"
+            )
+        slot.boot_on_next_reset = value
+        m.record("virtual_media_boot_on_next_reset", device=dev, value=value)
+        return web.Response(status=204)
+
+    async def hpe_insert_media(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        """iLO's own insert (proliantutils falls back to it): ``{"Image": url}``."""
+        m, dev = self.device(match)
+        if not self.ilo:
+            raise http_error(web.HTTPNotFound, "no such action", MISSING)
+        return await self._insert(m, dev, await self.body(request))
+
+    async def hpe_eject_media(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        if not self.ilo:
+            raise http_error(web.HTTPNotFound, "no such action", MISSING)
+        return await self.eject_media(request, match)
 
     # ---- console log ----------------------------------------------------------------
 

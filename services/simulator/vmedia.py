@@ -1,11 +1,11 @@
-"""Booting from virtual media: what firmware finds on an inserted ISO (and floppy).
+"""Booting from virtual media: what firmware finds on an inserted ISO.
 
-A deploy ISO carries the ramdisk's kernel command line in its boot loader
-configuration (isolinux ``append``, GRUB ``linux``/``linuxefi``), and an
-optional vfat floppy or USB image labelled ``ir-vfd-dev`` carries extra
-``key=value`` lines in ``parameters.txt`` that win over the command line
-(CONTRACT.md section 6.1). The simulator downloads the media to a scratch file
-(bounded), reads it, deletes it, and starts the agent with what it found.
+A boot ISO carries the kernel command line in its boot loader configuration
+(isolinux ``append``, GRUB ``linux``/``linuxefi``). The simulator downloads
+the media to a scratch file (bounded), reads it, deletes it, and starts what
+the line describes. An inserted vfat floppy or USB image labelled
+``ir-vfd-dev`` is not the firmware's business: the agent reads its
+``parameters.txt`` itself (``services/agent/vmedia.py``, CONTRACT.md 6.1).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import aiohttp
 
 from services.common import errors
-from services.common.images import fat, iso9660
+from services.common.images import iso9660
 
 MAX_MEDIA_BYTES = 2 * 1024**3
 MAX_CONFIG_BYTES = 1024 * 1024  # a boot loader configuration or parameters.txt is a few KiB
@@ -81,17 +81,3 @@ def iso_kernel_cmdline(path: str | os.PathLike[str]) -> tuple[str, str] | None:
                 if match is not None:
                     return _INITRD_WORD.sub(" ", match.group(1)).strip(), name
             return None
-
-
-async def floppy_parameters(path: str | os.PathLike[str]) -> dict[str, str]:
-    """``parameters.txt`` of a vfat image (read with mtools), as key/value pairs."""
-    try:
-        raw = await asyncio.to_thread(fat.read_file, path, "parameters.txt", limit=MAX_CONFIG_BYTES)
-    except errors.ImageError as exc:
-        raise RuntimeError(exc.message) from None
-    params: dict[str, str] = {}
-    for line in raw.decode("utf-8", "replace").splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and key:
-            params[key.strip()] = value.strip()
-    return params

@@ -78,3 +78,50 @@ async def test_agent_https_is_verified_against_its_announced_certificate(tls_age
     other, _, _ = self_signed(tmp_path / "other")
     with pytest.raises(errors.AgentError):  # nor does another agent's certificate
         await AgentClient(url, "t" * 43, verify_ca=other, attempts=1).commands()
+
+
+@pytest.mark.parametrize("kind", ["configured", "auto"])
+async def test_agent_serves_tls_and_announces_its_certificate(kind: str, tmp_path: Path) -> None:
+    """The real agent's command API over TLS: from given files (ipa-cert-file/ipa-key-file, here
+    issued by the local CA of ``ferrum stack --tls``) or self-signed at start (ipa-enable-auto-tls).
+    The conductor's client trusts exactly the announced certificate; without it, it refuses."""
+    from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
+    from services.common.local_ca import ensure_local_tls
+
+    disk = tmp_path / "disk"
+    disk.write_bytes(b"\0" * 4096)
+    if kind == "configured":
+        local = ensure_local_tls(tmp_path / "state")
+        extra = f"ipa-cert-file={local.cert_file} ipa-key-file={local.key_file}"
+    else:
+        extra = "ipa-enable-auto-tls=1"
+    options = options_from_kernel_cmdline(
+        f"ipa-api-url=http://127.0.0.1:9 BOOTIF=52:54:00:00:aa:01 ipa-agent-token={'t' * 43} {extra}",
+        disks=(Disk(path=str(disk)),),
+        listen_host="127.0.0.1",
+        listen_port=0,
+        lookup_interval=30.0,
+    )
+    agent = Agent(options)
+    await agent.start()
+    try:
+        assert agent.callback_url.startswith("https://127.0.0.1:")
+        announced = agent.heartbeat_body()["agent_verify_ca"]
+        assert announced.startswith("-----BEGIN CERTIFICATE-----")
+        reply = await AgentClient(agent.callback_url, "t" * 43, verify_ca=announced, attempts=1).commands()
+        assert reply == []
+        with pytest.raises(errors.AgentError):  # not trusted without the announced certificate
+            await AgentClient(agent.callback_url, "t" * 43, attempts=1).commands()
+    finally:
+        await agent.stop()
+
+
+def test_agent_tls_needs_both_files(tmp_path: Path) -> None:
+    from services.agent.agent import Agent, AgentOptions, Disk
+
+    _, cert, _ = self_signed(tmp_path)
+    options = AgentOptions(
+        api_url="http://127.0.0.1:9", macs=("52:54:00:00:aa:02",), disks=(Disk(path="x"),), tls_cert_file=str(cert)
+    )
+    with pytest.raises(errors.InvalidParameterValue, match="certificate and a key"):
+        Agent(options)

@@ -7,6 +7,7 @@ check relies on the driver's own polling (never a fixed sleep).
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import bcrypt
 import pytest
@@ -217,3 +219,104 @@ async def test_virtual_media(emulator: str, management: RedfishManagement) -> No
         assert cd["inserted"] is False
     finally:
         await runner.cleanup()
+
+
+# ---- a virtual-media deploy over REST against the emulator (issue 17) ---------------------------
+
+
+@pytest.fixture(scope="module")
+async def vmedia_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """api + conductor + object store with redfish-virtual-media enabled."""
+    from services.runtime import ALL_SERVICES_ORDER, RunningStack
+    from tests.conftest import test_settings
+
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("vmedia-state"),
+        conductor={
+            "hostname": "sushy-vmedia-conductor",
+            "enabled_boot_interfaces": ("fake", "ipxe", "redfish-virtual-media"),
+        },
+    )
+    stack = RunningStack()
+    await stack.start(settings, list(ALL_SERVICES_ORDER))
+    try:
+        yield stack
+    finally:
+        await stack.close()
+
+
+async def test_virtual_media_deploy_over_rest_inserts_cd_and_floppy_in_the_emulator(
+    emulator: str, vmedia_stack: Any
+) -> None:
+    """sushy-tools downloads what is inserted: the conductor's temp URLs must serve it. While the
+    deploy waits for the agent (the fake system runs none), the emulator holds the shared deploy
+    ISO in its Cd and the node's floppy in its Floppy, with a boot override to Cd and the power on;
+    undeploying ejects both and deletes the objects."""
+    import aiohttp
+
+    from tests.restclient import call, wait_state
+
+    conductor = next(s for s in vmedia_stack.services if s.name == "conductor")
+    store, container = conductor.objectstore, conductor.manager.vmedia.container
+    kernel = bytearray(4096)
+    kernel[0x1FE:0x200], kernel[0x202:0x206] = b"\x55\xaa", b"HdrS"
+    await store.put_bytes("sushy-vmedia", "vmlinuz", bytes(kernel))
+    await store.put_bytes("sushy-vmedia", "initrd", b"\x1f\x8b\x08\x00" + b"\0" * 100)
+    async with aiohttp.ClientSession() as session:
+        env = {"session": session, "api": vmedia_stack.endpoints["api REST (Ironic v1)"]}
+        _, node = await call(
+            env,
+            "POST",
+            "/v1/nodes",
+            {
+                "driver": "redfish",
+                "boot_interface": "redfish-virtual-media",
+                "deploy_interface": "direct",
+                "driver_info": {
+                    **make_task(emulator, system=SYSTEM_B).node["driver_info"],
+                    "deploy_kernel": await store.temp_url("sushy-vmedia", "vmlinuz", lifetime=600),
+                    "deploy_ramdisk": await store.temp_url("sushy-vmedia", "initrd", lifetime=600),
+                },
+                "instance_info": {
+                    "image_source": await store.temp_url("sushy-vmedia", "vmlinuz", lifetime=600),
+                    "image_os_hash_algo": "sha256",
+                    "image_os_hash_value": "0" * 64,
+                },
+            },
+            expect=201,
+        )
+        uuid = node["uuid"]
+        await call(env, "POST", "/v1/ports", {"node_uuid": uuid, "address": "52:54:00:7e:00:02"}, expect=201)
+        for verb, state in (("manage", "manageable"), ("provide", "available")):
+            await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": verb}, expect=202)
+            await wait_state(env, uuid, state)
+        await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "active"}, expect=202)
+        waiting = await wait_state(env, uuid, "wait call-back", timeout=120)
+        assert waiting["last_error"] is None and waiting["power_state"] == "power on"
+
+        auth = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
+        system = f"{emulator}/redfish/v1/Systems/{SYSTEM_B}"
+
+        async def get(path: str) -> dict[str, Any]:
+            async with session.get(path, headers=auth) as reply:
+                assert reply.status == 200, path
+                return dict(await reply.json())
+
+        cd, floppy = await get(f"{system}/VirtualMedia/Cd"), await get(f"{system}/VirtualMedia/Floppy")
+        assert cd["Inserted"] is True and "/boot-" in cd["Image"] and ".iso" in cd["Image"]
+        assert floppy["Inserted"] is True and f"/image-{uuid}" in floppy["Image"]
+        assert (await get(system))["Boot"]["BootSourceOverrideTarget"] == "Cd"
+        names = {o.name for o in await store.list(container)}
+        assert f"image-{uuid}" in names and any(n.startswith("boot-") for n in names)
+
+        await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "deleted"}, expect=202)
+        done = await wait_state(env, uuid, "available", timeout=120)
+        assert done["power_state"] == "power off"
+        cd, floppy = await get(f"{system}/VirtualMedia/Cd"), await get(f"{system}/VirtualMedia/Floppy")
+        assert cd["Inserted"] is False and floppy["Inserted"] is False
+        try:
+            left = [o.name for o in await store.list(container)]
+        except errors.NotFound:
+            left = []
+        assert not left, left

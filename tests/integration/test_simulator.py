@@ -21,6 +21,8 @@ import pytest
 import sushy
 from aiohttp import web
 
+from services.agent import vmedia as agent_vmedia
+from services.agent.agent import Disk, options_from_kernel_cmdline
 from services.common.aiohttp_serving import start_http_site
 from services.conductor.drivers.redfish_client import close_root
 from services.simulator import Simulator, SimulatorOptions
@@ -514,13 +516,17 @@ async def test_virtual_media_boot_starts_the_agent(
     assert machine.status == "ramdisk", list(machine.boot_log)
     launch = agents[-1].launch
     assert launch.api_url == boot_server.url
-    assert launch.kernel_args["ipa-agent-token"] == TOKEN  # the floppy wins
-    assert launch.kernel_args["ipa-global-request-id"] == "req-123"
     assert launch.kernel_args["boot_method"] == "vmedia" and "initrd" not in launch.kernel_args
     assert launch.macs[0] == machine.macs[1]  # BOOTIF names the second NIC
+    # The firmware hands the agent the inserted floppy, as a machine's kernel sees the device;
+    # the agent finds it by its label (mformat wrote it upper case) and its values win.
+    assert launch.removable_media == (boot_server.blobs["params.img"],)
+    floppy = await asyncio.to_thread(agent_vmedia.image_parameters, launch.removable_media)
+    options = options_from_kernel_cmdline(launch.kernel_cmdline, floppy_parameters=floppy, disks=(Disk("/dev/null"),))
+    assert (options.agent_token, options.global_request_id) == (TOKEN, "req-123")
     cd_boot = machine.events("cd_boot")[-1]
     assert cd_boot["config"] == "isolinux/isolinux.cfg"
-    assert machine.events("floppy_parameters")[-1]["keys"] == ["ipa-agent-token", "ipa-global-request-id"]
+    assert machine.events("removable_media")[-1]["size"] == 1440 * 1024
     assert not any((Path(sim.options.state_dir) / "media").iterdir())  # scratch copies are deleted
     await power_off(sim, 2)
 

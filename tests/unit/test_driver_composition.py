@@ -78,7 +78,10 @@ def test_an_unknown_kind_and_a_missing_core_kind_stop_the_load() -> None:
 
 
 def test_a_kind_without_an_enabled_implementation_stops_the_load() -> None:
-    with pytest.raises(errors.DriverLoadError, match=r"'redfish' has no enabled boot interface.*\['ipxe', 'fake'\]"):
+    with pytest.raises(
+        errors.DriverLoadError,
+        match=r"'redfish' has no enabled boot interface.*\['ipxe', 'redfish-virtual-media', 'fake'\]",
+    ):
         DriverRegistry(dataclasses.replace(CONFIG, enabled_hardware_types=("redfish",), enabled_boot_interfaces=()))
     with pytest.raises(errors.DriverLoadError, match=r"'minimal' has no enabled console interface"):
         registry_with(Minimal, enabled_console_interfaces=())

@@ -16,6 +16,7 @@ a limit and the process is killed past it or past a timeout.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -143,24 +144,39 @@ def list_files(image: str | os.PathLike[str], *, offset: int = 0, limit: int = 4
 
 
 def write_image(
-    files: Mapping[str, bytes], *, label: str, size: int = FLOPPY_BYTES, work_dir: str | None = None
+    files: Mapping[str, bytes | Path],
+    *,
+    label: str,
+    size: int = FLOPPY_BYTES,
+    work_dir: str | None = None,
+    keep_label_case: bool = False,
 ) -> bytes:
     """A FAT image of ``size`` bytes (FAT12 for a floppy) labelled ``label`` holding ``files``.
 
-    ``files`` maps relative POSIX paths to bytes; directories are made as
-    needed and long names are kept (VFAT). Raises ImageError when the files
-    do not fit or the label is not a valid FAT label (at most 11 characters).
+    ``files`` maps relative POSIX paths to bytes (or to a file to copy);
+    directories are made as needed and long names are kept (VFAT). Raises
+    ImageError when the files do not fit or the label is not a valid FAT
+    label (at most 11 characters).
+
+    mformat writes the root-directory label in upper case, and that is the
+    label ``blkid`` (so udev's ``/dev/disk/by-label`` and ``lsblk``) report.
+    ``keep_label_case`` formats with ``mkfs.vfat`` (dosfstools) instead, which
+    keeps it as given: the virtual floppy's ``ir-vfd-dev`` is found by that
+    exact name (what Ironic's ``mkfs -t vfat -n ir-vfd-dev`` makes).
     """
     if not label or len(label) > 11 or not label.isascii():
         raise ValueError(f"a FAT label is 1 to 11 ASCII characters, not {label!r}")
-    if size % 512 or size < 64 * 1024:
-        raise ValueError(f"a FAT image must be a whole number of sectors and at least 64 KiB, not {size}")
+    if size % 1024 or size < 64 * 1024:
+        raise ValueError(f"a FAT image must be a whole number of KiB and at least 64 KiB, not {size}")
     with tempfile.TemporaryDirectory(prefix="ferrum-fat-", dir=work_dir) as tmp:
         image = Path(tmp) / "fat.img"
-        with open(image, "wb") as fp:
-            fp.truncate(size)
-        geometry = ["-f", "1440"] if size == FLOPPY_BYTES else ["-T", str(size // 512)]
-        _run(["mformat", "-i", str(image), *geometry, "-v", label, "::"])
+        if keep_label_case:
+            _run([_mkfs_vfat(), "-C", "-n", label, str(image), str(size // 1024)])
+        else:
+            with open(image, "wb") as fp:
+                fp.truncate(size)
+            geometry = ["-f", "1440"] if size == FLOPPY_BYTES else ["-T", str(size // 512)]
+            _run(["mformat", "-i", str(image), *geometry, "-v", label, "::"])
         made: set[str] = set()
         for rel in sorted(files):
             parts = [p for p in rel.split("/") if p]
@@ -171,13 +187,27 @@ def write_image(
                 if folder.casefold() not in made:  # FAT names ignore case: OPENSTACK is openstack
                     _run(["mmd", "-i", str(image), f"::/{folder}"])
                     made.add(folder.casefold())
-            source = Path(tmp) / "file"
-            source.write_bytes(files[rel])
+            content = files[rel]
+            if isinstance(content, Path):
+                source = content
+            else:
+                source = Path(tmp) / "file"
+                source.write_bytes(content)
             try:
                 _run(["mcopy", "-i", str(image), "-o", str(source), f"::/{'/'.join(parts)}"])
             except errors.ImageFormatError as exc:
                 raise errors.ImageError(f"cannot add {rel} to the FAT image: {exc.message}") from None
         return image.read_bytes()
+
+
+def _mkfs_vfat() -> str:
+    """mkfs.vfat lives in /usr/sbin, which an unprivileged PATH often lacks."""
+    found = shutil.which("mkfs.vfat") or next(
+        (p for p in ("/usr/sbin/mkfs.vfat", "/sbin/mkfs.vfat") if os.path.exists(p)), None
+    )
+    if found is None:
+        raise errors.ImageError("mkfs.vfat is not installed (Debian package dosfstools)")
+    return found
 
 
 class FatVolume:

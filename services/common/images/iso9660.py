@@ -100,6 +100,67 @@ def _iso_name(name: str, *, is_dir: bool) -> str:
     return f"{stem[: 30 - len(ext) - 1]}.{ext}"
 
 
+class IsoTree:
+    """Files added to a new pycdlib image under their real names.
+
+    Each file gets an ISO9660 level 3 identifier (made unique when two long
+    names fold to the same one) and keeps its full spelling in Rock Ridge and
+    Joliet; parent directories are made as needed. With ``share_identical``,
+    files given as bytes with the same content are stored once (hard links).
+    The config drive and the boot ISO builders both add their files here.
+    """
+
+    def __init__(self, iso: pycdlib.PyCdlib, *, share_identical: bool = True) -> None:
+        self._iso = iso
+        self._share = share_identical
+        self._dirs: dict[str, str] = {"": ""}
+        self._used: set[str] = set()
+        self._files: dict[str, str] = {}
+        self._stored: dict[tuple[int, bytes, bytes], list[tuple[bytes, str]]] = {}
+
+    def iso_path(self, rel_path: str) -> str:
+        """The ISO9660 path a file was added under (what El Torito entries name)."""
+        return self._files[rel_path.strip("/")]
+
+    def add_directory(self, rel_path: str) -> str:
+        parts = _parts(rel_path)
+        parent = ""
+        for depth, part in enumerate(parts):
+            key = "/".join(parts[: depth + 1])
+            if key not in self._dirs:
+                iso_path = _unique(f"{self._dirs[parent]}/{_iso_name(part, is_dir=True)}", self._used, "")
+                self._iso.add_directory(iso_path, rr_name=part, joliet_path="/" + key)
+                self._dirs[key] = iso_path
+            parent = key
+        return self._dirs[parent]
+
+    def add(self, rel_path: str, data: bytes | Path) -> str:
+        """Add one file (bytes, or a file read when the image is written); returns its ISO9660 path."""
+        parts = _parts(rel_path)
+        parent = self.add_directory("/".join(parts[:-1])) if len(parts) > 1 else ""
+        iso_path = _unique(f"{parent}/{_iso_name(parts[-1], is_dir=False)}", self._used, ";1")
+        joliet = "/" + "/".join(parts)
+        if isinstance(data, Path):
+            self._iso.add_file(str(data), iso_path, rr_name=parts[-1], joliet_path=joliet)
+        else:
+            first = _stored_copy(self._stored, data) if self._share else None
+            if first is None:
+                self._iso.add_fp(io.BytesIO(data), len(data), iso_path, rr_name=parts[-1], joliet_path=joliet)
+                self._stored.setdefault(_content_key(data), []).append((data, iso_path))
+            else:
+                self._iso.add_hard_link(iso_old_path=first, iso_new_path=iso_path, rr_name=parts[-1])
+                self._iso.add_hard_link(iso_old_path=first, joliet_new_path=joliet)
+        self._files["/".join(parts)] = iso_path
+        return iso_path
+
+
+def _parts(rel_path: str) -> list[str]:
+    parts = [p for p in rel_path.split("/") if p]
+    if not parts or any(p in (".", "..") for p in parts):
+        raise ValueError(f"invalid path in ISO: {rel_path!r}")
+    return parts
+
+
 def write_iso(
     files: Mapping[str, bytes], *, label: str, publisher: str = "Ferrum", share_identical: bool = True
 ) -> bytes:
@@ -118,31 +179,10 @@ def write_iso(
         pub_ident_str=publisher,
         app_ident_str="Ferrum config drive builder",
     )
-    iso_dirs: dict[str, str] = {"": ""}
-    used: set[str] = set()
-    stored: dict[tuple[int, bytes, bytes], list[tuple[bytes, str]]] = {}
     try:
+        tree = IsoTree(iso, share_identical=share_identical)
         for rel_path in sorted(files):
-            parts = [p for p in rel_path.split("/") if p]
-            if not parts or any(p in (".", "..") for p in parts):
-                raise ValueError(f"invalid path in ISO: {rel_path!r}")
-            parent = ""
-            for depth, part in enumerate(parts[:-1]):
-                key = "/".join(parts[: depth + 1])
-                if key not in iso_dirs:
-                    iso_path = _unique(f"{iso_dirs[parent]}/{_iso_name(part, is_dir=True)}", used, "")
-                    iso.add_directory(iso_path, rr_name=part, joliet_path="/" + key)
-                    iso_dirs[key] = iso_path
-                parent = key
-            iso_path = _unique(f"{iso_dirs[parent]}/{_iso_name(parts[-1], is_dir=False)}", used, ";1")
-            data = files[rel_path]
-            first = _stored_copy(stored, data) if share_identical else None
-            if first is None:
-                iso.add_fp(io.BytesIO(data), len(data), iso_path, rr_name=parts[-1], joliet_path="/" + "/".join(parts))
-                stored.setdefault(_content_key(data), []).append((data, iso_path))
-            else:
-                iso.add_hard_link(iso_old_path=first, iso_new_path=iso_path, rr_name=parts[-1])
-                iso.add_hard_link(iso_old_path=first, joliet_new_path="/" + "/".join(parts))
+            tree.add(rel_path, files[rel_path])
         out = io.BytesIO()
         iso.write_fp(out, blocksize=_COPY_BLOCK)
         return out.getvalue()

@@ -34,8 +34,13 @@ class AgentClient:
         self.timeout = timeout
         self.attempts = attempts
         # An https agent is verified against the certificate it announced in its
-        # heartbeat (API 1.68), else against the system's trust store.
-        self.ssl: ssl.SSLContext | bool = ssl.create_default_context(cadata=verify_ca) if verify_ca else True
+        # heartbeat (API 1.68), else against the system's trust store. The announced
+        # certificate is trusted by itself (partial chain), so a CA-issued one the
+        # agent was given pins exactly as a self-signed one does.
+        self.ssl: ssl.SSLContext | bool = True
+        if verify_ca:
+            self.ssl = ssl.create_default_context(cadata=verify_ca)
+            self.ssl.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
 
     async def _request(
         self, method: str, path: str, *, body: Any = None, query: Mapping[str, str] | None = None

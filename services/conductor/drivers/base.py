@@ -16,7 +16,10 @@ import abc
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from services.conductor.drivers.media import MediaImages
 
 # Every node has one implementation of each kind, as in Ironic. The core kinds
 # have no sensible "nothing" and a hardware type must name them; each optional
@@ -54,6 +57,8 @@ class Task:
     merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
     # Set by the conductor: the config drive as an ISO behind a temp URL (virtual media).
     publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
+    # Set by the conductor: floppies and boot ISOs behind temp URLs (virtual-media boot, media.py).
+    media: MediaImages | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
     # What the lock was taken for (logs, history); empty for shared (unlocked) access.
@@ -224,9 +229,16 @@ class BootInterface(BaseInterface):
     async def clean_up_instance(self, task: Task) -> None:
         """Undo prepare_instance on tear down."""
 
+    async def before_power_on(self, task: Task) -> None:
+        """Called before a power on or reboot the conductor was asked for: attach again what the
+        next boot needs (a netbooting instance's boot ISO, as Ironic's ``IloPower.reboot`` does)."""
+
 
 class DeployInterface(BaseInterface):
     kind = "deploy"
+    # True when ``deploy`` itself prepares the instance's boot before powering it on
+    # (the ramdisk deploy); otherwise the deploy flow calls boot.prepare_instance.
+    prepares_instance_boot: ClassVar[bool] = False
 
     @abc.abstractmethod
     async def deploy(self, task: Task) -> str | None:

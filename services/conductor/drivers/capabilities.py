@@ -55,7 +55,17 @@ def volume_boot_needs(task: Task) -> Iterator[Need]:
             )
 
 
-RULES: tuple[Rule, ...] = (volume_boot_needs,)
+def ramdisk_deploy_needs(task: Task) -> Iterator[Need]:
+    """A ramdisk deploy's instance is a kernel and ramdisk the boot interface starts on every boot."""
+    if check_capability(task.driver.deploy, "ramdisk_deploy"):
+        yield Need(
+            "boot",
+            "ramdisk_boot",
+            f"its deploy interface {task.driver.deploy.name!r} boots the instance from a ramdisk",
+        )
+
+
+RULES: tuple[Rule, ...] = (volume_boot_needs, ramdisk_deploy_needs)
 
 
 @dataclass(frozen=True)

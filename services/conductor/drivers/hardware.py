@@ -57,11 +57,28 @@ class RedfishHardware(HardwareType):
     supported: ClassVar[dict[str, tuple[str, ...]]] = {
         "power": ("redfish",),
         "management": ("redfish",),
-        "boot": ("ipxe", "fake"),
-        "deploy": ("direct", "fake"),
+        "boot": ("ipxe", "redfish-virtual-media", "fake"),
+        "deploy": ("direct", "ramdisk", "fake"),
         "storage": ("noop", "fake"),
         "network": ("noop",),
         "vendor": ("no-vendor",),
         "inspect": ("no-inspect", "agent"),
         "rescue": ("no-rescue", "agent"),
+    }
+
+
+class IloHardware(HardwareType):
+    """HPE ProLiant servers with iLO 5 or later, driven over Redfish with iLO's fields and
+    virtual media layout (drivers/ilo.py); Ironic removed its own ilo type in 2026."""
+
+    name = "ilo"
+    supported: ClassVar[dict[str, tuple[str, ...]]] = {
+        "power": ("ilo",),
+        "management": ("ilo",),
+        "boot": ("ilo-virtual-media", "ipxe"),
+        "deploy": ("direct", "ramdisk"),
+        "storage": ("noop",),
+        "network": ("noop",),
+        "vendor": ("no-vendor",),
+        "inspect": ("no-inspect",),
     }

@@ -113,6 +113,10 @@ class _RedfishBase:
     def get_properties(self) -> dict[str, str]:
         return dict(DRIVER_INFO_PROPERTIES)
 
+    def redfish_info(self, node: dict[str, Any]) -> RedfishInfo:
+        """Where and how to reach the node's BMC (the iLO interfaces read their own fields)."""
+        return parse_driver_info(node)
+
     async def close(self) -> None:
         """At conductor stop: log out of every BMC session (bounded), then drop the threads."""
         loop = asyncio.get_running_loop()
@@ -125,10 +129,10 @@ class _RedfishBase:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def validate(self, task: base.Task) -> None:
-        parse_driver_info(task.node)
+        self.redfish_info(task.node)
 
     async def _call(self, task: base.Task, action: str, fn: Any) -> Any:
-        return await self._info_call(parse_driver_info(task.node), action, fn)
+        return await self._info_call(self.redfish_info(task.node), action, fn)
 
     async def _info_call(self, info: RedfishInfo, action: str, fn: Any) -> Any:
         """``connections.call`` in this interface's pool, with the caller's context (log ids)."""
@@ -165,7 +169,7 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
         if state == states.REBOOT:
             await self.reboot(task, timeout)
             return
-        info = parse_driver_info(task.node)
+        info = self.redfish_info(task.node)
         deadline = time.monotonic() + (timeout or self.power_timeout)
         current = await self._info_call(info, "read the power state", _read_power)
         if state == states.SOFT_REBOOT:
@@ -181,7 +185,7 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
         await self._wait_for(info, wanted, deadline, task)
 
     async def reboot(self, task: base.Task, timeout: float | None = None) -> None:
-        info = parse_driver_info(task.node)
+        info = self.redfish_info(task.node)
         deadline = time.monotonic() + (timeout or self.power_timeout)
         current = await self._info_call(info, "read the power state", _read_power)
         if current == states.POWER_ON:
@@ -212,6 +216,8 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
 
 class RedfishManagement(_RedfishBase, base.ManagementInterface):
     name = "redfish"
+    # Inserts and ejects virtual media (the virtual-media boot interfaces rely on it).
+    capabilities = frozenset({"virtual_media"})
 
     def __init__(self, options: Any = None) -> None:
         super().__init__(options)

@@ -63,7 +63,8 @@ async def _first_half(ctx: FlowContext, task: Task) -> None:
         return
     for step in after:
         await steps.run_step(ctx, task, step)
-    await task.driver.boot.prepare_instance(task)
+    if not task.driver.deploy.prepares_instance_boot:
+        await task.driver.boot.prepare_instance(task)
     await ctx.transition(task, "done", changes={"deploy_step": {}})
 
 

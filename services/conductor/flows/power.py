@@ -22,6 +22,9 @@ def final_state(target: str) -> str:
 async def change(ctx: FlowContext, task: Task, target: str, timeout: int | None = None) -> None:
     final = final_state(target)
     try:
+        if final == states.POWER_ON:
+            # A netbooting instance gets its boot media attached again first (virtual media).
+            await task.driver.boot.before_power_on(task)
         if target == states.REBOOT:
             await task.driver.power.reboot(task, timeout)
         else:
