@@ -63,11 +63,17 @@ class AgentOptions:
     allow_md5: bool = False
     power_off: Callable[[], Awaitable[None]] | None = None  # hook: standby.power_off
     reboot: Callable[[], Awaitable[None]] | None = None  # hook: standby.run_image / reboot
+    # hook: rescue.finalize_rescue hands the rescue login its crypt(3) password hash
+    set_rescue_password: Callable[[str], Awaitable[None]] | None = None
     agent_token: str = ""  # pre-generated token (ipa-agent-token), else the lookup's
     global_request_id: str = ""  # ipa-global-request-id, sent on lookup/heartbeat
     tmp_dir: str = ""  # qcow2 spool / staging directory (default: system temp)
     write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
     hostname: str = ""  # reported in the inventory
+    # ipa-inspection-callback-url: post the inventory there first (in-band inspection)
+    inspection_callback_url: str = ""
+    # What the inventory reports when the host's own values are not the machine's (the simulator's machines).
+    hardware: hardware.MachineFacts | None = None
     qcow2_stream: bool = True  # convert qcow2 while it downloads; False = stage it and run qemu-img
     conversion_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent qemu-img runs
     write_slots: asyncio.Semaphore | None = None  # shared by embedded agents: bounds concurrent image writes
@@ -384,6 +390,12 @@ class Agent:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def stop_callbacks(self, reason: str) -> None:
+        """No more heartbeats (rescue finished: the conductor no longer drives this node)."""
+        self.powered_down = reason
+        self._heartbeat_now.set()
+        LOG.info("callbacks stopped node_uuid=%s reason=%s", self.node_uuid, reason)
+
     # ---- lookup and heartbeats ----------------------------------------------------------
 
     async def _callback_loop(self) -> None:
@@ -392,9 +404,39 @@ class Agent:
         self._api_headers = {callbacks.VERSION_HEADER: version}
         if self.options.global_request_id:
             self._api_headers["X-OpenStack-Request-ID"] = self.options.global_request_id
+        if self.options.inspection_callback_url:
+            await self._post_inventory(self.options.inspection_callback_url)
+            return  # the conductor powers the machine off once it has the inventory
         if not await self._lookup(api):
             return
         await self._heartbeat_loop(api)
+
+    async def _post_inventory(self, url: str) -> None:
+        """IPA's inspection: post ``{"inventory", "boot_interface"}`` until the api takes it."""
+        disks = await asyncio.to_thread(hardware.describe_disks, self.options.disks)
+        body = {
+            "inventory": hardware.inventory(
+                disks,
+                self.options.macs,
+                hostname=self.options.hostname,
+                ipv4_address=self.advertise_host,
+                facts=self.options.hardware,
+            ),
+            "boot_interface": self.options.macs[0],
+        }
+        deadline = time.monotonic() + self.options.lookup_timeout
+        while True:
+            try:
+                node_uuid = await callbacks.continue_inspection(self.session, url, body, tls=self.tls)
+                LOG.info("inventory posted node_uuid=%s", node_uuid)
+                return
+            except (callbacks.CallbackError, aiohttp.ClientError, TimeoutError) as exc:
+                reason = str(exc) or type(exc).__name__
+            if time.monotonic() + self.options.lookup_interval > deadline:
+                self.last_error = f"posting the inventory failed: {reason}"
+                LOG.error("inspection gave up macs=%s reason=%s", ",".join(self.options.macs), reason)
+                return
+            await asyncio.sleep(self.options.lookup_interval)
 
     async def _lookup(self, api: str) -> bool:
         deadline = time.monotonic() + self.options.lookup_timeout

@@ -7,6 +7,7 @@ first lookup handed out. The microversion is negotiated once, like IPA:
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from typing import Any
@@ -93,3 +94,18 @@ async def heartbeat(
     ) as resp:
         if resp.status not in (200, 202, 204):
             raise CallbackError(f"heartbeat answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)
+
+
+async def continue_inspection(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], *, tls: ssl.SSLContext | bool = True
+) -> str:
+    """Post the inspection data (no version header: API 1.1, as IPA's inspector does); the node's uuid."""
+    async with session.post(url, json=body, timeout=TIMEOUT, ssl=tls) as resp:
+        text = await resp.text()
+        if resp.status not in (200, 202):
+            raise CallbackError(f"continue_inspection answered HTTP {resp.status}: {text[:300]}", resp.status)
+        try:
+            answer = json.loads(text) if text else {}
+        except ValueError:
+            answer = {}
+        return str(answer.get("uuid") or (answer.get("node") or {}).get("uuid") or "")

@@ -71,6 +71,7 @@ def option_values(cmdline: str) -> dict[str, Any]:
         ("listen_host", ("ipa-listen-host",)),
         ("ca_file", ("ipa-cafile", "ipa-ca-file")),
         ("advertise_host", ("ipa-advertise-host",)),
+        ("inspection_callback_url", ("ipa-inspection-callback-url",)),
         ("tls_cert_file", ("ipa-cert-file",)),
         ("tls_key_file", ("ipa-key-file",)),
     ):

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.agent import checksum, erase, hardware, imagewrite, partitions
 from services.agent import configdrive as configdrives
-from services.common import errors
+from services.common import errors, password_hash
 
 if TYPE_CHECKING:
     from services.agent.agent import Agent
@@ -295,6 +295,35 @@ async def execute_clean_step(agent: Agent, params: dict[str, Any], cmd: CommandR
     return {"clean_result": None, "clean_step": step}
 
 
+# ---- rescue -------------------------------------------------------------------------------
+
+
+def _validate_finalize_rescue(agent: Agent, params: dict[str, Any]) -> None:
+    password = params.get("rescue_password")
+    if not isinstance(password, str) or not password:
+        raise errors.InvalidParameterValue("finalize_rescue needs a non-empty 'rescue_password' string")
+    hashed = params.get("hashed", False)
+    if not isinstance(hashed, bool):
+        raise errors.InvalidParameterValue("finalize_rescue's 'hashed' must be a boolean")
+    if hashed and not password_hash.is_hashed(password):
+        raise errors.InvalidParameterValue("finalize_rescue got 'hashed': true but no SHA-crypt hash")
+
+
+async def finalize_rescue(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    """IPA's rescue.finalize_rescue: give the rescue login the password hash
+    (an older conductor may send clear text with ``hashed`` false; it is hashed
+    here, so clear text never reaches the login), then stop calling back: the
+    node is the tenant's now."""
+    password = params["rescue_password"]
+    hashed = password if params.get("hashed") else password_hash.hash_password(password, "sha512")
+    hook = agent.options.set_rescue_password
+    if hook is None:
+        raise errors.AgentError("this agent has no rescue login to hand the password to")
+    await hook(hashed)
+    agent.stop_callbacks("rescue")
+    return None
+
+
 # ---- image / poll -------------------------------------------------------------------------
 
 
@@ -306,7 +335,11 @@ async def install_bootloader(agent: Agent, params: dict[str, Any], cmd: CommandR
 async def get_hardware_info(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     disks = await asyncio.to_thread(hardware.describe_disks, agent.options.disks)
     return hardware.inventory(
-        disks, agent.options.macs, hostname=agent.options.hostname, ipv4_address=agent.advertise_host
+        disks,
+        agent.options.macs,
+        hostname=agent.options.hostname,
+        ipv4_address=agent.advertise_host,
+        facts=agent.options.hardware,
     )
 
 
@@ -351,5 +384,6 @@ COMMANDS: dict[str, Command] = {
     "poll.get_hardware_info": Command(get_hardware_info, is_async=False),
     "log.collect_system_logs": Command(collect_system_logs, is_async=False),
     "clean.get_clean_steps": Command(get_clean_steps, is_async=False),
+    "rescue.finalize_rescue": Command(finalize_rescue, is_async=False, validate=_validate_finalize_rescue),
     "clean.execute_clean_step": Command(execute_clean_step, is_async=True, validate=_validate_clean_step),
 }

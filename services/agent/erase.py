@@ -1,8 +1,11 @@
 """Cleaning steps on the agent's disks (IPA's ``erase_devices*``).
 
-``erase_devices_metadata`` zeroes the first and last MiB of every disk, which
-removes MBR/GPT (primary and backup) and filesystem signatures so the next
-deploy starts from a blank table. ``erase_devices`` zeroes whole disks; on a
+``erase_devices_metadata`` does what IPA's ``wipefs --all`` on every
+partition and then the disk achieves: it zeroes the first and last MiB of
+every partition the table lists (filesystem signatures, a config-2 ISO's
+volume descriptors, RAID superblocks at the end), then the first and last
+MiB of the disk (MBR/GPT, primary and backup), so the next deploy starts
+from a blank disk and no tenant's config drive survives. ``erase_devices`` zeroes whole disks; on a
 file-backed disk it punches a hole instead, so a simulator's sparse disks
 stay sparse.
 """
@@ -14,6 +17,8 @@ import ctypes.util
 import os
 import stat
 from typing import Any
+
+from services.agent.partitions import read_table
 
 MiB = 1024 * 1024
 FALLOC_FL_KEEP_SIZE = 0x01
@@ -55,14 +60,26 @@ def zero_range(fd: int, offset: int, length: int) -> None:
     _write_zeros(fd, offset, length)
 
 
+def _zero_ends(fd: int, start: int, length: int) -> None:
+    """Zero the first and last MiB of [start, start+length)."""
+    zero_range(fd, start, min(MiB, length))
+    if length > MiB:
+        tail = max(MiB, length - MiB)
+        zero_range(fd, start + tail, length - tail)
+
+
 def erase_metadata(path: str) -> None:
+    table = read_table(path)
     fd = os.open(path, os.O_RDWR)
     try:
         size = os.lseek(fd, 0, os.SEEK_END)
-        zero_range(fd, 0, min(MiB, size))
-        if size > MiB:
-            tail = max(MiB, size - MiB)
-            zero_range(fd, tail, size - tail)
+        sector = table.sector_size if table is not None else 512
+        for part in table.partitions if table is not None else ():
+            start = part.start * sector
+            if start >= size:
+                continue
+            _zero_ends(fd, start, min(part.sectors * sector, size - start))
+        _zero_ends(fd, 0, size)
         os.fsync(fd)
     finally:
         os.close(fd)

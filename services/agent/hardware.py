@@ -102,8 +102,24 @@ def describe_disks(disks: Iterable[DiskLike]) -> list[DiskInfo]:
     return found
 
 
+@dataclass(frozen=True)
+class MachineFacts:
+    """CPU, memory and boot mode a caller knows better than the host (a simulated machine)."""
+
+    cpu_count: int
+    cpu_arch: str
+    memory_mb: int
+    boot_mode: str = "bios"  # bios | uefi
+    links: tuple[bool, ...] = ()  # has_carrier per NIC, in MAC order; missing ones have a link
+
+
 def inventory(
-    disks: Sequence[DiskInfo], macs: Sequence[str], *, hostname: str = "", ipv4_address: str = ""
+    disks: Sequence[DiskInfo],
+    macs: Sequence[str],
+    *,
+    hostname: str = "",
+    ipv4_address: str = "",
+    facts: MachineFacts | None = None,
 ) -> dict[str, Any]:
     """IPA's ``inventory`` dict for these disks and NICs."""
     interfaces = [
@@ -112,7 +128,7 @@ def inventory(
             "mac_address": mac.lower(),
             "ipv4_address": ipv4_address or None,
             "ipv6_address": None,
-            "has_carrier": True,
+            "has_carrier": facts.links[i] if facts is not None and i < len(facts.links) else True,
             "vendor": None,
             "product": None,
             "client_id": None,
@@ -127,15 +143,21 @@ def inventory(
         "cpu": {
             "model_name": "ferrum-agent",
             "frequency": None,
-            "count": os.cpu_count() or 1,
-            "architecture": os.uname().machine,
+            "count": facts.cpu_count if facts is not None else os.cpu_count() or 1,
+            "architecture": facts.cpu_arch if facts is not None else os.uname().machine,
             "flags": [],
         },
-        "memory": {"total": None, "physical_mb": None},
+        "memory": {
+            "total": facts.memory_mb * 1024 * 1024 if facts is not None else None,
+            "physical_mb": facts.memory_mb if facts is not None else None,
+        },
         "bmc_address": None,
         "bmc_v6address": None,
         "system_vendor": {"product_name": "Ferrum", "serial_number": None, "manufacturer": "Ferrum"},
-        "boot": {"current_boot_mode": "bios", "pxe_interface": macs[0].lower() if macs else None},
+        "boot": {
+            "current_boot_mode": facts.boot_mode if facts is not None else "bios",
+            "pxe_interface": macs[0].lower() if macs else None,
+        },
         "hostname": hostname or None,
     }
 

@@ -162,3 +162,39 @@ class RamdiskApi:
             ),
         )
         return web.Response(status=202)
+
+    async def continue_inspection(self, request: web.Request) -> web.Response:
+        """IPA's post of its inventory at the end of an in-band inspection
+        (Ironic's ``POST /v1/continue_inspection``). Ironic serves it at 1.84
+        and, for ironic-inspector's ramdisks, at 1.1; Ferrum's newest version
+        is below 1.84, so only 1.1 answers (with Ironic's ``{"uuid"}`` reply).
+        The node is found by the MACs of the inventory and must be in
+        ``inspect wait``; anything else is the same generic 404 as lookup."""
+        if request["version"] != (1, 1):
+            raise errors.NotFound("API version 1.84 or newer is required (or 1.1, as ironic-inspector)")
+        if "node_uuid" in request.query:
+            raise errors.NotFound("node_uuid requires API version 1.84 or newer")
+        body = await self.ctx.body(request)
+        inventory = body.get("inventory") if isinstance(body, dict) else None
+        if not isinstance(inventory, dict):
+            raise errors.InvalidParameterValue("Invalid inspection data: 'inventory' is a required object")
+        interfaces = inventory.get("interfaces")
+        if not isinstance(interfaces, list) or not interfaces:
+            raise errors.InvalidParameterValue(
+                "Invalid inspection data: inventory 'interfaces' must be a non-empty list"
+            )
+        if not all(isinstance(i, dict) and isinstance(i.get("mac_address"), str) for i in interfaces):
+            raise errors.InvalidParameterValue("Invalid inspection data: every interface needs a 'mac_address' string")
+        macs = [m for m in (str(i["mac_address"]).strip().lower() for i in interfaces) if MAC_RE.match(m)]
+        if not macs:
+            raise errors.InvalidParameterValue("No lookup information provided")
+        node = await self.ctx.nodes.get_by_port_address(macs)
+        if node is None or node["provision_state"] != states.INSPECTWAIT:
+            raise errors.NotFound(NOT_FOUND)
+        try:
+            await self.ctx.rpc(
+                node, "ContinueInspection", cpb.ContinueInspectionRequest(node_uuid=node["uuid"], data_json=dumps(body))
+            )
+        except errors.NotFound:
+            raise errors.NotFound(NOT_FOUND) from None
+        return web.Response(status=202, text=dumps({"uuid": node["uuid"]}), content_type="application/json")

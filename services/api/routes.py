@@ -169,6 +169,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/lookup", RamdiskApi, "lookup", (1, 22)),
     Route("POST", "/v1/heartbeat", RamdiskApi, "heartbeat_without_node", (1, 22)),
     Route("POST", "/v1/heartbeat/{ident}", RamdiskApi, "heartbeat", (1, 22)),
+    Route("POST", "/v1/continue_inspection", RamdiskApi, "continue_inspection"),
     Route("GET", "/v1/allocations", AllocationsApi, "list_allocations", (1, 52)),
     Route("POST", "/v1/allocations", AllocationsApi, "create_allocation", (1, 52), refusal=405),
     Route("GET", "/v1/allocations/{ident}", AllocationsApi, "get_allocation", (1, 52)),

@@ -87,11 +87,11 @@ class ConductorConfig:
     enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
-    enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake")
+    enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake", "agent")
     enabled_console_interfaces: tuple[str, ...] = ("no-console",)
     enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
     enabled_bios_interfaces: tuple[str, ...] = ("no-bios",)
-    enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake")
+    enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake", "agent")
     enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware",)
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
@@ -102,6 +102,17 @@ class ConductorConfig:
     automated_clean: bool = True
     deploy_callback_timeout: float = 1800.0
     clean_callback_timeout: float = 1800.0
+    # How long a ramdisk may go without calling back in the other wait states
+    # (Ironic's rescue_callback_timeout, inspect_wait_timeout and service wait).
+    rescue_callback_timeout: float = 1800.0
+    inspect_wait_timeout: float = 1800.0
+    service_callback_timeout: float = 1800.0
+    # Priorities of the agent's disk erase steps in automated cleaning (Ironic's
+    # [deploy] options); 0 keeps a step for manual cleaning only.
+    erase_devices_metadata_priority: int = 99
+    erase_devices_priority: int = 0
+    # crypt(3) method for rescue passwords: sha256 ($5$) or sha512 ($6$), as Ironic.
+    rescue_password_hash_algorithm: str = "sha256"
     timeout_check_interval: float = 60.0
     power_sync_interval: float = 120.0
     fake_power_delay: str = "0"
@@ -407,6 +418,7 @@ def validate(settings: Settings) -> Settings:
     _validate_objectstore(settings.objectstore)
     _validate_ipxe(settings.ipxe)
     _validate_security(settings.security)
+    _validate_conductor(settings.conductor)
     if settings.log_format not in ("text", "json"):
         raise ConfigError("FERRUM_LOG_FORMAT must be text or json")
     if settings.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
@@ -424,6 +436,14 @@ def _validate_listener(section: str, values: ApiConfig | IpxeConfig | ObjectStor
         raise ConfigError(f"{env_name(section, 'http_max_connections')} must be at least 1")
     if values.http_header_timeout <= 0:
         raise ConfigError(f"{env_name(section, 'http_header_timeout')} must be positive (seconds)")
+
+
+def _validate_conductor(c: ConductorConfig) -> None:
+    if c.rescue_password_hash_algorithm not in ("sha256", "sha512"):
+        raise ConfigError("FERRUM_CONDUCTOR_RESCUE_PASSWORD_HASH_ALGORITHM must be sha256 or sha512")
+    for key in ("erase_devices_metadata_priority", "erase_devices_priority"):
+        if getattr(c, key) < 0:
+            raise ConfigError(f"{env_name('conductor', key)} must be 0 (manual only) or a positive priority")
 
 
 def _validate_objectstore(c: ObjectStoreConfig) -> None:

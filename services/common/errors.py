@@ -25,7 +25,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     │   └── AuthenticationBusy
     ├── DriverLoadError (500): a hardware type or implementation that cannot load
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
-        └── AgentError ── AgentBusy (retryable)
+        └── AgentError ── AgentBusy (retryable), AgentUnreachable
 """
 
 from __future__ import annotations
@@ -253,6 +253,11 @@ class AgentError(HardwareError):
 
 class AgentBusy(AgentError):
     retryable = True
+
+
+class AgentUnreachable(AgentError):
+    """No answer at the agent's callback URL (after the client's retries): the
+    ramdisk may be rebooting or dead; the wait state's timeout decides which."""
 
 
 class SecretUnreadable(FerrumError):

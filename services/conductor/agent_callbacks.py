@@ -15,18 +15,27 @@ import datetime
 import hmac
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from services.common import errors, states
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
-from services.conductor.flows import deploy
+from services.conductor.drivers.base import Task
+from services.conductor.flows import clean, deploy, rescue
 from services.conductor.node_states import NodeStates
 from services.conductor.taskmanager import TaskManager
 
 LOG = logging.getLogger(__name__)
 MASK = "******"
+# A heartbeat in a wait state continues that state's flow; the flow's busy
+# state (the conductor still working before it waits) means "try again shortly".
+CONTINUATIONS: Mapping[str, tuple[str, Callable[[NodeStates, Task], Awaitable[None]]]] = {
+    states.DEPLOYWAIT: (states.DEPLOYING, deploy.continue_after_callback),
+    states.CLEANWAIT: (states.CLEANING, clean.continue_after_callback),
+    states.RESCUEWAIT: (states.RESCUING, rescue.continue_after_callback),
+}
+BUSY_STATES = frozenset(busy for busy, _ in CONTINUATIONS.values())
 
 
 def _now_iso() -> str:
@@ -40,7 +49,7 @@ class AgentCallbacks:
         self.tasks = tasks
         self.states = node_states
         self.nodes = NodeRepository(node_states.pool, secrets=node_states.secrets)
-        self._retries: dict[str, asyncio.Task[None]] = {}
+        self._retries: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
         """The one-time token on the first lookup, ``******`` afterwards (CONTRACT 5.1)."""
@@ -78,11 +87,7 @@ class AgentCallbacks:
         if agent_verify_ca and info.get("agent_verify_ca") and info["agent_verify_ca"] != agent_verify_ca:
             raise errors.InvalidParameterValue('Detected change in ramdisk provided "agent_verify_ca"')
         locked = bool(node["reservation"]) and node["reservation_expires_at"] > datetime.datetime.now(datetime.UTC)
-        if (
-            not info.get("agent_url")
-            and locked
-            and node["provision_state"] not in (states.DEPLOYING, states.DEPLOYWAIT)
-        ):
+        if not info.get("agent_url") and locked and node["provision_state"] not in (*CONTINUATIONS, *BUSY_STATES):
             raise errors.NodeLocked(f"Node {node_uuid} is locked by host {node['reservation']}, please retry later.")
         values: dict[str, Any] = {
             "agent_url": callback_url,
@@ -101,48 +106,62 @@ class AgentCallbacks:
             states.INSPECTWAIT,
         )
         node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=waiting)
-        if node["provision_state"] not in (states.DEPLOYWAIT, states.DEPLOYING):
+        if node["provision_state"] not in (*CONTINUATIONS, *BUSY_STATES):
             return
-        # The deploy flow still holds the lock (the agent booted fast), or a
+        # The flow still holds the lock (the agent booted fast), or a
         # step is running: try again shortly rather than a whole heartbeat
-        # interval later.
-        if not await self._try_continue(node_uuid) and node_uuid not in self._retries:
-            retry = asyncio.create_task(self._retry_continue(node_uuid), name=f"heartbeat-retry:{node_uuid}")
-            self._retries[node_uuid] = retry
-            retry.add_done_callback(lambda _t: self._retries.pop(node_uuid, None))
+        # interval later. Retries belong to this agent: once the node has
+        # forgotten it (the operation ended, the next one boots a new
+        # ramdisk), they stop, so a late retry never drives the next operation.
+        key = (node_uuid, callback_url)
+        if not await self._try_continue(node_uuid, callback_url) and key not in self._retries:
+            retry = asyncio.create_task(
+                self._retry_continue(node_uuid, callback_url), name=f"heartbeat-retry:{node_uuid}"
+            )
+            self._retries[key] = retry
+            retry.add_done_callback(lambda _t: self._retries.pop(key, None))
 
-    async def _try_continue(self, node_uuid: str) -> bool:
+    async def _try_continue(self, node_uuid: str, callback_url: str) -> bool:
         """Take the lock and run the next step; False when the node is busy.
 
         The state is read before the lock is taken: a heartbeat that arrives
-        after the deploy finished must not lock an ``active`` node (an operator's
-        next call would get a 409 for nothing)."""
-        state = (await self.nodes.get(node_uuid))["provision_state"]
-        if state == states.DEPLOYING:
-            return False  # the deploy flow still holds the node: try again shortly
-        if state != states.DEPLOYWAIT:
+        after the operation finished must not lock an ``active`` node (an
+        operator's next call would get a 409 for nothing)."""
+        node = await self.nodes.get(node_uuid)
+        if node["driver_internal_info"].get("agent_url") != callback_url:
+            return True  # not (or no longer) the node's agent: nothing for it to continue
+        state = node["provision_state"]
+        if state in BUSY_STATES:
+            return False  # the flow still holds the node: try again shortly
+        if state not in CONTINUATIONS:
             return True  # nothing left for a heartbeat to do
         try:
             async with self.tasks.acquire(node_uuid, "agent heartbeat") as task:
-                if task.node["provision_state"] != states.DEPLOYWAIT:
-                    return task.node["provision_state"] != states.DEPLOYING
-                task.spawn(lambda t: deploy.continue_after_callback(self.states, t), name="heartbeat")
+                current = task.node["provision_state"]
+                if task.node["driver_internal_info"].get("agent_url") != callback_url:
+                    return True
+                if current != state:
+                    return current not in BUSY_STATES
+                flow = CONTINUATIONS[state][1]
+                task.spawn(lambda t: flow(self.states, t), name="heartbeat")
                 return True
         except errors.NodeLocked:
             return False
 
-    async def _retry_continue(self, node_uuid: str, *, attempts: int = 20, delay: float = 0.5) -> None:
+    async def _retry_continue(
+        self, node_uuid: str, callback_url: str, *, attempts: int = 20, delay: float = 0.5
+    ) -> None:
         for _ in range(attempts):
             await asyncio.sleep(delay)
             try:
-                if await self._try_continue(node_uuid):
+                if await self._try_continue(node_uuid, callback_url):
                     return
             except errors.NodeNotFound:
                 return
             except Exception as exc:  # the next heartbeat tries again; a retry must not crash
                 if is_unavailable(exc):
                     continue  # PostgreSQL is restarting: keep trying, with the same budget
-                LOG.exception("continuing the deploy after a heartbeat failed node_uuid=%s", node_uuid)
+                LOG.exception("continuing after a heartbeat failed node_uuid=%s", node_uuid)
                 return
 
     async def stop(self) -> None:

@@ -30,8 +30,9 @@ from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
 from services.common.db.vifs import VifRepository
+from services.common.password_hash import hash_password
 from services.conductor import deploy_steps as steps
-from services.conductor import vifs
+from services.conductor import step_plan, vifs
 from services.conductor.agent_callbacks import AgentCallbacks
 from services.conductor.boot_settings import BootSettings
 from services.conductor.configdrive_store import ConfigDriveStore
@@ -39,9 +40,10 @@ from services.conductor.drivers import capabilities
 from services.conductor.drivers.base import INTERFACE_KINDS, Task
 from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
-from services.conductor.flows import clean, deploy, inspect, power, rescue, resume, teardown, verify
+from services.conductor.flows import clean, deploy, inspect, power, rescue, resume, service, teardown, verify
 from services.conductor.flows.context import FlowContext
 from services.conductor.indicators import Indicators
+from services.conductor.inspection import InventoryProcessing
 from services.conductor.node_states import NodeStates
 from services.conductor.takeover import TakeOver
 from services.conductor.taskmanager import TaskManager
@@ -103,6 +105,8 @@ VERB_INTERFACES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "inspect": ("inspect",),
         "rescue": ("rescue",),
         "unrescue": ("rescue",),
+        "clean": ("power",),
+        "service": ("power",),
     }
 )
 
@@ -118,7 +122,15 @@ FLOW_OF_STATE: Mapping[str, Flow] = {
     states.ADOPTING: rescue.start,
     states.RESCUING: rescue.start,
     states.UNRESCUING: rescue.start,
-    states.SERVICING: rescue.start,
+    states.SERVICING: service.start,
+}
+# What ``abort`` leaves to do, by the state it was asked in: stop the ramdisk
+# that was booted for the operation (the table already moved the node).
+ABORT_FLOWS: Mapping[str, Flow] = {
+    states.CLEANWAIT: clean.abort,
+    states.RESCUEWAIT: rescue.abort,
+    states.INSPECTWAIT: inspect.abort,
+    states.SERVICEWAIT: service.abort,
 }
 
 
@@ -164,8 +176,14 @@ class ConductorManager:
         )
         self.tasks.media = self.vmedia
         self.tasks.on_database_lost = self._resume_after_outage
+        self.inspection = InventoryProcessing(pool)
         self.states = NodeStates(
-            pool, hostname=hostname, config=config, configdrives=self.configdrives, secrets=secrets
+            pool,
+            hostname=hostname,
+            config=config,
+            configdrives=self.configdrives,
+            secrets=secrets,
+            inspection=self.inspection,
         )
         self.takeover = TakeOver(self.tasks, self.states, config=config)
         self.agents = AgentCallbacks(self.tasks, self.states)
@@ -260,6 +278,7 @@ class ConductorManager:
         rescue_password: str | None = None,
         deploy_steps: list[Any] | None = None,
         disable_ramdisk: bool = False,
+        service_steps: list[Any] | None = None,
     ) -> None:
         self.tasks.check_capacity()
         async with self.tasks.acquire(node_uuid, event) as task:
@@ -303,14 +322,84 @@ class ConductorManager:
                 else:
                     info.pop("user_deploy_steps", None)
                 changes["driver_internal_info"] = info
-            if clean_steps is not None:
-                changes["driver_internal_info"] = {**node["driver_internal_info"], "clean_steps": clean_steps}
-                if disable_ramdisk:
-                    changes["driver_internal_info"]["cleaning_disable_ramdisk"] = True
+            if event == "abort" and self._abort_after_step(node):
+                # A step that cannot be interrupted finishes first (Ironic's abort_after).
+                await task.save_fields({"clean_step": {**node["clean_step"], "abort_after": True}})
+                return
+            if event in ("clean", "provide"):
+                changes["driver_internal_info"] = self._cleaning_info(task, event, clean_steps, disable_ramdisk)
+            if event == "service":
+                plan = step_plan.requested(
+                    task,
+                    "service",
+                    service_steps or [],
+                    other_kinds={**self._other_steps(task), "clean": step_plan.offered(task, "clean")},
+                )
+                changes["driver_internal_info"] = {**node["driver_internal_info"], service.PLAN: plan}
+            if event == "rescue":
+                if not (isinstance(rescue_password, str) and rescue_password.strip()):
+                    raise errors.InvalidParameterValue(
+                        'A non-empty "rescue_password" is required when setting target provision state to rescue'
+                    )
+                # Only the hash is kept (Ironic's hashed_rescue_password): the agent
+                # writes it where the rescue login reads it, never the clear text.
+                hashed = hash_password(rescue_password or "", self.config.rescue_password_hash_algorithm)
+                changes["instance_info"] = {
+                    **{k: v for k, v in node["instance_info"].items() if k != "rescue_password"},
+                    "hashed_rescue_password": hashed,
+                }
+                # A new rescue boots a new ramdisk: forget the last agent's token and URL.
+                changes["driver_internal_info"] = {
+                    k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS
+                }
             await self.states.transition(task, event, changes=changes)
-            flow = FLOW_OF_STATE.get(move.target)
-            if flow is not None:  # abort, unhold, manage from available...: nothing more to do
+            flow = ABORT_FLOWS.get(move.source) if event == "abort" else FLOW_OF_STATE.get(move.target)
+            if flow is not None:  # unhold, manage from available...: nothing more to do
                 task.spawn(lambda t: flow(self.states, t), name=event)
+
+    async def continue_inspection(self, node_uuid: str, data: Mapping[str, Any]) -> None:
+        """The agent posted its inventory (``/v1/continue_inspection``): store it
+        and finish the inspection in the background. A node not waiting for
+        one is NotFound, the api's generic answer to a ramdisk."""
+        async with self.tasks.acquire(node_uuid, "continue inspection") as task:
+            if task.node["provision_state"] != states.INSPECTWAIT:
+                raise errors.NotFound(f"Node {node_uuid} is not waiting for inspection data")
+            await self.inspection.store(task, data)
+            await task.save_internal_info({inspect.RECEIVED: True})
+            await self.states.transition(task, "resume", note="the agent posted its inventory")
+            task.spawn(lambda t: inspect.process(self.states, t), name="inspection")
+
+    async def get_inventory(self, node_uuid: str) -> dict[str, Any]:
+        """What the last inspection stored: ``{"inventory", "plugin_data"}`` (API 1.81)."""
+        node = await self.nodes.get(node_uuid)
+        return await self.inspection.inventories.get(node["id"], node["uuid"])
+
+    @staticmethod
+    def _abort_after_step(node: Mapping[str, Any]) -> bool:
+        step = node.get("clean_step") or {}
+        return node["provision_state"] == states.CLEANWAIT and bool(step) and not step.get("abortable")
+
+    def _other_steps(self, task: Task) -> dict[str, list[dict[str, Any]]]:
+        """Steps of the other kinds, so a misplaced one is named as what it is."""
+        return {"deploy": steps.offered(task)}
+
+    def _cleaning_info(
+        self, task: Task, event: str, clean_steps: list[Any] | None, disable_ramdisk: bool
+    ) -> dict[str, Any]:
+        """driver_internal_info for a new cleaning: the checked manual plan (400
+        for any step the node does not offer), nothing left of the last one."""
+        info = {k: v for k, v in task.node["driver_internal_info"].items() if k not in clean.CLEANING_KEYS}
+        if event == "clean":
+            info[clean.PLAN] = step_plan.requested(
+                task,
+                "clean",
+                clean_steps or [],
+                disable_ramdisk=disable_ramdisk,
+                other_kinds={**self._other_steps(task), "service": step_plan.offered(task, "service")},
+            )
+            if disable_ramdisk:
+                info[clean.DISABLE_RAMDISK] = True
+        return info
 
     async def _validate_for(self, task: Task, event: str) -> None:
         """Refuse the verb (400) when an interface it needs cannot do it."""

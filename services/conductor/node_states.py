@@ -23,6 +23,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
+from services.conductor.flows.context import InventoryApplier
 
 LOG = logging.getLogger(__name__)
 
@@ -45,12 +46,14 @@ class NodeStates:
         config: ConductorConfig,
         configdrives: ConfigDriveStore,
         secrets: NodeSecrets,
+        inspection: InventoryApplier,
     ) -> None:
         self.pool = pool
         self.secrets = secrets
         self.hostname = hostname
         self.config = config
         self.configdrives = configdrives
+        self.inspection = inspection
         self.nodes = NodeRepository(pool, secrets=secrets)
 
     async def transition(

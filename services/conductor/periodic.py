@@ -15,6 +15,8 @@ from services.common.db.conductors import ConductorRepository
 from services.common.db.outage import is_unavailable
 from services.common.hashring import ConductorRings
 from services.conductor.console_tail import last_console_line
+from services.conductor.drivers.base import Task
+from services.conductor.flows import clean, inspect, rescue, service
 
 if TYPE_CHECKING:
     from services.conductor.manager import ConductorManager
@@ -77,6 +79,9 @@ class PeriodicWork:
         for state, timeout in (
             (states.DEPLOYWAIT, self.config.deploy_callback_timeout),
             (states.CLEANWAIT, self.config.clean_callback_timeout),
+            (states.RESCUEWAIT, self.config.rescue_callback_timeout),
+            (states.SERVICEWAIT, self.config.service_callback_timeout),
+            (states.INSPECTWAIT, self.config.inspect_wait_timeout),
         ):
             cutoff = now - datetime.timedelta(seconds=timeout)
             for node in await self.manager.nodes.list_in_states([state], updated_before=cutoff):
@@ -87,17 +92,31 @@ class PeriodicWork:
                         # Re-read under the lock: a heartbeat may have arrived since the scan.
                         fresh = task.node["provision_updated_at"]
                         if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
-                            reason = (
-                                f"Timeout reached while waiting for callback for node {node['uuid']} "
-                                f'({int(timeout)} s in "{state}")'
-                            )
-                            if seen := await last_console_line(task):
-                                reason += f"; the console last showed: {seen}"
-                            await self.manager.states.fail(task, reason)
+                            await self._time_out(task, state, timeout)
                             failed += 1
                 except errors.NodeLocked:
                     continue
         return failed
+
+    async def _time_out(self, task: Task, state: str, timeout: float) -> None:
+        """Each wait state's flow fails its own way (clean failed names the step, rescue powers off)."""
+        ctx = self.manager.states
+        if state == states.CLEANWAIT:
+            await clean.timed_out(ctx, task)
+        elif state == states.RESCUEWAIT:
+            await rescue.timed_out(ctx, task)
+        elif state == states.SERVICEWAIT:
+            await service.timed_out(ctx, task)
+        elif state == states.INSPECTWAIT:
+            await inspect.timed_out(ctx, task)
+        else:
+            reason = (
+                f"Timeout reached while waiting for callback for node {task.node['uuid']} "
+                f'({int(timeout)} s in "{state}")'
+            )
+            if seen := await last_console_line(task):
+                reason += f"; the console last showed: {seen}"
+            await ctx.fail(task, reason)
 
     async def sync_power_states(self) -> int:
         """Record the BMC's power state for nodes this conductor owns.

@@ -107,6 +107,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 rescue_password=request.rescue_password or None,
                 deploy_steps=_json_or(request.deploy_steps_json, None),
                 disable_ramdisk=request.disable_ramdisk,
+                service_steps=_json_or(request.service_steps_json, None),
             ),
         )
         return pb.Empty()
@@ -186,6 +187,21 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
             ),
         )
         return pb.Empty()
+
+    async def ContinueInspection(
+        self, request: pb.ContinueInspectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
+        data = _json_or(request.data_json, None)
+        if not isinstance(data, dict):
+            await errors.abort_with(context, errors.InvalidParameterValue("data_json must be a JSON object"))
+        await self._run(context, request.node_uuid, self.manager.continue_inspection(request.node_uuid, data))
+        return pb.Empty()
+
+    async def GetNodeInventory(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.NodeInventoryReply:
+        stored = await self._run(context, request.node_uuid, self.manager.get_inventory(request.node_uuid))
+        return pb.NodeInventoryReply(
+            inventory_json=dumps(stored["inventory"]), plugin_data_json=dumps(stored["plugin_data"])
+        )
 
     async def LookupToken(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.LookupTokenReply:
         result = await self._run(context, request.node_uuid, self.manager.agents.lookup_token(request.node_uuid))

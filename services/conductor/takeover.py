@@ -35,6 +35,8 @@ from services.conductor.node_states import NodeStates
 from services.conductor.taskmanager import TaskManager
 
 LOG = logging.getLogger(__name__)
+# Wait states whose agent may already have called back to a dead conductor.
+WAITING_FOR_AGENT = (states.DEPLOYWAIT, states.CLEANWAIT, states.RESCUEWAIT)
 
 
 class TakeOver:
@@ -109,7 +111,7 @@ class TakeOver:
         everyone = await self.conductors.list_all()
         before = ConductorRings([c for c in everyone if c["online"] or c["hostname"] in dead])
         after = ConductorRings(alive)
-        waiting = (states.DEPLOYWAIT,)
+        waiting = WAITING_FOR_AGENT
         for node in await self.nodes.list_in_states([states.ACTIVE, *waiting]):
             old = before.owner(node["uuid"], node["driver"], node["conductor_group"])
             new = after.owner(node["uuid"], node["driver"], node["conductor_group"])
@@ -136,7 +138,7 @@ class TakeOver:
     async def _continue_waiting(self, node: dict[str, Any], previous: str) -> None:
         try:
             async with self.tasks.acquire(node["uuid"], "take-over") as task:
-                if task.node["provision_state"] != states.DEPLOYWAIT:
+                if task.node["provision_state"] not in WAITING_FOR_AGENT:
                     return
                 await self.ctx.record_event(
                     task.node, "take-over", f"Conductor {self.hostname} took over from {previous}; asking the agent"

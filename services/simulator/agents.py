@@ -39,6 +39,9 @@ class AgentLaunch:
     listen_host: str
     power_off: Callable[[], Awaitable[None]]
     reboot: Callable[[], Awaitable[None]]
+    # The rescue login of the booted ramdisk: receives the crypt(3) password hash.
+    set_rescue_password: Callable[[str], Awaitable[None]] | None = None
+    hardware: Any = None  # services.agent.hardware.MachineFacts: what the machine's inventory reports
     session: aiohttp.ClientSession | None = field(default=None, compare=False)
     # What a virtual-media boot left inserted besides the CD (the floppy / USB stick), as bytes.
     removable_media: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
@@ -59,6 +62,8 @@ async def real_agent(launch: AgentLaunch) -> AgentHandle:
         disks=(Disk(path=launch.disk_path, name="/dev/sda", serial=launch.disk_serial),),
         power_off=launch.power_off,
         reboot=launch.reboot,
+        set_rescue_password=launch.set_rescue_password,
+        hardware=launch.hardware,
         # Every simulated machine lives in this process: whatever the kernel line
         # says about listening, agents share one host on ephemeral ports.
         listen_host=launch.listen_host,

@@ -194,6 +194,8 @@ async def start_ramdisk(machine: Machine, cmdline: str, *, removable_media: tupl
         listen_host=sim.options.agent_host,
         power_off=power_off,
         reboot=reboot,
+        set_rescue_password=machine.set_rescue_password,
+        hardware=machine.hardware_facts(),
         session=sim.session,
         removable_media=removable_media,
     )

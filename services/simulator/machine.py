@@ -85,6 +85,8 @@ class Machine:
         self.boot_count = 0
         self.boot_log: deque[dict[str, Any]] = deque(maxlen=BOOT_LOG_LENGTH)
         self.os_report: dict[str, Any] | None = None
+        # What the rescue ramdisk's login checks (/etc/shadow's field): a crypt(3) hash, never clear text.
+        self.rescue_password_hash: str | None = None
         self.virtual_media = {"Cd": VirtualMediaSlot(), "Floppy": VirtualMediaSlot()}
         self.agent: Any = None
         self._boot_task: asyncio.Task[None] | None = None
@@ -229,6 +231,7 @@ class Machine:
         self._boot_task = asyncio.create_task(run_firmware(self), name=f"firmware-{self.name}")
 
     async def _halt(self) -> None:
+        self.rescue_password_hash = None  # it lived in the ramdisk's memory
         task, self._boot_task = self._boot_task, None
         if task is not None and not task.done() and task is not asyncio.current_task():
             task.cancel()
@@ -243,6 +246,25 @@ class Machine:
             except Exception as exc:  # noqa: BLE001 - an agent that will not stop must not wedge the machine
                 self.record("agent_stop_error", error=str(exc) or type(exc).__name__)
             self.agent = None
+
+    def hardware_facts(self) -> Any:
+        """What this machine's agent reports: CPUs and memory differ by machine index,
+        so inspection has something distinct to find; the last of several NICs has no link."""
+        from services.agent.hardware import MachineFacts
+
+        return MachineFacts(
+            cpu_count=2 * (1 + self.index % 8),
+            cpu_arch="x86_64",
+            memory_mb=2048 * (1 + self.index % 5),
+            boot_mode="uefi" if self.boot_mode == "UEFI" else "bios",
+            links=tuple(nic < len(self.macs) - 1 or len(self.macs) == 1 for nic in range(len(self.macs))),
+        )
+
+    async def set_rescue_password(self, hashed: str) -> None:
+        """The rescue agent's finalize_rescue: the login of this boot accepts the password now."""
+        self.rescue_password_hash = hashed
+        self.status = "rescue"
+        self.record("rescue_password_set", scheme=hashed[:3])
 
     # ---- what a backend adds -----------------------------------------------------------
 

@@ -57,6 +57,9 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
             "timeout_check_interval": 1.0,
             "agent_power_off_timeout": 1.0,
             "enabled_boot_interfaces": ("fake", "ipxe"),
+            # The test plays the machine only for deploys: cleaning runs no agent step
+            # (tests/integration/test_cleaning_rescue.py cleans on the simulator).
+            "erase_devices_metadata_priority": 0,
         },
     )
     stack = RunningStack()

@@ -52,7 +52,7 @@ async def test_nodes_get_every_kind_with_the_hardware_types_defaults(api: Any) -
     )
     assert status == 400 and "ferrum.hardware.interfaces.raid" in faultstring(body) and "no-raid" in faultstring(body)
     status, body = await api("POST", "/v1/nodes", {"driver": "redfish", "name": "dc-bad", "rescue_interface": "fake"})
-    assert status == 400 and "Valid interfaces are ['no-rescue']" in faultstring(body)
+    assert status == 400 and "Valid interfaces are ['no-rescue', 'agent']" in faultstring(body)
     assert (await api("GET", "/v1/nodes/dc-bad"))[0] == 404
     _, patched = await api(
         "PATCH", "/v1/nodes/dc-fake", [{"op": "replace", "path": "/rescue_interface", "value": "no-rescue"}], expect=200
@@ -163,8 +163,13 @@ async def test_driver_documents_show_the_new_kinds_defaults(api: Any) -> None:
     _, doc = await api("GET", "/v1/drivers/redfish", expect=200)
     for kind, default in NEW_KINDS.items():
         assert doc[f"default_{kind}_interface"] == default
-        assert doc[f"enabled_{kind}_interfaces"] == [default]
+        # redfish also offers the agent rescue (the ramdisk); fake implementations never
+        assert doc[f"enabled_{kind}_interfaces"] == ([default, "agent"] if kind == "rescue" else [default])
     # Firmware interfaces arrive with API 1.86, above Ferrum's maximum: not shown.
     assert not any("firmware" in key for key in doc)
     _, fake = await api("GET", "/v1/drivers/fake-hardware", expect=200)
-    assert fake["default_rescue_interface"] == "fake" and fake["enabled_rescue_interfaces"] == ["fake", "no-rescue"]
+    assert fake["default_rescue_interface"] == "fake" and fake["enabled_rescue_interfaces"] == [
+        "fake",
+        "agent",
+        "no-rescue",
+    ]

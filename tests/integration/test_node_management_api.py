@@ -326,6 +326,7 @@ async def test_direct_deploy_steps_keep_their_place(session, api) -> None:
         api,
         deploy_interface="direct",
         instance_info={"image_source": "http://images.example/disk.img", "image_checksum": "0" * 64},
+        automated_clean=False,  # no machine here: cleaning would wait for its agent
     )
     ident = node["uuid"]
     assert (await provision(session, api, ident, {"target": "manage"}))[0] == 202

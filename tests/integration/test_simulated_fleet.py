@@ -158,7 +158,10 @@ async def test_five_machines_raw_and_qcow2(fleet: dict[str, Any]) -> None:
 
 
 async def enroll(fleet: dict[str, Any], machine: Any, *, sha256: str, mac: str | None = None) -> dict[str, Any]:
-    """A machine enrolled and taken to available, imaging the small stored image."""
+    """A machine enrolled and taken to available, imaging the small stored image.
+
+    Cleaning boots the agent, which finds its node by MAC: a node enrolled
+    with a MAC the machine does not have skips automated cleaning."""
     store = next(s for s in fleet["stack"].services if s.name == "conductor").objectstore
     if await store.stat("fleet", "small.raw") is None:
         await store.put_bytes("fleet", "small.raw", SMALL_IMAGE)
@@ -181,6 +184,7 @@ async def enroll(fleet: dict[str, Any], machine: Any, *, sha256: str, mac: str |
                 "deploy_ramdisk": url,
             },
             "instance_info": {"image_source": url, "image_os_hash_algo": "sha256", "image_os_hash_value": sha256},
+            **({"automated_clean": False} if mac else {}),
         },
         expect=201,
     )

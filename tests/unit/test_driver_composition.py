@@ -98,7 +98,7 @@ def test_an_enabled_implementation_no_type_offers_is_fine() -> None:
     """``fake`` rescue is enabled, but the only enabled type does not offer it."""
     registry = DriverRegistry(dataclasses.replace(CONFIG, enabled_hardware_types=("redfish",)))
     assert "fake" in registry.enabled["rescue"]
-    assert registry.supported("redfish", "rescue") == ["no-rescue"]
+    assert registry.supported("redfish", "rescue") == ["no-rescue", "agent"]  # agent rescue, never fake
 
 
 def test_entry_points_must_load_the_right_kind_under_its_own_name() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from services.common import errors
+from services.common.secret_keys import is_secret_key
 
 LOG = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class AgentClient:
                 last = exc
                 LOG.info("agent call failed url=%s attempt=%d reason=%s", self.base + path, attempt, exc)
                 await asyncio.sleep(min(0.5 * attempt, 2.0))
-        raise errors.AgentError(f"Agent at {self.base} is unreachable: {type(last).__name__}: {last}")
+        raise errors.AgentUnreachable(f"Agent at {self.base} is unreachable: {type(last).__name__}: {last}")
 
     async def execute(self, name: str, params: Mapping[str, Any], *, wait: bool = False) -> dict[str, Any]:
         """Start ``extension.command``; with ``wait`` the agent answers when it is done."""
@@ -97,3 +98,40 @@ def _fault(data: Any) -> str:
     if isinstance(data, dict):
         return str(data.get("faultstring") or data.get("description") or data)
     return str(data)
+
+
+def agent_node(node: dict[str, Any]) -> dict[str, Any]:
+    """The node fields the agent reads (secrets left out, as Ironic masks them)."""
+    return {
+        "uuid": node["uuid"],
+        "name": node.get("name"),
+        "properties": node.get("properties") or {},
+        "instance_info": {k: v for k, v in (node.get("instance_info") or {}).items() if not is_secret_key(k)},
+        "driver_internal_info": {
+            k: v for k, v in (node.get("driver_internal_info") or {}).items() if not is_secret_key(k)
+        },
+    }
+
+
+def agent_port(port: dict[str, Any]) -> dict[str, Any]:
+    return {"uuid": port["uuid"], "address": port["address"], "pxe_enabled": port.get("pxe_enabled", True)}
+
+
+def command_error_text(error: Any) -> str:
+    """IPA reports ``{type, code, message, details}``; the node shows the message."""
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("details") or error)
+    return str(error)
+
+
+def client_for(node: Mapping[str, Any], options: Mapping[str, Any]) -> AgentClient:
+    """The client for the agent that last called back for ``node``."""
+    info = node["driver_internal_info"]
+    if not info.get("agent_url"):
+        raise errors.AgentError(f"The agent of node {node['uuid']} has not called back yet")
+    return AgentClient(
+        info["agent_url"],
+        info.get("agent_secret_token") or "",
+        timeout=float(options.get("agent_command_timeout", 60.0)),
+        verify_ca=info.get("agent_verify_ca") or "",
+    )

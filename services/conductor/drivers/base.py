@@ -117,6 +117,30 @@ class BaseInterface(abc.ABC):  # noqa: B024 - the kinds below declare the abstra
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the implementation holds across nodes (BMC sessions) at conductor stop."""
 
+    # Clean steps (cleaning) and service steps (servicing an active node), as
+    # Ironic's ``@clean_step``/``@service_step``: each step is ``{"interface",
+    # "step", "priority", "abortable", "argsinfo", "requires_ramdisk"}``;
+    # services/conductor/step_plan.py plans them. ``argsinfo`` maps each
+    # argument to ``{"description", "required"}`` and optionally a JSON
+    # ``"type"`` that is checked before the step is accepted.
+    def get_clean_steps(self, task: Task) -> list[dict[str, Any]]:
+        """The clean steps this implementation offers (none by default)."""
+        return []
+
+    async def execute_clean_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        """Run one of this implementation's clean steps: None when it is done,
+        ``clean wait`` when it finishes later (an agent step; the agent's
+        heartbeats bring the result)."""
+        raise unsupported(self, f"the clean step {step.get('step')!r}")
+
+    def get_service_steps(self, task: Task) -> list[dict[str, Any]]:
+        """The service steps this implementation offers (none by default)."""
+        return []
+
+    async def execute_service_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        """Run one service step on an active node; None when done, ``service wait`` when later."""
+        raise unsupported(self, f"the service step {step.get('step')!r}")
+
 
 class PowerInterface(BaseInterface):
     kind = "power"
@@ -244,6 +268,30 @@ class DeployInterface(BaseInterface):
         """Run one deploy step other than ``deploy.deploy`` (which the conductor
         runs through :meth:`deploy`). The default has nothing to do."""
 
+    async def prepare_cleaning(self, task: Task, *, resume: bool = False) -> str | None:
+        """Make the node ready for clean steps that run in its ramdisk: ``clean
+        wait`` when the ramdisk must boot and call back first, None when
+        nothing is needed (the default: no in-band steps). ``resume``: a boot
+        requested before a take-over is completed, never repeated."""
+        return None
+
+    async def tear_down_cleaning(self, task: Task) -> None:
+        """Undo prepare_cleaning once the steps are done, failed or aborted."""
+
+    async def clean_step_status(self, task: Task) -> str | None:
+        """After a heartbeat in ``clean wait``: ``"done"`` when the running
+        in-band step finished, None while it runs; raises when it failed."""
+        return "done"
+
+    async def refresh_clean_steps(self, task: Task) -> None:
+        """Ask the freshly booted ramdisk which clean steps it offers (nothing to ask by default)."""
+
+    async def adopt_clean_step(self, task: Task, step: Mapping[str, Any], *, ordinal: int) -> bool:
+        """After a take-over: whether the ramdisk already got ``step`` (the
+        ``ordinal``-th in-band step of the plan) from the dead conductor; if
+        so it is now recorded as the command to poll."""
+        return False
+
 
 class StorageInterface(BaseInterface):
     kind = "storage"
@@ -305,7 +353,11 @@ class InspectInterface(BaseInterface):
 
     @abc.abstractmethod
     async def inspect_hardware(self, task: Task) -> str:
-        """Returns the provision state to move to (``manageable`` when done)."""
+        """Returns the provision state to move to: ``manageable`` when done,
+        ``inspect wait`` when a ramdisk posts the inventory later."""
+
+    async def tear_down_inspection(self, task: Task) -> None:
+        """Undo what inspect_hardware started (power off the ramdisk); nothing by default."""
 
 
 class ConsoleInterface(BaseInterface):
@@ -360,6 +412,10 @@ class RescueInterface(BaseInterface):
     @abc.abstractmethod
     async def unrescue(self, task: Task) -> str:
         """Boot the instance again; returns the provision state to move to."""
+
+    async def finalize_rescue(self, task: Task) -> None:
+        """The rescue ramdisk called back: hand it the password hash so it lets the tenant in."""
+        raise unsupported(self, "finishing a rescue from a ramdisk")
 
     async def clean_up(self, task: Task) -> None:
         """Undo what a failed or aborted rescue left behind."""

@@ -17,24 +17,15 @@ import time
 from typing import Any
 
 from services.common import errors, states
-from services.conductor.drivers import base
-from services.conductor.drivers.agent_client import AgentClient
+from services.conductor.drivers import base, ramdisk_boot
+from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, client_for, command_error_text
+from services.conductor.drivers.agent_steps import AgentCleanSteps
+from services.conductor.drivers.ramdisk_boot import AGENT_KEYS
+
+__all__ = ["AGENT_KEYS", "DirectDeploy", "command_error_text", "image_info"]
 
 LOG = logging.getLogger(__name__)
 
-# driver_internal_info keys owned by the agent dance; cleared on every new deploy.
-AGENT_KEYS = (
-    "agent_secret_token",
-    "agent_url",
-    "agent_version",
-    "agent_last_heartbeat",
-    "deploy_phase",
-    "agent_command_id",
-    "deploy_progress",
-    "agent_hardware",
-    "agent_verify_ca",
-    "ramdisk_boot_requested",
-)
 HASH_ALGORITHMS = ("sha256", "sha512", "md5")
 
 
@@ -59,7 +50,7 @@ def image_info(node: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-class DirectDeploy(base.DeployInterface):
+class DirectDeploy(AgentCleanSteps, base.DeployInterface):
     name = "direct"
     capabilities = frozenset({"agent", "whole_disk_image"})
 
@@ -97,18 +88,7 @@ class DirectDeploy(base.DeployInterface):
         only powers on a machine that is still off. A power request the dead
         conductor left queued at the BMC lands on top of that as a no-op.
         """
-        await task.driver.boot.prepare_ramdisk(task, {})
-        powered = await task.driver.power.get_power_state(task) == states.POWER_ON
-        if task.node["driver_internal_info"].get("ramdisk_boot_requested"):
-            if not powered:
-                await task.driver.power.set_power_state(task, states.POWER_ON)
-        else:
-            await task.save_internal_info({"ramdisk_boot_requested": time.time()})
-            if powered:
-                await task.driver.power.reboot(task)
-            else:
-                await task.driver.power.set_power_state(task, states.POWER_ON)
-        await task.save_fields({"power_state": states.POWER_ON})
+        await ramdisk_boot.boot_ramdisk(task, fresh=False)
         return states.DEPLOYWAIT
 
     def get_deploy_steps(self, task: base.Task) -> list[dict[str, Any]]:
@@ -133,13 +113,7 @@ class DirectDeploy(base.DeployInterface):
         ]
 
     def _client(self, task: base.Task) -> AgentClient:
-        info = task.node["driver_internal_info"]
-        return AgentClient(
-            info["agent_url"],
-            info.get("agent_secret_token") or "",
-            timeout=float(self.options.get("agent_command_timeout", 60.0)),
-            verify_ca=info.get("agent_verify_ca") or "",
-        )
+        return client_for(task.node, self.options)
 
     async def heartbeat(self, task: base.Task, callback_url: str, agent_version: str) -> str | None:
         """One step of the deploy per heartbeat; ``resume`` once the image is on disk."""
@@ -167,8 +141,8 @@ class DirectDeploy(base.DeployInterface):
                 "deploy.execute_deploy_step",
                 {
                     "step": step,
-                    "node": _agent_node(task.node),
-                    "ports": [_agent_port(p) for p in task.ports],
+                    "node": agent_node(task.node),
+                    "ports": [agent_port(p) for p in task.ports],
                     "deploy_version": "1",
                 },
             )
@@ -247,27 +221,3 @@ async def _write_image_command(client: AgentClient) -> dict[str, Any] | None:
         if command.get("command_name") == "execute_deploy_step":
             return command
     return None
-
-
-def _agent_node(node: dict[str, Any]) -> dict[str, Any]:
-    """The node fields the agent reads (secrets left out, as Ironic masks them)."""
-    return {
-        "uuid": node["uuid"],
-        "name": node.get("name"),
-        "properties": node.get("properties") or {},
-        "instance_info": {k: v for k, v in (node.get("instance_info") or {}).items() if k != "configdrive"},
-        "driver_internal_info": {
-            k: v for k, v in (node.get("driver_internal_info") or {}).items() if k != "agent_secret_token"
-        },
-    }
-
-
-def _agent_port(port: dict[str, Any]) -> dict[str, Any]:
-    return {"uuid": port["uuid"], "address": port["address"], "pxe_enabled": port.get("pxe_enabled", True)}
-
-
-def command_error_text(error: Any) -> str:
-    """IPA reports ``{type, code, message, details}``; the node shows the message."""
-    if isinstance(error, dict):
-        return str(error.get("message") or error.get("details") or error)
-    return str(error)

@@ -161,6 +161,20 @@ class FakeDeploy(_Delayed, base.DeployInterface):
         await self._sleep()
         return "deleted"
 
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        """The agent's disk erase steps by name, pretended (there is no disk):
+        priority 0, so they run only in manual cleaning, and never in a
+        ramdisk, so ``disable_ramdisk`` accepts them. Automated cleaning of a
+        fake node runs no step."""
+        return [
+            {"interface": "deploy", "step": name, "priority": 0, "abortable": True, "requires_ramdisk": False}
+            for name in ("erase_devices_metadata", "erase_devices")
+        ]
+
+    async def execute_clean_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        await self._sleep()
+        return None
+
 
 class FakeStorage(_Delayed, base.StorageInterface):
     name = "fake"

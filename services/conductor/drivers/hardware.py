@@ -45,8 +45,8 @@ class FakeHardware(HardwareType):
         "storage": ("fake", "noop"),
         "network": ("noop",),
         "vendor": ("fake", "no-vendor"),
-        "inspect": ("fake", "no-inspect"),
-        "rescue": ("fake", "no-rescue"),
+        "inspect": ("fake", "agent", "no-inspect"),
+        "rescue": ("fake", "agent", "no-rescue"),
     }
 
 
@@ -62,7 +62,8 @@ class RedfishHardware(HardwareType):
         "storage": ("noop", "fake"),
         "network": ("noop",),
         "vendor": ("no-vendor",),
-        "inspect": ("no-inspect",),
+        "inspect": ("no-inspect", "agent"),
+        "rescue": ("no-rescue", "agent"),
     }
 
 

@@ -15,12 +15,22 @@ from services.conductor.drivers.base import Task
 LOG = logging.getLogger(__name__)
 
 
+class InventoryApplier(Protocol):
+    """What inspection does with a stored inventory (services/conductor/inspection.py)."""
+
+    async def apply(self, task: Task) -> str:
+        """Set the node's properties and ports from its inventory; returns a
+        one-line summary for the history."""
+        ...
+
+
 class FlowContext(Protocol):
     """The narrow surface flows depend on (implemented by node_states.NodeStates)."""
 
     hostname: str
     config: ConductorConfig
     configdrives: ConfigDriveStore
+    inspection: InventoryApplier
 
     async def transition(
         self,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from services.common import states
 from services.conductor.drivers.base import Task
-from services.conductor.flows import clean, deploy, inspect, power, rescue, teardown, verify
+from services.conductor.flows import clean, deploy, inspect, power, rescue, service, teardown, verify
 from services.conductor.flows.context import FlowContext, error_text
 
 LOG = logging.getLogger(__name__)
@@ -26,12 +26,15 @@ RESUMES: Mapping[str, Flow] = {
     states.DEPLOYWAIT: deploy.resume,
     states.DELETING: teardown.resume,
     states.CLEANING: clean.resume,
+    states.CLEANWAIT: clean.resume,
     states.VERIFYING: verify.resume,
     states.INSPECTING: inspect.resume,
+    states.INSPECTWAIT: inspect.resume,
     states.ADOPTING: rescue.resume,
     states.RESCUING: rescue.resume,
     states.UNRESCUING: rescue.resume,
-    states.SERVICING: rescue.resume,
+    states.RESCUEWAIT: rescue.resume,
+    states.SERVICING: service.resume,
 }
 
 

@@ -13,7 +13,8 @@ from services.conductor.flows.context import FlowContext, guarded
 
 
 async def start(ctx: FlowContext, task: Task) -> None:
-    await guarded(ctx, task, "Tear down", _run(ctx, task))
+    if await guarded(ctx, task, "Tear down", _run(ctx, task)):
+        await clean.start(ctx, task)  # cleaning's own failures are its own (clean failed, with the step)
 
 
 async def _run(ctx: FlowContext, task: Task) -> None:
@@ -22,7 +23,6 @@ async def _run(ctx: FlowContext, task: Task) -> None:
     await ctx.configdrives.remove(task)
     await task.driver.storage.detach_volumes(task)
     await ctx.transition(task, "clean", changes={"instance_info": {}, "instance_uuid": None})
-    await clean.run_cleaning(ctx, task)
 
 
 resume = start
