@@ -26,6 +26,7 @@ DEBIAN_PYTHON_PACKAGES = {
     "prometheus_client": "python3-prometheus-client",
     "pycdlib": "python3-pycdlib",
     "httptools": "python3-httptools",
+    "cryptography": "python3-cryptography",  # services/agent/tls.py: the auto-TLS certificate
 }
 NEVER_IN_RAMDISK = ("services.conductor", "grpc", "asyncpg", "sushy")
 
