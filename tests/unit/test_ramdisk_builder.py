@@ -123,6 +123,7 @@ def test_agent_code_is_the_import_closure_without_conductor_or_grpc() -> None:
     assert "services/common/config.py" not in files
     assert code.debian_packages == (
         "python3-aiohttp",
+        "python3-cryptography",
         "python3-httptools",
         "python3-prometheus-client",
         "python3-pycdlib",
