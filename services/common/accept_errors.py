@@ -9,6 +9,11 @@ the service could not answer anyone. Here such a failure is counted and
 logged once per window, without a traceback. Every other context still
 reaches the handler that was installed before, or the loop's default one.
 
+That one-second retry is a timer. When the listener closes in the meantime
+(a service stopping while out of descriptors), the timer still fires, finds the
+socket closed and raises, which the loop logged as a traceback at shutdown.
+That retry has nothing left to do, so it is logged as one debug line instead.
+
 The real protection is upstream: each listener's connection cap stays well
 below the open-files limit, which ``ferrum`` raises to the hard limit at
 start (``services/common/open_files.py``). This is the net under it.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import socket
 from typing import Any
 
 from services.common.rate_limited_log import RateLimitedLog
@@ -45,6 +51,8 @@ def quiet_accept_errors(loop: asyncio.AbstractEventLoop, *, window: float = WIND
     def handler(event_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") == ACCEPT_OUT_OF_RESOURCES:
             failures.note()
+        elif is_retry_on_closed_listener(context):
+            LOG.debug("accept retry dropped: the listener closed while it waited for descriptors")
         elif previous is not None:
             previous(event_loop, context)
         else:
@@ -52,3 +60,19 @@ def quiet_accept_errors(loop: asyncio.AbstractEventLoop, *, window: float = WIND
 
     setattr(handler, _MARK, True)
     loop.set_exception_handler(handler)
+
+
+def is_retry_on_closed_listener(context: dict[str, Any]) -> bool:
+    """Whether ``context`` is asyncio's delayed accept retry failing on a closed socket.
+
+    asyncio offers no public view of a handle's callback, so this reads the
+    handle's ``_callback``/``_args``; on any other shape it answers False and the
+    context is logged as before.
+    """
+    handle = context.get("handle")
+    callback = getattr(handle, "_callback", None)
+    if getattr(callback, "__name__", "") != "_start_serving":
+        return False
+    args = getattr(handle, "_args", ())
+    listener = args[1] if len(args) > 1 else None
+    return isinstance(listener, socket.socket) and listener.fileno() == -1
