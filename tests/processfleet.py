@@ -281,8 +281,26 @@ class ProcessFleet:
                     raise AssertionError(f"{node['name']}: {node['provision_state']}: {node['last_error']}")
             if pending:
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"{len(pending)} nodes not {state} after {timeout} s")
+                    raise AssertionError(
+                        f"{len(pending)} nodes not {state} after {timeout} s: "
+                        + "; ".join([await self._describe(session, uuid) for uuid in sorted(pending)])
+                    )
                 await asyncio.sleep(0.5)
+
+    async def _describe(self, session: aiohttp.ClientSession, uuid: str) -> str:
+        """What a stuck node looks like, so a failure names where its flow stopped."""
+        node = await self.call(session, "GET", f"/v1/nodes/{uuid}")
+        internal = node.get("driver_internal_info") or {}
+        try:
+            history = await self.call(session, "GET", f"/v1/nodes/{uuid}/history?detail=True")
+            recent = [f"{h.get('event_type')}:{h.get('event')}" for h in (history.get("history") or [])[-4:]]
+        except AssertionError as exc:  # the description must not hide the failure it describes
+            recent = [f"history unavailable: {exc}"]
+        return (
+            f"{node['name']} {node['provision_state']} (target {node['target_provision_state']}, "
+            f"power {node['power_state']}, reservation {node['reservation']}, conductor {node.get('conductor')}, "
+            f"last_error {node['last_error']!r}, internal keys {sorted(internal)}, history {recent})"
+        )
 
     def disk_matches_image(self, machine: dict[str, Any]) -> bool:
         """The image's payload (its partition, whose bytes no deploy step changes) is on the disk."""
