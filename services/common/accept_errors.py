@@ -73,6 +73,6 @@ def is_retry_on_closed_listener(context: dict[str, Any]) -> bool:
     callback = getattr(handle, "_callback", None)
     if getattr(callback, "__name__", "") != "_start_serving":
         return False
-    args = getattr(handle, "_args", ())
+    args: tuple[Any, ...] = getattr(handle, "_args", None) or ()
     listener = args[1] if len(args) > 1 else None
     return isinstance(listener, socket.socket) and listener.fileno() == -1
