@@ -36,3 +36,6 @@ echo "bootstrap: generating gRPC code from protos/"
 # while a test's stack is running (a download that stalls the event loop past the
 # heartbeat timeout looks like a dead conductor).
 .venv/bin/python -m tests.e2e.bootfiles >/dev/null || echo "bootstrap: warning: could not fetch the QEMU tests' kernel (tests/e2e/bootfiles.py)"
+# The real-VM tests' deploy ramdisk and demo OS image (issue 20), built from Debian
+# packages now rather than while a test's stack runs; later runs find them current.
+.venv/bin/python -m tests.e2e.vmfiles >/dev/null || echo "bootstrap: warning: could not build the real-VM tests' ramdisk (tests/e2e/vmfiles.py)"

@@ -89,6 +89,24 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
 
+    from services.ramdisk.cli import add_image_arguments, add_ramdisk_arguments
+
+    add_ramdisk_arguments(
+        sub.add_parser(
+            "ramdisk",
+            help="build the deploy ramdisk (kernel + initramfs with Ferrum's agent) from Debian packages",
+            description="Build the deploy kernel and initramfs from this machine's Debian package sources. "
+            "See docs/ramdisk.md.",
+        )
+    )
+    add_image_arguments(
+        sub.add_parser(
+            "image",
+            help="build disk images (a bootable demo OS) from Debian packages",
+            description="Build disk images to deploy. See docs/ramdisk.md.",
+        )
+    )
+
     demo = sub.add_parser(
         "demo",
         help="provision a rack of simulated Redfish machines end to end over the REST API",
@@ -98,7 +116,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     _common(demo)
-    demo.add_argument("--nodes", type=int, default=8, help="how many simulated machines to provision (default 8)")
+    demo.add_argument(
+        "--nodes", type=int, help="how many machines to provision (default 8; 2 with --backend qemu, at most 4)"
+    )
+    demo.add_argument(
+        "--backend",
+        choices=("python", "qemu"),
+        default="python",
+        help="python: simulated machines (default); qemu: real VMs that network-boot the deploy ramdisk "
+        "built from Debian packages and boot the OS written to their disks",
+    )
 
     db = sub.add_parser("db", help="database maintenance")
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
@@ -164,6 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"ferrum: error: {exc}", file=sys.stderr)
         return 2
+    if args.command == "demo" and args.backend == "qemu":
+        from services.demo_vm import guest_settings
+
+        settings = guest_settings(settings)
+    if args.command in ("ramdisk", "image"):
+        from services.ramdisk.cli import run_image, run_ramdisk
+
+        return (run_ramdisk if args.command == "ramdisk" else run_image)(args, settings.state_dir)
     from services.common.logs import configure_logging
 
     # The demo draws progress bars: only warnings, unless a level was asked for.
@@ -214,13 +249,30 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 0
     if args.command == "demo":
-        from services.demo import run_demo
-
         simulators: list[Any] = []
-        try:
-            return await runtime.serve(
-                settings, ALL_SERVICES, until=lambda stack: run_demo(stack, nodes=args.nodes, simulators=simulators)
+        if args.backend == "qemu":
+            from pathlib import Path
+
+            from rich.console import Console
+
+            from services.demo_vm import prepare_files, run_vm_demo
+            from services.ramdisk.debian import PackageError
+
+            # Built before the stack starts: nothing slow may run on its event loop.
+            try:
+                files = await asyncio.to_thread(prepare_files, Path(settings.state_dir), Console())
+            except (PackageError, ValueError) as exc:
+                print(f"ferrum: error: cannot build the VMs' ramdisk and image: {exc}", file=sys.stderr)
+                return 1
+            demo: Any = lambda stack: run_vm_demo(  # noqa: E731 - the stack is only known once it runs
+                stack, nodes=2 if args.nodes is None else args.nodes, files=files, simulators=simulators
             )
+        else:
+            from services.demo import run_demo
+
+            demo = lambda stack: run_demo(stack, nodes=8 if args.nodes is None else args.nodes, simulators=simulators)  # noqa: E731
+        try:
+            return await runtime.serve(settings, ALL_SERVICES, until=demo)
         finally:
             for simulator in simulators:
                 await simulator.stop()

@@ -37,7 +37,7 @@ class DemoError(RuntimeError):
 RETRIES = 8  # 409 (node locked for a moment) and 503 (database or conductor restarting)
 
 
-async def _call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
+async def rest_call(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> Any:
     """One REST call, retried with backoff as openstacksdk retries: on 409 and
     on 503, honouring Retry-After."""
     delay = 0.2
@@ -54,10 +54,10 @@ async def _call(session: aiohttp.ClientSession, method: str, url: str, body: Any
     raise AssertionError("unreachable")
 
 
-async def _wait(session: aiohttp.ClientSession, url: str, state: str, timeout: float) -> dict[str, Any]:
+async def wait_provision_state(session: aiohttp.ClientSession, url: str, state: str, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        node = await _call(session, "GET", url)
+        node = await rest_call(session, "GET", url)
         if node["provision_state"] == state and not node["reservation"]:
             return node
         if node["provision_state"] in ("deploy failed", "clean failed", "error") and state != node["provision_state"]:
@@ -96,7 +96,7 @@ async def _enroll(
     image_url: str,
     image: DemoImage,
 ) -> dict[str, Any]:
-    node = await _call(
+    node = await rest_call(
         session,
         "POST",
         f"{api}/v1/nodes",
@@ -122,7 +122,7 @@ async def _enroll(
             },
         },
     )
-    await _call(session, "POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]})
+    await rest_call(session, "POST", f"{api}/v1/ports", {"node_uuid": node["uuid"], "address": machine.macs[0]})
     return node
 
 
@@ -130,11 +130,11 @@ async def _provision(session: aiohttp.ClientSession, api: str, node: dict[str, A
     url = f"{api}/v1/nodes/{node['uuid']}"
     for verb, state in (("manage", "manageable"), ("provide", "available")):
         started = time.monotonic()
-        await _call(session, "PUT", f"{url}/states/provision", {"target": verb})
-        await _wait(session, url, state, timeout=120)
+        await rest_call(session, "PUT", f"{url}/states/provision", {"target": verb})
+        await wait_provision_state(session, url, state, timeout=120)
         timings[verb] = time.monotonic() - started
     started = time.monotonic()
-    await _call(
+    await rest_call(
         session,
         "PUT",
         f"{url}/states/provision",
@@ -172,7 +172,7 @@ async def _watch(
         deadline = time.monotonic() + 600
         while pending:
             for uuid in list(pending):
-                node = await _call(session, "GET", f"{api}/v1/nodes/{uuid}")
+                node = await rest_call(session, "GET", f"{api}/v1/nodes/{uuid}")
                 done = (node["driver_internal_info"].get("deploy_progress") or {}).get("bytes_written", 0)
                 progress.update(bars[uuid], completed=min(done, image.size), state=node["provision_state"])
                 if node["provision_state"] == "active" and not node["reservation"]:
@@ -236,7 +236,7 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
     simulators.append(simulator)
     await simulator.start()
     async with aiohttp.ClientSession() as session:
-        root = await _call(session, "GET", f"{api}/")
+        root = await rest_call(session, "GET", f"{api}/")
         console.print(
             f"\n[bold]Ferrum[/] at {api} (Ironic API {root['default_version']['min_version']}"
             f"..{root['default_version']['version']}), simulator with {nodes} Redfish machines at "
@@ -265,7 +265,7 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
         by_name = {m.name: m for m in simulator.machines}
         bad = []
         for node in enrolled:
-            shown = await _call(session, "GET", f"{api}/v1/nodes/{node['uuid']}")
+            shown = await rest_call(session, "GET", f"{api}/v1/nodes/{node['uuid']}")
             machine = by_name[node["name"]]
             digest = await asyncio.to_thread(payload_digest, Path(machine.disk_path), image)
             ok = digest == expected
@@ -290,13 +290,15 @@ async def run_demo(stack: Any, *, nodes: int, simulators: list[Any]) -> None:
         console.print("Tearing down: undeploy every node...")
         await asyncio.gather(
             *(
-                _call(session, "PUT", f"{api}/v1/nodes/{n['uuid']}/states/provision", {"target": "deleted"})
+                rest_call(session, "PUT", f"{api}/v1/nodes/{n['uuid']}/states/provision", {"target": "deleted"})
                 for n in enrolled
             )
         )
-        await asyncio.gather(*(_wait(session, f"{api}/v1/nodes/{n['uuid']}", "available", 120) for n in enrolled))
+        await asyncio.gather(
+            *(wait_provision_state(session, f"{api}/v1/nodes/{n['uuid']}", "available", 120) for n in enrolled)
+        )
         powered = [m.name for m in simulator.machines if m.power_state != "Off"]
-        await asyncio.gather(*(_call(session, "DELETE", f"{api}/v1/nodes/{n['uuid']}") for n in enrolled))
+        await asyncio.gather(*(rest_call(session, "DELETE", f"{api}/v1/nodes/{n['uuid']}") for n in enrolled))
         store = next(s for s in stack.services if s.name == "conductor").objectstore
         for name in ("demo-disk.raw", "ferrum-agent.kernel", "ferrum-agent.initramfs"):
             await store.delete("demo-images", name)

@@ -55,6 +55,7 @@ class AgentOptions:
     listen_host: str = "127.0.0.1"
     listen_port: int = 0  # 0 = ephemeral
     advertise_host: str = ""  # host put in callback_url; default listen_host
+    advertise_port: int = 0  # port put in callback_url (a NAT or port forward in between); 0 = the bound port
     lookup_timeout: float = 300.0
     lookup_interval: float = 1.0
     heartbeat_interval: float | None = None  # None = heartbeat_timeout x random(0.3, 0.6), min 5 s, as IPA
@@ -256,7 +257,7 @@ class Agent:
         host = self.advertise_host
         if ":" in host and not host.startswith("["):
             host = f"[{host}]"
-        return f"http://{host}:{self._port}"
+        return f"http://{host}:{self.options.advertise_port or self._port}"
 
     def status(self) -> dict[str, Any]:
         return {"started_at": self._started_at, "version": AGENT_VERSION}

@@ -1,8 +1,10 @@
 """``ferrum agent``: one agent in its own process (the ramdisk's main).
 
 Settings come from flags, or from a kernel command line file
-(``--kernel-cmdline /proc/cmdline``) with flags winning. Disks are always
-given with ``--disk PATH[,name=/dev/sda,serial=..,wwn=..,model=..,rotational=0]``.
+(``--kernel-cmdline /proc/cmdline``, read through
+:func:`services.agent.parameters.read_parameters`) with flags winning. Disks
+are given with ``--disk PATH[,name=/dev/sda,serial=..,wwn=..,model=..,rotational=0]``
+or found in sysfs (``--discover-disks``, what the ramdisk's init passes).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import asyncio
 import dataclasses
 import json
 import logging
+import shlex
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from services.agent.agent import Agent, Disk, options_from_kernel_cmdline
+from services.agent.parameters import read_parameters
 from services.common import errors
 
 LOG = logging.getLogger(__name__)
@@ -37,13 +41,23 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="PATH[,name=..,serial=..,wwn=..,model=..,rotational=0|1]",
-        help="a disk (file or block device) the agent may write (repeatable; required)",
+        help="a disk (file or block device) the agent may write (repeatable; this or --discover-disks)",
+    )
+    parser.add_argument(
+        "--discover-disks",
+        action="store_true",
+        help="add every disk listed in /sys/block (what a ramdisk on a real machine does)",
     )
     parser.add_argument("--node-uuid", help="node UUID hint for lookup")
     parser.add_argument("--agent-token", help="pre-generated agent token (else the lookup's)")
     parser.add_argument("--listen-host", help="command API listen address (default 127.0.0.1)")
     parser.add_argument("--listen-port", type=int, help="command API port (default 9999; 0 = ephemeral)")
     parser.add_argument("--advertise-host", help="host put in the callback_url (default the listen address)")
+    parser.add_argument(
+        "--advertise-port",
+        type=int,
+        help="port put in the callback_url, when a NAT forwards it (default the bound one)",
+    )
     parser.add_argument("--lookup-timeout", type=float, help="give up the lookup after this many seconds (default 300)")
     parser.add_argument("--lookup-interval", type=float, help="seconds between lookups (default 1)")
     parser.add_argument(
@@ -78,6 +92,13 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit the process after standby.power_off / standby.run_image (a stand-in for the machine going down)",
     )
+    parser.add_argument(
+        "--power-off-command",
+        help="run this after standby.power_off (the ramdisk's init passes 'poweroff -f')",
+    )
+    parser.add_argument(
+        "--reboot-command", help="run this after standby.run_image / reboot (the ramdisk's init passes 'reboot -f')"
+    )
     parser.add_argument("--ports-file", help='write {"agent": callback_url} as JSON here once serving')
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
 
@@ -96,8 +117,14 @@ def parse_disk(spec: str) -> Disk:
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
-    text = Path(args.kernel_cmdline).read_text() if args.kernel_cmdline else ""
-    overrides: dict[str, Any] = {"disks": tuple(parse_disk(d) for d in args.disk)}
+    text = read_parameters(kernel_cmdline=Path(args.kernel_cmdline) if args.kernel_cmdline else None)
+    disks = [parse_disk(d) for d in args.disk]
+    if getattr(args, "discover_disks", False):
+        from services.agent.blockdevices import discover_disks
+
+        known = {d.path for d in disks}
+        disks += [d for d in discover_disks() if d.path not in known]
+    overrides: dict[str, Any] = {"disks": tuple(disks)}
     if args.mac:
         overrides["macs"] = tuple(args.mac)
     for flag in (
@@ -107,6 +134,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         "listen_host",
         "listen_port",
         "advertise_host",
+        "advertise_port",
         "lookup_timeout",
         "lookup_interval",
         "heartbeat_interval",
@@ -129,14 +157,33 @@ def options_from_args(args: argparse.Namespace) -> Any:
     return options_from_kernel_cmdline(text, **overrides)
 
 
+async def run_power_command(command: str) -> None:
+    """What "power off" or "reboot" means in a ramdisk: the machine's own command.
+
+    It is started and waited for; ``poweroff -f`` ends the machine, and with it
+    this process, so a command that returns has failed and is logged."""
+    process = await asyncio.create_subprocess_exec(*shlex.split(command), stdin=asyncio.subprocess.DEVNULL)
+    code = await process.wait()
+    LOG.error("power command returned command=%r exit_code=%s", command, code)
+
+
 async def serve(args: argparse.Namespace) -> int:
     stopping = asyncio.Event()
 
-    async def leave() -> None:
-        if args.exit_on_power_off:
-            stopping.set()
+    def leave(command: str | None) -> Any:
+        async def hook() -> None:
+            if command:
+                await run_power_command(command)
+            if args.exit_on_power_off:
+                stopping.set()
 
-    options = dataclasses.replace(options_from_args(args), power_off=leave, reboot=leave)
+        return hook
+
+    options = dataclasses.replace(
+        options_from_args(args),
+        power_off=leave(getattr(args, "power_off_command", None)),
+        reboot=leave(getattr(args, "reboot_command", None)),
+    )
     agent = Agent(options)
     await agent.start()
     loop = asyncio.get_running_loop()

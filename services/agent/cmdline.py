@@ -68,6 +68,7 @@ def option_values(cmdline: str) -> dict[str, Any]:
             values[field] = value
     for field, names, kind in (
         ("listen_port", ("ipa-listen-port",), int),
+        ("advertise_port", ("ipa-advertise-port",), int),
         ("lookup_timeout", ("ipa-lookup-timeout",), float),
         ("lookup_interval", ("ipa-lookup-interval",), float),
         ("heartbeat_interval", ("ipa-heartbeat-interval",), float),

@@ -18,6 +18,8 @@ chunked bodies, error statuses) goes through aiohttp.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import re
 import socket
@@ -35,6 +37,9 @@ LOG = logging.getLogger(__name__)
 Sink = Callable[[bytes], Awaitable[None]]
 TLS = ssl.SSLContext | bool
 SizeCallback = Callable[[int | None], None]
+# Per-request auto_decompress arrived in aiohttp 3.9; the deploy ramdisk runs Debian's 3.8,
+# which only has it per session. Image bytes must arrive exactly as stored either way.
+_REQUEST_DECOMPRESS = "auto_decompress" in inspect.signature(aiohttp.ClientSession._request).parameters
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
@@ -128,7 +133,14 @@ async def _attempt_aiohttp(
     tls: TLS,
 ) -> None:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=policy.connect_timeout, sock_read=policy.read_timeout)
-    async with session.get(state.url, headers=headers, timeout=timeout, auto_decompress=False, ssl=tls) as resp:
+    async with contextlib.AsyncExitStack() as stack:
+        if _REQUEST_DECOMPRESS:
+            request = session.get(state.url, headers=headers, timeout=timeout, auto_decompress=False, ssl=tls)
+        else:  # a session over the same connections that never decompresses
+            raw = aiohttp.ClientSession(connector=session.connector, connector_owner=False, auto_decompress=False)
+            await stack.enter_async_context(raw)
+            request = raw.get(state.url, headers=headers, timeout=timeout, ssl=tls)
+        resp = await stack.enter_async_context(request)
         skip = _accept_status(state, resp.status, resp.reason or "", resp.headers.get, resp.content_length)
         if skip is None:
             return

@@ -26,6 +26,14 @@ from services.common.logs import request_id_var
 LOG = logging.getLogger(__name__)
 
 
+def no_valid_host(driver: str, group: str) -> str:
+    """Ironic's words (``rpcapi.get_conductor_for``) for a driver and group no conductor serves."""
+    return (
+        "No valid host was found. Reason: No conductor service registered which supports "
+        f'driver {driver} for conductor group "{group}". Ensure the driver is valid and enabled.'
+    )
+
+
 class ConductorRouter:
     def __init__(
         self,
@@ -109,14 +117,26 @@ class ConductorRouter:
             await self.refresh()
         return self.conductor_for(node_uuid, driver, group)
 
+    async def require_served(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+        """The conductor a node with this driver and conductor group would have.
+
+        For values a client is about to set (a new node, a patched driver or
+        conductor group): none means the node could never be routed, and every
+        later change to it would be a 503, so it is refused now with a 400, as
+        Ironic refuses it (NoValidHost, turned into a 400 on create and update)."""
+        if self.rings.owner(node_uuid, driver, group) is None:
+            await self.refresh()
+        owner = self.rings.owner(node_uuid, driver, group)
+        if owner is None:
+            error = errors.DriverNotFound if driver not in self.rings.drivers() else errors.NoValidHost
+            raise error(no_valid_host(driver, group))
+        return dict(owner)
+
     def conductor_for(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
         owner = self.rings.owner(node_uuid, driver, group)
         if owner is None:
             if driver not in self.rings.drivers():
-                raise errors.DriverNotFound(
-                    f"No valid host was found. Reason: No conductor service registered which supports "
-                    f'driver {driver} for conductor group "{group}".'
-                )
+                raise errors.DriverNotFound(no_valid_host(driver, group))
             raise errors.NoConductorAvailable(
                 f'No conductor of conductor group "{group}" is available for driver {driver}.'
             )
@@ -137,6 +157,10 @@ class ConductorRouter:
                 return await rpc(request, timeout=self.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))
             except grpc.aio.AioRpcError as exc:
                 error = errors.from_rpc_error(exc)
+                if type(error) is errors.FerrumError:
+                    LOG.warning(
+                        "conductor %s failed %s: %s: %s", owner["hostname"], method, exc.code().name, exc.details()
+                    )
                 if isinstance(error, errors.NoConductorAvailable) and attempt == 1:
                     LOG.warning("conductor %s unreachable (%s); refreshing ring", owner["hostname"], exc.code().name)
                     await self.refresh()

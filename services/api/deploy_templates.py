@@ -26,6 +26,7 @@ from services.common.db.deploy_templates import DeployTemplateRepository
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
+from services.common.secret_masking import mask_dict
 
 SINCE = (1, 55)
 FIELDS: dict[str, tuple[int, int]] = dict.fromkeys(
@@ -77,11 +78,18 @@ def validate_template(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+def mask_step(step: Any) -> Any:
+    """A step with the secrets in its arguments masked, as Ironic shows templates."""
+    if isinstance(step, dict) and isinstance(step.get("args"), dict):
+        return {**step, "args": mask_dict(step["args"])}
+    return step
+
+
 def template_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
     doc = {
         "uuid": row["uuid"],
         "name": row["name"],
-        "steps": row["steps"],
+        "steps": [mask_step(step) for step in row["steps"]],
         "extra": row["extra"],
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),

@@ -7,13 +7,14 @@ exactly the same things."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid as uuidlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import grpc
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from ferrum.v1 import api_pb2 as pb
 from ferrum.v1 import api_pb2_grpc as pb_grpc
@@ -22,6 +23,8 @@ from ferrum.v1 import conductor_pb2 as conductor_pb
 from services.api import views
 from services.api.conductor_router import ConductorRouter
 from services.api.event_hub import EventHub
+from services.api.grpc_input import add_screened_servicer, json_field, screen_request, short
+from services.api.json_body import loads_limited
 from services.api.json_patch import apply_patch
 from services.api.node_values import (
     NODE_CREATE_KEYS,
@@ -34,12 +37,16 @@ from services.api.port_values import validate_port_values
 from services.api.provision_params import check_configdrive, check_deploy_steps, check_disable_ramdisk
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
+from services.common.config import ApiConfig
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
-from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository
+from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps, parse_datetimes
+from services.common.secret_masking import mask_text
+
+LOG = logging.getLogger(__name__)
 
 # The native API has no microversions: it speaks the newest REST semantics.
 LATEST = MAX_VERSION
@@ -89,7 +96,7 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
         target_power_state=row["target_power_state"] or "",
         maintenance=row["maintenance"],
         maintenance_reason=row["maintenance_reason"] or "",
-        last_error=row["last_error"] or "",
+        last_error=masked["last_error"] or "",
         reservation=row["reservation"] or "",
         conductor_group=row["conductor_group"],
         resource_class=row["resource_class"] or "",
@@ -142,28 +149,62 @@ def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
         target_provision_state=row["target_provision_state"] or "",
         power_state=row["power_state"] or "",
         severity=row["severity"],
-        message=row["message"],
+        message=mask_text(row["message"]),
         conductor=row["conductor"] or "",
     )
     message.created_at.FromDatetime(row["created_at"])
     return message
 
 
+def add_node_service(servicer: NodeServicer, server: grpc.aio.Server) -> None:
+    """Register the NodeService; requests protobuf cannot parse are INVALID_ARGUMENT."""
+    add_screened_servicer(pb_grpc.add_NodeServiceServicer_to_server, servicer, server)
+
+
 class NodeServicer(pb_grpc.NodeServiceServicer):
-    def __init__(self, pool: asyncpg.Pool, router: ConductorRouter, hub: EventHub, *, secrets: NodeSecrets) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        router: ConductorRouter,
+        hub: EventHub,
+        *,
+        secrets: NodeSecrets,
+        config: ApiConfig | None = None,
+    ) -> None:
         self.pool, self.router, self.hub = pool, router, hub
+        self.config = config or ApiConfig()
         self.nodes = NodeRepository(pool, secrets=secrets)
         self.ports, self.events = PortRepository(pool), EventRepository(pool)
 
-    async def _guard(self, context: grpc.aio.ServicerContext, coro: Any) -> Any:
+    async def _guard(self, context: grpc.aio.ServicerContext, coro: Any, request: Any = None) -> Any:
+        """Run one call: the request screened first (NUL, NaN, sizes), every
+        failure answered with a status code and a message that names no internals."""
         try:
+            if request is not None:
+                screen_request(request, self.config)
             return await coro
-        except errors.FerrumError as exc:
-            await errors.abort_with(context, exc)
-        except Exception as exc:
-            if not is_unavailable(exc):
-                raise
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure gets a status code, none is UNKNOWN
+            await self._fail(context, exc)
+        finally:
+            coro.close()  # never started when the screen refused the request
+
+    async def _fail(self, context: grpc.aio.ServicerContext, exc: Exception) -> None:
+        """End the call with the status ``exc`` deserves; the details never carry a class name or traceback."""
+        if isinstance(exc, errors.FerrumError):
+            await errors.abort_with(context, short(exc))
+        if isinstance(exc, asyncpg.DataError | asyncpg.CheckViolationError):
+            # Input PostgreSQL refused that the checks let through: still the client's, as on REST.
+            LOG.warning("unchecked bad input on gRPC: %s", exc)
+            await errors.abort_with(context, short(errors.InvalidParameterValue(f"Invalid input: {exc}")))
+        if is_unavailable(exc):
             await errors.abort_with(context, unavailable(exc))
+        LOG.error("unexpected error serving a gRPC call", exc_info=exc)
+        await errors.abort_with(context, errors.FerrumError("Internal error; the api's log has the details"))
+
+    def _json(self, request: Any, name: str) -> Any:
+        return json_field(request, name, depth=self.config.max_json_body_depth)
 
     async def _rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
         return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)
@@ -176,7 +217,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                     values[key] = getattr(request, key)
             for key in ("driver_info", "properties", "instance_info", "extra"):
                 if request.HasField(key):
-                    values[key] = json_format.MessageToDict(getattr(request, key))
+                    values[key] = self._json(request, key)
             for kind, name in request.interfaces.items():
                 field = f"{kind}_interface"
                 if field not in NODE_CREATE_KEYS:
@@ -184,19 +225,21 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 values[field] = name
             values = validate_node_values(values, create=True)
             values.setdefault("uuid", str(uuidlib.uuid4()))
+            group = values.get("conductor_group", "")
+            await self.router.require_served(values["uuid"], values["driver"], group)
             reply = await self.router.call(
                 values["uuid"],
                 values["driver"],
-                values.get("conductor_group", ""),
+                group,
                 "CreateNode",
                 conductor_pb.ConductorCreateNodeRequest(node_json=dumps(values)),
             )
             return node_message(parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS))
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def GetNode(self, request: pb.GetNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
-        return await self._guard(context, self._get(request.ident))
+        return await self._guard(context, self._get(request.ident), request)
 
     async def _get(self, ident: str) -> cpb.Node:
         return node_message(await self.nodes.get_by_ident(ident))
@@ -222,29 +265,32 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 nodes=[node_message(r) for r in rows], next_marker=rows[-1]["uuid"] if len(rows) == limit else ""
             )
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def PatchNode(self, request: pb.PatchNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
         async def run() -> cpb.Node:
             node = await self.nodes.get_by_ident(request.ident)
-            try:
-                patch = json.loads(request.patch_json)
-            except ValueError as exc:
-                raise errors.PatchError(f"patch_json is not valid JSON: {exc}") from None
+            patch = loads_limited(request.patch_json, depth=self.config.max_json_body_depth, what="patch_json")
             current = json.loads(dumps({k: node.get(k) for k in views.NODE_FIELD_VERSIONS if k in node}))
             changes = checked_node_changes(
                 node, apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST)
             )
             if not changes:
                 return node_message(node)
-            reply = await self._rpc(
-                node,
+            driver = changes.get("driver", node["driver"])
+            group = changes.get("conductor_group", node["conductor_group"])
+            if "driver" in changes or "conductor_group" in changes:
+                await self.router.require_served(node["uuid"], driver, group)
+            reply = await self.router.call(
+                node["uuid"],
+                driver,
+                group,
                 "UpdateNode",
                 conductor_pb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps(changes)),
             )
             return node_message(parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS))
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def DeleteNode(
         self, request: pb.DeleteNodeRequest, context: grpc.aio.ServicerContext
@@ -254,12 +300,23 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             await self._rpc(node, "DestroyNode", conductor_pb.NodeRef(node_uuid=node["uuid"]))
             return pb.DeleteNodeResponse()
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def SetProvisionState(
         self, request: pb.SetProvisionStateRequest, context: grpc.aio.ServicerContext
     ) -> cpb.Node:
         async def run() -> cpb.Node:
+            # The JSON parts first, as REST reads its whole body before anything else.
+            clean = _whole_numbers(self._json(request, "clean_steps")) if request.HasField("clean_steps") else None
+            deploy = _whole_numbers(self._json(request, "deploy_steps")) if request.HasField("deploy_steps") else None
+            which = request.WhichOneof("configdrive")
+            configdrive = (
+                request.configdrive_string
+                if which == "configdrive_string"
+                else self._json(request, "configdrive_dict")
+                if which
+                else None
+            )
             node = await self.nodes.get_by_ident(request.ident)
             try:
                 event = states.verb_to_event(request.target)
@@ -267,32 +324,14 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 raise errors.InvalidParameterValue(
                     f'The requested action "{request.target}" could not be understood.'
                 ) from None
-            which = request.WhichOneof("configdrive")
-            configdrive = (
-                request.configdrive_string
-                if which == "configdrive_string"
-                else json_format.MessageToDict(request.configdrive_dict)
-                if which
-                else None
-            )
             check_configdrive(configdrive, request.target, LATEST)
             if event not in states.allowed_events(node["provision_state"]):
                 raise errors.InvalidStateRequested(
                     f'The requested action "{request.target}" can not be performed on node "{node["uuid"]}" '
                     f'while it is in state "{node["provision_state"]}".'
                 )
-            steps = (
-                _whole_numbers(json_format.MessageToDict(request.clean_steps))
-                if request.HasField("clean_steps")
-                else None
-            )
-            deploy_steps = check_deploy_steps(
-                _whole_numbers(json_format.MessageToDict(request.deploy_steps))
-                if request.HasField("deploy_steps")
-                else None,
-                request.target,
-                LATEST,
-            )
+            steps = clean
+            deploy_steps = check_deploy_steps(deploy, request.target, LATEST)
             disable_ramdisk = check_disable_ramdisk(request.disable_ramdisk or None, request.target, LATEST)
             await self._rpc(
                 node,
@@ -309,13 +348,17 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             )
             return await self._get(node["uuid"])
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def SetPowerState(self, request: pb.SetPowerStateRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
         async def run() -> cpb.Node:
             node = await self.nodes.get_by_ident(request.ident)
             if request.target not in states.POWER_TARGETS:
                 raise errors.InvalidParameterValue(f"Invalid power target {request.target!r}")
+            if request.timeout < 0:  # 0 is "not set"; REST refuses anything below 1
+                raise errors.InvalidParameterValue(
+                    f"Invalid timeout value {request.timeout}. The timeout must be a positive integer."
+                )
             await self._rpc(
                 node,
                 "ChangePowerState",
@@ -323,7 +366,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             )
             return await self._get(node["uuid"])
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def SetMaintenance(self, request: pb.SetMaintenanceRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
         async def run() -> cpb.Node:
@@ -337,7 +380,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             )
             return await self._get(node["uuid"])
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def CreatePort(self, request: pb.CreatePortRequest, context: grpc.aio.ServicerContext) -> cpb.Port:
         async def run() -> cpb.Port:
@@ -346,17 +389,17 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             if request.pxe_enabled_set:
                 values["pxe_enabled"] = request.pxe_enabled
             if request.HasField("extra"):
-                values["extra"] = json_format.MessageToDict(request.extra)
+                values["extra"] = self._json(request, "extra")
             values = validate_port_values(values)
             if request.name:
                 values["name"] = request.name
             values.update(node_id=node["id"], uuid=str(uuidlib.uuid4()))
             return port_message(await self.ports.create(values))
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def GetPort(self, request: pb.GetPortRequest, context: grpc.aio.ServicerContext) -> cpb.Port:
-        return await self._guard(context, self._port(request.ident))
+        return await self._guard(context, self._port(request.ident), request)
 
     async def _port(self, ident: str) -> cpb.Port:
         return port_message(await self.ports.get(ident))
@@ -371,7 +414,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 ports=[port_message(r) for r in rows], next_marker=rows[-1]["uuid"] if len(rows) == limit else ""
             )
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     async def DeletePort(
         self, request: pb.DeletePortRequest, context: grpc.aio.ServicerContext
@@ -381,7 +424,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             await self.ports.delete(port["uuid"])
             return pb.DeletePortResponse()
 
-        return await self._guard(context, run())
+        return await self._guard(context, run(), request)
 
     # api.proto declares the volume calls, but volumes are served over REST only
     # so far; say so with UNIMPLEMENTED (the generated base class's status).
@@ -399,20 +442,23 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
         self, request: pb.WatchNodesRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[cpb.NodeEvent]:
         """Replay from ``after_sequence`` then follow live changes, in order."""
-        if request.node_uuid:
-            try:
-                uuidlib.UUID(request.node_uuid)
-            except ValueError:
-                await errors.abort_with(context, errors.InvalidParameterValue("node_uuid must be a UUID"))
-        sequence = request.after_sequence
-        if sequence == 0:
-            sequence = await self.events.latest_sequence()
-        elif sequence < 0:
-            sequence = 0
-        while True:
-            batch = await self.events.events_after(sequence, node_uuid=request.node_uuid or None, limit=500)
-            for row in batch:
-                sequence = row["sequence"]
-                yield event_message(row)
-            if len(batch) < 500:
-                await self.hub.wait(timeout=5.0)
+        try:
+            screen_request(request, self.config)
+            if request.node_uuid and not is_uuid(request.node_uuid):
+                raise errors.InvalidParameterValue("node_uuid must be a UUID")
+            sequence = request.after_sequence
+            if sequence == 0:
+                sequence = await self.events.latest_sequence()
+            elif sequence < 0:
+                sequence = 0
+            while True:
+                batch = await self.events.events_after(sequence, node_uuid=request.node_uuid or None, limit=500)
+                for row in batch:
+                    sequence = row["sequence"]
+                    yield event_message(row)
+                if len(batch) < 500:
+                    await self.hub.wait(timeout=5.0)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure gets a status code, none is UNKNOWN
+            await self._fail(context, exc)

@@ -3,16 +3,18 @@ negotiation and version headers, NUL rejection, and http_basic auth."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 from collections.abc import Awaitable, Callable
 
 import asyncpg
-import bcrypt
 from aiohttp import web
 
 from services.api import versions
 from services.common import errors
+from services.common.basic_auth import BasicAuthVerifier
 from services.common.db.outage import is_unavailable, unavailable
 
 LOG = logging.getLogger(__name__)
@@ -101,21 +103,9 @@ async def version_middleware(request: web.Request, handler: Handler) -> web.Stre
     return response
 
 
-def load_htpasswd(path: str) -> dict[str, bytes]:
-    users: dict[str, bytes] = {}
-    with open(path) as handle:
-        for line in handle:
-            line = line.strip()
-            if line and not line.startswith("#") and ":" in line:
-                user, hashed = line.split(":", 1)
-                users[user] = hashed.encode()
-    return users
-
-
-def basic_auth_middleware(users: dict[str, bytes]) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """Ironic standalone's http_basic: bcrypt hashes from an htpasswd file."""
-    import base64
-    import binascii
+def basic_auth_middleware(verifier: BasicAuthVerifier) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """Ironic standalone's http_basic: bcrypt hashes from an htpasswd file,
+    checked off the event loop by ``verifier`` (:mod:`services.common.basic_auth`)."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -129,8 +119,7 @@ def basic_auth_middleware(users: dict[str, bytes]) -> Callable[..., Awaitable[we
             user, _, password = base64.b64decode(header[6:].strip()).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
             raise errors.Unauthorized("Invalid authorization header") from None
-        hashed = users.get(user)
-        if hashed is None or not bcrypt.checkpw(password.encode(), hashed.replace(b"$2y$", b"$2b$")):
+        if not await verifier.verify(user, password):
             raise errors.Unauthorized("Incorrect username or password")
         return await handler(request)
 

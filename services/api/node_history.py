@@ -20,6 +20,7 @@ from services.api.context import ApiContext
 from services.common.db.history import HistoryRepository
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
+from services.common.secret_masking import mask_text
 
 SINCE = (1, 78)
 STANDARD_FIELDS = ("uuid", "created_at", "severity", "event")
@@ -33,7 +34,7 @@ def history_document(row: dict[str, Any], *, base: str, node_uuid: str, detail: 
         "created_at": iso(row["created_at"]),
         "severity": row["severity"],
         "event_type": row["event_type"],
-        "event": row["event"],
+        "event": mask_text(row["event"]) if row["event"] else row["event"],
         "conductor": row["conductor"],
         "user": row["user_id"],
     }

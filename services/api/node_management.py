@@ -16,7 +16,6 @@ exist (404, the routes table gates them), as Ironic answers.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
@@ -73,18 +72,17 @@ class NodeManagementApi:
         reply = await self.ctx.rpc(node, "GetSupportedIndicators", cpb.NodeRef(node_uuid=node["uuid"]))
         base = self.ctx.base(request)
         docs: list[dict[str, Any]] = []
-        for component, names in json.loads(reply.json).items():
-            for name, fields in names.items():
-                unique = f"{name}@{component}"
-                docs.append(
-                    {
-                        "name": unique,
-                        "component": component,
-                        "readonly": bool(fields.get("readonly")),
-                        "states": list(fields.get("states") or []),
-                        "links": views.links(base, f"nodes/{node['uuid']}/management/indicators", unique),
-                    }
-                )
+        for indicator in reply.indicators:
+            unique = f"{indicator.name}@{indicator.component}"
+            docs.append(
+                {
+                    "name": unique,
+                    "component": indicator.component,
+                    "readonly": indicator.readonly,
+                    "states": list(indicator.states),
+                    "links": views.links(base, f"nodes/{node['uuid']}/management/indicators", unique),
+                }
+            )
         return web.json_response({"indicators": docs})
 
     async def get_indicator(self, request: web.Request) -> web.Response:
@@ -95,7 +93,7 @@ class NodeManagementApi:
             "GetIndicatorState",
             cpb.IndicatorRequest(node_uuid=node["uuid"], component=component, indicator=indicator),
         )
-        return web.json_response({"state": json.loads(reply.json)})
+        return web.json_response({"state": reply.state})
 
     async def set_indicator(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)

@@ -10,6 +10,7 @@ from typing import Any
 from services.api.network_data import validate_network_data
 from services.api.validators import is_valid_name
 from services.common import errors, states
+from services.common.boot_values import UnsafeValue, check_node_boot_values
 from services.common.db.nodes import INTERFACE_FIELDS, is_uuid
 
 NODE_CREATE_KEYS = {
@@ -110,6 +111,12 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
                 raise errors.InvalidParameterValue(f"{key} must be a JSON object")
     if "network_data" in out:
         validate_network_data(out["network_data"])
+    if "driver_info" in out or "instance_info" in out:
+        # What the iPXE renderer would refuse can never boot: refused now, by the renderer's own rules.
+        try:
+            check_node_boot_values(out.get("driver_info"), out.get("instance_info"))
+        except UnsafeValue as exc:
+            raise errors.InvalidParameterValue(str(exc)) from None
     if out.get("name") is not None:
         name = out["name"]
         if not is_valid_name(name):

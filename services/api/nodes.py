@@ -145,10 +145,12 @@ class NodesApi:
         if values.get("uuid") is None:  # absent or null: generate one
             values["uuid"] = str(uuidlib.uuid4())
         values.pop("chassis_uuid", None)
+        group = values.get("conductor_group", "")
+        await self.ctx.router.require_served(values["uuid"], values["driver"], group)
         reply = await self.ctx.router.call(
             values["uuid"],
             values["driver"],
-            values.get("conductor_group", ""),
+            group,
             "CreateNode",
             cpb.ConductorCreateNodeRequest(node_json=dumps(values)),
         )
@@ -171,10 +173,16 @@ class NodesApi:
         values = checked_node_changes(node, changes)
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
-        if "driver" in values:
-            await self.ctx.router.route(node["uuid"], values["driver"], node["conductor_group"])
-        reply = await self.ctx.rpc(
-            node,
+        # A new driver or conductor group must have a conductor, or the node could
+        # never be reached again; the change goes to that conductor, as in Ironic.
+        driver = values.get("driver", node["driver"])
+        group = values.get("conductor_group", node["conductor_group"])
+        if "driver" in values or "conductor_group" in values:
+            await self.ctx.router.require_served(node["uuid"], driver, group)
+        reply = await self.ctx.router.call(
+            node["uuid"],
+            driver,
+            group,
             "UpdateNode",
             cpb.ConductorUpdateNodeRequest(
                 node_uuid=node["uuid"],

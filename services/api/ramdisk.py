@@ -22,6 +22,7 @@ from services.api import views
 from services.api.context import ApiContext
 from services.api.validators import MAC_RE
 from services.common import errors, states
+from services.common.conductor_messages import deploy_progress_message
 from services.common.db.nodes import is_uuid
 from services.common.jsonutil import dumps
 
@@ -76,9 +77,7 @@ class RamdiskApi:
             "node": {
                 "uuid": fresh["uuid"],
                 "properties": fresh["properties"],
-                "instance_info": {
-                    k: (views.MASK if k in views.INSTANCE_SECRETS else v) for k, v in fresh["instance_info"].items()
-                },
+                "instance_info": views.mask_instance_info(fresh["instance_info"]),
                 "driver_internal_info": views.mask_secrets(fresh["driver_internal_info"]),
                 "links": views.links(base, "nodes", fresh["uuid"]),
             },
@@ -154,7 +153,7 @@ class RamdiskApi:
                 agent_token=token,
                 agent_status=status,
                 agent_status_message=body.get("agent_status_message") or "",
-                progress_json=json.dumps(progress) if progress else "",
+                progress=deploy_progress_message(progress) if progress else None,
                 agent_verify_ca=verify_ca or "",
             ),
         )

@@ -3,23 +3,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 import asyncpg
-import bcrypt
 from aiohttp import web
 
-from ferrum.v1 import api_pb2, api_pb2_grpc
+from ferrum.v1 import api_pb2
 from services.api.conductor_router import ConductorRouter
 from services.api.context import ApiContext
 from services.api.event_hub import EventHub
-from services.api.grpc_api import NodeServicer
+from services.api.grpc_api import NodeServicer, add_node_service
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
-from services.api.middlewares import basic_auth_middleware, error_middleware, load_htpasswd, version_middleware
+from services.api.middlewares import basic_auth_middleware, error_middleware, version_middleware
 from services.api.routes import add_routes
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
+from services.common.basic_auth import BasicAuthVerifier, http_basic_verifier
 from services.common.config import Settings
 from services.common.connection_guard import ListenerLimits
 from services.common.db.node_secrets import NodeSecrets
@@ -38,35 +37,37 @@ def build_app(
     pool: asyncpg.Pool,
     router: ConductorRouter,
     metrics: ServiceMetrics,
+    verifier: BasicAuthVerifier | None = None,
     *,
     internal_token: str,
     endpoints: Endpoints | None = None,
 ) -> web.Application:
+    """The REST app. Under http_basic it uses ``verifier``, or makes its own
+    (closed with the app) when none is given."""
     config = settings.api
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
-    if config.auth_strategy == "http_basic":
-        middlewares.append(basic_auth_middleware(load_htpasswd(config.htpasswd_file)))
+    owned = None
+    if config.auth_strategy == "http_basic" and verifier is None:
+        verifier = owned = http_basic_verifier(settings.api)
+    if verifier is not None:
+        middlewares.append(basic_auth_middleware(verifier))
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
+    if owned is not None:
+
+        async def close_verifier(_: web.Application) -> None:
+            owned.close()
+
+        app.on_cleanup.append(close_verifier)
     app.router.add_get("/metrics", metrics.handle)
     resources = add_routes(app, ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints))
     install_public_route(app, resources[IpxePassthru])
     return app
 
 
-def node_service_authenticator(settings: Settings) -> Authenticator | None:
-    """The public NodeService takes the same credentials as REST: none under
-    ``noauth``, HTTP basic against the htpasswd file under ``http_basic``."""
-    if settings.api.auth_strategy != "http_basic":
-        return None
-    users = load_htpasswd(settings.api.htpasswd_file)
-
-    async def verify(user: str, password: str) -> bool:
-        hashed = users.get(user)
-        if hashed is None:
-            return False
-        return await asyncio.to_thread(bcrypt.checkpw, password.encode(), hashed)
-
-    return basic_authenticator(verify)
+def node_service_authenticator(verifier: BasicAuthVerifier | None) -> Authenticator | None:
+    """The public NodeService takes the same credentials as REST, checked by the
+    same verifier (one bcrypt pool and cache): none under ``noauth``."""
+    return None if verifier is None else basic_authenticator(verifier.verify)
 
 
 class ApiService:
@@ -87,24 +88,24 @@ class ApiService:
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
         self._health: Any = None
+        self.verifier: BasicAuthVerifier | None = None
 
     async def start(self) -> dict[str, str]:
         c = self.settings.api
-        if c.auth_strategy == "http_basic":
-            load_htpasswd(c.htpasswd_file)  # fail at start, not on the first request
+        self.verifier = http_basic_verifier(c)  # an unusable htpasswd file fails the start
         self.internal_token = await internal_token(self.settings, self.pool)
         await self.router.start(token=self.internal_token)
         self.hub = EventHub(self.pool)
         await self.hub.start()
         secrets = NodeSecrets(Keyring.from_config(self.settings.security))
-        servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets)
+        servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets, config=c)
         self._grpc, grpc_port, self._health = await start_grpc_server(
             host=c.host,
             port=c.grpc_port,
             metrics=self.metrics,
-            register=lambda server: api_pb2_grpc.add_NodeServiceServicer_to_server(servicer, server),
+            register=lambda server: add_node_service(servicer, server),
             service_names=[api_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name],
-            authenticate=node_service_authenticator(self.settings),
+            authenticate=node_service_authenticator(self.verifier),
         )
         self._http, port = await start_http_site(
             build_app(
@@ -112,6 +113,7 @@ class ApiService:
                 self.pool,
                 self.router,
                 self.metrics,
+                self.verifier,
                 internal_token=self.internal_token,
                 endpoints=self.endpoints,
             ),
@@ -148,3 +150,5 @@ class ApiService:
         if getattr(self, "hub", None) is not None:
             await self.hub.stop()
         await self.router.stop()
+        if self.verifier is not None:
+            self.verifier.close()

@@ -24,6 +24,7 @@ from aiohttp import web
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api.context import ApiContext
 from services.common import errors
+from services.common.conductor_messages import vendor_methods_body
 from services.common.grpcserver import REQUEST_ID_KEY
 from services.common.jsonutil import dumps
 from services.common.logs import request_id_var
@@ -72,7 +73,7 @@ class VendorPassthruApi:
     async def node_methods(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)
         reply = await self.ctx.rpc(node, "GetVendorMethods", cpb.VendorMethodsRequest(node_uuid=node["uuid"]))
-        return web.json_response(json.loads(reply.methods_json))
+        return web.json_response(vendor_methods_body(reply))
 
     async def node_call(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)
@@ -90,7 +91,7 @@ class VendorPassthruApi:
     async def driver_methods(self, request: web.Request) -> web.Response:
         driver = request.match_info["driver"]
         reply = await self._driver_rpc(driver, "GetVendorMethods", cpb.VendorMethodsRequest(driver=driver))
-        return web.json_response(json.loads(reply.methods_json))
+        return web.json_response(vendor_methods_body(reply))
 
     async def driver_call(self, request: web.Request) -> web.Response:
         driver = request.match_info["driver"]

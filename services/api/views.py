@@ -1,4 +1,5 @@
-"""Rendering stored rows as Ironic API documents, version-gated and masked."""
+"""Rendering stored rows as Ironic API documents, version-gated and masked
+(secrets at any depth and credentials in URLs: :mod:`services.common.secret_masking`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,9 @@ from typing import Any
 
 from services.common import errors, states
 from services.common.db.rows import iso
-from services.common.secret_keys import is_secret_key
+from services.common.secret_masking import MASK, mask_dict, mask_text, mask_value
 
-MASK = "******"
-INSTANCE_SECRETS = ("configdrive", "image_url")
+INSTANCE_SECRETS = ("configdrive", "image_url")  # masked whole whenever set, as Ironic does
 
 # Field -> microversion it appeared in (CONTRACT.md 1.5), for fields Ferrum stores.
 NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
@@ -94,9 +94,19 @@ PORT_LIST_FIELDS = ("uuid", "address")
 _TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at", "inspection_finished_at")
 
 
-def mask_secrets(info: dict[str, Any]) -> dict[str, Any]:
-    """Secret-looking keys (the rule that also encrypts them at rest: services/common/secret_keys.py) masked."""
-    return {k: (MASK if is_secret_key(k) and v not in (None, "") else v) for k, v in info.items()}
+def mask_secrets(info: dict[str, Any] | None) -> dict[str, Any]:
+    """driver_info, driver_internal_info: every secret at any depth (the key rule that also encrypts
+    them at rest, services/common/secret_keys.py; :mod:`services.common.secret_masking`)."""
+    return mask_dict(info or {})
+
+
+def mask_instance_info(info: dict[str, Any] | None) -> dict[str, Any]:
+    """instance_info: secrets at any depth, and the config drive and image URL whole."""
+    masked = mask_dict(info or {})
+    for key in INSTANCE_SECRETS:
+        if masked.get(key):
+            masked[key] = MASK
+    return masked
 
 
 def links(base: str, resource: str, ident: str) -> list[dict[str, str]]:
@@ -141,7 +151,9 @@ def node_document(
         elif key == "driver_internal_info":
             doc[key] = mask_secrets(row["driver_internal_info"])
         elif key == "instance_info":
-            doc[key] = {k: (MASK if k in INSTANCE_SECRETS else v) for k, v in row["instance_info"].items()}
+            doc[key] = mask_instance_info(row["instance_info"])
+        elif key == "last_error":
+            doc[key] = mask_text(row["last_error"]) if row.get("last_error") else row.get("last_error")
         elif key == "chassis_uuid":
             doc[key] = None
         elif key == "allocation_uuid":
@@ -151,7 +163,7 @@ def node_document(
         elif key == "conductor":
             doc[key] = conductor
         elif key in ("clean_step", "deploy_step"):
-            doc[key] = row.get(key) or {}
+            doc[key] = mask_value(row.get(key) or {})  # step arguments may carry passwords
         elif key == "automated_clean":
             doc[key] = row.get("automated_clean")
         else:
@@ -175,7 +187,7 @@ def node_document(
 def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
     doc = {
         "console_enabled": False,
-        "last_error": row["last_error"],
+        "last_error": mask_text(row["last_error"]) if row["last_error"] else row["last_error"],
         "power_state": row["power_state"],
         "provision_state": row["provision_state"],
         "provision_updated_at": iso(row["provision_updated_at"]),

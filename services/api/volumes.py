@@ -21,10 +21,12 @@ from services.api.collection import next_link
 from services.api.context import ApiContext
 from services.api.json_patch import apply_patch
 from services.common import errors, states
+from services.common.boot_values import UnsafeValue, check_volume_connector_values, check_volume_target_values
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import iso
 from services.common.db.volumes import VolumeRepository
 from services.common.jsonutil import dumps
+from services.common.secret_masking import mask_value
 
 SINCE = (1, 32)
 FIELDS = {
@@ -97,6 +99,8 @@ class VolumeRecordsApi:
             for k in FIELDS[self.kind]
             if k != "links"
         }
+        if "properties" in doc:  # CHAP secrets, as Ironic masks them
+            doc["properties"] = mask_value(doc["properties"] or {})
         doc["links"] = views.links(base, f"volume/{self.kind}s", row["uuid"])
         if fields is not None:
             doc = {k: v for k, v in doc.items() if k in set(fields) | {"links"}}
@@ -154,6 +158,16 @@ class VolumeRecordsApi:
             raise errors.InvalidParameterValue("extra must be a JSON object")
         return values
 
+    def _check_boot_values(self, record: dict[str, Any]) -> None:
+        """What the iPXE renderer would refuse when it boots from this volume, refused now."""
+        try:
+            if self.kind == "target":
+                check_volume_target_values(record.get("volume_type"), record.get("properties"), field="properties")
+            else:
+                check_volume_connector_values(record.get("type"), record.get("connector_id"), field="connector")
+        except UnsafeValue as exc:
+            raise errors.InvalidParameterValue(str(exc)) from None
+
     async def _node_for_change(self, node_uuid: str, *, need_power_off: bool) -> dict[str, Any]:
         node = await self.ctx.nodes.get(node_uuid)
         if node["reservation"]:
@@ -182,6 +196,7 @@ class VolumeRecordsApi:
         if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
             raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
         values = self._validate(kind, dict(body))
+        self._check_boot_values(values)
         node = await self.ctx.nodes.get(values.pop("node_uuid"))
         values.update(node_id=node["id"])
         values.setdefault("uuid", str(uuidlib.uuid4()))
@@ -200,6 +215,8 @@ class VolumeRecordsApi:
                 current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS[kind], request["version"]
             ),
         )
+        if {"volume_type", "properties", "type", "connector_id"} & set(changes):
+            self._check_boot_values({**current, **changes})
         node = await self._node_for_change(row["node_uuid"], need_power_off=True)
         if "node_uuid" in changes:
             node = await self.ctx.nodes.get(changes.pop("node_uuid"))

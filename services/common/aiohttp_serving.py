@@ -6,6 +6,7 @@ behind a :class:`ConnectionGuard` (connection cap and header deadline,
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # aiohttp's default (3,630 s) let idle keep-alive connections hold descriptors for an hour;
 # 75 s is nginx's keepalive_timeout and what the renderer and the object store use.
 IDLE_TIMEOUT = 75.0
+SHUTDOWN_TIMEOUT = 5.0
+# aiohttp 3.9 moved shutdown_timeout from the site to the runner (the site's now warns);
+# the deploy ramdisk runs Debian's aiohttp 3.8, whose runner refuses it.
+_RUNNER_SHUTDOWN = "shutdown_timeout" in inspect.signature(web.BaseRunner.__init__).parameters
 
 
 def request_context_middleware(metrics: ServiceMetrics) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -55,7 +60,10 @@ class GuardedSite(web.BaseSite):
     """aiohttp's TCPSite, with every connection going through a :class:`GuardedHttpProtocol`."""
 
     def __init__(self, runner: web.BaseRunner, host: str, port: int, guard: ConnectionGuard) -> None:
-        super().__init__(runner)
+        if _RUNNER_SHUTDOWN:
+            super().__init__(runner)
+        else:
+            super().__init__(runner, shutdown_timeout=SHUTDOWN_TIMEOUT)
         self._host = host
         self._port = port
         self.guard = guard
@@ -95,9 +103,16 @@ async def start_http_site(
 
     ``listener`` names the site in log lines; ``limits`` bound its connections
     (default: :class:`ListenerLimits`' defaults)."""
-    runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, shutdown_timeout=5.0, keepalive_timeout=IDLE_TIMEOUT
-    )
+    if _RUNNER_SHUTDOWN:
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=IDLE_TIMEOUT,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+        )
+    else:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_TIMEOUT)
     await runner.setup()
     site = GuardedSite(runner, host, port, ConnectionGuard(listener, limits or ListenerLimits()))
     try:

@@ -51,6 +51,11 @@ class ApiConfig:
     grpc_port: int = 6386
     auth_strategy: str = "noauth"
     htpasswd_file: str = ""
+    # http_basic's bcrypt checks (services/common/basic_auth.py): threads, how
+    # many may be running or waiting before 503, how long a success is reused.
+    auth_workers: int = 2
+    auth_max_pending: int = 64
+    auth_cache_ttl: float = 30.0
     public_endpoint: str = ""
     max_json_body_size: int = 1024 * 1024
     max_json_body_size_provision: int = 64 * 1024 * 1024
@@ -368,6 +373,10 @@ def validate(settings: Settings) -> Settings:
         raise ConfigError("FERRUM_API_AUTH_STRATEGY must be noauth or http_basic")
     if settings.api.auth_strategy == "http_basic" and not settings.api.htpasswd_file:
         raise ConfigError("FERRUM_API_AUTH_STRATEGY=http_basic needs FERRUM_API_HTPASSWD_FILE")
+    if settings.api.auth_workers < 1 or settings.api.auth_max_pending < 1:
+        raise ConfigError("FERRUM_API_AUTH_WORKERS and FERRUM_API_AUTH_MAX_PENDING must be at least 1")
+    if not 0 <= settings.api.auth_cache_ttl <= 60:
+        raise ConfigError("FERRUM_API_AUTH_CACHE_TTL must be between 0 (no cache) and 60 seconds")
     if settings.objectstore.backend not in ("filesystem", "s3"):
         raise ConfigError("FERRUM_OBJECTSTORE_BACKEND must be filesystem or s3")
     _validate_objectstore(settings.objectstore)

@@ -8,6 +8,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     │   ├── InvalidParameterValue ── UnsupportedDriverExtension
     │   ├── MissingParameter, PatchError
     │   ├── InvalidStateRequested, NodeInMaintenance, DriverNotFound
+    │   ├── NoValidHost
     │   └── ConfigDriveInvalid
     ├── Unauthorized (401, UNAUTHENTICATED)
     ├── Forbidden (403, PERMISSION_DENIED) ── NodeProtected
@@ -21,6 +22,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
     ├── ServiceUnavailable (503, UNAVAILABLE, retryable)
     │   ├── NoFreeConductorWorker, NoConductorAvailable, DatabaseUnavailable
+    │   └── AuthenticationBusy
     ├── DriverLoadError (500): a hardware type or implementation that cannot load
     └── HardwareError (500) ── BMCError, ImageError ── ChecksumMismatch, ConfigDriveError, ImageFormatError
         └── AgentError ── AgentBusy (retryable)
@@ -28,16 +30,17 @@ client may retry, so the api and gRPC layers map errors mechanically::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import grpc
+if TYPE_CHECKING:
+    import grpc
 
 ERROR_METADATA_KEY = "ferrum-error"
 
 
 class FerrumError(Exception):
     http_status = 500
-    grpc_code = grpc.StatusCode.INTERNAL
+    grpc_status = "INTERNAL"
     faultcode = "Server"
     retryable = False
 
@@ -45,10 +48,18 @@ class FerrumError(Exception):
         super().__init__(message or self.__class__.__name__)
         self.message = message or self.__class__.__name__
 
+    @property
+    def grpc_code(self) -> grpc.StatusCode:
+        """``grpc_status`` as grpc's enum. gRPC is imported only here: the deploy
+        agent shares this tree in a ramdisk that has no grpc."""
+        import grpc
+
+        return grpc.StatusCode[self.grpc_status]
+
 
 class Invalid(FerrumError):
     http_status = 400
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = "INVALID_ARGUMENT"
     faultcode = "Client"
 
 
@@ -70,15 +81,21 @@ class PatchError(Invalid):
 
 
 class InvalidStateRequested(Invalid):
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class NodeInMaintenance(Invalid):
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class DriverNotFound(Invalid):
     pass
+
+
+class NoValidHost(Invalid):
+    """No live conductor serves the node's driver in its conductor group, so the
+    node could never be routed: refused on create and patch (Ironic turns its
+    404 NoValidHost into a 400 there too)."""
 
 
 class ConfigDriveInvalid(Invalid):
@@ -87,13 +104,13 @@ class ConfigDriveInvalid(Invalid):
 
 class Unauthorized(FerrumError):
     http_status = 401
-    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    grpc_status = "UNAUTHENTICATED"
     faultcode = "Client"
 
 
 class Forbidden(FerrumError):
     http_status = 403
-    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    grpc_status = "PERMISSION_DENIED"
     faultcode = "Client"
 
 
@@ -103,7 +120,7 @@ class NodeProtected(Forbidden):
 
 class NotFound(FerrumError):
     http_status = 404
-    grpc_code = grpc.StatusCode.NOT_FOUND
+    grpc_status = "NOT_FOUND"
     faultcode = "Client"
 
 
@@ -125,23 +142,23 @@ class ObjectNotFound(NotFound):
 
 class NotAcceptable(FerrumError):
     http_status = 406
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
     faultcode = "Client"
 
 
 class Conflict(FerrumError):
     http_status = 409
-    grpc_code = grpc.StatusCode.ALREADY_EXISTS
+    grpc_status = "ALREADY_EXISTS"
     faultcode = "Client"
 
 
 class NodeLocked(Conflict):
-    grpc_code = grpc.StatusCode.ABORTED
+    grpc_status = "ABORTED"
     retryable = True
 
 
 class InvalidState(Conflict):
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class DuplicateName(Conflict):
@@ -153,7 +170,7 @@ class MACAlreadyExists(Conflict):
 
 
 class NodeAssociated(Conflict):
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
 
 
 class InstanceAssociated(Conflict):
@@ -170,13 +187,13 @@ class VolumeTargetBootIndexExists(Conflict):
 
 class PayloadTooLarge(FerrumError):
     http_status = 413
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = "INVALID_ARGUMENT"
     faultcode = "Client"
 
 
 class ServiceUnavailable(FerrumError):
     http_status = 503
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    grpc_status = "UNAVAILABLE"
     retryable = True
     retry_after = 1  # seconds, sent as Retry-After on REST
 
@@ -194,6 +211,11 @@ class DatabaseUnavailable(ServiceUnavailable):
     changed; the client retries after ``retry_after`` seconds."""
 
     retry_after = 2
+
+
+class AuthenticationBusy(ServiceUnavailable):
+    """Too many password checks are already running or waiting (bcrypt is slow
+    on purpose); the client retries after ``retry_after`` seconds."""
 
 
 class DriverLoadError(FerrumError):
@@ -270,6 +292,8 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> FerrumError:
     if name:
         return error_class(name)(error.details() or name)
     code = error.code()
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if code.name in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
         return NoConductorAvailable(f"conductor unreachable: {error.details()}")
-    return FerrumError(f"conductor call failed: {code.name}: {error.details()}")
+    # An unexpected failure's details may name the server's internals (exception
+    # classes, SQL): they are for its log, not for the api's client.
+    return FerrumError(f"conductor call failed: {code.name}")

@@ -27,6 +27,8 @@ from typing import Any, Protocol
 
 import grpc
 
+from services.common import errors
+
 LOG = logging.getLogger(__name__)
 
 INTERNAL_TOKEN_KEY = "x-ferrum-internal-token"
@@ -86,22 +88,30 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if method.startswith(self._open):
             return await continuation(handler_call_details)
         metadata = {k: v for k, v in handler_call_details.invocation_metadata or () if isinstance(v, str)}
-        refusal = await self._authenticate(metadata)
+        code = grpc.StatusCode.UNAUTHENTICATED
+        try:
+            refusal = await self._authenticate(metadata)
+        except errors.ServiceUnavailable as exc:  # the password checker is saturated: the client retries
+            refusal, code = exc.message, grpc.StatusCode.UNAVAILABLE
         handler = await continuation(handler_call_details)
         if refusal is None or handler is None:
             return handler
-        LOG.warning("refused unauthenticated gRPC call method=%s", method)
-        return _refusing(handler, refusal)
+        LOG.warning("refused gRPC call method=%s code=%s", method, code.name)
+        return _refusing(handler, refusal, code)
 
 
-def _refusing(handler: grpc.RpcMethodHandler[Any, Any], details: str) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of the same shape that ends the call with UNAUTHENTICATED."""
+def _refusing(
+    handler: grpc.RpcMethodHandler[Any, Any],
+    details: str,
+    code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED,
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of the same shape that ends the call with ``code``."""
 
     async def refuse(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
+        await context.abort(code, details)
 
     async def refuse_stream(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, details)
+        await context.abort(code, details)
         yield  # pragma: no cover - makes this an async generator, as a streaming handler must be
 
     shape = {

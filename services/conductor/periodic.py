@@ -14,6 +14,7 @@ from services.common import errors, states
 from services.common.db.conductors import ConductorRepository
 from services.common.db.outage import is_unavailable
 from services.common.hashring import ConductorRings
+from services.conductor.console_tail import last_console_line
 
 if TYPE_CHECKING:
     from services.conductor.manager import ConductorManager
@@ -86,11 +87,13 @@ class PeriodicWork:
                         # Re-read under the lock: a heartbeat may have arrived since the scan.
                         fresh = task.node["provision_updated_at"]
                         if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
-                            await self.manager.states.fail(
-                                task,
+                            reason = (
                                 f"Timeout reached while waiting for callback for node {node['uuid']} "
-                                f'({int(timeout)} s in "{state}")',
+                                f'({int(timeout)} s in "{state}")'
                             )
+                            if seen := await last_console_line(task):
+                                reason += f"; the console last showed: {seen}"
+                            await self.manager.states.fail(task, reason)
                             failed += 1
                 except errors.NodeLocked:
                     continue

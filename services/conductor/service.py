@@ -15,6 +15,7 @@ from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
+from services.common.conductor_messages import deploy_progress_dict, indicators_message, vendor_method_message
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
 from services.common.db.node_secrets import NodeSecrets
@@ -168,7 +169,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 agent_version=request.agent_version,
                 agent_token=request.agent_token,
                 agent_status=request.agent_status,
-                progress=_json_or(request.progress_json, None),
+                progress=deploy_progress_dict(request.progress) if request.HasField("progress") else None,
                 agent_verify_ca=request.agent_verify_ca,
             ),
         )
@@ -185,7 +186,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         methods = await self._run(
             context, request.node_uuid, self.manager.vendor.methods(request.node_uuid, request.driver)
         )
-        return pb.VendorMethodsReply(methods_json=dumps(methods))
+        return pb.VendorMethodsReply(methods={name: vendor_method_message(spec) for name, spec in methods.items()})
 
     async def VendorPassthru(
         self, request: pb.VendorPassthruRequest, context: grpc.aio.ServicerContext
@@ -203,17 +204,21 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         )
         return pb.VendorPassthruReply(is_async=is_async, attach=attach, return_json=dumps(result))
 
-    async def GetSupportedIndicators(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+    async def GetSupportedIndicators(
+        self, request: pb.NodeRef, context: grpc.aio.ServicerContext
+    ) -> pb.IndicatorsReply:
         result = await self._run(context, request.node_uuid, self.manager.indicators.supported(request.node_uuid))
-        return pb.JsonReply(json=dumps(result))
+        return indicators_message(result)
 
-    async def GetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.JsonReply:
+    async def GetIndicatorState(
+        self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext
+    ) -> pb.IndicatorStateReply:
         state = await self._run(
             context,
             request.node_uuid,
             self.manager.indicators.state(request.node_uuid, request.component, request.indicator),
         )
-        return pb.JsonReply(json=dumps(state))
+        return pb.IndicatorStateReply(state=state)
 
     async def SetIndicatorState(self, request: pb.IndicatorRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
         await self._run(

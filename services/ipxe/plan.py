@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import states
+from services.common.boot_values import check_append_params
 from services.common.db.bootdata import BootData
 from services.ipxe import safety
-from services.ipxe.safety import UnsafeValue
 
 RAMDISK_STATES = frozenset(
     {
@@ -39,7 +39,6 @@ RAMDISK_STATES = frozenset(
 )
 RESCUE_STATES = frozenset({states.RESCUING, states.RESCUEWAIT})
 INSPECT_STATES = frozenset({states.INSPECTING, states.INSPECTWAIT})
-DEFAULT_PLACEHOLDER = "%default%"
 
 
 class Refusal(Exception):
@@ -109,11 +108,7 @@ def plan_boot(data: BootData, *, mac: str | None, options: PlanOptions) -> Plan:
 
 def _append_params(configured: Any, default: str, *, field: str) -> str:
     """Per-node kernel_append_params replace the default; ``%default%`` splices it in."""
-    if configured in (None, ""):
-        return default
-    if not isinstance(configured, str):
-        raise UnsafeValue(f"{field} must be a string")
-    return safety.check_kernel_args(configured.replace(DEFAULT_PLACEHOLDER, default), field=field)
+    return check_append_params(configured, default, field=field)
 
 
 def _ramdisk_values(data: BootData, mac: str | None, options: PlanOptions) -> dict[str, Any]:
@@ -204,13 +199,7 @@ def _iscsi_uris(props: Mapping[str, Any], *, field: str) -> str:
         lun = safety.check_lun(
             luns[min(index, len(luns) - 1)] if isinstance(luns, list) else luns, field=f"{field} target_lun"
         )
-        if not isinstance(portal, str) or not portal:
-            raise UnsafeValue(f"{field} target_portal is not host:port")
-        host, _, port_text = portal.rpartition(":") if not portal.endswith("]") else (portal, "", "")
-        if not host:
-            host, port_text = portal, ""
-        host = safety.check_host(host, field=f"{field} target_portal host")
-        port = safety.check_port(port_text, field=f"{field} target_portal port", default=3260)
+        host, port = safety.check_portal(portal, field=f"{field} target_portal")
         uris.append(f"iscsi:{host}::{port}:{lun:x}:{iqn}")
     return " ".join(uris)
 

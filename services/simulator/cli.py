@@ -54,6 +54,21 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds a power request takes to land: N or min,max (default 0; real BMCs: 1,11)",
     )
     parser.add_argument(
+        "--backend",
+        choices=("python", "qemu"),
+        default="python",
+        help="python: simulated firmware and embedded agents (default); qemu: each machine is a QEMU VM "
+        "that network-boots the real deploy ramdisk (docs/simulator.md)",
+    )
+    parser.add_argument("--qemu-binary", default="qemu-system-x86_64", help="QEMU to run (qemu backend)")
+    parser.add_argument("--qemu-memory", type=int, default=1024, help="MiB of RAM per VM (qemu backend; default 1024)")
+    parser.add_argument(
+        "--agent-port-base",
+        type=int,
+        default=0,
+        help="host port forwarded to VM i's agent is this + i (qemu backend; default: free ports)",
+    )
+    parser.add_argument(
         "--max-connections",
         type=int,
         default=4096,
@@ -90,6 +105,10 @@ async def serve(args: argparse.Namespace) -> int:
             nics_per_machine=args.nics,
             boot_order=tuple(t.strip() for t in args.boot_order.split(",") if t.strip()),
             power_delay=parse_delay(args.power_delay),
+            backend=args.backend,
+            qemu_binary=args.qemu_binary,
+            qemu_memory_mib=args.qemu_memory,
+            agent_port_base=args.agent_port_base,
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
         )

@@ -10,6 +10,7 @@ whatever the previous boot left running first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid as uuidlib
@@ -49,6 +50,10 @@ def machine_mac(index: int, nic: int) -> str:
 
 def machine_uuid(name: str) -> str:
     return str(uuidlib.uuid5(UUID_NAMESPACE, name))
+
+
+class MachineStartError(RuntimeError):
+    """The machine could not be powered on (its VM did not start); the BMC answers an error."""
 
 
 @dataclass
@@ -163,8 +168,8 @@ class Machine:
         async with self._lock:
             if self.power_state == "On":
                 return
+            await self._start_boot(reason)
             self.power_state = "On"
-            self._start_boot(reason)
 
     async def power_off(self, reason: str = "bmc") -> None:
         async with self._lock:
@@ -180,8 +185,10 @@ class Machine:
             await self._halt()
             if self.power_state == "On":
                 self.record("reset", reason=reason)
+            self.power_state = "Off"
+            self.status = "off"
+            await self._start_boot(reason)
             self.power_state = "On"
-            self._start_boot(reason)
 
     async def apply_power(self, reset_type: str) -> None:
         """A Redfish ResetType, done now."""
@@ -201,11 +208,13 @@ class Machine:
             await asyncio.sleep(delay)
             self._pending_power = None
             if not self.simulator.stopping:
-                await self.apply_power(reset_type)
+                with contextlib.suppress(MachineStartError):  # recorded in the boot log; nobody awaits an answer
+                    await self.apply_power(reset_type)
 
         self._pending_power = self.simulator.spawn(later())
 
-    def _start_boot(self, reason: str) -> None:
+    async def _start_boot(self, reason: str) -> None:
+        """Power on: start the firmware. A backend whose machine cannot start raises MachineStartError."""
         from services.simulator.firmware import run_firmware
 
         self.boot_count += 1
@@ -228,6 +237,27 @@ class Machine:
             except Exception as exc:  # noqa: BLE001 - an agent that will not stop must not wedge the machine
                 self.record("agent_stop_error", error=str(exc) or type(exc).__name__)
             self.agent = None
+
+    # ---- what a backend adds -----------------------------------------------------------
+
+    async def attach_media(self, device: str) -> None:
+        """A medium was inserted into ``device`` (its slot is already filled in).
+
+        The simulated firmware reads media when it boots, so nothing happens here;
+        a backend with a real drive loads it (and raises MachineStartError on failure)."""
+
+    async def detach_media(self, device: str) -> None:
+        """The medium of ``device`` was ejected (see :meth:`attach_media`)."""
+
+    def console_lines(self, count: int) -> list[str]:
+        """The last ``count`` lines of the machine's console, oldest first.
+
+        The simulated firmware has no serial port: its console is its boot log."""
+        lines = []
+        for entry in list(self.boot_log)[-count:]:
+            detail = " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("at", "boot", "event"))
+            lines.append(f"{entry['event']} {detail}".strip())
+        return lines
 
     def agent_hooks(self) -> tuple[Any, Any]:
         """power_off and reboot hooks for the agent of the current boot.

@@ -27,6 +27,8 @@ _UNITS = {
     "tib": 1024**4,
 }
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "BiosSetup", "Floppy", "Usb")
+BACKENDS = ("python", "qemu")
+MAX_QEMU_MACHINES = 64  # each is a TCG process with its own memory
 MAX_MACHINES = 100_000
 NICS_PER_MACHINE_MAX = 4
 
@@ -64,6 +66,14 @@ class SimulatorOptions:
     http_timeout: float = 30.0
     agent_host: str = "127.0.0.1"  # where embedded agents listen (ephemeral ports)
     power_delay: tuple[float, float] = (0.0, 0.0)  # a Reset lands after uniform(min, max) s (0 = at once)
+    # "python": the firmware and agents run in this process; "qemu": each machine is a
+    # QEMU VM (services/simulator/qemu_machine.py) and the options below apply.
+    backend: str = "python"
+    qemu_binary: str = "qemu-system-x86_64"
+    qemu_memory_mib: int = 1024  # the deploy ramdisk unpacks about 60 MiB and runs Python
+    qemu_start_timeout: float = 10.0  # QEMU's monitor answers within a second here
+    qemu_stop_timeout: float = 10.0  # after QMP quit, then SIGKILL
+    agent_port_base: int = 0  # host port forwarded to machine i's agent: base + i (0 = free ports)
     # The Redfish listener's connection bounds (services/common/connection_guard.py).
     max_connections: int = 4096
     header_timeout: float = 10.0
@@ -99,6 +109,15 @@ class SimulatorOptions:
         if self.max_connections < 1 or self.header_timeout <= 0:
             raise errors.InvalidParameterValue("--max-connections must be >= 1 and --header-timeout > 0")
         parse_size(self.disk_size)
+        if self.backend not in BACKENDS:
+            raise errors.InvalidParameterValue(f"backend {self.backend!r} must be one of {', '.join(BACKENDS)}")
+        if self.backend == "qemu":
+            if self.machines > MAX_QEMU_MACHINES:
+                raise errors.InvalidParameterValue(f"the qemu backend runs at most {MAX_QEMU_MACHINES} machines")
+            if not 128 <= self.qemu_memory_mib <= 65536:
+                raise errors.InvalidParameterValue("qemu memory must be 128 to 65536 MiB")
+            if self.agent_port_base and not 1024 <= self.agent_port_base <= 65535 - self.machines:
+                raise errors.InvalidParameterValue("agent port base must leave room for every machine below 65536")
         return self
 
 

@@ -4,13 +4,17 @@ Enough of DMTF Redfish for sushy (and so Ironic-style drivers): the service
 root, Systems with PowerState, Boot override (with allowable values), UUID,
 EthernetInterfaces and the ComputerSystem.Reset action; one Manager per
 machine with Cd/Floppy VirtualMedia (InsertMedia checks the URL answers, then
-records it; EjectMedia); SessionService sessions and HTTP basic auth. Plus a
-JSON view of every machine at ``/simulator/machines`` for tests and demos.
-Paths match with or without a trailing slash.
+records it; EjectMedia); a ``Console`` LogService per system whose entries
+are the last lines of the machine's console (its serial port, for a QEMU
+machine); SessionService sessions and HTTP basic auth. Plus a JSON view of
+every machine at ``/simulator/machines`` for tests and demos. Paths match
+with or without a trailing slash. A machine that cannot power on (its VM does
+not start) gets a Redfish error, never a hang.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import json
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from services.simulator.firmware import url_exists
+from services.simulator.machine import MachineStartError
 
 if TYPE_CHECKING:
     from services.simulator.machine import Machine
@@ -45,6 +50,7 @@ BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
 MEDIA_TYPES = {"Cd": ["CD", "DVD"], "Floppy": ["Floppy", "USBStick"]}
 MAX_SESSIONS = 1024
+CONSOLE_ENTRIES = 100  # lines of console a log service read returns
 PUBLIC = {
     ("GET", "/redfish"),
     ("GET", V1),
@@ -103,6 +109,9 @@ class RedfishService:
             ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/EthernetInterfaces/(?P<nic>[^/]+)", RedfishService.nic),
             ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
             ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/VirtualMedia/(?P<dev>[^/]+)", RedfishService.media),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/LogServices", RedfishService.log_services),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/LogServices/Console", RedfishService.console_service),
+            ("GET", V1 + r"/Systems/(?P<sys>[^/]+)/LogServices/Console/Entries", RedfishService.console_entries),
             ("GET", V1 + r"/Managers", RedfishService.managers),
             ("GET", V1 + r"/Managers/(?P<sys>[^/]+)", RedfishService.manager),
             ("GET", V1 + r"/Managers/(?P<sys>[^/]+)/VirtualMedia", RedfishService.media_collection),
@@ -252,6 +261,7 @@ class RedfishService:
                 "MemorySummary": {"TotalSystemMemoryGiB": 4, "Status": {"State": "Enabled"}},
                 "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
                 "VirtualMedia": odata(path + "/VirtualMedia"),
+                "LogServices": odata(path + "/LogServices"),
                 "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
                 "Actions": {
                     "#ComputerSystem.Reset": {
@@ -312,7 +322,10 @@ class RedfishService:
             m.record("power_pending", reset_type=reset_type, delay=round(delay, 2))
             m.schedule_power(reset_type, delay)
         else:
-            await m.apply_power(reset_type)
+            try:
+                await m.apply_power(reset_type)
+            except MachineStartError as exc:
+                return error(500, str(exc), "Base.1.0.GeneralError")
         return web.Response(status=204)
 
     async def nics(self, request: web.Request, match: re.Match[str]) -> web.Response:
@@ -422,6 +435,13 @@ class RedfishService:
             return error(400, f"cannot fetch {image}: {problem}", "Base.1.0.ResourceCannotBeCreated")
         slot = m.virtual_media[dev]
         slot.image, slot.inserted, slot.write_protected = image, inserted, protected
+        if inserted:
+            try:
+                await m.attach_media(dev)
+            except MachineStartError as exc:
+                slot.image, slot.inserted, slot.write_protected = None, False, True
+                m.record("virtual_media_error", device=dev, image=image, error=str(exc))
+                return error(400, str(exc), "Base.1.0.ResourceCannotBeCreated")
         m.record("virtual_media_inserted", device=dev, image=image)
         return web.Response(status=204)
 
@@ -434,6 +454,8 @@ class RedfishService:
         slot = m.virtual_media[dev]
         if slot.image is not None:
             m.record("virtual_media_ejected", device=dev, image=slot.image)
+        if slot.inserted:
+            await m.detach_media(dev)
         slot.image, slot.inserted, slot.write_protected = None, False, True
         return web.Response(status=204)
 
@@ -444,6 +466,58 @@ class RedfishService:
         if data.get("Image") in (None, "") and data.get("Inserted") is False:
             return await self.eject_media(request, match)
         return await self._insert(m, dev, data)
+
+    # ---- console log ----------------------------------------------------------------
+
+    async def log_services(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = m.system_path + "/LogServices"
+        return web.json_response(collection(path, "LogService", [path + "/Console"]))
+
+    async def console_service(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        m = self.machine(match)
+        path = m.system_path + "/LogServices/Console"
+        return web.json_response(
+            {
+                "@odata.type": "#LogService.v1_3_0.LogService",
+                "@odata.id": path,
+                "Id": "Console",
+                "Name": "Serial console",
+                "Description": f"The last {CONSOLE_ENTRIES} lines of the machine's console, oldest first",
+                "MaxNumberOfRecords": CONSOLE_ENTRIES,
+                "OverWritePolicy": "WrapsWhenFull",
+                "ServiceEnabled": True,
+                "Entries": odata(path + "/Entries"),
+            }
+        )
+
+    async def console_entries(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        """Console lines as LogEntry members (expanded, so one GET reads them all)."""
+        m = self.machine(match)
+        path = m.system_path + "/LogServices/Console/Entries"
+        lines = await asyncio.to_thread(m.console_lines, CONSOLE_ENTRIES)
+        members = [
+            {
+                "@odata.type": "#LogEntry.v1_4_0.LogEntry",
+                "@odata.id": f"{path}/{number}",
+                "Id": str(number),
+                "Name": "Console line",
+                "EntryType": "Oem",
+                "OemRecordFormat": "Ferrum console line",
+                "Severity": "OK",
+                "Message": line,
+            }
+            for number, line in enumerate(lines, start=1)
+        ]
+        return web.json_response(
+            {
+                "@odata.type": "#LogEntryCollection.LogEntryCollection",
+                "@odata.id": path,
+                "Name": "Console lines",
+                "Members@odata.count": len(members),
+                "Members": members,
+            }
+        )
 
     # ---- sessions ---------------------------------------------------------------------
 

@@ -14,6 +14,9 @@ import json
 import logging
 import os
 import random
+import shutil
+import socket
+import tempfile
 import uuid as uuidlib
 from collections.abc import Coroutine
 from pathlib import Path
@@ -56,6 +59,7 @@ class Simulator:
         self.redfish: RedfishService | None = None
         self.stopping = False
         self.port = 0
+        self._sockets_dir = ""  # the qemu backend's QMP sockets (a short path: unix sockets allow 107 bytes)
 
     # ---- lifecycle --------------------------------------------------------------------
 
@@ -63,11 +67,22 @@ class Simulator:
         opts = self.options
         disks = Path(opts.state_dir) / "disks"
         await asyncio.to_thread(disks.mkdir, parents=True, exist_ok=True)
+        ports = await asyncio.to_thread(self._agent_ports) if opts.backend == "qemu" else []
+        if opts.backend == "qemu":
+            self._sockets_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="ferrum-qmp-")
         for offset in range(opts.machines):
             index = opts.first_index + offset
             name = f"{opts.name_prefix}{index:04d}"
             macs = tuple(machine_mac(index, nic) for nic in range(opts.nics_per_machine))
-            machine = Machine(self, index, name, macs, str(disks / f"{name}.img"), f"FERRUMSIM{index:06d}")
+            args = (self, index, name, macs, str(disks / f"{name}.img"), f"FERRUMSIM{index:06d}")
+            if opts.backend == "qemu":
+                from services.simulator.qemu_machine import QemuMachine
+
+                machine: Machine = QemuMachine(
+                    *args, agent_port=ports[offset], qmp_socket=os.path.join(self._sockets_dir, f"{offset}.qmp")
+                )
+            else:
+                machine = Machine(*args)
             self.machines.append(machine)
             self._index[machine.name] = self._index[machine.uuid] = machine
         await asyncio.to_thread(self._create_disks)
@@ -120,6 +135,9 @@ class Simulator:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._sockets_dir:
+            await asyncio.to_thread(shutil.rmtree, self._sockets_dir, True)
+            self._sockets_dir = ""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -129,6 +147,26 @@ class Simulator:
         await self.stop()
 
     # ---- helpers --------------------------------------------------------------------
+
+    def _agent_ports(self) -> list[int]:
+        """Host ports forwarded to each VM's agent: ``agent_port_base + i``, or free ones now.
+
+        Free ports are found by binding port 0 and closing it; another program
+        may take one before the VM starts, and then that VM fails to start with
+        QEMU's message (a Redfish error), never silently."""
+        count = self.options.machines
+        if self.options.agent_port_base:
+            return [self.options.agent_port_base + i for i in range(count)]
+        probes = []
+        try:
+            for _ in range(count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", 0))
+            return [int(p.getsockname()[1]) for p in probes]
+        finally:
+            for probe in probes:
+                probe.close()
 
     def _create_disks(self) -> None:
         for machine in self.machines:
@@ -174,6 +212,10 @@ class Simulator:
         }
         if self.options.username:
             info.update(redfish_username=self.options.username, redfish_password=self.options.password)
+        port = getattr(machine, "agent_port", 0)
+        if port:
+            # The guest is behind user-mode NAT: its agent must advertise the host's forwarded port.
+            info["kernel_append_params"] = f"%default% ipa-advertise-host=127.0.0.1 ipa-advertise-port={port}"
         return info
 
     def power_delay(self) -> float:

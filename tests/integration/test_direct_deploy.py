@@ -231,7 +231,17 @@ async def test_token_rules(env: dict[str, Any]) -> None:
         env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "callback_url": "ftp://x", "agent_token": token}
     )
     assert status == 400
-    await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": token}, expect=202)
+    bad_progress = {**hb, "agent_token": token, "deploy_progress": {"bytes_written": "many"}}
+    status, body = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", bad_progress)
+    assert status == 400 and "deploy_progress.bytes_written" in body["error_message"]
+    _, unchanged = await call(env, "GET", f"/v1/nodes/{node['uuid']}", expect=200)
+    assert "agent_url" not in unchanged["driver_internal_info"]  # the refused heartbeat recorded nothing
+    progress = {"stage": "writing", "bytes_written": 4096, "total": None, "rate": 2.5}
+    good = {**hb, "agent_token": token, "deploy_progress": progress}
+    await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", good, expect=202)
+    _, seen = await call(env, "GET", f"/v1/nodes/{node['uuid']}", expect=200)
+    stored = seen["driver_internal_info"]["deploy_progress"]
+    assert {k: stored[k] for k in progress} == progress and stored["bytes_downloaded"] == 0
     status, body = await call(
         env,
         "POST",

@@ -282,7 +282,7 @@ async def test_volume_connectors_and_targets(client: Client) -> None:
         "volume_type": "iscsi",
         "boot_index": 0,
         "volume_id": "vol-1",
-        "properties": {"target_iqn": "iqn.x", "target_lun": 0, "target_portal": "10.0.0.5:3260"},
+        "properties": {"target_iqn": "iqn.2026-11.org.ferrum:vol-1", "target_lun": 0, "target_portal": "10.0.0.5:3260"},
     }
     _, tgt, _ = await client.call("POST", "/v1/volume/targets", target, expect=201)
     status, body, _ = await client.call("POST", "/v1/volume/targets", {**target, "volume_id": "vol-2"})

@@ -223,4 +223,6 @@ async def test_machine_that_never_calls_back_times_out(fleet: dict[str, Any]) ->
     await wait_state(fleet, node["uuid"], "wait call-back")
     failed = await wait_state(fleet, node["uuid"], "deploy failed", timeout=90)
     assert "Timeout reached while waiting for callback" in failed["last_error"]
+    # The BMC's console log (for this firmware, its boot log) says what the machine did last.
+    assert failed["last_error"].endswith("the console last showed: no_bootable_device"), failed["last_error"]
     assert machine.agent is None and machine.os_report is None

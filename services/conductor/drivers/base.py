@@ -168,6 +168,13 @@ class ManagementInterface(BaseInterface):
     async def set_secure_boot_state(self, task: Task, state: bool) -> None:
         raise unsupported(self, "secure boot")
 
+    async def get_console_tail(self, task: Task, lines: int = 20) -> list[str]:
+        """The last ``lines`` lines the machine's console showed, oldest first.
+
+        Best effort, for diagnostics (a call-back timeout names the last line):
+        [] when the BMC keeps no console log or cannot be asked."""
+        return []
+
     @abc.abstractmethod
     def get_supported_boot_devices(self, task: Task) -> list[str]: ...
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.common import errors
+from services.common.boot_values import UnsafeValue, check_node_boot_values
 from services.conductor.drivers import base
 
 REQUIRED_DEPLOY_KEYS = ("deploy_kernel", "deploy_ramdisk")
@@ -46,6 +47,14 @@ class IpxeBoot(base.BootInterface):
             raise errors.InvalidParameterValue(f"Node {task.node['uuid']} has no PXE-enabled port to boot from")
 
     async def prepare_ramdisk(self, task: base.Task, ramdisk_params: Any) -> None:
+        """Point the machine at the network, once the renderer's rules say its
+        values can boot: a value the api would refuse that got in anyway (direct
+        SQL) fails the deploy here, before power-on, with a last_error, instead
+        of an endless wait for a call-back from a machine that never boots."""
+        try:
+            check_node_boot_values(task.node.get("driver_info"), task.node.get("instance_info"))
+        except UnsafeValue as exc:
+            raise errors.InvalidParameterValue(f"Node {task.node['uuid']} cannot be network-booted: {exc}") from None
         await task.driver.management.set_boot_device(task, "pxe", persistent=False)
 
     async def prepare_instance(self, task: base.Task) -> None:

@@ -59,6 +59,7 @@ BOOT_DEVICES = {
     "bios": sushy.BootSource.BIOS_SETUP,
 }
 BOOT_DEVICES_REV = {v: k for k, v in BOOT_DEVICES.items()}
+CONSOLE_LOG_SERVICES = ("Console", "SerialConsole")  # LogService ids holding console lines
 BOOT_MODES = {"bios": sushy.BootSourceOverrideMode.LEGACY, "uefi": sushy.BootSourceOverrideMode.UEFI}
 BOOT_MODES_REV = {v: k for k, v in BOOT_MODES.items()}
 # Ironic's indicator states and the Redfish IndicatorLED values behind them.
@@ -372,3 +373,44 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
             ]
 
         return await self._call(task, "read the virtual media", read)
+
+    async def get_console_tail(self, task: base.Task, lines: int = 20) -> list[str]:
+        """The BMC's console log: the system's LogService named ``Console`` (or ``SerialConsole``).
+
+        sushy has no log services, so the documents are read through the
+        system's own connection. Entries may come expanded (``Message`` in each
+        member, as Ferrum's simulator serves them) or as links, which are read
+        one by one (the last ``lines`` only)."""
+
+        def read(system: Any) -> list[str]:
+            conn = system._conn  # sushy's connector: same session, auth and TLS settings
+            services = (system.json or {}).get("LogServices") or {}
+            if not services.get("@odata.id"):
+                return []
+            members = conn.get(services["@odata.id"]).json().get("Members") or []
+            console = next(
+                (
+                    m["@odata.id"]
+                    for m in members
+                    if str(m.get("@odata.id", "")).rstrip("/").rsplit("/", 1)[-1] in CONSOLE_LOG_SERVICES
+                ),
+                None,
+            )
+            if console is None:
+                return []
+            service = conn.get(console).json()
+            entries_path = (service.get("Entries") or {}).get("@odata.id")
+            if not entries_path:
+                return []
+            found = []
+            for entry in (conn.get(entries_path).json().get("Members") or [])[-lines:]:
+                if "Message" not in entry and entry.get("@odata.id"):
+                    entry = conn.get(entry["@odata.id"]).json()
+                found.append(str(entry.get("Message") or ""))
+            return found
+
+        try:
+            return await self._call(task, "read the console log", read)
+        except (errors.FerrumError, ValueError, AttributeError) as exc:
+            LOG.info("no console log from the BMC node_uuid=%s reason=%s", task.node.get("uuid"), exc)
+            return []
