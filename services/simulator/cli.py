@@ -24,6 +24,16 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="Redfish listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="Redfish port (default 8000; 0 = ephemeral)")
+    parser.add_argument(
+        "--public-url",
+        default="",
+        help="Redfish URL conductors reach, put in machines.json (default http://HOST:PORT), e.g. http://simulator:8000",
+    )
+    parser.add_argument(
+        "--agent-host",
+        default="127.0.0.1",
+        help="where the machines' deploy agents listen (default 127.0.0.1); 0.0.0.0 when conductors run elsewhere",
+    )
     parser.add_argument("--disk-size", default="1GiB", help="size of each sparse disk file (default 1GiB)")
     parser.add_argument("--username", default="", help="BMC user name (default: no authentication)")
     parser.add_argument("--password", default="", help="BMC password (with --username)")
@@ -92,6 +102,8 @@ async def serve(args: argparse.Namespace) -> int:
             boot_url=args.boot_url,
             host=args.host,
             port=args.port,
+            public_url=args.public_url,
+            agent_host=args.agent_host,
             disk_size=args.disk_size,
             username=args.username,
             password=args.password,

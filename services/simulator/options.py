@@ -55,6 +55,7 @@ class SimulatorOptions:
     boot_url: str = ""  # what DHCP would hand iPXE as its bootfile
     host: str = "127.0.0.1"
     port: int = 0  # 0 = ephemeral
+    public_url: str = ""  # the Redfish URL conductors use (driver_info); empty = http://host:port
     disk_size: int | str = 1024**3  # bytes, or a size such as "8MiB"
     username: str = ""  # empty = the BMC asks for no credentials
     password: str = ""
@@ -92,6 +93,8 @@ class SimulatorOptions:
             raise errors.InvalidParameterValue("the simulator needs a state directory for its disks")
         if self.boot_url and not re.match(r"^https?://[^/\s]+", self.boot_url):
             raise errors.InvalidParameterValue(f"--boot-url {self.boot_url!r} must be an http(s) URL")
+        if self.public_url and not re.fullmatch(r"https?://[^/\s]+/?", self.public_url):
+            raise errors.InvalidParameterValue(f"--public-url {self.public_url!r} must be an http(s) URL with no path")
         if not 0 <= self.port <= 65535:
             raise errors.InvalidParameterValue("--port must be between 0 and 65535")
         if bool(self.username) != bool(self.password):

@@ -178,7 +178,7 @@ class Simulator:
         tmp.write_text(
             json.dumps(
                 {
-                    "redfish_url": self.redfish_url,
+                    "redfish_url": self.options.public_url.rstrip("/") or self.redfish_url,
                     "machines": [{**m.summary(), "driver_info": self.driver_info(m)} for m in self.machines],
                 },
                 indent=1,
@@ -206,7 +206,7 @@ class Simulator:
     def driver_info(self, machine: Machine) -> dict[str, Any]:
         """What to put in a node's driver_info to drive this machine with ``redfish``."""
         info: dict[str, Any] = {
-            "redfish_address": self.redfish_url,
+            "redfish_address": self.options.public_url.rstrip("/") or self.redfish_url,
             "redfish_system_id": machine.system_path,
             "redfish_verify_ca": False,
         }

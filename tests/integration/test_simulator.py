@@ -24,6 +24,7 @@ from aiohttp import web
 from services.agent import vmedia as agent_vmedia
 from services.agent.agent import Disk, options_from_kernel_cmdline
 from services.common.aiohttp_serving import start_http_site
+from services.common.errors import InvalidParameterValue
 from services.conductor.drivers.redfish_client import close_root
 from services.simulator import Simulator, SimulatorOptions
 from services.simulator.agents import AgentLaunch
@@ -672,3 +673,24 @@ async def test_not_found_bodies_are_redfish_errors(sim: Simulator) -> None:
             async with session.get(sim.redfish_url + path) as resp:
                 assert resp.status == 404, path
                 assert (await resp.json())["error"]["code"] == "Base.1.0.ResourceMissingAtURI"
+
+
+async def test_public_url_is_what_conductors_are_told(tmp_path: Path) -> None:
+    """In compose, conductors reach the simulator by service name, not by its listen address."""
+    with pytest.raises(InvalidParameterValue):
+        SimulatorOptions(machines=1, state_dir=str(tmp_path), public_url="http://simulator:8000/redfish").validate()
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=2, state_dir=str(tmp_path), disk_size=1024**2, public_url="http://simulator:8000/", port=0
+        )
+    )
+    await simulator.start()
+    try:
+        inventory = json.loads((tmp_path / "machines.json").read_text())
+        assert inventory["redfish_url"] == "http://simulator:8000"
+        assert {m["driver_info"]["redfish_address"] for m in inventory["machines"]} == {"http://simulator:8000"}
+        async with aiohttp.ClientSession() as session, session.get(simulator.redfish_url + "/redfish/v1/Systems") as r:
+            assert r.status == 200  # still served where it listens
+            assert len((await r.json())["Members"]) == 2
+    finally:
+        await simulator.stop()

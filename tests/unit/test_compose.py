@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -53,10 +54,25 @@ def test_docker_compose_validates_it() -> None:
         "docker-compose is not on PATH: install Debian's docker-compose "
         "(apt-get install -y --no-install-recommends docker-compose) to validate deploy/docker-compose.yml"
     )
+    env = {**os.environ, "POSTGRES_PASSWORD": "s3cret-admin", "FERRUM_DB_PASSWORD": "s3cret-ferrum"}
     result = subprocess.run(
-        [binary, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False
+        [binary, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False
     )
-    assert result.returncode == 0, f"docker-compose config -q failed:\n{result.stdout}{result.stderr}"
+    assert result.returncode == 0, f"docker-compose config failed:\n{result.stdout}{result.stderr}"
+    resolved = yaml.safe_load(result.stdout)["services"]
+    assert "ferrum:s3cret-ferrum@postgres" in resolved["api"]["environment"]["FERRUM_DATABASE_URL"]
+
+
+def test_docker_compose_refuses_to_run_without_passwords() -> None:
+    """No default password: a stack brought up without choosing one must not start."""
+    binary = shutil.which("docker-compose")
+    assert binary, "docker-compose is not on PATH"
+    env = {k: v for k, v in os.environ.items() if k not in ("POSTGRES_PASSWORD", "FERRUM_DB_PASSWORD")}
+    result = subprocess.run(
+        [binary, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False
+    )
+    assert result.returncode != 0
+    assert "PASSWORD" in result.stderr
 
 
 def test_required_services_exist() -> None:
