@@ -55,6 +55,11 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds a request head may take to arrive before the connection is dropped (default 10)",
     )
+    parser.add_argument(
+        "--ipmi",
+        action="store_true",
+        help="each machine also answers IPMI (lanplus, cipher suite 3) on its own UDP port; see machines.json",
+    )
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -80,6 +85,7 @@ async def serve(args: argparse.Namespace) -> int:
             power_delay=parse_delay(args.power_delay),
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
+            ipmi=args.ipmi,
         )
     )
     stopping = asyncio.Event()

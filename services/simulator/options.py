@@ -62,6 +62,7 @@ class SimulatorOptions:
     max_chain_hops: int = 8
     http_timeout: float = 30.0
     agent_host: str = "127.0.0.1"  # where embedded agents listen (ephemeral ports)
+    ipmi: bool = False  # also answer IPMI (one UDP port per machine on host); docs/ipmi.md
     power_delay: tuple[float, float] = (0.0, 0.0)  # a Reset lands after uniform(min, max) s (0 = at once)
     # The Redfish listener's connection bounds (services/common/connection_guard.py).
     max_connections: int = 4096
