@@ -87,6 +87,11 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         help="virtual media layout: redfish (Cd/Floppy, standard actions) or ilo (iLO 5: Managers/<m>/VirtualMedia/1 "
         "floppy and /2 CD, Oem.Hpe actions, BootOnNextServerReset)",
     )
+    parser.add_argument(
+        "--ipmi",
+        action="store_true",
+        help="each machine also answers IPMI (lanplus, cipher suite 3) on its own UDP port; see machines.json",
+    )
     parser.add_argument("--ports-file", help="write the Redfish URL as JSON to this file once serving")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
 
@@ -119,6 +124,7 @@ async def serve(args: argparse.Namespace) -> int:
             max_connections=args.max_connections,
             header_timeout=args.header_timeout,
             bmc_profile=args.bmc,
+            ipmi=args.ipmi,
         )
     )
     stopping = asyncio.Event()

@@ -15,6 +15,7 @@ import logging
 import time
 import uuid as uuidlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +93,7 @@ class Machine:
         self._boot_task: asyncio.Task[None] | None = None
         self._pending_power: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._console_listeners: list[Callable[[dict[str, Any]], None]] = []
 
     # ---- identity -------------------------------------------------------------------
 
@@ -128,6 +130,14 @@ class Machine:
             event,
             " ".join(f"{k}={v}" for k, v in detail.items() if not isinstance(v, (dict, list))),
         )
+        for listener in list(self._console_listeners):
+            listener(entry)
+
+    def subscribe_console(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``listener`` with every boot-log entry from now on (Serial-over-LAN
+        streams them); returns the function that ends the subscription."""
+        self._console_listeners.append(listener)
+        return lambda: self._console_listeners.remove(listener) if listener in self._console_listeners else None
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.boot_log if e["event"] == name]

@@ -66,6 +66,7 @@ class SimulatorOptions:
     max_chain_hops: int = 8
     http_timeout: float = 30.0
     agent_host: str = "127.0.0.1"  # where embedded agents listen (ephemeral ports)
+    ipmi: bool = False  # also answer IPMI (one UDP port per machine on host); docs/ipmi.md
     power_delay: tuple[float, float] = (0.0, 0.0)  # a Reset lands after uniform(min, max) s (0 = at once)
     # "python": the firmware and agents run in this process; "qemu": each machine is a
     # QEMU VM (services/simulator/qemu_machine.py) and the options below apply.

@@ -667,7 +667,10 @@ class RedfishService:
 
     async def status_all(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"redfish_url": self.sim.redfish_url, "machines": [m.summary() for m in self.sim.machines]}
+            {
+                "redfish_url": self.sim.redfish_url,
+                "machines": [{**m.summary(), **self.sim.ipmi_summary(m)} for m in self.sim.machines],
+            }
         )
 
     async def status_one(self, request: web.Request) -> web.Response:

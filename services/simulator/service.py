@@ -28,6 +28,7 @@ from aiohttp import web
 from services.common.aiohttp_serving import start_http_site
 from services.common.connection_guard import ListenerLimits
 from services.common.open_files import raise_open_files_limit
+from services.simulator.ipmi import IpmiEndpoints
 from services.simulator.machine import Machine, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
 from services.simulator.redfish import RedfishService
@@ -57,6 +58,7 @@ class Simulator:
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.redfish: RedfishService | None = None
+        self.ipmi: IpmiEndpoints | None = None
         self.stopping = False
         self.port = 0
         self._sockets_dir = ""  # the qemu backend's QMP sockets (a short path: unix sockets allow 107 bytes)
@@ -105,6 +107,9 @@ class Simulator:
             await self._session.close()
             self._session = None
             raise
+        if opts.ipmi:
+            self.ipmi = IpmiEndpoints(self.machines, host=opts.host, username=opts.username, password=opts.password)
+            self.ipmi.start(asyncio.get_running_loop())
         await asyncio.to_thread(self._write_inventory)
         LOG.info(
             "simulator started machines=%d redfish_url=%s state_dir=%s boot_url=%s",
@@ -129,6 +134,9 @@ class Simulator:
         await asyncio.gather(
             *(off(m) for m in self.machines if m.power_state == "On" or m.agent is not None), return_exceptions=True
         )
+        if self.ipmi is not None:
+            await asyncio.to_thread(self.ipmi.stop)
+            self.ipmi = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -179,7 +187,10 @@ class Simulator:
             json.dumps(
                 {
                     "redfish_url": self.options.public_url.rstrip("/") or self.redfish_url,
-                    "machines": [{**m.summary(), "driver_info": self.driver_info(m)} for m in self.machines],
+                    "machines": [
+                        {**m.summary(), "driver_info": self.driver_info(m), **self._ipmi_inventory(m)}
+                        for m in self.machines
+                    ],
                 },
                 indent=1,
             )
@@ -217,6 +228,28 @@ class Simulator:
             # The guest is behind user-mode NAT: its agent must advertise the host's forwarded port.
             info["kernel_append_params"] = f"%default% ipa-advertise-host=127.0.0.1 ipa-advertise-port={port}"
         return info
+
+    def ipmi_driver_info(self, machine: Machine) -> dict[str, Any]:
+        """What to put in a node's driver_info to drive this machine with ``ipmi``."""
+        if self.ipmi is None:
+            raise RuntimeError("the simulator runs without IPMI (SimulatorOptions.ipmi / --ipmi)")
+        return {
+            "ipmi_address": self.options.host,
+            "ipmi_port": self.ipmi.port(machine),
+            "ipmi_username": self.ipmi.username,
+            "ipmi_password": self.ipmi.password,
+        }
+
+    def ipmi_summary(self, machine: Machine) -> dict[str, Any]:
+        """The machine's IPMI port for the inventory (nothing when IPMI is off)."""
+        if self.ipmi is None:
+            return {}
+        return {"ipmi_port": self.ipmi.port(machine)}
+
+    def _ipmi_inventory(self, machine: Machine) -> dict[str, Any]:
+        if self.ipmi is None:
+            return {}
+        return {**self.ipmi_summary(machine), "ipmi_driver_info": self.ipmi_driver_info(machine)}
 
     def power_delay(self) -> float:
         """How long this power request takes to land (``power_delay`` min,max seconds)."""
