@@ -56,7 +56,13 @@ def test_docker_compose_validates_it() -> None:
     )
     env = {**os.environ, "POSTGRES_PASSWORD": "s3cret-admin", "FERRUM_DB_PASSWORD": "s3cret-ferrum"}
     result = subprocess.run(
-        [binary, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False
+        [binary, "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
     assert result.returncode == 0, f"docker-compose config failed:\n{result.stdout}{result.stderr}"
     resolved = yaml.safe_load(result.stdout)["services"]
@@ -69,7 +75,13 @@ def test_docker_compose_refuses_to_run_without_passwords() -> None:
     assert binary, "docker-compose is not on PATH"
     env = {k: v for k, v in os.environ.items() if k not in ("POSTGRES_PASSWORD", "FERRUM_DB_PASSWORD")}
     result = subprocess.run(
-        [binary, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env, check=False
+        [binary, "-f", str(COMPOSE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env,
+        check=False,
     )
     assert result.returncode != 0
     assert "PASSWORD" in result.stderr
