@@ -273,6 +273,7 @@ async def test_virtual_media_deploy_over_rest_inserts_cd_and_floppy_in_the_emula
                 "driver": "redfish",
                 "boot_interface": "redfish-virtual-media",
                 "deploy_interface": "direct",
+                "automated_clean": False,  # no agent runs behind the emulator: this checks the BMC side only
                 "driver_info": {
                     **make_task(emulator, system=SYSTEM_B).node["driver_info"],
                     "deploy_kernel": await store.temp_url("sushy-vmedia", "vmlinuz", lifetime=600),
