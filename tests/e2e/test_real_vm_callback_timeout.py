@@ -126,6 +126,10 @@ async def test_ramdisk_that_never_calls_back_fails_with_the_last_console_line(la
             "deploy_interface": "direct",
             "driver_info": {
                 **lab["sim"].driver_info(machine),
+                # quiet: the kernel's late info lines (TSC calibration, clocksource) would
+                # otherwise land after the ramdisk's last words on the console.
+                "kernel_append_params": lab["sim"].driver_info(machine).get("kernel_append_params", "%default%")
+                + " quiet",
                 "deploy_kernel": lab["kernel"],
                 "deploy_ramdisk": lab["initrd"],
             },
