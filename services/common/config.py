@@ -122,6 +122,11 @@ class ConductorConfig:
     fake_storage_delay: str = "0"
     fake_vendor_delay: str = "0"
     fake_inspect_delay: str = "0"
+    # Inspection rules (docs/cleaning.md): a YAML list of built-in rules run after every
+    # in-band inspection with the stored ones, and whether rules read the inventory's
+    # passwords as "***" (always, never, or only for rules not marked sensitive).
+    inspection_rules_file: str = ""
+    inspection_rules_mask_secrets: str = "always"
     fake_rescue_delay: str = "0"
     redfish_power_timeout: float = 60.0
     redfish_poll_interval: float = 1.0
@@ -405,6 +410,8 @@ def validate(settings: Settings) -> Settings:
         for key in _PORT_KEYS:
             if hasattr(values, key) and not 0 <= getattr(values, key) <= 65535:
                 raise ConfigError(f"{env_name(section, key)} must be between 0 and 65535")
+    if settings.conductor.inspection_rules_mask_secrets not in ("always", "never", "sensitive"):
+        raise ConfigError("FERRUM_CONDUCTOR_INSPECTION_RULES_MASK_SECRETS must be always, never or sensitive")
     if settings.api.auth_strategy not in ("noauth", "http_basic"):
         raise ConfigError("FERRUM_API_AUTH_STRATEGY must be noauth or http_basic")
     if settings.api.auth_strategy == "http_basic" and not settings.api.htpasswd_file:

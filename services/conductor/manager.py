@@ -30,6 +30,7 @@ from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
 from services.common.db.vifs import VifRepository
+from services.common.inspection_rules.built_in import load_built_in_rules
 from services.common.password_hash import hash_password
 from services.conductor import deploy_steps as steps
 from services.conductor import step_plan, vifs
@@ -176,7 +177,11 @@ class ConductorManager:
         )
         self.tasks.media = self.vmedia
         self.tasks.on_database_lost = self._resume_after_outage
-        self.inspection = InventoryProcessing(pool)
+        self.inspection = InventoryProcessing(
+            pool,
+            built_in_rules=load_built_in_rules(config.inspection_rules_file),
+            mask_secrets=config.inspection_rules_mask_secrets,
+        )
         self.states = NodeStates(
             pool,
             hostname=hostname,

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.common.db.inspection_rules import InspectionRuleRepository
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
@@ -21,13 +22,30 @@ from tests.restclient import call, wait_state
 USER, PASSWORD = "admin", "inspect-secret"
 MiB = 1024 * 1024
 DISK = 3 * 1024 * MiB  # sparse: 3 GiB, so local_gb is 2
+# A built-in rule (the conductor's file: not stored, may use any priority): it runs first.
+BUILT_IN_RULES = """
+- description: every inspected node says who inspected it
+  priority: 10000
+  actions:
+    - op: set-attribute
+      args: {path: /extra/order, value: built-in}
+    - op: set-attribute
+      args: {path: /extra/inspected_by, value: "{inventory[system_vendor][manufacturer]} agent"}
+"""
 
 
 @pytest.fixture(scope="module")
 async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("inspection")
+    (tmp / "built-in-rules.yaml").write_text(BUILT_IN_RULES)
     settings = test_settings(
-        database_url, tmp / "state", conductor={"hostname": "inspect-conductor", "timeout_check_interval": 1.0}
+        database_url,
+        tmp / "state",
+        conductor={
+            "hostname": "inspect-conductor",
+            "timeout_check_interval": 1.0,
+            "inspection_rules_file": str(tmp / "built-in-rules.yaml"),
+        },
     )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
@@ -148,3 +166,116 @@ async def test_the_ramdisk_endpoint_refuses_bad_data_and_unknown_machines(env: d
         headers={"X-OpenStack-Ironic-API-Version": "1.78"},
     ) as r:
         assert r.status == 404 and "1.84" in await r.text()
+
+
+async def node_of(env: dict[str, Any], index: int) -> dict[str, Any]:
+    """The node of machine ``index`` (enrolled by an earlier test, or now), manageable."""
+    status, node = await call(env, "GET", f"/v1/nodes/{env['sim'].machines[index].name}")
+    return node if status == 200 else await enroll(env, index)
+
+
+async def inspect(env: dict[str, Any], uuid: str, state: str) -> dict[str, Any]:
+    await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "inspect"}, expect=202)
+    return await wait_state(env, uuid, state, timeout=120)
+
+
+async def test_inspection_rules_run_on_the_inventory_and_their_changes_are_saved(env: dict[str, Any]) -> None:
+    """Stored rules and the built-in one run after the inventory is applied, highest priority
+    first; a rule applies only when all its conditions hold; what actions change is saved."""
+    rules = InspectionRuleRepository(env["stack"].pool)
+    node = await node_of(env, 0)
+    machine = env["sim"].machines[0]
+    stored: list[dict[str, Any]] = [
+        {  # applies to this node only; reads the inventory, writes node, traits, capabilities, plugin data
+            "uuid": "5b3e0a4e-0000-4000-8000-000000000001",
+            "priority": 50,
+            "conditions": [
+                {"op": "eq", "args": {"values": ["{node.name}", machine.name]}},
+                {"op": "eq", "args": {"values": ["{inventory[cpu][architecture]}", "x86_64"]}},
+                {"op": "!is-empty", "args": {"value": "{inventory[interfaces]}"}},
+            ],
+            "actions": [
+                {"op": "set-attribute", "args": {"path": "/extra/order", "value": "priority-50"}},
+                {"op": "set-attribute", "args": {"path": "driver_info.cpu_count", "value": "{inventory[cpu][count]}"}},
+                {"op": "set-capability", "args": {"name": "inspected", "value": "yes"}},
+                {"op": "add-trait", "args": {"name": "CUSTOM_INSPECTED"}},
+                {
+                    "op": "set-plugin-data",
+                    "args": {"path": "rules.first_mac", "value": "{inventory[interfaces][0][mac_address]}"},
+                },
+            ],
+        },
+        {  # lower priority: runs after, so its value of /extra/order is the one kept
+            "uuid": "5b3e0a4e-0000-4000-8000-000000000002",
+            "priority": 10,
+            "conditions": [{"op": "eq", "args": {"values": ["{node.name}", machine.name]}}],
+            "actions": [{"op": "set-attribute", "args": {"path": "/extra/order", "value": "priority-10"}}],
+        },
+        {  # a condition that does not hold: never applies
+            "uuid": "5b3e0a4e-0000-4000-8000-000000000003",
+            "priority": 90,
+            "conditions": [{"op": "eq", "args": {"values": ["{inventory[cpu][architecture]}", "aarch64"]}}],
+            "actions": [{"op": "add-trait", "args": {"name": "CUSTOM_NEVER"}}],
+        },
+    ]
+    for rule in stored:
+        await rules.create(rule)
+    try:
+        done = await inspect(env, node["uuid"], "manageable")
+    finally:
+        for rule in stored:
+            await rules.delete(rule["uuid"])
+    assert done["last_error"] is None
+    assert done["extra"]["order"] == "priority-10"
+    assert done["extra"]["inspected_by"] == "Ferrum agent"  # the built-in rule, interpolated
+    assert done["driver_info"]["cpu_count"] == str(machine.hardware_facts().cpu_count)
+    assert "inspected:yes" in done["properties"]["capabilities"].split(",")
+    _, traits = await call(env, "GET", f"/v1/nodes/{node['uuid']}/traits", expect=200)
+    assert "CUSTOM_INSPECTED" in traits["traits"] and "CUSTOM_NEVER" not in traits["traits"]
+    row = await env["stack"].pool.fetchrow(
+        "SELECT i.plugin_data::text AS plugin_data FROM node_inventory i JOIN nodes n ON n.id = i.node_id "
+        "WHERE n.uuid = $1::uuid",
+        node["uuid"],
+    )
+    assert json.loads(row["plugin_data"])["rules"] == {"first_mac": machine.macs[0]}
+    async with env["session"].get(
+        f"{env['api']}/v1/nodes/{node['uuid']}/history?detail=true", headers={"X-OpenStack-Ironic-API-Version": "1.78"}
+    ) as response:
+        assert response.status == 200, await response.text()
+        history = await response.json()
+    assert any(
+        # highest priority first: the built-in rule (10000, named by its index), then 50, then 10
+        "inspection rules applied: 00000000-0000-0000-0000-000000000000, "
+        "5b3e0a4e-0000-4000-8000-000000000001, 5b3e0a4e-0000-4000-8000-000000000002" in event["event"]
+        for event in history["history"]
+    ), [e["event"] for e in history["history"]][-2:]
+
+
+async def test_a_failing_rule_and_a_forbidden_change_fail_the_inspection(env: dict[str, Any]) -> None:
+    rules = InspectionRuleRepository(env["stack"].pool)
+    failing, forbidden = await node_of(env, 1), await node_of(env, 2)
+    stored: list[dict[str, Any]] = [
+        {
+            "uuid": "5b3e0a4e-0000-4000-8000-000000000011",
+            "conditions": [{"op": "eq", "args": {"values": ["{node.uuid}", failing["uuid"]]}}],
+            "actions": [{"op": "fail", "args": {"msg": "machine {node.name} is on the deny list"}}],
+        },
+        {
+            "uuid": "5b3e0a4e-0000-4000-8000-000000000012",
+            "conditions": [{"op": "eq", "args": {"values": ["{node.uuid}", forbidden["uuid"]]}}],
+            "actions": [{"op": "set-attribute", "args": {"path": "/provision_state", "value": "active"}}],
+        },
+    ]
+    for rule in stored:
+        await rules.create(rule)
+    try:
+        await call(env, "PUT", f"/v1/nodes/{failing['uuid']}/states/provision", {"target": "inspect"}, expect=202)
+        refused = await inspect(env, forbidden["uuid"], "inspect failed")
+        failed = await wait_state(env, failing["uuid"], "inspect failed", timeout=120)
+    finally:
+        for rule in stored:
+            await rules.delete(rule["uuid"])
+    assert "on the deny list" in failed["last_error"], failed["last_error"]
+    assert failed["power_state"] == "power off"  # the ramdisk was powered off
+    assert "Inspection rules cannot change the node's provision_state" in refused["last_error"], refused["last_error"]
+    assert refused["extra"].get("order") == "built-in"  # what the allowed rules did is kept
