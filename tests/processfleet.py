@@ -35,6 +35,7 @@ from services.demo_image import DemoImage, build_demo_image
 ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {"X-OpenStack-Ironic-API-Version": "1.78"}
 IMAGES = "fleet-images"
+FAILED_STATES = ("deploy failed", "clean failed", "inspect failed", "rescue failed", "service failed", "error")
 
 
 def free_port() -> int:
@@ -97,14 +98,9 @@ class ProcessFleet:
         self.database_url = self.pg.database_url("ferrum")
         await migrate.upgrade(self.database_url)
         self.pool = await asyncpg.create_pool(self.database_url, min_size=1, max_size=4)
-        store = await self._spawn("objectstore", ["objectstore", "--grpc-port", "0", "--http-port", "0"])
-        objectstore = store.ports["objectstore gRPC"]
+        await self._spawn("objectstore", ["objectstore", "--grpc-port", "0", "--http-port", "0"])
         for name in self.conductor_names:
-            await self._spawn(
-                name,
-                ["conductor", "--hostname", name, "--grpc-port", "0", "--metrics-port", "0"],
-                FERRUM_CONDUCTOR_OBJECTSTORE_ADDRESS=objectstore,
-            )
+            await self.start_conductor(name)
         api_port = free_port()
         api = await self._spawn("api", ["api", "--port", str(api_port), "--grpc-port", "0"])
         self.api = api.ports["api REST (Ironic v1)"]
@@ -132,7 +128,16 @@ class ProcessFleet:
         self.image = await asyncio.to_thread(build_demo_image, self.work / "image", size_mib=self.image_mib)
         # The internal token every process generated and shares through PostgreSQL.
         token = await SecretRepository(self.pool).get_or_create(INTERNAL_TOKEN)
-        self._objectstore = ObjectStoreClient(objectstore, token=token)
+        self._objectstore = ObjectStoreClient(self.processes["objectstore"].ports["objectstore gRPC"], token=token)
+
+    async def start_conductor(self, name: str) -> None:
+        """Start conductor ``name`` (again, after a kill: it rejoins under the same hostname)."""
+        objectstore = self.processes["objectstore"].ports["objectstore gRPC"]
+        await self._spawn(
+            name,
+            ["conductor", "--hostname", name, "--grpc-port", "0", "--metrics-port", "0"],
+            FERRUM_CONDUCTOR_OBJECTSTORE_ADDRESS=objectstore,
+        )
 
     def _env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FERRUM_")}
@@ -277,7 +282,7 @@ class ProcessFleet:
                 node = await self.call(session, "GET", f"/v1/nodes/{uuid}")
                 if node["provision_state"] == state and node["reservation"] is None:
                     pending.discard(uuid)
-                elif node["provision_state"] in ("deploy failed", "clean failed", "error"):
+                elif node["provision_state"] in FAILED_STATES:
                     raise AssertionError(f"{node['name']}: {node['provision_state']}: {node['last_error']}")
             if pending:
                 if time.monotonic() > deadline:

@@ -79,9 +79,7 @@ class TakeOver:
             if owner is None or owner["hostname"] != self.hostname:
                 continue  # its owner on the ring adopts it (the api routes the node there too)
             holder = node["reservation"]
-            taken = await self.nodes.take_over(
-                node["uuid"], dead_holder=holder, holder=self.hostname, lease=c.lock_lease
-            )
+            taken = await self.tasks.take_over(node["uuid"], dead_holder=holder)
             if taken is None:
                 continue  # someone else was faster, or the holder released it
             reason = (
@@ -89,7 +87,7 @@ class TakeOver:
                 if holder != self.hostname
                 else "this conductor's own lease had expired"
             )
-            await self.resume_adopted(taken, reason=reason)
+            await self.resume_adopted(taken, reason=reason, claimed=True)
             adopted += 1
         if newly_dead:
             await self._adopt_unlocked(newly_dead, alive)
@@ -97,10 +95,10 @@ class TakeOver:
                 await self.conductors.mark_offline(hostname)
         return adopted
 
-    async def resume_adopted(self, node: dict[str, Any], *, reason: str) -> None:
+    async def resume_adopted(self, node: dict[str, Any], *, reason: str, claimed: bool = False) -> None:
         """Resume a node this conductor holds the lock of, in the background."""
         try:
-            async with self.tasks.adopt(node, "take-over") as task:
+            async with self.tasks.adopt(node, "take-over", claimed=claimed) as task:
                 task.spawn(lambda t: resume.resume(self.ctx, t, reason=reason), name="resume")
         except errors.FerrumError as exc:  # e.g. its driver is not enabled here: the lock is released
             LOG.error("cannot resume node_uuid=%s reason=%s", node["uuid"], exc.message)

@@ -109,12 +109,33 @@ class TaskManager:
         async with self._locked(node, purpose) as task:
             yield task
 
+    async def take_over(self, node_uuid: str, *, dead_holder: str) -> dict[str, Any] | None:
+        """Move ``dead_holder``'s lock on the node to this conductor; None if another was
+        faster or the holder let go. The node counts as held here from before the UPDATE
+        is sent: the row lock is per hostname, so an operation of this conductor starting
+        meanwhile (the agent's heartbeat) would otherwise share it. Pass the node on to
+        :meth:`adopt` with ``claimed=True``."""
+        if node_uuid in self._held:
+            return None
+        self._held.add(node_uuid)
+        taken = None
+        try:
+            taken = await self.nodes.take_over(
+                node_uuid, dead_holder=dead_holder, holder=self.hostname, lease=self.lease
+            )
+        finally:
+            if taken is None:
+                self._held.discard(node_uuid)
+        return taken
+
     @contextlib.asynccontextmanager
-    async def adopt(self, node: dict[str, Any], purpose: str) -> AsyncIterator[Task]:
-        """A node whose lock this conductor already took over (``NodeRepository.take_over``)."""
-        if node["uuid"] in self._held:
-            raise errors.NodeLocked(f"Node {node['uuid']} is already being worked on by {self.hostname}")
-        self._held.add(node["uuid"])
+    async def adopt(self, node: dict[str, Any], purpose: str, *, claimed: bool = False) -> AsyncIterator[Task]:
+        """A node whose lock this conductor already holds in the database: taken over
+        (``claimed``: :meth:`take_over` marked it held) or left by its own previous run."""
+        if not claimed:
+            if node["uuid"] in self._held:
+                raise errors.NodeLocked(f"Node {node['uuid']} is already being worked on by {self.hostname}")
+            self._held.add(node["uuid"])
         async with self._locked(node, purpose) as task:
             yield task
 
@@ -181,7 +202,10 @@ class TaskManager:
         return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)
 
     async def release(self, node_uuid: str) -> None:
-        self._held.discard(node_uuid)
+        """Clear the row lock, then forget the node. In that order: the row lock
+        is per hostname, so a second operation of this conductor admitted
+        while the release is on its way to the database would reserve the row
+        as its own and then have that reservation cleared under it."""
         try:
             await self.nodes.release(node_uuid, self.hostname)
         except Exception as exc:  # the lease will expire; take-over handles it
@@ -189,6 +213,8 @@ class TaskManager:
                 LOG.warning("could not release lock node_uuid=%s: database unavailable", node_uuid)
             else:
                 LOG.exception("could not release lock node_uuid=%s", node_uuid)
+        finally:
+            self._held.discard(node_uuid)
 
     def _spawn(self, task: Task, work: Work, name: str) -> None:
         """Run ``work`` in the background; the lock is released when it ends.

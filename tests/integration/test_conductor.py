@@ -300,3 +300,40 @@ async def test_update_node_holds_the_lock_while_it_writes(pool) -> None:
     assert saved["extra"] == {"x": 2} and saved["reservation"] is None
     stored = await b.nodes.get(node["uuid"])
     assert stored["extra"] == {"x": 2} and stored["reservation"] is None
+
+
+async def test_a_lock_being_released_cannot_be_taken_by_the_same_conductor_meanwhile(pool) -> None:
+    """The row lock is per hostname, so while one operation's release is on its way to the
+    database a second operation in the same conductor must not start: its reservation
+    would be cleared under it by the first one's release (seen after a take-over: the
+    resumed flow's release raced the agent's heartbeat, which then lost its lock mid-step
+    and left the node failed or stuck in a wait state)."""
+    m = manager(pool, "release-race")
+    node = await new_node(m)
+    releasing, finish = asyncio.Event(), asyncio.Event()
+    real_release = m.tasks.nodes.release
+
+    async def slow_release(*args, **kwargs):  # the first release takes a while (the only fake here)
+        if not releasing.is_set():
+            releasing.set()
+            await finish.wait()
+        return await real_release(*args, **kwargs)
+
+    m.tasks.nodes.release = slow_release  # type: ignore[method-assign]
+
+    async def first_operation() -> None:
+        async with m.tasks.acquire(node["uuid"], "first"):
+            pass
+
+    first = asyncio.create_task(first_operation())
+    await asyncio.wait_for(releasing.wait(), 10)  # its release is on its way to the database
+    with pytest.raises(errors.NodeLocked):
+        async with m.tasks.acquire(node["uuid"], "second"):
+            pass
+    finish.set()
+    await asyncio.wait_for(first, 10)
+    assert (await m.nodes.get(node["uuid"]))["reservation"] is None
+    async with m.tasks.acquire(node["uuid"], "third"):  # released: free again, and this lock holds
+        await asyncio.sleep(0)
+        saved = await m.nodes.update(node["uuid"], {"extra": {"x": 1}}, expect_reservation="release-race")
+    assert saved["extra"] == {"x": 1}
