@@ -14,6 +14,7 @@ import pytest
 
 from services.common.db.inspection_rules import InspectionRuleRepository
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
+from services.simulator.agents import AgentLaunch, real_agent
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.conftest import test_settings
@@ -22,6 +23,8 @@ from tests.restclient import call, wait_state
 USER, PASSWORD = "admin", "inspect-secret"
 MiB = 1024 * 1024
 DISK = 3 * 1024 * MiB  # sparse: 3 GiB, so local_gb is 2
+SILENT = 3  # the machine whose ramdisk never posts its inventory
+INSPECT_TIMEOUT = 20.0
 # A built-in rule (the conductor's file: not stored, may use any priority): it runs first.
 BUILT_IN_RULES = """
 - description: every inspected node says who inspected it
@@ -32,6 +35,16 @@ BUILT_IN_RULES = """
     - op: set-attribute
       args: {path: /extra/inspected_by, value: "{inventory[system_vendor][manufacturer]} agent"}
 """
+
+
+class SilentRamdisk:
+    """A ramdisk that boots and dies at once: no lookup, no inventory, no heartbeat."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +58,23 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
             "hostname": "inspect-conductor",
             "timeout_check_interval": 1.0,
             "inspection_rules_file": str(tmp / "built-in-rules.yaml"),
+            "inspect_wait_timeout": INSPECT_TIMEOUT,
         },
     )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
+    simulator: Simulator
+
+    def agent_factory(launch: AgentLaunch) -> Any:
+        """The real agent, except on the last machine, whose ramdisk dies before it posts."""
+        if launch.machine == simulator.machines[SILENT].name:
+            return SilentRamdisk()
+        return real_agent(launch)
+
     simulator = Simulator(
         SimulatorOptions(
-            machines=3,
+            machines=4,
+            agent_factory=agent_factory,
             nics_per_machine=3,
             state_dir=str(tmp / "machines"),
             boot_url=stack.endpoints["ipxe HTTP"],
@@ -279,3 +302,17 @@ async def test_a_failing_rule_and_a_forbidden_change_fail_the_inspection(env: di
     assert failed["power_state"] == "power off"  # the ramdisk was powered off
     assert "Inspection rules cannot change the node's provision_state" in refused["last_error"], refused["last_error"]
     assert refused["extra"].get("order") == "built-in"  # what the allowed rules did is kept
+
+
+async def test_a_ramdisk_that_dies_before_posting_hits_the_inspect_timeout(env: dict[str, Any]) -> None:
+    node = await node_of(env, SILENT)
+    await call(env, "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "inspect"}, expect=202)
+    await wait_state(env, node["uuid"], "inspect wait", timeout=60)
+    failed = await wait_state(env, node["uuid"], "inspect failed", timeout=INSPECT_TIMEOUT + 60)
+    assert failed["last_error"] == f"Timeout reached while waiting for the inventory of node {node['uuid']}"
+    assert failed["power_state"] == "power off"  # the ramdisk is not left running
+    assert failed["inspection_finished_at"] is None
+    stored = await env["stack"].pool.fetchval(
+        "SELECT count(*) FROM node_inventory i JOIN nodes n ON n.id = i.node_id WHERE n.uuid = $1::uuid", node["uuid"]
+    )
+    assert stored == 0  # nothing arrived, nothing was stored
