@@ -147,19 +147,59 @@ def inventory(
             "architecture": facts.cpu_arch if facts is not None else os.uname().machine,
             "flags": [],
         },
-        "memory": {
-            "total": facts.memory_mb * 1024 * 1024 if facts is not None else None,
-            "physical_mb": facts.memory_mb if facts is not None else None,
-        },
+        "memory": (
+            {"total": facts.memory_mb * 1024 * 1024, "physical_mb": facts.memory_mb}
+            if facts is not None
+            else {"total": total_memory_bytes(), "physical_mb": physical_memory_mb()}
+        ),
         "bmc_address": None,
         "bmc_v6address": None,
         "system_vendor": {"product_name": "Ferrum", "serial_number": None, "manufacturer": "Ferrum"},
         "boot": {
-            "current_boot_mode": facts.boot_mode if facts is not None else "bios",
+            "current_boot_mode": facts.boot_mode if facts is not None else current_boot_mode(),
             "pxe_interface": macs[0].lower() if macs else None,
         },
         "hostname": hostname or None,
     }
+
+
+def physical_memory_mb(sysfs: str = "/sys") -> int | None:
+    """The installed memory in MiB, as Ironic's ``physical_mb`` means it: the
+    memory blocks the kernel brought online (``lsmem``'s total; 1024 for a VM
+    given 1 GiB), not MemTotal, which the kernel's own reservations shrink.
+    None when sysfs has no memory blocks to count (then total_memory_bytes)."""
+    base = os.path.join(sysfs, "devices", "system", "memory")
+    try:
+        with open(os.path.join(base, "block_size_bytes")) as handle:
+            block = int(handle.read().strip(), 16)
+        online = 0
+        for entry in os.listdir(base):
+            if not re.fullmatch(r"memory\d+", entry):
+                continue
+            with open(os.path.join(base, entry, "online")) as handle:
+                online += handle.read().strip() == "1"
+    except (OSError, ValueError):
+        total = total_memory_bytes()
+        return total // (1024 * 1024) if total else None
+    return block * online // (1024 * 1024) if online else None
+
+
+def total_memory_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemTotal in bytes (IPA's ``memory.total``), None when it cannot be read."""
+    try:
+        with open(meminfo) as handle:
+            for line in handle:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def current_boot_mode(sysfs: str = "/sys") -> str:
+    """``uefi`` when the kernel was started by UEFI firmware (it then exposes
+    /sys/firmware/efi), else ``bios``."""
+    return "uefi" if os.path.isdir(os.path.join(sysfs, "firmware", "efi")) else "bios"
 
 
 def _split_op(value: str) -> tuple[str, str]:

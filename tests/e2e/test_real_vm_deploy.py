@@ -33,6 +33,7 @@ from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.conftest import test_settings
+from tests.diskcheck import disk_signatures, find_bytes
 from tests.e2e.vmfiles import VmFiles, ensure_vm_files
 from tests.restclient import call, wait_state
 
@@ -113,7 +114,8 @@ async def lab(vm_files: VmFiles, database_url: str, tmp_path_factory: pytest.Tem
         await simulator.stop()
 
 
-FAILED_STATES = ("deploy failed", "clean failed", "error")
+FAILED_STATES = ("deploy failed", "clean failed", "inspect failed", "error")
+RAMDISK_WAIT = 300.0  # a ramdisk boot and one short job (cleaning, inspection) under TCG
 
 
 async def reach(lab: dict[str, Any], uuid: str, wanted: str, timeout: float) -> dict[str, Any]:
@@ -233,3 +235,37 @@ async def test_real_vm_network_boots_the_ramdisk_and_boots_its_deployed_os(lab: 
     assert machine.power_state == "Off" and machine.process is None
     _, shown_node = await call(lab, "GET", f"/v1/nodes/{uuid}", expect=200)
     assert shown_node["power_state"] == "power off"
+
+
+async def test_the_real_vm_is_cleaned_and_inspected_by_its_ramdisk(lab: dict[str, Any]) -> None:
+    """Issue 21 on a real machine: after the deploy above left an OS and a config
+    drive on the disk, manual cleaning boots the ramdisk and wipes the metadata,
+    and in-band inspection reports the VM's own CPU, memory, disk and NIC."""
+    machine = lab["sim"].machines[0]
+    status, node = await call(lab, "GET", "/v1/nodes/real-vm-0")
+    assert status == 200, "the deploy test enrolls and deploys this machine first"
+    uuid = node["uuid"]
+    assert disk_signatures(machine.disk_path), "the deploy test left nothing on the disk to clean"
+    await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "manage"}, expect=202)
+    await reach(lab, uuid, "manageable", 60)
+
+    step = {"interface": "deploy", "step": "erase_devices_metadata"}
+    await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "clean", "clean_steps": [step]}, expect=202)
+    cleaned = await reach(lab, uuid, "manageable", RAMDISK_WAIT)
+    assert cleaned["last_error"] is None and cleaned["power_state"] == "power off"
+    assert disk_signatures(machine.disk_path) == [], disk_signatures(machine.disk_path)
+    assert not find_bytes(machine.disk_path, b"CD001"), "the config drive (ISO 9660) survived cleaning"
+    log = Path(machine.serial_log).read_text(errors="replace")
+    assert log.count("ferrum-ramdisk: starting the deploy agent") >= 2  # the deploy's boot, then cleaning's
+
+    patch = [{"op": "replace", "path": "/inspect_interface", "value": "agent"}]
+    await call(lab, "PATCH", f"/v1/nodes/{uuid}", patch, expect=200)
+    await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "inspect"}, expect=202)
+    inspected = await reach(lab, uuid, "manageable", RAMDISK_WAIT)
+    assert inspected["last_error"] is None and inspected["power_state"] == "power off"
+    props = inspected["properties"]
+    # The VM's own hardware, as its kernel saw it: -smp 1, -m 1024, a 512 MiB virtio disk, SeaBIOS.
+    assert props["cpus"] == 1 and props["cpu_arch"] == "x86_64" and props["memory_mb"] == 1024, props
+    assert props["local_gb"] == 0 and "boot_mode:bios" in props["capabilities"], props
+    _, ports = await call(lab, "GET", f"/v1/ports/detail?node={uuid}", expect=200)
+    assert [(p["address"], p["pxe_enabled"]) for p in ports["ports"]] == [(machine.macs[0], True)]

@@ -36,6 +36,7 @@ from services.simulator.disk import inspect_disk
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.conftest import test_settings
+from tests.diskcheck import disk_signatures, find_bytes
 from tests.restclient import call, wait_state
 
 USER, PASSWORD = "admin", "clean-secret"
@@ -164,23 +165,6 @@ async def history(env: dict[str, Any], uuid: str) -> list[str]:
 
 def steps_run(events: list[str]) -> list[str]:
     return [e.split()[2] for e in events if e.startswith("clean step ") and e.endswith(" started")]
-
-
-def disk_signatures(path: str) -> list[str]:
-    """What blkid finds on the whole disk (partition table, filesystem), empty when nothing."""
-    found = subprocess.run(["blkid", "-p", "-o", "export", path], check=False, capture_output=True, text=True)
-    assert found.returncode in (0, 2), found.stderr  # 2: nothing found
-    return [line for line in found.stdout.splitlines() if line.startswith(("TYPE=", "PTTYPE=", "LABEL="))]
-
-
-def find_bytes(path: str, needle: bytes) -> bool:
-    with open(path, "rb") as disk:
-        tail = b""
-        while chunk := disk.read(8 * MiB):
-            if needle in tail + chunk:
-                return True
-            tail = chunk[-len(needle) :]
-    return False
 
 
 async def test_undeploy_cleans_away_table_config_drive_and_filesystem(env: dict[str, Any]) -> None:
