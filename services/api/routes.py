@@ -33,6 +33,7 @@ from services.api.deploy_templates import DeployTemplatesApi
 from services.api.discovery import DiscoveryApi
 from services.api.drivers import DriversApi
 from services.api.external_events import ExternalEventsApi
+from services.api.inspection_rules import InspectionRulesApi
 from services.api.ipxe_passthru import IpxePassthru
 from services.api.node_bios import NodeBiosApi
 from services.api.node_history import NodeHistoryApi
@@ -201,6 +202,11 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "get_template", (1, 55)),
     Route("PATCH", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "patch_template", (1, 55), refusal=405),
     Route("DELETE", "/v1/deploy_templates/{ident}", DeployTemplatesApi, "delete_template", (1, 55), refusal=405),
+    Route("GET", "/v1/inspection_rules", InspectionRulesApi, "list_rules", (1, 96)),
+    Route("POST", "/v1/inspection_rules", InspectionRulesApi, "create_rule", (1, 96), refusal=405),
+    Route("GET", "/v1/inspection_rules/{ident}", InspectionRulesApi, "get_rule", (1, 96)),
+    Route("PATCH", "/v1/inspection_rules/{ident}", InspectionRulesApi, "patch_rule", (1, 96), refusal=405),
+    Route("DELETE", "/v1/inspection_rules/{ident}", InspectionRulesApi, "delete_rule", (1, 96), refusal=405),
     *_vendor_routes(),
     Route("GET", "/v1/nodes/{ident}/management/indicators", NodeManagementApi, "list_indicators", (1, 63)),
     Route("GET", "/v1/nodes/{ident}/management/indicators/{indicator}", NodeManagementApi, "get_indicator", (1, 63)),

@@ -67,7 +67,13 @@ class InspectionRuleRepository:
         return [_row(r) for r in rows]
 
     async def list(
-        self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
+        self,
+        *,
+        limit: int,
+        marker: str | None = None,
+        sort_key: str = "id",
+        sort_dir: str = "asc",
+        phase: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
@@ -77,7 +83,10 @@ class InspectionRuleRepository:
             )
         op = ">" if sort_dir == "asc" else "<"
         args: builtins.list[Any] = []
-        where = ""
+        conditions: builtins.list[str] = []
+        if phase is not None:
+            args.append(phase)
+            conditions.append(f"phase = ${len(args)}")
         if marker is not None:
             found = (
                 await self._db.fetchrow(
@@ -89,11 +98,12 @@ class InspectionRuleRepository:
             if found is None:
                 raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
             if found["k"] is None:  # description and updated_at can be NULL: NULLS LAST both ways
-                args = [found["id"]]
-                where = f" WHERE {sort_key} IS NULL AND id {op} $1"
+                args.append(found["id"])
+                conditions.append(f"({sort_key} IS NULL AND id {op} ${len(args)})")
             else:
-                args = [found["k"], found["id"]]
-                where = f" WHERE ({sort_key}, id) {op} ($1, $2) OR {sort_key} IS NULL"
+                args.extend((found["k"], found["id"]))
+                conditions.append(f"(({sort_key}, id) {op} (${len(args) - 1}, ${len(args)}) OR {sort_key} IS NULL)")
+        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
         args.append(limit)
         rows = await self._db.fetch(
             f"SELECT * FROM inspection_rules{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} "
