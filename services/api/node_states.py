@@ -26,12 +26,24 @@ from services.api.provision_params import (
     check_deploy_steps,
     check_disable_ramdisk,
     check_rescue_password,
+    check_service_steps,
 )
 from services.common import errors, states
 from services.common.jsonutil import dumps
 
 SOFT_POWER_SINCE = (1, 27)
-PROVISION_KEYS = {"target", "configdrive", "clean_steps", "rescue_password", "deploy_steps", "disable_ramdisk"}
+PROVISION_KEYS = {
+    "target",
+    "configdrive",
+    "clean_steps",
+    "rescue_password",
+    "deploy_steps",
+    "disable_ramdisk",
+    "service_steps",
+}
+# Verbs Ironic checks against the state machine before the version (they are not in
+# its MIN_VERB_VERSIONS): an old client asking one where it cannot apply gets 400, not 406.
+STATE_BEFORE_VERSION = ("unhold", "service")
 
 
 def accepted(base: str, node: dict[str, Any]) -> web.Response:
@@ -85,7 +97,8 @@ class NodeStatesApi:
             raise errors.InvalidParameterValue(f'The requested action "{verb}" could not be understood.') from None
         if verb == "abort":
             since = max(since, states.abort_min_version(node["provision_state"]))
-        params.require_version(request, since, f"The provision verb {verb}")
+        if verb not in STATE_BEFORE_VERSION:
+            params.require_version(request, since, f"The provision verb {verb}")
         if event in ("deploy", "rebuild") and node["maintenance"]:
             raise errors.NodeInMaintenance(
                 f"The {verb} action can not be performed on node {node['uuid']} while it is in maintenance mode."
@@ -98,6 +111,8 @@ class NodeStatesApi:
             raise errors.InvalidStateRequested(
                 f'The requested action "{verb}" can not be performed on node "{node["uuid"]}" while it is in state "{node["provision_state"]}".'
             )
+        if verb in STATE_BEFORE_VERSION:
+            params.require_version(request, since, f"The provision verb {verb}")
         configdrive = body.get("configdrive")
         check_configdrive(configdrive, verb, request["version"])
         await check_configdrive_payload(configdrive)
@@ -105,6 +120,7 @@ class NodeStatesApi:
         check_rescue_password(body.get("rescue_password"), verb)
         deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])
         disable_ramdisk = check_disable_ramdisk(body.get("disable_ramdisk"), verb, request["version"])
+        service_steps = check_service_steps(body.get("service_steps"), verb)
         await self.ctx.rpc(
             node,
             "DoProvisionAction",
@@ -116,6 +132,7 @@ class NodeStatesApi:
                 rescue_password=body.get("rescue_password") or "",
                 deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
                 disable_ramdisk=disable_ramdisk,
+                service_steps_json=json.dumps(service_steps) if service_steps is not None else "",
             ),
         )
         return accepted(self.ctx.base(request), node)

@@ -55,6 +55,7 @@ NODE_READONLY = {
     "inspection_finished_at",
     "clean_step",
     "deploy_step",
+    "service_step",
     "raid_config",
     "target_raid_config",
     "traits",

@@ -70,6 +70,43 @@ def check_clean_steps(clean_steps: Any, verb: str) -> list[dict[str, Any]] | Non
     return clean_steps
 
 
+SERVICE_STEP_INTERFACES = ("vendor", "power", "management", "firmware", "deploy", "bios", "raid")
+SERVICE_STEP_KEYS = {"interface", "step", "args", "order", "execute_on_child_nodes", "limit_child_node_execution"}
+
+
+def check_service_steps(service_steps: Any, verb: str) -> list[dict[str, Any]] | None:
+    """service_steps (1.87): required with ``service`` and refused with any other
+    verb; Ironic's step schema (interface, step, args, order; nothing else, so
+    ``priority`` is refused). Whether the node offers each step is the
+    conductor's check (400 there too)."""
+    if service_steps is not None and verb != "service":
+        raise errors.InvalidParameterValue(
+            '"service_steps" is only valid when setting target provision state to service'
+        )
+    if verb != "service":
+        return None
+    if not isinstance(service_steps, list) or not service_steps:
+        raise errors.InvalidParameterValue('"service_steps" is required when setting target provision state to service')
+    for step in service_steps:
+        order = step.get("order", 0) if isinstance(step, dict) else None
+        if (
+            not isinstance(step, dict)
+            or step.get("interface") not in SERVICE_STEP_INTERFACES
+            or not isinstance(step.get("step"), str)
+            or not step["step"]
+            or not isinstance(step.get("args", {}), dict)
+            or set(step) - SERVICE_STEP_KEYS
+            or isinstance(order, bool)
+            or not ((isinstance(order, int) and order >= 0) or (isinstance(order, str) and order.isdigit()))
+        ):
+            raise errors.InvalidParameterValue(
+                f"Invalid service_steps: {step!r} is not a step: expected "
+                f'{{"interface": one of {", ".join(SERVICE_STEP_INTERFACES)}, "step": name, "args"?: object, '
+                '"order"?: integer >= 0}'
+            )
+    return service_steps
+
+
 def check_rescue_password(password: Any, verb: str) -> None:
     """rescue_password: a non-empty string with ``rescue``, nothing with any other verb."""
     if password is not None and verb != "rescue":

@@ -37,6 +37,7 @@ from services.api.inspection_rules import InspectionRulesApi
 from services.api.ipxe_passthru import IpxePassthru
 from services.api.node_bios import NodeBiosApi
 from services.api.node_history import NodeHistoryApi
+from services.api.node_inventory import NodeInventoryApi
 from services.api.node_management import NodeManagementApi
 from services.api.node_states import NodeStatesApi
 from services.api.node_traits import NodeTraitsApi
@@ -194,6 +195,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/nodes/{ident}/bios/{setting}", NodeBiosApi, "get_setting", (1, 40)),
     Route("GET", "/v1/nodes/{ident}/history", NodeHistoryApi, "list_history", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/history/{event}", NodeHistoryApi, "get_event", (1, 78)),
+    Route("GET", "/v1/nodes/{ident}/inventory", NodeInventoryApi, "get_inventory", (1, 81)),
     Route("GET", "/v1/conductors", ConductorsApi, "list_conductors", (1, 49)),
     Route("GET", "/v1/conductors/{hostname}", ConductorsApi, "get_conductor", (1, 49)),
     Route("POST", "/v1/events", ExternalEventsApi, "post_events", (1, 54)),

@@ -73,6 +73,7 @@ NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "network_data": (1, 66),
     "boot_mode": (1, 75),
     "secure_boot": (1, 75),
+    "service_step": (1, 87),  # served ahead of the advertised maximum (docs/api.md)
 }
 NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")
 PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
@@ -162,7 +163,7 @@ def node_document(
             doc[key] = False
         elif key == "conductor":
             doc[key] = conductor
-        elif key in ("clean_step", "deploy_step"):
+        elif key in ("clean_step", "deploy_step", "service_step"):
             doc[key] = mask_value(row.get(key) or {})  # step arguments may carry passwords
         elif key == "automated_clean":
             doc[key] = row.get("automated_clean")

@@ -18,6 +18,7 @@ from services.simulator.agents import AgentLaunch, real_agent
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.conftest import test_settings
+from tests.labapi import versioned_api
 from tests.restclient import call, wait_state
 
 USER, PASSWORD = "admin", "inspect-secret"
@@ -316,3 +317,24 @@ async def test_a_ramdisk_that_dies_before_posting_hits_the_inspect_timeout(env: 
         "SELECT count(*) FROM node_inventory i JOIN nodes n ON n.id = i.node_id WHERE n.uuid = $1::uuid", node["uuid"]
     )
     assert stored == 0  # nothing arrived, nothing was stored
+
+
+async def test_the_inventory_is_served_at_181_and_not_below(env: dict[str, Any]) -> None:
+    """GET /v1/nodes/{id}/inventory (1.81): what the inspection stored; 404 below 1.81 and
+    for a node with nothing stored. 1.81 is not advertised yet: tests/labapi.py."""
+    machine = env["sim"].machines[0]
+    node = await node_of(env, 0)
+    if node["inspection_finished_at"] is None:
+        node = await inspect(env, node["uuid"], "manageable")
+    silent = await node_of(env, SILENT)
+    async with versioned_api(env["stack"], (1, 81)) as api:
+        _, stored = await api.call((1, 81), "GET", f"/v1/nodes/{machine.name}/inventory", expect=200)
+        assert [i["mac_address"] for i in stored["inventory"]["interfaces"]] == list(machine.macs)
+        assert stored["plugin_data"]["boot_interface"] == machine.macs[0]
+        status, _ = await api.call(min((1, 80), api.live_max), "GET", f"/v1/nodes/{node['uuid']}/inventory")
+        assert status == 404
+        status, body = await api.call((1, 81), "GET", f"/v1/nodes/{silent['uuid']}/inventory")
+        assert status == 404
+        assert f"Node inventory record for node {silent['uuid']} could not be found." in json.dumps(body)
+        status, _ = await api.call((1, 81), "GET", "/v1/nodes/no-such-node/inventory")
+        assert status == 404
