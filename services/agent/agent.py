@@ -26,6 +26,7 @@ from aiohttp import web
 
 from services.agent import callbacks, cmdline, hardware, imagewrite, server, vmedia
 from services.agent.commands import COMMANDS, Command, CommandResult
+from services.agent.iscsi_target import IscsiTarget
 from services.agent.tls import ServingTls, auto_tls, configured_tls
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
@@ -88,6 +89,9 @@ class AgentOptions:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     auto_tls: bool = False
+    # The iSCSI deploy's target (seed 002): where tgtd listens; empty = listen_host, 0 = an ephemeral port.
+    iscsi_listen_host: str = ""
+    iscsi_portal_port: int = 0
 
 
 def options_from_kernel_cmdline(
@@ -192,6 +196,10 @@ class Agent:
         self.agent_token: str | None = options.agent_token or None
         self.progress: imagewrite.Progress | None = None
         self.partition_info: dict[str, Any] = {}
+        # iSCSI deploy: the target serving the root disk, and the report a heartbeat carries
+        # (``deploy_info``) when the conductor asked for heartbeat call-backs.
+        self.iscsi_target: IscsiTarget | None = None
+        self.deploy_info: dict[str, Any] | None = None
         self.heartbeats_sent = 0
         self.powered_down: str | None = None  # "power_off" / "reboot" once asked to leave the ramdisk
         self.looked_up = asyncio.Event()
@@ -249,6 +257,7 @@ class Agent:
         self._callback_task = asyncio.create_task(self._callback_loop(), name=f"agent-callbacks-{self._port}")
 
     async def stop(self) -> None:
+        await self.stop_iscsi_target()
         current = asyncio.current_task()
         tasks = [t for t in (self._callback_task, *self._tasks) if t is not None and t is not current and not t.done()]
         for task in tasks:
@@ -499,7 +508,28 @@ class Agent:
             body["agent_verify_ca"] = self.serving_tls.certificate_pem
         if self.progress is not None:
             body["deploy_progress"] = self.progress.as_dict()
+        if self.deploy_info is not None:
+            body["deploy_info"] = dict(self.deploy_info)
         return body
+
+    async def stop_iscsi_target(self) -> None:
+        """Take the iSCSI deploy's target down (and stop reporting it)."""
+        target, self.iscsi_target, self.deploy_info = self.iscsi_target, None, None
+        if target is not None:
+            await target.stop()
+
+    async def pass_deploy_info(self, report: dict[str, Any], style: str) -> None:
+        """Tell the conductor where the disk is exposed (or why it is not): by
+        ``pass_deploy_info``, or in every heartbeat until the target stops."""
+        if style == "heartbeat":
+            self.deploy_info = report
+            self.heartbeat_soon()
+            return
+        if self.node_uuid is None:
+            raise errors.AgentError("the agent has not looked its node up yet")
+        await callbacks.pass_deploy_info(
+            self.session, self.options.api_url.rstrip("/"), self.node_uuid, report, self._api_headers, tls=self.tls
+        )
 
     async def _heartbeat_loop(self, api: str) -> None:
         assert self.node_uuid is not None

@@ -96,6 +96,24 @@ async def heartbeat(
             raise CallbackError(f"heartbeat answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)
 
 
+async def pass_deploy_info(
+    session: aiohttp.ClientSession,
+    api_url: str,
+    node_uuid: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    *,
+    tls: ssl.SSLContext | bool = True,
+) -> None:
+    """Seed 002's report of an iSCSI deploy ramdisk: its disk is exposed (or why not)."""
+    url = f"{api_url}/v1/nodes/{node_uuid}/vendor_passthru/pass_deploy_info"
+    async with session.post(url, json=body, headers=headers, timeout=TIMEOUT, ssl=tls) as resp:
+        if resp.status not in (200, 202, 204):
+            raise CallbackError(
+                f"pass_deploy_info answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status
+            )
+
+
 async def continue_inspection(
     session: aiohttp.ClientSession, url: str, body: dict[str, Any], *, tls: ssl.SSLContext | bool = True
 ) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.agent import checksum, erase, hardware, imagewrite, partitions
 from services.agent import configdrive as configdrives
+from services.agent.iscsi_target import IscsiTarget, TargetSpec
 from services.common import errors, password_hash
 
 if TYPE_CHECKING:
@@ -324,6 +325,62 @@ async def finalize_rescue(agent: Agent, params: dict[str, Any], cmd: CommandResu
     return None
 
 
+# ---- iscsi (seed 002's deploy: the conductor writes the disk) ----------------------------------
+
+ISCSI_STRINGS = ("iqn", "key", "chap_username", "chap_password", "initiator_iqn")
+
+
+def _validate_start_iscsi_target(agent: Agent, params: dict[str, Any]) -> None:
+    for name in ISCSI_STRINGS:
+        value = params.get(name)
+        if not isinstance(value, str) or not value or len(value) > 255:
+            raise errors.InvalidParameterValue(f"start_iscsi_target needs a non-empty '{name}' string")
+    if params.get("callback", "pass_deploy_info") not in ("pass_deploy_info", "heartbeat"):
+        raise errors.InvalidParameterValue("start_iscsi_target's 'callback' must be pass_deploy_info or heartbeat")
+    if agent.iscsi_target is not None:
+        raise errors.InvalidParameterValue("an iSCSI target is already running: stop it first")
+
+
+async def start_iscsi_target(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    """Serve the root disk (root device hints apply) as an iSCSI target only
+    the conductor can log in to, then call back with where it is. A failure
+    is reported the same way (``error``), so the deploy fails at once instead
+    of at its timeout."""
+    agent.remember_node(params.get("node"))
+    style = str(params.get("callback") or "pass_deploy_info")
+    report: dict[str, Any] = {"key": params["key"], "iqn": params["iqn"]}
+    try:
+        disk = await agent.root_disk()
+        target = IscsiTarget(
+            TargetSpec(
+                iqn=params["iqn"],
+                backing_path=disk.path,
+                chap_username=params["chap_username"],
+                chap_password=params["chap_password"],
+                initiator_iqn=params["initiator_iqn"],
+                listen_host=agent.options.iscsi_listen_host or agent.options.listen_host,
+                portal_port=agent.options.iscsi_portal_port,
+            ),
+            work_dir=agent.options.tmp_dir or None,
+        )
+        portal = await target.start()
+    except Exception as exc:
+        report["error"] = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        await agent.pass_deploy_info(report, style)
+        raise
+    agent.iscsi_target = target
+    report.update(address=agent.advertise_host, port=portal.port)
+    LOG.info("iscsi target up iqn=%s device=%s portal=%s:%s", params["iqn"], disk.name, portal.address, portal.port)
+    await agent.pass_deploy_info(report, style)
+    return {"iscsi_target_iqn": params["iqn"], "address": agent.advertise_host, "port": portal.port}
+
+
+async def stop_iscsi_target(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
+    await agent.stop_iscsi_target()
+    await _sync_disks(agent)
+    return None
+
+
 # ---- image / poll -------------------------------------------------------------------------
 
 
@@ -386,4 +443,6 @@ COMMANDS: dict[str, Command] = {
     "clean.get_clean_steps": Command(get_clean_steps, is_async=False),
     "rescue.finalize_rescue": Command(finalize_rescue, is_async=False, validate=_validate_finalize_rescue),
     "clean.execute_clean_step": Command(execute_clean_step, is_async=True, validate=_validate_clean_step),
+    "iscsi.start_iscsi_target": Command(start_iscsi_target, is_async=True, validate=_validate_start_iscsi_target),
+    "iscsi.stop_iscsi_target": Command(stop_iscsi_target, is_async=False),
 }

@@ -7,6 +7,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 
 import asyncpg
@@ -21,6 +22,8 @@ LOG = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLIC_PREFIXES = ("/v1/lookup", "/v1/heartbeat/", "/v1/continue_inspection")
 PUBLIC_PATHS = ("/", "/v1", "/v1/", "/v1/openapi.yaml", "/v1/openapi.json")
+# The iSCSI deploy ramdisk's report carries its own credential (the per-deploy key).
+PUBLIC_PATTERNS = (re.compile(r"^/v1/nodes/[^/]+/vendor_passthru/pass_deploy_info$"),)
 
 
 def error_response(status: int, message: str, faultcode: str = "Client") -> web.Response:
@@ -110,7 +113,7 @@ def basic_auth_middleware(verifier: BasicAuthVerifier) -> Callable[..., Awaitabl
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         path = request.path
-        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or any(p.match(path) for p in PUBLIC_PATTERNS):
             return await handler(request)
         header = request.headers.get("Authorization", "")
         if not header.lower().startswith("basic "):

@@ -22,7 +22,7 @@ from services.api import views
 from services.api.context import ApiContext
 from services.api.validators import MAC_RE
 from services.common import errors, states
-from services.common.conductor_messages import deploy_progress_message
+from services.common.conductor_messages import deploy_info_message, deploy_progress_message
 from services.common.db.nodes import is_uuid
 from services.common.jsonutil import dumps
 
@@ -38,7 +38,10 @@ HEARTBEAT_FIELDS = {
     "agent_status_message": (1, 72),
     # Ferrum extension, documented in docs/agent.md: the image write progress.
     "deploy_progress": (1, 22),
+    # Ferrum extension (docs/deploy.md): an iSCSI deploy ramdisk's pass_deploy_info fields.
+    "deploy_info": (1, 22),
 }
+DEPLOY_INFO_FIELDS = ("address", "port", "key", "iqn", "error")
 AGENT_STATUSES = ("start", "end", "error")
 SINCE = (1, 22)
 
@@ -136,6 +139,9 @@ class RamdiskApi:
         verify_ca = body.get("agent_verify_ca")
         if verify_ca is not None and (not isinstance(verify_ca, str) or "BEGIN CERTIFICATE" not in verify_ca):
             raise errors.InvalidParameterValue("agent_verify_ca must be a PEM certificate")
+        deploy_info = body.get("deploy_info")
+        if deploy_info is not None:
+            deploy_info = checked_deploy_info(deploy_info)
         for key in ("agent_version", "agent_status_message"):
             if body.get(key) is not None and not isinstance(body[key], str):
                 raise errors.InvalidParameterValue(f"{key} must be a string")
@@ -159,9 +165,27 @@ class RamdiskApi:
                 agent_status_message=body.get("agent_status_message") or "",
                 progress=deploy_progress_message(progress) if progress else None,
                 agent_verify_ca=verify_ca or "",
+                deploy_info=deploy_info_message(deploy_info) if deploy_info is not None else None,
             ),
         )
         return web.Response(status=202)
+
+    async def pass_deploy_info(self, request: web.Request) -> web.Response:
+        """Seed 002's ``POST /v1/nodes/{uuid}/vendor_passthru/pass_deploy_info``:
+        an iSCSI deploy ramdisk says where its disk is exposed, or why not.
+        Public, as lookup and heartbeat: the per-deploy key in the body is the
+        credential, and the owning conductor checks it (400 when wrong, 409
+        when the node is not waiting for it). 200 with no body, as the seed."""
+        body = checked_deploy_info(await self.ctx.body(request))
+        ident = request.match_info["ident"]
+        try:
+            node = await self.ctx.nodes.get_by_ident(ident)
+        except errors.NodeNotFound:
+            raise errors.NotFound(f"Node {ident} could not be found.") from None
+        await self.ctx.rpc(
+            node, "PassDeployInfo", cpb.PassDeployInfoRequest(node_uuid=node["uuid"], info=deploy_info_message(body))
+        )
+        return web.Response(status=200)
 
     async def continue_inspection(self, request: web.Request) -> web.Response:
         """IPA's post of its inventory at the end of an in-band inspection
@@ -198,3 +222,25 @@ class RamdiskApi:
         except errors.NotFound:
             raise errors.NotFound(NOT_FOUND) from None
         return web.Response(status=202, text=dumps({"uuid": node["uuid"]}), content_type="application/json")
+
+
+def checked_deploy_info(body: Any) -> dict[str, Any]:
+    """The fields of a pass_deploy_info report, type-checked (400 otherwise)."""
+    if not isinstance(body, dict):
+        raise errors.InvalidParameterValue("The deploy info must be a JSON object")
+    unknown = sorted(set(body) - set(DEPLOY_INFO_FIELDS))
+    if unknown:
+        raise errors.InvalidParameterValue(f'Unknown argument: "{unknown[0][:64]}"')
+    for key in ("address", "key", "iqn", "error"):
+        value = body.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > 4096):
+            raise errors.InvalidParameterValue(f"Deploy info '{key}' must be a string")
+    port = body.get("port")
+    if port is not None:
+        if isinstance(port, str) and port.isdigit():
+            port = int(port)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise errors.InvalidParameterValue("Deploy info 'port' must be a TCP port number")
+    if not body.get("key"):
+        raise errors.MissingParameter("Deploy info needs the deploy key ('key')")
+    return {**body, "port": port}

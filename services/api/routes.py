@@ -209,6 +209,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/inspection_rules/{ident}", InspectionRulesApi, "get_rule", (1, 96)),
     Route("PATCH", "/v1/inspection_rules/{ident}", InspectionRulesApi, "patch_rule", (1, 96), refusal=405),
     Route("DELETE", "/v1/inspection_rules/{ident}", InspectionRulesApi, "delete_rule", (1, 96), refusal=405),
+    # Before the generic vendor routes: the iSCSI deploy ramdisk's report (seed 002), public, key-checked.
+    Route("POST", "/v1/nodes/{ident}/vendor_passthru/pass_deploy_info", RamdiskApi, "pass_deploy_info", head=False),
     *_vendor_routes(),
     Route("GET", "/v1/nodes/{ident}/management/indicators", NodeManagementApi, "list_indicators", (1, 63)),
     Route("GET", "/v1/nodes/{ident}/management/indicators/{indicator}", NodeManagementApi, "get_indicator", (1, 63)),

@@ -97,3 +97,27 @@ def indicators_message(supported: Mapping[str, Mapping[str, Mapping[str, Any]]])
             for name, fields in names.items()
         ]
     )
+
+
+def deploy_info_message(report: Mapping[str, Any]) -> pb.DeployInfo:
+    """An iSCSI deploy ramdisk's report (``pass_deploy_info`` or a heartbeat's
+    ``deploy_info``) as a message. The api checked the types: strings, and a
+    port number (0 when absent: the iSCSI default)."""
+    return pb.DeployInfo(
+        address=str(report.get("address") or ""),
+        port=int(report.get("port") or 0),
+        key=str(report.get("key") or ""),
+        iqn=str(report.get("iqn") or ""),
+        error=str(report.get("error") or ""),
+    )
+
+
+def deploy_info_dict(message: pb.DeployInfo) -> dict[str, Any]:
+    """The report as the conductor checks it: absent fields are None."""
+    return {
+        "address": message.address or None,
+        "port": message.port or None,
+        "key": message.key or None,
+        "iqn": message.iqn or None,
+        "error": message.error or None,
+    }

@@ -81,7 +81,7 @@ class ConductorConfig:
     conductor_group: str = ""
     enabled_hardware_types: tuple[str, ...] = ("fake-hardware", "redfish")
     enabled_boot_interfaces: tuple[str, ...] = ("fake", "ipxe")
-    enabled_deploy_interfaces: tuple[str, ...] = ("fake", "direct")
+    enabled_deploy_interfaces: tuple[str, ...] = ("fake", "direct", "iscsi")
     enabled_power_interfaces: tuple[str, ...] = ("fake", "redfish")
     enabled_management_interfaces: tuple[str, ...] = ("fake", "redfish")
     enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
@@ -147,6 +147,13 @@ class ConductorConfig:
     vmedia_work_dir: str = ""  # kernels, ramdisks and ISOs while they are built; empty = <state_dir>/vmedia/<hostname>
     vmedia_download_timeout: float = 60.0  # connect and per-read timeout of kernel, ramdisk and ESP downloads
     vmedia_max_download: int = 2 * 1024**3
+    # iSCSI deploy (docs/deploy.md): the conductor's image cache (empty = <state_dir>/image-cache/<hostname>)
+    # and its bound, the initiator name the ramdisk's target admits (empty = one from the hostname), and
+    # how the ramdisk reports its exposed disk by default (pass_deploy_info or heartbeat).
+    image_cache_dir: str = ""
+    image_cache_max_bytes: int = 20 * 1024**3
+    iscsi_initiator_iqn: str = ""
+    iscsi_callback: str = "pass_deploy_info"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,6 +455,10 @@ def _validate_listener(section: str, values: ApiConfig | IpxeConfig | ObjectStor
 def _validate_conductor(c: ConductorConfig) -> None:
     if c.rescue_password_hash_algorithm not in ("sha256", "sha512"):
         raise ConfigError("FERRUM_CONDUCTOR_RESCUE_PASSWORD_HASH_ALGORITHM must be sha256 or sha512")
+    if c.iscsi_callback not in ("pass_deploy_info", "heartbeat"):
+        raise ConfigError(f"{env_name('conductor', 'iscsi_callback')} must be pass_deploy_info or heartbeat")
+    if c.image_cache_max_bytes <= 0:
+        raise ConfigError(f"{env_name('conductor', 'image_cache_max_bytes')} must be a positive number of bytes")
     for key in ("erase_devices_metadata_priority", "erase_devices_priority"):
         if getattr(c, key) < 0:
             raise ConfigError(f"{env_name('conductor', key)} must be 0 (manual only) or a positive priority")

@@ -21,6 +21,7 @@ from typing import Any
 from services.common import errors, states
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
+from services.conductor.drivers import iscsi
 from services.conductor.drivers.base import Task
 from services.conductor.flows import clean, deploy, rescue
 from services.conductor.node_states import NodeStates
@@ -36,6 +37,15 @@ CONTINUATIONS: Mapping[str, tuple[str, Callable[[NodeStates, Task], Awaitable[No
     states.RESCUEWAIT: (states.RESCUING, rescue.continue_after_callback),
 }
 BUSY_STATES = frozenset(busy for busy, _ in CONTINUATIONS.values())
+
+
+def _awaits_deploy_info(node: Mapping[str, Any]) -> bool:
+    info = node["driver_internal_info"]
+    return (
+        node["provision_state"] == states.DEPLOYWAIT
+        and bool(info.get(iscsi.KEY))
+        and not (info.get(iscsi.PORTAL) or info.get(iscsi.ERROR))
+    )
 
 
 def _now_iso() -> str:
@@ -74,6 +84,7 @@ class AgentCallbacks:
         agent_status: str = "",
         progress: Mapping[str, Any] | None = None,
         agent_verify_ca: str = "",
+        deploy_info: Mapping[str, Any] | None = None,
     ) -> None:
         node = await self.nodes.get(node_uuid)
         info = node["driver_internal_info"]
@@ -98,6 +109,10 @@ class AgentCallbacks:
             values["deploy_progress"] = dict(progress)
         if agent_verify_ca:
             values["agent_verify_ca"] = agent_verify_ca
+        if deploy_info is not None and _awaits_deploy_info(node):
+            # An agent repeats its report in every heartbeat until the target is
+            # stopped: only the first one, while the deploy still waits for it, counts.
+            values.update(self._accepted_deploy_info(node, deploy_info))
         waiting = node["provision_state"] in (
             states.DEPLOYWAIT,
             states.CLEANWAIT,
@@ -113,6 +128,77 @@ class AgentCallbacks:
         # interval later. Retries belong to this agent: once the node has
         # forgotten it (the operation ended, the next one boots a new
         # ramdisk), they stop, so a late retry never drives the next operation.
+        await self._continue_soon(node_uuid, callback_url)
+
+    async def pass_deploy_info(self, node_uuid: str, report: Mapping[str, Any]) -> None:
+        """Seed 002's ``pass_deploy_info``: the iSCSI deploy ramdisk exposed its
+        disk (or says why it could not). The per-deploy key authenticates the
+        report; the image write then starts as after a heartbeat."""
+        node = await self.nodes.get(node_uuid)
+        values = self._accepted_deploy_info(node, report)
+        node = await self.nodes.merge_internal_info(node_uuid, values, touch_provisioning=True)
+        await self.states.record_event(
+            node,
+            "pass-deploy-info",
+            "The deploy ramdisk reported an error" if iscsi.ERROR in values else "The deploy ramdisk exposed its disk",
+            severity="ERROR" if iscsi.ERROR in values else "INFO",
+        )
+        callback_url = node["driver_internal_info"].get("agent_url")
+        if callback_url:
+            await self._continue_soon(node_uuid, callback_url)
+        elif iscsi.ERROR in values:
+            # A ramdisk that never heartbeated (seed 002's own ramdisk reports only
+            # here): no heartbeat will continue the deploy, so fail it now.
+            async with self.tasks.acquire(node_uuid, "pass_deploy_info") as task:
+                if task.node["provision_state"] == states.DEPLOYWAIT:
+                    await task.save_internal_info({}, remove=iscsi.ISCSI_KEYS)
+                    await self.states.fail(
+                        task, f"Deploy failed for node {node_uuid}: {iscsi.ramdisk_error(values[iscsi.ERROR])}"
+                    )
+
+    @staticmethod
+    def _accepted_deploy_info(node: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
+        """The driver_internal_info a valid report sets; 400 for a bad or
+        unauthenticated one, 409 when the node is not waiting for it."""
+        uuid = node["uuid"]
+        if node["provision_state"] != states.DEPLOYWAIT:
+            raise errors.InvalidState(
+                f"Node {uuid} is not waiting for deploy information: its provision state is {node['provision_state']}"
+            )
+        if node.get("deploy_interface") != iscsi.IscsiDeploy.name:
+            raise errors.InvalidParameterValue(
+                f"Node {uuid} is not deployed over iSCSI (deploy interface {node.get('deploy_interface')!r})"
+            )
+        info = node["driver_internal_info"]
+        key = report.get("key")
+        if not isinstance(key, str) or not key:
+            raise errors.MissingParameter("Deploy info needs the deploy key ('key')")
+        stored = info.get(iscsi.KEY) or ""
+        if not stored or not hmac.compare_digest(stored.encode(), key.encode()):
+            raise errors.InvalidParameterValue(f"Deploy key does not match for node {uuid}")
+        if info.get(iscsi.PORTAL) or info.get(iscsi.ERROR):
+            raise errors.InvalidState(f"Node {uuid} already received its deploy information")
+        error = report.get("error")
+        if error:
+            return {iscsi.ERROR: str(error)[:1000]}
+        address, iqn, port = report.get("address"), report.get("iqn"), report.get("port")
+        missing = [name for name, value in (("address", address), ("iqn", iqn)) if not value]
+        if missing:
+            raise errors.MissingParameter(f"Deploy info for node {uuid} lacks {', '.join(missing)}")
+        if not isinstance(address, str) or not isinstance(iqn, str) or len(address) > 255:
+            raise errors.InvalidParameterValue("Deploy info 'address' and 'iqn' must be strings")
+        if iqn != info.get(iscsi.IQN):
+            raise errors.InvalidParameterValue(f"Deploy info names iqn {iqn[:230]!r}, not the target of this deploy")
+        if port in (None, "", 0):
+            port = 3260
+        if isinstance(port, bool) or not isinstance(port, (int, str)) or not str(port).isdigit():
+            raise errors.InvalidParameterValue("Deploy info 'port' must be a TCP port number")
+        if not 0 < int(port) < 65536:
+            raise errors.InvalidParameterValue("Deploy info 'port' must be a TCP port number")
+        return {iscsi.PORTAL: {"address": address, "port": int(port)}}
+
+    async def _continue_soon(self, node_uuid: str, callback_url: str) -> None:
+        """Take the next step now, or retry shortly while the node is busy."""
         key = (node_uuid, callback_url)
         if not await self._try_continue(node_uuid, callback_url) and key not in self._retries:
             retry = asyncio.create_task(

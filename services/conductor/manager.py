@@ -43,6 +43,7 @@ from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.flows import clean, deploy, inspect, power, rescue, resume, service, teardown, verify
 from services.conductor.flows.context import FlowContext
+from services.conductor.image_cache import ImageCache
 from services.conductor.indicators import Indicators
 from services.conductor.inspection import InventoryProcessing
 from services.conductor.node_states import NodeStates
@@ -146,6 +147,7 @@ class ConductorManager:
         secrets: NodeSecrets,
         objectstore: Any | None = None,
         vmedia_work_dir: Path | None = None,
+        image_cache_dir: Path | None = None,
         api_url: Callable[[], str] = lambda: "",
     ) -> None:
         self.pool = pool
@@ -176,6 +178,12 @@ class ConductorManager:
             max_download=config.vmedia_max_download,
         )
         self.tasks.media = self.vmedia
+        self.image_cache = ImageCache(
+            image_cache_dir or Path(config.image_cache_dir or "image-cache") / hostname,
+            max_bytes=config.image_cache_max_bytes,
+            download_timeout=config.vmedia_download_timeout,
+        )
+        self.tasks.image_cache = self.image_cache
         self.tasks.on_database_lost = self._resume_after_outage
         self.inspection = InventoryProcessing(
             pool,

@@ -16,7 +16,12 @@ from ferrum.v1 import conductor_pb2 as pb
 from ferrum.v1 import conductor_pb2_grpc as pb_grpc
 from services.common import errors
 from services.common.aiohttp_serving import start_http_site
-from services.common.conductor_messages import deploy_progress_dict, indicators_message, vendor_method_message
+from services.common.conductor_messages import (
+    deploy_info_dict,
+    deploy_progress_dict,
+    indicators_message,
+    vendor_method_message,
+)
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
 from services.common.db.node_secrets import NodeSecrets
@@ -184,7 +189,16 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 agent_status=request.agent_status,
                 progress=deploy_progress_dict(request.progress) if request.HasField("progress") else None,
                 agent_verify_ca=request.agent_verify_ca,
+                deploy_info=deploy_info_dict(request.deploy_info) if request.HasField("deploy_info") else None,
             ),
+        )
+        return pb.Empty()
+
+    async def PassDeployInfo(self, request: pb.PassDeployInfoRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.agents.pass_deploy_info(request.node_uuid, deploy_info_dict(request.info)),
         )
         return pb.Empty()
 
@@ -299,6 +313,8 @@ class ConductorService:
             secrets=NodeSecrets(Keyring.from_config(settings.security)),
             objectstore=self.objectstore,
             vmedia_work_dir=work_dir,
+            image_cache_dir=Path(self.config.image_cache_dir or Path(settings.state_dir) / "image-cache")
+            / self.hostname,
             api_url=lambda: agent_api_url(settings, endpoints),
         )
         self.bound: dict[str, str] = {}

@@ -33,6 +33,7 @@ from services.common.logs import node_uuid_var
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.media import MediaImages
 from services.conductor.drivers.registry import DriverRegistry
+from services.conductor.image_cache import ImageCache
 
 LOG = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ class TaskManager:
         self.publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
         # Set by the manager: floppies and boot ISOs for virtual-media boot.
         self.media: MediaImages | None = None
+        # Set by the manager: instance images by content hash (the iSCSI deploy writes from it).
+        self.image_cache: ImageCache | None = None
         # Set by the manager: what to do with a locked node whose background work
         # lost the database (wait for it and resume the flow from its recorded step).
         self.on_database_lost: Callable[[Task], Awaitable[None]] | None = None
@@ -195,6 +198,7 @@ class TaskManager:
             update_fields=self._update_fields,
             publish_configdrive=self.publish_configdrive,
             media=self.media,
+            image_cache=self.image_cache,
             purpose=purpose,
         )
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from services.conductor.drivers.media import MediaImages
+    from services.conductor.image_cache import ImageCache
 
 # Every node has one implementation of each kind, as in Ironic. The core kinds
 # have no sensible "nothing" and a hardware type must name them; each optional
@@ -59,6 +60,8 @@ class Task:
     publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
     # Set by the conductor: floppies and boot ISOs behind temp URLs (virtual-media boot, media.py).
     media: MediaImages | None = None
+    # Set by the conductor: instance images by content hash, on the conductor's disk (iSCSI deploy).
+    image_cache: ImageCache | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
     # What the lock was taken for (logs, history); empty for shared (unlocked) access.

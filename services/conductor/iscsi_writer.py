@@ -1,0 +1,291 @@
+"""Writing an image onto a ramdisk's disk over iSCSI, from the conductor.
+
+The login is libiscsi's, inside ``qemu-img`` (``--target-image-opts
+driver=iscsi,...``): a userspace initiator, so the conductor needs no
+kernel module, no ``iscsiadm`` and no root. CHAP's secret reaches qemu-img
+through a ``secret`` object read from a 0600 file, never on its command line
+(which every local user can read in ``/proc``).
+
+The image's format is never guessed from its bytes: qemu-img is told the
+format, a qcow2 that names a backing or data file is refused (opening it
+would read a file of the conductor's choosing from the image's choosing), and
+the image's virtual size must fit the LUN (seed 002's ``_check_image_size``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.common import errors
+from services.common.iscsi_chap import chap_credentials
+
+__all__ = [
+    "IscsiLogin",
+    "WriteResult",
+    "chap_credentials",
+    "image_facts",
+    "read_range",
+    "target_size",
+    "write_image",
+    "write_range",
+]
+
+LOG = logging.getLogger(__name__)
+QCOW2_MAGIC = b"QFI\xfb"
+FORMATS = ("raw", "qcow2")
+DEFAULT_PORT = 3260
+_IQN = re.compile(r"^iqn\.\d{4}-\d{2}\.[a-z0-9][a-z0-9.-]*(:[A-Za-z0-9.:_-]+)?$")
+
+
+def valid_iqn(iqn: str) -> bool:
+    return bool(_IQN.match(iqn)) and len(iqn) <= 223
+
+
+@dataclass(frozen=True)
+class IscsiLogin:
+    """Where and as whom the conductor logs in."""
+
+    address: str
+    port: int
+    iqn: str
+    username: str
+    password: str
+    initiator_iqn: str
+    lun: int = 1
+
+    def image_opts(self, secret_id: str, *, offset: int | None = None, size: int | None = None) -> str:
+        """qemu's option string for the LUN; with ``offset``/``size``, for that
+        byte range of it (qemu's ``raw`` driver over the ``iscsi`` one)."""
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        parts = {
+            "driver": "iscsi",
+            "transport": "tcp",
+            "portal": f"{host}:{self.port}",
+            "target": self.iqn,
+            "lun": str(self.lun),
+            "user": self.username,
+            "password-secret": secret_id,
+            "initiator-name": self.initiator_iqn,
+        }
+        for key, value in parts.items():
+            if "," in value:
+                raise errors.InvalidParameterValue(f"iSCSI {key} {value!r} holds a character qemu cannot take")
+        if offset is None:
+            return ",".join(f"{k}={v}" for k, v in parts.items())
+        return ",".join([f"driver=raw,offset={offset},size={size}", *(f"file.{k}={v}" for k, v in parts.items())])
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    format: str
+    virtual_size: int
+    disk_size: int
+    seconds: float
+
+
+async def _run(*argv: str, what: str, timeout: float | None = None) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        text = (err or out).decode(errors="replace").strip().splitlines()
+        raise errors.ImageError(f"{what} failed: {text[-1] if text else f'exit status {proc.returncode}'}")
+    return out.decode(errors="replace")
+
+
+def sniff_format(path: Path) -> str:
+    with open(path, "rb") as f:
+        return "qcow2" if f.read(4) == QCOW2_MAGIC else "raw"
+
+
+async def image_facts(path: Path, declared: str = "") -> tuple[str, int]:
+    """The image's format and virtual size. ``declared`` (instance_info's
+    ``image_disk_format``) must match what the bytes are."""
+    found = await asyncio.to_thread(sniff_format, path)
+    if declared and declared not in FORMATS:
+        raise errors.ImageFormatError(
+            f"The iSCSI deploy writes raw and qcow2 images; image_disk_format is {declared!r}"
+        )
+    if declared and declared != found:
+        raise errors.ImageFormatError(
+            f"The image is {found}, but instance_info image_disk_format says {declared}: refusing to write it"
+        )
+    info = json.loads(await _run("qemu-img", "info", "--output=json", "-f", found, str(path), what="Reading the image"))
+    specific = (info.get("format-specific") or {}).get("data") or {}
+    if info.get("backing-filename") or info.get("full-backing-filename") or specific.get("data-file"):
+        raise errors.ImageFormatError("The image names a backing or data file: refusing to open it")
+    return found, int(info["virtual-size"])
+
+
+class _SecretFile:
+    """The CHAP secret in a 0600 file for qemu-img's ``secret`` object, removed afterwards."""
+
+    def __init__(self, password: str, work_dir: str | None) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="ferrum-chap-", dir=work_dir)
+        try:
+            os.write(fd, password.encode())
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+async def target_size(login: IscsiLogin, *, work_dir: str | None = None, timeout: float = 60.0) -> int:
+    """The LUN's size in bytes (a login and a READ CAPACITY)."""
+    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
+    try:
+        out = await _run(
+            "qemu-img",
+            "info",
+            "--output=json",
+            "--object",
+            f"secret,id=chap,file={secret.path}",
+            "--image-opts",
+            login.image_opts("chap"),
+            what=f"Logging in to the iSCSI target {login.iqn} at {login.address}:{login.port}",
+            timeout=timeout,
+        )
+    finally:
+        await asyncio.to_thread(secret.close)
+    return int(json.loads(out)["virtual-size"])
+
+
+async def write_image(
+    image: Path,
+    login: IscsiLogin,
+    *,
+    declared_format: str = "",
+    work_dir: str | None = None,
+    login_timeout: float = 60.0,
+    write_timeout: float | None = None,
+) -> WriteResult:
+    """Check the image against the LUN, then convert it onto the LUN.
+
+    ``-n``: the LUN exists and is not assumed to be zeroed, so the image's
+    holes are written as zeroes (the disk may hold a previous tenant's data).
+    ``-W -m 8``: eight requests in flight, out of order, which keeps the
+    network and the ramdisk's disk busy at once."""
+    fmt, virtual = await image_facts(image, declared_format)
+    disk = await target_size(login, work_dir=work_dir, timeout=login_timeout)
+    if virtual > disk:
+        raise errors.ImageError(f"The image ({virtual} bytes) is larger than the disk it is written to ({disk} bytes)")
+    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
+    started = time.monotonic()
+    try:
+        await _run(
+            "qemu-img",
+            "convert",
+            "-n",
+            "-f",
+            fmt,
+            "-W",
+            "-m",
+            "8",
+            str(image),
+            "--object",
+            f"secret,id=chap,file={secret.path}",
+            "--target-image-opts",
+            login.image_opts("chap"),
+            what=f"Writing the image to the iSCSI target {login.iqn} at {login.address}:{login.port}",
+            timeout=write_timeout,
+        )
+    finally:
+        await asyncio.to_thread(secret.close)
+    seconds = time.monotonic() - started
+    LOG.info(
+        "image written over iSCSI iqn=%s format=%s bytes=%d seconds=%.2f rate=%.0fMiB/s",
+        login.iqn,
+        fmt,
+        virtual,
+        seconds,
+        virtual / max(seconds, 1e-6) / 2**20,
+    )
+    return WriteResult(format=fmt, virtual_size=virtual, disk_size=disk, seconds=seconds)
+
+
+async def read_range(
+    login: IscsiLogin, offset: int, size: int, *, work_dir: str | None = None, timeout: float = 120.0
+) -> bytes:
+    """``size`` bytes of the LUN from ``offset``."""
+    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
+    fd, out = tempfile.mkstemp(prefix="ferrum-lun-", dir=work_dir)
+    os.close(fd)
+    try:
+        await _run(
+            "qemu-img",
+            "convert",
+            "--object",
+            f"secret,id=chap,file={secret.path}",
+            "--image-opts",
+            login.image_opts("chap", offset=offset, size=size),
+            "-O",
+            "raw",
+            out,
+            what=f"Reading the iSCSI target {login.iqn}",
+            timeout=timeout,
+        )
+        return await asyncio.to_thread(Path(out).read_bytes)
+    finally:
+        await asyncio.to_thread(secret.close)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out)
+
+
+async def write_range(
+    login: IscsiLogin, offset: int, data: bytes, *, work_dir: str | None = None, timeout: float = 120.0
+) -> None:
+    """Write ``data`` onto the LUN at ``offset``."""
+    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
+    fd, src = tempfile.mkstemp(prefix="ferrum-lun-", dir=work_dir)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    try:
+        await _run(
+            "qemu-img",
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            src,
+            "--object",
+            f"secret,id=chap,file={secret.path}",
+            "--target-image-opts",
+            login.image_opts("chap", offset=offset, size=len(data)),
+            what=f"Writing to the iSCSI target {login.iqn}",
+            timeout=timeout,
+        )
+    finally:
+        await asyncio.to_thread(secret.close)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(src)
+
+
+def describe(result: WriteResult) -> dict[str, Any]:
+    return {
+        "format": result.format,
+        "bytes": result.virtual_size,
+        "disk_bytes": result.disk_size,
+        "seconds": round(result.seconds, 3),
+    }
