@@ -196,6 +196,7 @@ class Agent:
         self.agent_token: str | None = options.agent_token or None
         self.progress: imagewrite.Progress | None = None
         self.partition_info: dict[str, Any] = {}
+        self.root_fs_uuid: str | None = None  # a partition image's root file system (get_partition_uuids)
         # iSCSI deploy: the target serving the root disk, and the report a heartbeat carries
         # (``deploy_info``) when the conductor asked for heartbeat call-backs.
         self.iscsi_target: IscsiTarget | None = None

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from services.agent import checksum, erase, hardware, imagewrite, partitions
+from services.agent import checksum, erase, hardware, imagewrite, partition_image, partitions
 from services.agent import configdrive as configdrives
 from services.agent.iscsi_target import IscsiTarget, TargetSpec
 from services.common import errors, password_hash
@@ -94,7 +94,14 @@ class Command:
 
 
 def _validate_prepare_image(agent: Agent, params: dict[str, Any]) -> None:
-    checksum.validate_image_info(params.get("image_info"), allow_md5=agent.allow_md5())
+    image_info = params.get("image_info")
+    checksum.validate_image_info(image_info, allow_md5=agent.allow_md5())
+    assert isinstance(image_info, Mapping)
+    image_type = image_info.get("image_type") or "whole-disk"
+    if image_type not in ("whole-disk", "partition"):
+        raise errors.InvalidParameterValue(f"image_type {str(image_type)[:32]!r} is not whole-disk or partition")
+    if image_type == "partition":
+        partition_image.sizes_from_image_info(dict(image_info), configdrive=bool(params.get("configdrive")))
     drive = params.get("configdrive")
     if drive is not None and not isinstance(drive, str):
         raise errors.InvalidParameterValue("configdrive must be a URL or a gzip+base64 string")
@@ -174,6 +181,8 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
             progress.stage = "queued"
         async with slots if slots is not None else contextlib.nullcontext():
             progress.started = time.monotonic()
+            if image_info.get("image_type") == "partition":
+                return await _prepare_partition_image(agent, image_info, configdrive, disk, progress)
             written = await imagewrite.write_image(
                 agent.session,
                 image_info,
@@ -211,9 +220,37 @@ async def _prepare_image(agent: Agent, image_info: dict[str, Any], configdrive: 
     return message + (f" efi_system_partition_uuid={efi}" if efi else "")
 
 
+async def _prepare_partition_image(
+    agent: Agent, image_info: dict[str, Any], configdrive: str | None, disk: Any, progress: imagewrite.Progress
+) -> str:
+    try:
+        done = await partition_image.write_partition_image(
+            agent, image_info, configdrive or image_info.get("configdrive"), disk, progress
+        )
+        agent.root_fs_uuid = done.root_uuid
+        agent.partition_info = {
+            **await partitions.partition_uuids(disk.path, disk.name),
+            "root uuid": done.root_uuid,
+        }
+    except BaseException:
+        progress.stage, progress.finished = "failed", time.monotonic()
+        raise
+    progress.stage, progress.finished = "done", time.monotonic()
+    LOG.info(
+        "partition image written image=%s device=%s partitions=%s root_uuid=%s",
+        done.written.image_id,
+        disk.name,
+        ",".join(f"{p.role}:{p.number}" for p in done.layout.partitions),
+        done.root_uuid,
+    )
+    return f"image ({done.written.image_id}) written to device {disk.name} root_uuid={done.root_uuid}"
+
+
 async def get_partition_uuids(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:
     disk = await agent.root_disk()
     info = await partitions.partition_uuids(disk.path, disk.name)
+    if agent.root_fs_uuid:  # a partition image: its root file system, as IPA reports it
+        info["root uuid"] = agent.root_fs_uuid
     agent.partition_info = info
     return {k: v for k, v in info.items() if k != "label"}
 

@@ -223,6 +223,44 @@ async def write_image(
     return WriteResult(format=fmt, virtual_size=virtual, disk_size=disk, seconds=seconds)
 
 
+async def convert_into(
+    image: Path,
+    fmt: str,
+    login: IscsiLogin,
+    *,
+    offset: int,
+    size: int,
+    skip_holes: bool = False,
+    work_dir: str | None = None,
+    timeout: float | None = None,
+) -> None:
+    """Convert ``image`` into the byte range ``[offset, offset+size)`` of the LUN
+    (a partition). ``skip_holes`` leaves the image's unallocated ranges
+    untouched, for a file system just made whose holes it never wrote."""
+    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
+    try:
+        await _run(
+            "qemu-img",
+            "convert",
+            "-n",
+            *(["--target-is-zero"] if skip_holes else []),
+            "-f",
+            fmt,
+            "-W",
+            "-m",
+            "8",
+            str(image),
+            "--object",
+            f"secret,id=chap,file={secret.path}",
+            "--target-image-opts",
+            login.image_opts("chap", offset=offset, size=size),
+            what=f"Writing to the iSCSI target {login.iqn}",
+            timeout=timeout,
+        )
+    finally:
+        await asyncio.to_thread(secret.close)
+
+
 async def read_range(
     login: IscsiLogin, offset: int, size: int, *, work_dir: str | None = None, timeout: float = 120.0
 ) -> bytes:

@@ -14,6 +14,7 @@ value put into the plan went through :mod:`services.ipxe.safety` first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,19 @@ def boot_mode(node: Mapping[str, Any], default: str) -> str:
     return default
 
 
+def _booting_instance(node: Mapping[str, Any]) -> bool:
+    """The deploy's last step powers the instance on while the node is still
+    ``deploying`` (it becomes ``active`` once the step returns): a machine
+    that network-boots its instance (a partition image's kernel) asks now,
+    and must get the instance, not the deploy ramdisk again."""
+    internal = node.get("driver_internal_info") or {}
+    return (
+        node.get("provision_state") == states.DEPLOYING
+        and internal.get("deploy_phase") == "finishing"
+        and internal.get("finish_step") == "boot_instance"
+    )
+
+
 def plan_boot(data: BootData, *, mac: str | None, options: PlanOptions) -> Plan:
     """What the node with ``data`` should boot; ``mac`` is the NIC it asked with, if known."""
     node = data.node
@@ -97,8 +111,10 @@ def plan_boot(data: BootData, *, mac: str | None, options: PlanOptions) -> Plan:
         "timeout_ms": options.timeout_ms,
         "retries": options.retries,
     }
-    if state in RAMDISK_STATES:
+    if state in RAMDISK_STATES and not _booting_instance(node):
         return Plan("deploy", "deploy.ipxe.j2", {**common, **_ramdisk_values(data, mac, options)})
+    if state == states.DEPLOYING:
+        return _active_plan(data, common, options)
     if state == states.ACTIVE:
         return _active_plan(data, common, options)
     raise Refusal(
@@ -154,7 +170,43 @@ def _active_plan(data: BootData, common: dict[str, Any], options: PlanOptions) -
         return _san_plan(data, boot_target, common, options)
     if node.get("deploy_interface") == "ramdisk":
         return _instance_ramdisk_plan(node, common, options)
+    if internal.get("is_whole_disk_image") is False:
+        return _partition_image_plan(node, internal, common, options)
     return Plan("local_disk", "local_disk.ipxe.j2", common)
+
+
+def _partition_image_plan(
+    node: Mapping[str, Any], internal: Mapping[str, Any], common: dict[str, Any], options: PlanOptions
+) -> Plan:
+    """A partition image netboots its own kernel and ramdisk with its root file
+    system by UUID (Ironic's ``root={{ ROOT }} ro text``)."""
+    instance = node.get("instance_info") or {}
+    for key in ("kernel", "ramdisk"):
+        if not instance.get(key):
+            raise Refusal(f"node {node['uuid']} holds a partition image but has no instance_info {key} to boot")
+    root = str(internal.get("root_uuid_or_disk_id") or "")
+    if not _ROOT_UUID.match(root):
+        raise Refusal(f"node {node['uuid']} holds a partition image but its root file system UUID is unknown")
+    append = _append_params(
+        instance.get("kernel_append_params"), options.kernel_append_params, field="instance_info kernel_append_params"
+    )
+    args = safety.check_kernel_args(f"root=UUID={root} ro text {append}".strip(), field="kernel arguments")
+    return Plan(
+        "ramdisk",
+        "ramdisk.ipxe.j2",
+        {
+            **common,
+            "boot_iso_url": "",
+            "kernel_url": safety.check_url(instance["kernel"], field="instance_info kernel"),
+            "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
+            "kernel_args": args,
+            "initrd_name": "ramdisk",
+            "purpose": "partition image instance",
+        },
+    )
+
+
+_ROOT_UUID = re.compile(r"^[0-9A-Fa-f-]{4,64}$")
 
 
 def _instance_ramdisk_plan(node: Mapping[str, Any], common: dict[str, Any], options: PlanOptions) -> Plan:

@@ -63,12 +63,16 @@ def read_partitions(disk_path: str | os.PathLike[str]) -> dict[str, Any]:
             if whole.kind:
                 report["whole_disk"] = {"filesystem": whole.kind, "label": whole.label}
             return report
+        partitions = [
+            _partition_report(p, table.table, table.sector_size) for p in table.partitions if p.kind != "extended"
+        ]
+        for part in partitions:
+            if "error" not in part:
+                part["fs_uuid"] = filesystems.filesystem_uuid(fp, part["start"])
     return {
         "table": table.table,
         "disk_guid": table.disk_id if table.table == "gpt" else f"0x{table.disk_id}",
-        "partitions": [
-            _partition_report(p, table.table, table.sector_size) for p in table.partitions if p.kind != "extended"
-        ],
+        "partitions": partitions,
         "size": size,
     }
 

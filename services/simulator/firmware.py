@@ -161,7 +161,35 @@ async def boot_kernel(machine: Machine, action: Any, script_url: str) -> str:
     kernel_url = urljoin(script_url, action.kernel_url) if action.kernel_url else ""
     initrds = [urljoin(script_url, u) for u in (action.initrd_urls or ())]
     machine.record("kernel", kernel=kernel_url, initrds=initrds, cmdline=cmdline)
+    root = split_cmdline(cmdline).get("root", "")
+    if root.startswith("UUID=") and not split_cmdline(cmdline).get("ipa-api-url"):
+        return await boot_root_filesystem(machine, cmdline, root[len("UUID=") :])
     return await start_ramdisk(machine, cmdline)
+
+
+async def boot_root_filesystem(machine: Machine, cmdline: str, fs_uuid: str) -> str:
+    """An instance kernel netbooted with ``root=UUID=`` (a partition image):
+    it mounts the disk's partition holding that file system, and the OS reads
+    its config drive as on a local boot. No such file system: the kernel
+    panics, as a real one would (VFS: unable to mount root fs)."""
+    report = await asyncio.to_thread(disk_reader.inspect_disk, machine.disk_path)
+    root = next((p for p in report["partitions"] if p.get("fs_uuid", "").lower() == fs_uuid.lower()), None)
+    if root is None:
+        machine.status = "kernel_panic"
+        machine.record("root_not_found", root=fs_uuid)
+        return FAILED
+    machine.os_report = {**report, "netboot": True, "cmdline": cmdline, "root": root}
+    machine.status = "os"
+    drive = report.get("config_drive") or {}
+    machine.record(
+        "os_booted",
+        table=report["table"],
+        partitions=len(report["partitions"]),
+        config_drive=bool(drive),
+        hostname=drive.get("hostname") or "",
+        root=fs_uuid,
+    )
+    return BOOTED
 
 
 async def start_ramdisk(machine: Machine, cmdline: str, *, removable_media: tuple[bytes, ...] = ()) -> str:

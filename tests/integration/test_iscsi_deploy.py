@@ -38,7 +38,7 @@ from tests.restclient import call, wait_state
 
 USER, PASSWORD = "admin", "iscsi-secret"
 MiB = 1024 * 1024
-DISK = 96 * MiB
+DISK = 4 * 1024 * MiB  # sparse; room for a partition image's 1 GiB root and ephemeral
 QUIET = {4, 5}  # machines whose first ramdisk boot brings no agent: the test speaks for it
 
 
@@ -74,7 +74,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
 
     simulator = Simulator(
         SimulatorOptions(
-            machines=6,
+            machines=7,
             state_dir=str(tmp / "machines"),
             boot_url=stack.endpoints["ipxe HTTP"],
             username=USER,
@@ -87,6 +87,14 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
     session = aiohttp.ClientSession()
     conductor: Any = next(s for s in stack.services if s.name == "conductor")
     raw = build_demo_image(tmp / "images", size_mib=24, marker="iscsi deploy")
+    rootfs = tmp / "images" / "root-partition.img"
+    (tmp / "rootfs" / "etc").mkdir(parents=True)
+    (tmp / "rootfs" / "etc" / "ferrum-demo").write_text("partition image\n")
+    subprocess.run(
+        ["mke2fs", "-q", "-F", "-t", "ext4", "-L", "instance-root", "-d", str(tmp / "rootfs"), str(rootfs), "32M"],
+        check=True,
+    )
+    await conductor.objectstore.put_file("iscsi", "root.img", rootfs)
     qcow2 = tmp / "images" / "demo-disk.qcow2"
     subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw.path), str(qcow2)], check=True)
     await conductor.objectstore.put_file("iscsi", "disk.raw", raw.path)
@@ -105,6 +113,9 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
             "qcow2_url": await conductor.objectstore.temp_url("iscsi", "disk.qcow2", lifetime=1800),
             "qcow2_sha256": hashlib.sha256(qcow2.read_bytes()).hexdigest(),
             "kernel": await conductor.objectstore.temp_url("iscsi", "kernel", lifetime=1800),
+            "rootfs": rootfs,
+            "rootfs_url": await conductor.objectstore.temp_url("iscsi", "root.img", lifetime=1800),
+            "rootfs_sha256": hashlib.sha256(rootfs.read_bytes()).hexdigest(),
         }
     finally:
         await session.close()
@@ -112,7 +123,15 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
         await simulator.stop()
 
 
-async def enroll(env: dict[str, Any], index: int, *, image: str = "raw", callback: str = "") -> dict[str, Any]:
+async def enroll(
+    env: dict[str, Any],
+    index: int,
+    *,
+    image: str = "raw",
+    callback: str = "",
+    instance: dict[str, Any] | None = None,
+    deploy: str = "iscsi",
+) -> dict[str, Any]:
     machine = env["sim"].machines[index]
     driver_info = {
         "redfish_address": env["sim"].redfish_url,
@@ -128,13 +147,14 @@ async def enroll(env: dict[str, Any], index: int, *, image: str = "raw", callbac
         "name": machine.name,
         "driver": "redfish",
         "boot_interface": "ipxe",
-        "deploy_interface": "iscsi",
+        "deploy_interface": deploy,
         "driver_info": driver_info,
         "instance_info": {
             "image_source": env[f"{image}_url"],
             "image_disk_format": image,
             "image_os_hash_algo": "sha256",
             "image_os_hash_value": env[f"{image}_sha256"],
+            **(instance or {}),
         },
     }
     _, node = await call(env, "POST", "/v1/nodes", body, expect=201)
@@ -152,7 +172,7 @@ async def provision(env: dict[str, Any], ident: str, target: str, state: str, **
 async def booted(machine: Any) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while machine.os_report is None:
-        assert time.monotonic() < deadline, "the machine did not boot its disk"
+        assert time.monotonic() < deadline, f"the machine did not boot: {list(machine.boot_log)[-6:]}"
         await asyncio.sleep(0.1)
     return dict(machine.os_report)
 
@@ -282,3 +302,95 @@ async def test_a_failed_login_fails_the_deploy_and_a_second_deploy_succeeds(env:
     done = await provision(env, uuid, "active", "active")
     assert done["last_error"] is None
     assert disk_starts_with(env["sim"].machines[5].disk_path, env["raw"])
+
+
+PARTITIONED = {
+    "image_disk_format": "raw",
+    "root_gb": 1,
+    "swap_mb": 64,
+    "ephemeral_gb": 1,
+    "ephemeral_format": "ext4",
+}
+
+
+@pytest.mark.parametrize(("index", "deploy"), [(3, "iscsi"), (6, "direct")])
+async def test_partition_image_with_root_swap_ephemeral_and_config_drive(
+    env: dict[str, Any], index: int, deploy: str
+) -> None:
+    """Nova's flavor on a partition image, by either deploy interface (one
+    layout code): ephemeral, swap, config drive and root (last) partitions,
+    the image in root, and the instance kernel netbooted with root=UUID= of
+    that file system."""
+    node = await enroll(
+        env,
+        index,
+        deploy=deploy,
+        image="rootfs",
+        instance={**PARTITIONED, "kernel": env["kernel"], "ramdisk": env["kernel"]},
+    )
+    done = await provision(
+        env, node["uuid"], "active", "active", configdrive={"meta_data": {"hostname": "partitioned"}}
+    )
+    assert done["last_error"] is None, done["last_error"]
+    info = done["driver_internal_info"]
+    assert info["is_whole_disk_image"] is False
+    if deploy == "iscsi":
+        assert info["iscsi_write"]["partitions"] == {"ephemeral": 1, "swap": 2, "config_drive": 3, "root": 4}
+    machine = env["sim"].machines[index]
+    report = await booted(machine)
+    assert report.get("netboot") and f"root=UUID={info['root_uuid_or_disk_id']}" in report["cmdline"], report
+    parts = {p["number"]: p for p in report["partitions"]}
+    assert report["table"] == "mbr" and sorted(parts) == [1, 2, 3, 4], report
+    assert parts[1]["size"] == 1024 * MiB and parts[1]["filesystem"] == "ext" and parts[1]["label"] == "ephemeral0"
+    assert parts[2]["size"] == 64 * MiB and parts[2]["filesystem"] == "swap"
+    assert parts[3]["filesystem"] == "iso9660" and report["config_drive"]["hostname"] == "partitioned"
+    assert parts[4]["size"] == 1024 * MiB and parts[4]["label"] == "instance-root"
+    assert report["root"]["number"] == 4
+    image = env["rootfs"].read_bytes()
+    with open(machine.disk_path, "rb") as disk:
+        disk.seek(parts[4]["start"])
+        assert disk.read(len(image)) == image, "the root partition does not hold the image"
+
+
+async def test_partition_image_refusals(env: dict[str, Any]) -> None:
+    """A partition image without a kernel to netboot, a flavor larger than the
+    disk, or an unknown ephemeral format: 400 before anything runs."""
+    _, node = await call(
+        env,
+        "POST",
+        "/v1/nodes",
+        {
+            "driver": "redfish",
+            "deploy_interface": "iscsi",
+            "boot_interface": "ipxe",
+            "driver_info": {
+                "redfish_address": env["sim"].redfish_url,
+                "redfish_system_id": env["sim"].machines[0].system_path,
+                "deploy_kernel": env["kernel"],
+                "deploy_ramdisk": env["kernel"],
+            },
+            "instance_info": {
+                "image_source": env["rootfs_url"],
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": env["rootfs_sha256"],
+                "image_type": "partition",
+                "root_gb": 1,
+            },
+        },
+        expect=201,
+    )
+    _, checked = await call(env, "GET", f"/v1/nodes/{node['uuid']}/validate", expect=200)
+    assert checked["deploy"]["result"] is False and "netboot" in checked["deploy"]["reason"], checked["deploy"]
+    await call(
+        env,
+        "PATCH",
+        f"/v1/nodes/{node['uuid']}",
+        [
+            {"op": "add", "path": "/instance_info/kernel", "value": env["kernel"]},
+            {"op": "add", "path": "/instance_info/ramdisk", "value": env["kernel"]},
+            {"op": "add", "path": "/instance_info/ephemeral_format", "value": "ntfs"},
+        ],
+        expect=200,
+    )
+    _, checked = await call(env, "GET", f"/v1/nodes/{node['uuid']}/validate", expect=200)
+    assert checked["deploy"]["result"] is False and "ephemeral_format" in checked["deploy"]["reason"]

@@ -8,6 +8,7 @@ so it is safe on any bytes.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -53,6 +54,26 @@ def probe(fp: BinaryIO, offset: int) -> Filesystem:
             "swap", _unique([_text(head[1024 + 28 : 1024 + 44])]) if head[4086:4096] == _SWAP_MAGICS[0] else ()
         )
     return NONE
+
+
+def filesystem_uuid(fp: BinaryIO, offset: int) -> str:
+    """The UUID ``blkid`` reports for the file system at ``offset`` (ext, xfs,
+    swap; vfat's volume id), "" when there is none. What a kernel's
+    ``root=UUID=`` names."""
+    fp.seek(offset)
+    head = fp.read(4096)
+    if len(head) >= 1024 + 136 and head[1024 + 56 : 1024 + 58] == _EXT_MAGIC:
+        return str(uuid.UUID(bytes=head[1024 + 104 : 1024 + 120]))
+    if head[:4] == b"XFSB" and len(head) >= 48:
+        return str(uuid.UUID(bytes=head[32:48]))
+    if len(head) == 4096 and head[4086:4096] == _SWAP_MAGICS[0]:
+        return str(uuid.UUID(bytes=head[1024 + 12 : 1024 + 28]))
+    if fat.is_fat(head[:512]):
+        fat32 = head[82:87] == b"FAT32"
+        raw = head[67:71] if fat32 else head[39:43]
+        value = int.from_bytes(raw, "little")
+        return f"{value >> 16:04X}-{value & 0xFFFF:04X}"
+    return ""
 
 
 def _text(raw: bytes) -> str:

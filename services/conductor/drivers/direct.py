@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from services.common import errors, states
+from services.common.images.partition_layout import PartitionSizes
 from services.conductor.drivers import base, ramdisk_boot
 from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, client_for, command_error_text
 from services.conductor.drivers.agent_steps import AgentCleanSteps
@@ -27,6 +28,34 @@ __all__ = ["AGENT_KEYS", "DirectDeploy", "command_error_text", "image_info"]
 LOG = logging.getLogger(__name__)
 
 HASH_ALGORITHMS = ("sha256", "sha512", "md5")
+
+
+def is_partition_image(node: dict[str, Any]) -> bool:
+    """Ironic's rule: an image with its own kernel and ramdisk (or marked so) is a
+    partition image, written into a root partition the deploy makes."""
+    info = node.get("instance_info") or {}
+    if info.get("image_type") in ("partition", "whole-disk"):
+        return bool(info["image_type"] == "partition")
+    return bool(info.get("kernel") and info.get("ramdisk"))
+
+
+def default_disk_label(node: dict[str, Any]) -> str:
+    """Ironic's: gpt for a UEFI node, msdos otherwise (instance_info capabilities may say)."""
+    caps = (node.get("properties") or {}).get("capabilities") or ""
+    return "gpt" if "boot_mode:uefi" in str(caps) or node.get("boot_mode") == "uefi" else "msdos"
+
+
+def validate_partition_image(node: dict[str, Any]) -> PartitionSizes:
+    """A partition image netboots its kernel (no boot loader is installed) and needs Nova's sizes."""
+    info = node.get("instance_info") or {}
+    missing = [k for k in ("kernel", "ramdisk") if not info.get(k)]
+    if missing:
+        raise errors.MissingParameter(
+            f"Node {node['uuid']}: a partition image boots by netboot, so instance_info needs "
+            f"{' and '.join(missing)} (local boot of partition images needs a boot loader install, "
+            "which Ferrum does not do)"
+        )
+    return PartitionSizes.from_instance_info(info, default_label=default_disk_label(node))
 
 
 def image_info(node: dict[str, Any]) -> dict[str, Any]:
@@ -47,6 +76,16 @@ def image_info(node: dict[str, Any]) -> dict[str, Any]:
     if info.get("image_os_hash_algo") and info.get("image_os_hash_value"):
         result["os_hash_algo"] = info["image_os_hash_algo"]
         result["os_hash_value"] = info["image_os_hash_value"]
+    if is_partition_image(node):
+        sizes = validate_partition_image(node)
+        result.update(
+            image_type="partition",
+            root_mb=sizes.root_mb,
+            swap_mb=sizes.swap_mb,
+            ephemeral_mb=sizes.ephemeral_mb,
+            ephemeral_format=sizes.ephemeral_format,
+            disk_label=sizes.label,
+        )
     return result
 
 
@@ -78,6 +117,8 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
                 f"Node {task.node['uuid']} needs instance_info image_checksum or "
                 "image_os_hash_algo and image_os_hash_value: images are never written unverified"
             )
+        if is_partition_image(task.node):
+            validate_partition_image(task.node)
 
     async def deploy(self, task: base.Task) -> str | None:
         """Boot the ramdisk; the agent's heartbeats drive the rest.
@@ -177,7 +218,7 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
         uuids = await self._client(task).run_sync("standby.get_partition_uuids", {}) or {}
         await task.save_internal_info(
             {
-                "is_whole_disk_image": True,
+                "is_whole_disk_image": not is_partition_image(task.node),
                 "root_uuid_or_disk_id": uuids.get("root uuid"),
             }
         )

@@ -64,10 +64,13 @@ class IpxeBoot(base.BootInterface):
         does, so the first boot after a deploy never depends on the renderer
         having seen the node become active. A boot-from-volume node (or a BMC
         that can only network-boot) keeps booting from the network, and the
-        renderer answers with the SAN or local-disk script for its state.
+        renderer answers with the SAN or local-disk script for its state. So
+        does a partition image (``is_whole_disk_image`` false): its instance
+        kernel boots from the network with ``root=UUID=``.
         """
         devices = task.driver.management.get_supported_boot_devices(task)
-        if "disk" in devices and not task.volume_targets:
+        netboot = (task.node.get("driver_internal_info") or {}).get("is_whole_disk_image") is False
+        if "disk" in devices and not task.volume_targets and not netboot:
             await task.driver.management.set_boot_device(task, "disk", persistent=True)
         else:
             await task.driver.management.set_boot_device(task, "pxe", persistent=True)

@@ -34,10 +34,10 @@ import aiohttp
 
 from services.common import errors
 from services.common.images.configdrive import decode_configdrive
-from services.conductor import iscsi_configdrive, iscsi_writer
+from services.conductor import iscsi_configdrive, iscsi_partitions, iscsi_writer
 from services.conductor.drivers import base
 from services.conductor.drivers.agent_client import AgentClient, agent_node, command_error_text
-from services.conductor.drivers.direct import DirectDeploy
+from services.conductor.drivers.direct import DirectDeploy, is_partition_image, validate_partition_image
 from services.conductor.image_cache import image_ref
 
 LOG = logging.getLogger(__name__)
@@ -50,7 +50,6 @@ ISCSI_KEYS = (KEY, IQN, PORTAL, ERROR, "iscsi_write_started_at")
 CALLBACK_STYLES = ("pass_deploy_info", "heartbeat")
 IQN_PREFIX = "iqn.2008-10.org.openstack"
 MAX_CONFIGDRIVE_DOWNLOAD = 128 * 1024 * 1024
-PARTITION_IMAGE_FIELDS = ("kernel", "ramdisk")
 
 
 def initiator_iqn(options: dict[str, Any], conductor: str) -> str:
@@ -97,11 +96,6 @@ class IscsiDeploy(DirectDeploy):
         if fmt and fmt not in iscsi_writer.FORMATS:
             raise errors.InvalidParameterValue(
                 f"The iscsi deploy of node {uuid} writes raw and qcow2 images, not image_disk_format {fmt!r}"
-            )
-        if any(info.get(k) for k in PARTITION_IMAGE_FIELDS) or info.get("image_type") == "partition":
-            raise errors.InvalidParameterValue(
-                f"Node {uuid}: the iscsi deploy writes whole-disk images only so far; "
-                "partition images (kernel, ramdisk, root_gb) are not supported yet"
             )
         style = callback_style(task.node, self.options)
         if style not in CALLBACK_STYLES:
@@ -190,11 +184,14 @@ class IscsiDeploy(DirectDeploy):
             raise errors.ImageError("This conductor has no image cache for iSCSI deploys")
         login = self._login(task)
         info = task.node["instance_info"]
+        declared = str(info.get("image_disk_format") or "")
         try:
+            if is_partition_image(task.node):
+                await self._write_partitions(task, login, declared)
+                await self._stop_target(task, client)
+                return
             async with task.image_cache.image(image_ref(info)) as path:
-                written = await iscsi_writer.write_image(
-                    path, login, declared_format=str(info.get("image_disk_format") or "")
-                )
+                written = await iscsi_writer.write_image(path, login, declared_format=declared)
             configdrive = info.get("configdrive")
             if configdrive:
                 iso = await _configdrive_iso(configdrive)
@@ -210,6 +207,46 @@ class IscsiDeploy(DirectDeploy):
             raise
         await self._stop_target(task, client)
         await task.save_internal_info({"iscsi_write": iscsi_writer.describe(written)})
+
+    async def _write_partitions(self, task: base.Task, login: iscsi_writer.IscsiLogin, declared: str) -> None:
+        """Root, swap, ephemeral and config drive (Nova's sizes), then the root
+        file system's UUID for the netboot kernel line."""
+        assert task.image_cache is not None
+        info = task.node["instance_info"]
+        sizes = validate_partition_image(task.node)
+        iso = await _configdrive_iso(info["configdrive"]) if info.get("configdrive") else None
+        started = time.monotonic()
+        async with task.image_cache.image(image_ref(info)) as path:
+            result = await iscsi_partitions.write_partition_image(
+                login, sizes, path, declared_format=declared, configdrive=iso
+            )
+        if not result.root_uuid:
+            raise errors.ImageError("The root partition holds no file system with a UUID after the write")
+        await task.save_internal_info(
+            {
+                "is_whole_disk_image": False,
+                "root_uuid_or_disk_id": result.root_uuid,
+                "iscsi_write": {
+                    "format": result.image_format,
+                    "bytes": result.image_size,
+                    "disk_bytes": result.layout.disk_size,
+                    "seconds": round(time.monotonic() - started, 3),
+                    # "config_drive", not the role's name: "configdrive" keys are masked as secrets.
+                    "partitions": {
+                        p.role.replace("configdrive", "config_drive"): p.number for p in result.layout.partitions
+                    },
+                    "disk_label": result.layout.label,
+                },
+            }
+        )
+
+    async def prepare_instance_boot(self, task: base.Task) -> None:
+        """A whole-disk image: as ``direct``. A partition image: its root UUID
+        is already known, and it boots the instance kernel by netboot."""
+        if not is_partition_image(task.node):
+            await super().prepare_instance_boot(task)
+            return
+        await task.driver.boot.prepare_instance(task)
 
     async def _stop_target(self, task: base.Task, client: AgentClient) -> None:
         try:
