@@ -71,8 +71,10 @@ class ProcessFleet:
         disk_size: str = "512MiB",
         log_level: str = "WARNING",
         env: dict[str, str] | None = None,
+        deploy_interface: str = "direct",
     ) -> None:
         self.work = work
+        self.deploy_interface = deploy_interface
         self.machines = machines
         self.conductor_names = tuple(conductors)
         self.power_delay = power_delay
@@ -242,7 +244,7 @@ class ProcessFleet:
                     "name": machine["name"],
                     "driver": "redfish",
                     "boot_interface": "ipxe",
-                    "deploy_interface": "direct",
+                    "deploy_interface": self.deploy_interface,
                     "driver_info": {**machine["driver_info"], "deploy_kernel": kernel, "deploy_ramdisk": ramdisk},
                     "properties": {"root_device": {"serial": machine["disk_serial"]}},
                     "instance_info": {

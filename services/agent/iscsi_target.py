@@ -158,6 +158,11 @@ class Portal:
     port: int
 
 
+def _dies_with_parent() -> tuple[str, ...]:
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig", "KILL") if setpriv else ()
+
+
 def _parse_portals(text: str) -> list[Portal]:
     """``Portal: 127.0.0.1:43853,1`` / ``Portal: [::1]:35445,1`` lines of ``--mode portal --op show``."""
     found = []
@@ -300,6 +305,9 @@ class IscsiTarget:
             log = await asyncio.to_thread(self._open_log)
             try:
                 self._process = await asyncio.create_subprocess_exec(
+                    # setpriv --pdeathsig: an agent that dies (a crash, a SIGKILLed simulator)
+                    # takes its tgtd with it, so no orphan keeps a disk exposed.
+                    *_dies_with_parent(),
                     self._tgtd,
                     "-f",
                     "-C",

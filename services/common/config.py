@@ -148,7 +148,7 @@ class ConductorConfig:
     vmedia_download_timeout: float = 60.0  # connect and per-read timeout of kernel, ramdisk and ESP downloads
     vmedia_max_download: int = 2 * 1024**3
     # iSCSI deploy (docs/deploy.md): the conductor's image cache (empty = <state_dir>/image-cache/<hostname>)
-    # and its bound, the initiator name the ramdisk's target admits (empty = one from the hostname), and
+    # and its bound, the initiator name the ramdisk's target admits (empty = Ferrum's, one for all conductors), and
     # how the ramdisk reports its exposed disk by default (pass_deploy_info or heartbeat).
     image_cache_dir: str = ""
     image_cache_max_bytes: int = 20 * 1024**3

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -93,9 +94,20 @@ class WriteResult:
     seconds: float
 
 
+def _dies_with_us(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """``argv`` under ``setpriv --pdeathsig KILL``: a conductor that is killed
+    mid-write takes its qemu-img with it, so the write the conductor taking
+    the node over starts again never races an orphan still writing."""
+    setpriv = shutil.which("setpriv")
+    return (setpriv, "--pdeathsig", "KILL", *argv) if setpriv else argv
+
+
 async def _run(*argv: str, what: str, timeout: float | None = None) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *_dies_with_us(argv),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         async with asyncio.timeout(timeout):

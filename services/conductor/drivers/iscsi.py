@@ -25,7 +25,6 @@ and the target up; the conductor that takes the node over writes again.
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import time
 from typing import Any
@@ -52,13 +51,15 @@ IQN_PREFIX = "iqn.2008-10.org.openstack"
 MAX_CONFIGDRIVE_DOWNLOAD = 128 * 1024 * 1024
 
 
+DEFAULT_INITIATOR_IQN = "iqn.2026-11.io.ferrum:conductor"
+
+
 def initiator_iqn(options: dict[str, Any], conductor: str) -> str:
-    """The conductor's initiator name: configured, else one made from its hostname."""
-    configured = str(options.get("iscsi_initiator_iqn") or "")
-    if configured:
-        return configured
-    name = re.sub(r"[^a-z0-9.-]+", "-", conductor.lower()).strip("-.") or "conductor"
-    return f"iqn.2026-11.io.ferrum:conductor.{name}"
+    """The initiator name the target admits: one for every conductor of the
+    deployment (configured, else Ferrum's), because the conductor that takes
+    a node over mid-write must log in to the target the first one asked for.
+    CHAP, per deploy, is what keeps everyone else out."""
+    return str(options.get("iscsi_initiator_iqn") or DEFAULT_INITIATOR_IQN)
 
 
 def ramdisk_error(error: str) -> str:
