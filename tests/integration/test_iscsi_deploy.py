@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -74,7 +76,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
 
     simulator = Simulator(
         SimulatorOptions(
-            machines=7,
+            machines=8,
             state_dir=str(tmp / "machines"),
             boot_url=stack.endpoints["ipxe HTTP"],
             username=USER,
@@ -394,3 +396,29 @@ async def test_partition_image_refusals(env: dict[str, Any]) -> None:
     )
     _, checked = await call(env, "GET", f"/v1/nodes/{node['uuid']}/validate", expect=200)
     assert checked["deploy"]["result"] is False and "ephemeral_format" in checked["deploy"]["reason"]
+
+
+async def test_a_target_lost_mid_deploy_fails_clearly_and_a_second_deploy_succeeds(env: dict[str, Any]) -> None:
+    """The ramdisk's tgtd dies while the conductor works on the disk (a crashed
+    target, a pulled cable): the deploy fails naming the iSCSI target, and a
+    new deploy boots a new ramdisk, a new target, and succeeds."""
+    node = await enroll(env, 7, image="qcow2")
+    uuid = node["uuid"]
+    machine = env["sim"].machines[7]
+    await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "active"}, expect=202)
+    deadline = time.monotonic() + 60
+    while True:
+        agent = machine.agent
+        target = getattr(agent, "iscsi_target", None)
+        if target is not None and target.pid is not None:
+            break
+        assert time.monotonic() < deadline, "the agent never exposed its disk"
+        await asyncio.sleep(0.005)
+    os.kill(target.pid, signal.SIGKILL)
+    failed = await wait_state(env, uuid, "deploy failed", timeout=90)
+    assert "iSCSI" in failed["last_error"], failed["last_error"]
+    assert "iscsi_deploy_key" not in (await internal_info(env, uuid))
+
+    done = await provision(env, uuid, "active", "active")
+    assert done["last_error"] is None
+    assert disk_starts_with(machine.disk_path, env["raw"])
