@@ -92,6 +92,8 @@ class AgentOptions:
     # The iSCSI deploy's target (seed 002): where tgtd listens; empty = listen_host, 0 = an ephemeral port.
     iscsi_listen_host: str = ""
     iscsi_portal_port: int = 0
+    # The portal port put in the call-back (a NAT or port forward in between); 0 = the bound port.
+    iscsi_advertise_port: int = 0
 
 
 def options_from_kernel_cmdline(

@@ -80,6 +80,8 @@ def option_values(cmdline: str) -> dict[str, Any]:
     for field, names, kind in (
         ("listen_port", ("ipa-listen-port",), int),
         ("advertise_port", ("ipa-advertise-port",), int),
+        ("iscsi_portal_port", ("ipa-iscsi-portal-port",), int),
+        ("iscsi_advertise_port", ("ipa-iscsi-advertise-port",), int),
         ("lookup_timeout", ("ipa-lookup-timeout",), float),
         ("lookup_interval", ("ipa-lookup-interval",), float),
         ("heartbeat_interval", ("ipa-heartbeat-interval",), float),

@@ -406,10 +406,10 @@ async def start_iscsi_target(agent: Agent, params: dict[str, Any], cmd: CommandR
         await agent.pass_deploy_info(report, style)
         raise
     agent.iscsi_target = target
-    report.update(address=agent.advertise_host, port=portal.port)
+    report.update(address=agent.advertise_host, port=agent.options.iscsi_advertise_port or portal.port)
     LOG.info("iscsi target up iqn=%s device=%s portal=%s:%s", params["iqn"], disk.name, portal.address, portal.port)
     await agent.pass_deploy_info(report, style)
-    return {"iscsi_target_iqn": params["iqn"], "address": agent.advertise_host, "port": portal.port}
+    return {"iscsi_target_iqn": params["iqn"], "address": report["address"], "port": report["port"]}
 
 
 async def stop_iscsi_target(agent: Agent, params: dict[str, Any], cmd: CommandResult) -> Any:

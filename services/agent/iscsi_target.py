@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from services.common import errors
+from services.common.child_process import dies_with_parent
 
 LOG = logging.getLogger(__name__)
 
@@ -156,11 +157,6 @@ class Portal:
 
     address: str
     port: int
-
-
-def _dies_with_parent() -> tuple[str, ...]:
-    setpriv = shutil.which("setpriv")
-    return (setpriv, "--pdeathsig", "KILL") if setpriv else ()
 
 
 def _parse_portals(text: str) -> list[Portal]:
@@ -307,7 +303,7 @@ class IscsiTarget:
                 self._process = await asyncio.create_subprocess_exec(
                     # setpriv --pdeathsig: an agent that dies (a crash, a SIGKILLed simulator)
                     # takes its tgtd with it, so no orphan keeps a disk exposed.
-                    *_dies_with_parent(),
+                    *dies_with_parent(),
                     self._tgtd,
                     "-f",
                     "-C",

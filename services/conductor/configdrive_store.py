@@ -102,6 +102,27 @@ class ConfigDriveStore:
             raise errors.ConfigDriveInvalid(f"Node {task.node['uuid']} has no config drive")
         return url
 
+    async def read_iso(self, task: Task) -> bytes | None:
+        """The node's config drive as ISO bytes, for a conductor that writes it
+        itself (the iSCSI deploy): from the object store when the deploy put it
+        there (the temp URL is the machine's view, not necessarily ours), else
+        from the external URL, else decoded or built from instance_info."""
+        from services.common.images import configdrive as builder
+
+        value = task.node["instance_info"].get("configdrive")
+        if value is None or value == "":
+            return None
+        if isinstance(value, str) and builder.looks_like_url(value):
+            name = self.object_name(task.node["uuid"])
+            if self.objectstore is not None and await self.objectstore.stat(self.container, name) is not None:
+                return bytes(await self.objectstore.get_bytes(self.container, name))
+            return await _download_configdrive(value)
+        if isinstance(value, dict):
+            return await asyncio.to_thread(builder.build_configdrive, task.node, task.ports, value)
+        if isinstance(value, str):
+            return await asyncio.to_thread(builder.decode_configdrive, value)
+        raise errors.ConfigDriveInvalid("The config drive must be a string or an object")
+
     async def remove(self, task: Task) -> None:
         """Delete the uploaded drive on tear down (it would expire anyway)."""
         if self.objectstore is None:
@@ -110,3 +131,30 @@ class ConfigDriveStore:
             await self.objectstore.delete(self.container, self.object_name(task.node["uuid"]), missing_ok=True)
         except errors.FerrumError as exc:
             LOG.warning("could not delete the config drive node_uuid=%s reason=%s", task.node["uuid"], exc.message)
+
+
+MAX_CONFIGDRIVE_DOWNLOAD = 128 * 1024 * 1024
+ISO_MAGIC_OFFSET = 32769
+
+
+async def _download_configdrive(url: str) -> bytes:
+    """An external config drive URL: its body is an ISO or the gzip+base64 text of one."""
+    import aiohttp
+
+    from services.common.images.configdrive import decode_configdrive
+
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session,
+            session.get(url) as reply,
+        ):
+            if reply.status >= 300:
+                raise errors.ConfigDriveError(f"Downloading the config drive failed: HTTP {reply.status}")
+            body = await reply.content.read(MAX_CONFIGDRIVE_DOWNLOAD + 1)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise errors.ConfigDriveError(f"Downloading the config drive failed: {exc or type(exc).__name__}") from None
+    if len(body) > MAX_CONFIGDRIVE_DOWNLOAD:
+        raise errors.ConfigDriveError("The config drive download is larger than 128 MiB")
+    if body[ISO_MAGIC_OFFSET : ISO_MAGIC_OFFSET + 5] == b"CD001":
+        return body
+    return await asyncio.to_thread(decode_configdrive, body.decode("ascii", errors="replace"))

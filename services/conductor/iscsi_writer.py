@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from services.common import errors
+from services.common.child_process import dies_with_parent
 from services.common.iscsi_chap import chap_credentials
 
 __all__ = [
@@ -94,17 +94,10 @@ class WriteResult:
     seconds: float
 
 
-def _dies_with_us(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """``argv`` under ``setpriv --pdeathsig KILL``: a conductor that is killed
-    mid-write takes its qemu-img with it, so the write the conductor taking
-    the node over starts again never races an orphan still writing."""
-    setpriv = shutil.which("setpriv")
-    return (setpriv, "--pdeathsig", "KILL", *argv) if setpriv else argv
-
-
 async def _run(*argv: str, what: str, timeout: float | None = None) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *_dies_with_us(argv),
+        *dies_with_parent(),
+        *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

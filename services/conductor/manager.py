@@ -166,6 +166,7 @@ class ConductorManager:
             inline_limit=config.configdrive_inline_limit,
         )
         self.tasks.publish_configdrive = self.configdrives.publish
+        self.tasks.read_configdrive = self.configdrives.read_iso
         self.vmedia = VirtualMediaStore(
             objectstore=objectstore,
             locks=AdvisoryLocks(pool),

@@ -63,6 +63,7 @@ class TaskManager:
         self._refresher: asyncio.Task[None] | None = None
         # Set by the manager: how a boot interface gets the config drive as a URL.
         self.publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
+        self.read_configdrive: Callable[[Task], Awaitable[bytes | None]] | None = None
         # Set by the manager: floppies and boot ISOs for virtual-media boot.
         self.media: MediaImages | None = None
         # Set by the manager: instance images by content hash (the iSCSI deploy writes from it).
@@ -197,6 +198,7 @@ class TaskManager:
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
             publish_configdrive=self.publish_configdrive,
+            read_configdrive=self.read_configdrive,
             media=self.media,
             image_cache=self.image_cache,
             purpose=purpose,

@@ -50,7 +50,8 @@ MODULES = (
 )
 # gdisk: sgdisk, fdisk: sfdisk (config drive partitions); mtools: reading a FAT image,
 # such as the parameters floppy, without mounting it (services.common.images.fat).
-TOOLS = ("busybox-static", "gdisk", "fdisk", "mtools")
+# tgt: tgtd serves the disk for the iSCSI deploy (its perl tgt-admin and sg3-utils stay out: NEVER).
+TOOLS = ("busybox-static", "gdisk", "fdisk", "mtools", "tgt")
 AGENT_DIR = "opt/ferrum"
 
 

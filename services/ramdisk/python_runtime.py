@@ -33,6 +33,12 @@ NEVER = frozenset(
         "debconf",
         "install-info",
         "perl-base",
+        # tgt's admin script and SCSI tools: tgtd itself needs none of them.
+        "libconfig-general-perl",
+        "sg3-utils",
+        "lsb-base",
+        "sysvinit-utils",
+        "init-system-helpers",
         "perl",
         "perl-modules-5.36",
         "libperl5.36",

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 GUEST_HOST_ADDRESS = "10.0.2.2"  # what user-mode networking makes of the host's 127.0.0.1
 AGENT_GUEST_PORT = 9999
+ISCSI_GUEST_PORT = 3260  # where the guest's agent serves its disk for the iSCSI deploy (ipa-iscsi-portal-port)
 # Firmware boot device letters (-boot): floppy, disk, CD, network.
 BOOT_LETTERS = {"Floppy": "a", "Hdd": "c", "Cd": "d", "Pxe": "n"}
 
@@ -40,6 +41,7 @@ class VmSpec:
     first_boot: tuple[str, ...]  # Redfish device names for this power-on, override first
     later_boots: tuple[str, ...]  # the boot order after a reset from inside the guest
     memory_mib: int = 1024
+    iscsi_port: int = 0  # host port forwarded to the guest's ISCSI_GUEST_PORT (the iSCSI deploy's target)
     cd_image: str = ""
     floppy_image: str = ""
     binary: str = "qemu-system-x86_64"
@@ -114,5 +116,7 @@ def qemu_argv(spec: VmSpec) -> list[str]:
         netdev = f"user,id=net{index}" + (f",bootfile={_drive_value(spec.boot_url)}" if spec.boot_url else "")
         if index == 0:
             netdev += f",hostfwd=tcp:127.0.0.1:{spec.agent_port}-:{AGENT_GUEST_PORT}"
+            if spec.iscsi_port:
+                netdev += f",hostfwd=tcp:127.0.0.1:{spec.iscsi_port}-:{ISCSI_GUEST_PORT}"
         argv += ["-netdev", netdev, "-device", f"virtio-net-pci,netdev=net{index},mac={mac}"]
     return argv

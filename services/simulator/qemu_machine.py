@@ -42,9 +42,12 @@ STDERR_LIMIT = 4000
 
 
 class QemuMachine(Machine):
-    def __init__(self, simulator: Simulator, *args: Any, agent_port: int, qmp_socket: str, **kwargs: Any) -> None:
+    def __init__(
+        self, simulator: Simulator, *args: Any, agent_port: int, qmp_socket: str, iscsi_port: int = 0, **kwargs: Any
+    ) -> None:
         super().__init__(simulator, *args, **kwargs)
         self.agent_port = agent_port
+        self.iscsi_port = iscsi_port
         self.qmp_socket = qmp_socket
         self.boot_mode = "Legacy"  # SeaBIOS
         state = Path(simulator.options.state_dir)
@@ -73,6 +76,7 @@ class QemuMachine(Machine):
             serial_log=self.serial_log,
             qmp_socket=self.qmp_socket,
             agent_port=self.agent_port,
+            iscsi_port=self.iscsi_port,
             boot_url=guest_url(opts.boot_url) if opts.boot_url else "",
             first_boot=tuple(self.boot_sequence()),
             later_boots=tuple(opts.boot_order),

@@ -31,6 +31,7 @@ from services.common.open_files import raise_open_files_limit
 from services.simulator.ipmi import IpmiEndpoints
 from services.simulator.machine import Machine, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
+from services.simulator.qemu_command import ISCSI_GUEST_PORT
 from services.simulator.redfish import RedfishService
 
 LOG = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ class Simulator:
         disks = Path(opts.state_dir) / "disks"
         await asyncio.to_thread(disks.mkdir, parents=True, exist_ok=True)
         ports = await asyncio.to_thread(self._agent_ports) if opts.backend == "qemu" else []
+        iscsi_ports = await asyncio.to_thread(self._free_ports, opts.machines) if opts.backend == "qemu" else []
         if opts.backend == "qemu":
             self._sockets_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="ferrum-qmp-")
         for offset in range(opts.machines):
@@ -81,7 +83,10 @@ class Simulator:
                 from services.simulator.qemu_machine import QemuMachine
 
                 machine: Machine = QemuMachine(
-                    *args, agent_port=ports[offset], qmp_socket=os.path.join(self._sockets_dir, f"{offset}.qmp")
+                    *args,
+                    agent_port=ports[offset],
+                    iscsi_port=iscsi_ports[offset],
+                    qmp_socket=os.path.join(self._sockets_dir, f"{offset}.qmp"),
                 )
             else:
                 machine = Machine(*args)
@@ -165,6 +170,10 @@ class Simulator:
         count = self.options.machines
         if self.options.agent_port_base:
             return [self.options.agent_port_base + i for i in range(count)]
+        return self._free_ports(count)
+
+    @staticmethod
+    def _free_ports(count: int) -> list[int]:
         probes = []
         try:
             for _ in range(count):
@@ -225,8 +234,14 @@ class Simulator:
             info.update(redfish_username=self.options.username, redfish_password=self.options.password)
         port = getattr(machine, "agent_port", 0)
         if port:
-            # The guest is behind user-mode NAT: its agent must advertise the host's forwarded port.
+            # The guest is behind user-mode NAT: its agent must advertise the host's forwarded
+            # ports, for its command API and for the iSCSI deploy's target.
             info["kernel_append_params"] = f"%default% ipa-advertise-host=127.0.0.1 ipa-advertise-port={port}"
+            iscsi = getattr(machine, "iscsi_port", 0)
+            if iscsi:
+                info["kernel_append_params"] += (
+                    f" ipa-iscsi-portal-port={ISCSI_GUEST_PORT} ipa-iscsi-advertise-port={iscsi}"
+                )
         return info
 
     def ipmi_driver_info(self, machine: Machine) -> dict[str, Any]:

@@ -58,6 +58,8 @@ class Task:
     merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
     # Set by the conductor: the config drive as an ISO behind a temp URL (virtual media).
     publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
+    # Set by the conductor: the config drive as ISO bytes, for a conductor that writes it (iSCSI deploy).
+    read_configdrive: Callable[[Task], Awaitable[bytes | None]] | None = None
     # Set by the conductor: floppies and boot ISOs behind temp URLs (virtual-media boot, media.py).
     media: MediaImages | None = None
     # Set by the conductor: instance images by content hash, on the conductor's disk (iSCSI deploy).

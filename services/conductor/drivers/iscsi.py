@@ -29,10 +29,7 @@ import secrets
 import time
 from typing import Any
 
-import aiohttp
-
 from services.common import errors
-from services.common.images.configdrive import decode_configdrive
 from services.conductor import iscsi_configdrive, iscsi_partitions, iscsi_writer
 from services.conductor.drivers import base
 from services.conductor.drivers.agent_client import AgentClient, agent_node, command_error_text
@@ -48,7 +45,6 @@ ERROR = "iscsi_deploy_error"
 ISCSI_KEYS = (KEY, IQN, PORTAL, ERROR, "iscsi_write_started_at")
 CALLBACK_STYLES = ("pass_deploy_info", "heartbeat")
 IQN_PREFIX = "iqn.2008-10.org.openstack"
-MAX_CONFIGDRIVE_DOWNLOAD = 128 * 1024 * 1024
 
 
 DEFAULT_INITIATOR_IQN = "iqn.2026-11.io.ferrum:conductor"
@@ -193,9 +189,8 @@ class IscsiDeploy(DirectDeploy):
                 return
             async with task.image_cache.image(image_ref(info)) as path:
                 written = await iscsi_writer.write_image(path, login, declared_format=declared)
-            configdrive = info.get("configdrive")
-            if configdrive:
-                iso = await _configdrive_iso(configdrive)
+            iso = await _configdrive_iso(task)
+            if iso is not None:
                 placement = await iscsi_configdrive.write_config_drive(login, iso, written.disk_size)
                 LOG.info(
                     "config drive written over iSCSI node_uuid=%s partition=%s created=%s",
@@ -215,7 +210,7 @@ class IscsiDeploy(DirectDeploy):
         assert task.image_cache is not None
         info = task.node["instance_info"]
         sizes = validate_partition_image(task.node)
-        iso = await _configdrive_iso(info["configdrive"]) if info.get("configdrive") else None
+        iso = await _configdrive_iso(task)
         started = time.monotonic()
         async with task.image_cache.image(image_ref(info)) as path:
             result = await iscsi_partitions.write_partition_image(
@@ -261,22 +256,10 @@ class IscsiDeploy(DirectDeploy):
         return await super().tear_down(task)
 
 
-async def _configdrive_iso(value: Any) -> bytes:
-    """The config drive as ISO bytes: instance_info holds gzip+base64 text or a URL of it."""
-    if not isinstance(value, str) or not value:
-        raise errors.ConfigDriveError("instance_info configdrive must be a URL or a gzip+base64 string")
-    if not value.startswith(("http://", "https://")):
-        return decode_configdrive(value)
-    timeout = aiohttp.ClientTimeout(total=120)
-    try:
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(value) as reply:
-            if reply.status >= 300:
-                raise errors.ConfigDriveError(f"Downloading the config drive failed: HTTP {reply.status}")
-            body = await reply.content.read(MAX_CONFIGDRIVE_DOWNLOAD + 1)
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        raise errors.ConfigDriveError(f"Downloading the config drive failed: {exc or type(exc).__name__}") from None
-    if len(body) > MAX_CONFIGDRIVE_DOWNLOAD:
-        raise errors.ConfigDriveError("The config drive download is larger than 128 MiB")
-    if body[32769:32774] == b"CD001":
-        return body
-    return decode_configdrive(body.decode("ascii", errors="replace"))
+async def _configdrive_iso(task: base.Task) -> bytes | None:
+    """The node's config drive as ISO bytes, read the conductor's way (configdrive_store.py)."""
+    if not task.node["instance_info"].get("configdrive"):
+        return None
+    if task.read_configdrive is None:
+        raise errors.ConfigDriveError("This conductor cannot read config drives (no configdrive store)")
+    return await task.read_configdrive(task)
