@@ -442,6 +442,27 @@ class IscsiTarget:
                     f"tgtadm could not {what} for {spec.iqn} (exit {rc}): {self._mask(err.strip()) or 'no message'}; "
                     f"tgtd: {await self._log_tail(offset)}"
                 )
+        # Thin provisioning: the LUN announces UNMAP and WRITE SAME with unmap (reads of an unmapped
+        # block return zeroes), so the conductor's qemu-img writes an image's zero runs as hole
+        # punches instead of streaming zeroes over the network: about 3.5x on a half-empty image
+        # (bench/iscsi_deploy.py), and the simulator's disk files stay sparse. Best effort: a
+        # backing store that cannot punch holes keeps the plain LUN.
+        rc, _out, err = await self._tgtadm(
+            "--lld",
+            "iscsi",
+            "--op",
+            "update",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            tid,
+            "--lun",
+            str(LUN),
+            "--params",
+            "thin_provisioning=1",
+        )
+        if rc != 0:
+            LOG.info("iscsi target without thin provisioning iqn=%s reason=%s", spec.iqn, err.strip()[:200])
 
     # -- stop ----------------------------------------------------------------------------------
 

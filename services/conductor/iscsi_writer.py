@@ -188,8 +188,8 @@ async def write_image(
 
     ``-n``: the LUN exists and is not assumed to be zeroed, so the image's
     holes are written as zeroes (the disk may hold a previous tenant's data).
-    ``-W -m 8``: eight requests in flight, out of order, which keeps the
-    network and the ramdisk's disk busy at once."""
+    ``-W -m 16``: sixteen requests in flight (qemu-img's most), out of
+    order, which keeps the network and the ramdisk's disk busy at once."""
     fmt, virtual = await image_facts(image, declared_format)
     disk = await target_size(login, work_dir=work_dir, timeout=login_timeout)
     if virtual > disk:
@@ -205,7 +205,7 @@ async def write_image(
             fmt,
             "-W",
             "-m",
-            "8",
+            "16",
             str(image),
             "--object",
             f"secret,id=chap,file={secret.path}",
@@ -253,7 +253,7 @@ async def convert_into(
             fmt,
             "-W",
             "-m",
-            "8",
+            "16",
             str(image),
             "--object",
             f"secret,id=chap,file={secret.path}",
