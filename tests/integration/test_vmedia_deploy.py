@@ -35,7 +35,7 @@ from tests.restclient import call, wait_state
 
 USER, PASSWORD = "admin", "vmedia-secret"
 CONTAINER = "vmedia-test"
-MACHINES = 27
+MACHINES = 28
 FLEET = 20  # ramdisk deploys of one image at once
 
 BZIMAGE = bytearray(4096)
@@ -58,7 +58,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
             "enabled_power_interfaces": ("fake", "redfish", "ilo"),
             "enabled_management_interfaces": ("fake", "redfish", "ilo"),
             "enabled_boot_interfaces": ("fake", "ipxe", "redfish-virtual-media", "ilo-virtual-media"),
-            "enabled_deploy_interfaces": ("fake", "direct", "ramdisk"),
+            "enabled_deploy_interfaces": ("fake", "direct", "ramdisk", "iscsi"),
             "deploy_helper_images_ttl": 300,
         },
     )
@@ -550,3 +550,40 @@ async def test_config_via_removable_leaves_the_config_drive_in_the_removable_slo
     await wait_state(env, node["uuid"], "available", timeout=120)
     assert not machine.virtual_media["Floppy"].inserted
     assert f"configdrive-{node['uuid']}.iso" not in await objects(env)
+
+
+async def test_iscsi_deploy_boots_the_agent_from_a_virtual_cd(env: dict[str, Any]) -> None:
+    """Issue 18 with virtual-media boot: the agent boots from the virtual CD
+    (its parameters on the floppy), serves its disk through tgtd, and the
+    conductor writes the image and the config drive over iSCSI."""
+    machine = env["sim"].machines[27]
+    image = build_demo_image(env["tmp"] / "images-iscsi", size_mib=16, marker="vmedia iscsi")
+    await env["store"].put_file(CONTAINER, "disk-iscsi.raw", image.path)
+    node = await enroll(
+        env,
+        machine,
+        {
+            "deploy_interface": "iscsi",
+            "driver_info": bmc(env, machine, deploy_kernel=env["kernel"], deploy_ramdisk=env["ramdisk"]),
+            "instance_info": {
+                "image_source": await env["store"].temp_url(CONTAINER, "disk-iscsi.raw", lifetime=3600),
+                "image_os_hash_algo": "sha256",
+                "image_os_hash_value": image.sha256,
+            },
+        },
+    )
+    await call(
+        env,
+        "PUT",
+        f"/v1/nodes/{node['uuid']}/states/provision",
+        {"target": "active", "configdrive": {"meta_data": {"hostname": "vm27.iscsi"}}},
+        expect=202,
+    )
+    active = await wait_state(env, node["uuid"], "active", timeout=120)
+    assert active["last_error"] is None and active["driver_internal_info"]["iscsi_write"]["format"] == "raw"
+    await wait_for(lambda: machine.os_report is not None, "the machine did not boot its disk")
+    assert payload_digest(Path(machine.disk_path), image) == payload_digest(image.path, image)
+    assert (machine.os_report or {}).get("config_drive", {}).get("meta_data", {}).get("hostname") == "vm27.iscsi"
+    (cd_boot,) = events(machine, "cd_boot")
+    assert "boot_method=vmedia" in cd_boot["cmdline"]
+    assert not machine.virtual_media["Cd"].inserted and not machine.virtual_media["Floppy"].inserted
