@@ -23,9 +23,10 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -50,7 +51,7 @@ class ImageRef:
         return f"{self.algo}-{self.value}"
 
 
-def image_ref(instance_info: dict[str, object], *, allow_md5: bool = False) -> ImageRef:
+def image_ref(instance_info: Mapping[str, Any], *, allow_md5: bool = False) -> ImageRef:
     """The image of a node's ``instance_info``: ``image_os_hash_*`` first, then
     ``image_checksum`` (its algorithm told by its length), as the agent reads them."""
     url = str(instance_info.get("image_url") or instance_info.get("image_source") or "")
