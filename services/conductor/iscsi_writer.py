@@ -175,6 +175,29 @@ async def target_size(login: IscsiLogin, *, work_dir: str | None = None, timeout
     return int(json.loads(out)["virtual-size"])
 
 
+SPLIT_MIN_BYTES = 512 * 1024 * 1024  # below this, one session: a login costs more than it wins
+SPLIT_ALIGN = 1024 * 1024
+
+
+def split_ranges(size: int, sessions: int) -> list[tuple[int, int]]:
+    """``sessions`` MiB-aligned (offset, length) ranges covering ``[0, size)``."""
+    if sessions <= 1 or size <= SPLIT_ALIGN:
+        return [(0, size)]
+    step = max(SPLIT_ALIGN, -(-size // sessions // SPLIT_ALIGN) * SPLIT_ALIGN)
+    return [(offset, min(step, size - offset)) for offset in range(0, size, step)]
+
+
+def _source_opts(image: Path, fmt: str, offset: int, length: int) -> str:
+    """One byte range of the image's *guest* view: qemu's raw driver over the image's format."""
+    name = str(image).replace(",", ",,")
+    inner = (
+        f"file.driver=file,file.filename={name}"
+        if fmt == "raw"
+        else (f"file.driver={fmt},file.file.driver=file,file.file.filename={name}")
+    )
+    return f"driver=raw,offset={offset},size={length},{inner}"
+
+
 async def write_image(
     image: Path,
     login: IscsiLogin,
@@ -183,49 +206,93 @@ async def write_image(
     work_dir: str | None = None,
     login_timeout: float = 60.0,
     write_timeout: float | None = None,
+    sessions: int = 4,
+    split_min_bytes: int = SPLIT_MIN_BYTES,
 ) -> WriteResult:
     """Check the image against the LUN, then convert it onto the LUN.
 
     ``-n``: the LUN exists and is not assumed to be zeroed, so the image's
     holes are written as zeroes (the disk may hold a previous tenant's data).
     ``-W -m 16``: sixteen requests in flight (qemu-img's most), out of
-    order, which keeps the network and the ramdisk's disk busy at once."""
+    order, which keeps the network and the ramdisk's disk busy at once.
+    A large image is written by ``sessions`` qemu-img at once, each its own
+    iSCSI session on its own range of the disk: one session is bound by
+    tgtd's per-connection data path (bench/iscsi_deploy.py)."""
     fmt, virtual = await image_facts(image, declared_format)
     disk = await target_size(login, work_dir=work_dir, timeout=login_timeout)
     if virtual > disk:
         raise errors.ImageError(f"The image ({virtual} bytes) is larger than the disk it is written to ({disk} bytes)")
     secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
+    ranges = split_ranges(virtual, sessions if virtual >= split_min_bytes else 1)
     started = time.monotonic()
+    what = f"Writing the image to the iSCSI target {login.iqn} at {login.address}:{login.port}"
     try:
-        await _run(
-            "qemu-img",
-            "convert",
-            "-n",
-            "-f",
-            fmt,
-            "-W",
-            "-m",
-            "16",
-            str(image),
-            "--object",
-            f"secret,id=chap,file={secret.path}",
-            "--target-image-opts",
-            login.image_opts("chap"),
-            what=f"Writing the image to the iSCSI target {login.iqn} at {login.address}:{login.port}",
-            timeout=write_timeout,
-        )
+        if len(ranges) == 1:
+            await _run(
+                "qemu-img",
+                "convert",
+                "-n",
+                "-f",
+                fmt,
+                "-W",
+                "-m",
+                "16",
+                str(image),
+                "--object",
+                f"secret,id=chap,file={secret.path}",
+                "--target-image-opts",
+                login.image_opts("chap"),
+                what=what,
+                timeout=write_timeout,
+            )
+        else:
+            await _all_or_none(
+                [
+                    _run(
+                        "qemu-img",
+                        "convert",
+                        "-n",
+                        "-W",
+                        "-m",
+                        "16",
+                        "--image-opts",
+                        _source_opts(image, fmt, offset, length),
+                        "--object",
+                        f"secret,id=chap,file={secret.path}",
+                        "--target-image-opts",
+                        login.image_opts("chap", offset=offset, size=length),
+                        what=what,
+                        timeout=write_timeout,
+                    )
+                    for offset, length in ranges
+                ]
+            )
     finally:
         await asyncio.to_thread(secret.close)
     seconds = time.monotonic() - started
     LOG.info(
-        "image written over iSCSI iqn=%s format=%s bytes=%d seconds=%.2f rate=%.0fMiB/s",
+        "image written over iSCSI iqn=%s format=%s bytes=%d sessions=%d seconds=%.2f rate=%.0fMiB/s",
         login.iqn,
         fmt,
         virtual,
+        len(ranges),
         seconds,
         virtual / max(seconds, 1e-6) / 2**20,
     )
     return WriteResult(format=fmt, virtual_size=virtual, disk_size=disk, seconds=seconds)
+
+
+async def _all_or_none(jobs: list[Any]) -> None:
+    """Run the writers together; the first failure cancels the rest (their qemu-img is
+    killed) and is raised."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        for task in asyncio.as_completed(tasks):
+            await task
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def convert_into(

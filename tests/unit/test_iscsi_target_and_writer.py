@@ -187,3 +187,29 @@ async def test_config_drive_partition_written_over_iscsi(tmp_path: Path) -> None
     report = inspect_disk(disk)
     assert report["config_drive"]["hostname"] == "shadow-host", report
     assert len(report["partitions"]) == 2, report
+
+
+@pytest.mark.parametrize("fmt", ["raw", "qcow2"])
+async def test_a_large_image_is_written_by_several_sessions(tmp_path: Path, fmt: str) -> None:
+    """Split into MiB-aligned ranges, one session each (forced here on a small
+    image): the disk still equals the image, zeroes and an odd tail included."""
+    disk = make_disk(tmp_path / "disk.img")
+    with open(disk, "r+b") as f:  # old data everywhere the image has zeroes
+        f.write(b"\xee" * (16 * MiB))
+    raw = tmp_path / "image.raw"
+    raw.write_bytes(os.urandom(3 * MiB) + bytes(4 * MiB) + os.urandom(MiB + 4096))
+    image = raw
+    if fmt == "qcow2":
+        image = tmp_path / "image.qcow2"
+        subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(image)], check=True)
+    assert len(iscsi_writer.split_ranges(raw.stat().st_size, 4)) == 3  # 3 MiB steps: 3 + 3 + 2 MiB and 4 KiB
+    target = IscsiTarget(spec_for(disk), work_dir=str(tmp_path))
+    portal = await target.start()
+    try:
+        result = await iscsi_writer.write_image(
+            image, login_for(target.spec, portal.port), sessions=4, split_min_bytes=1
+        )
+    finally:
+        await target.stop()
+    assert result.format == fmt
+    assert disk.read_bytes()[: raw.stat().st_size] == raw.read_bytes()

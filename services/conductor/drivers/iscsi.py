@@ -45,12 +45,10 @@ ERROR = "iscsi_deploy_error"
 ISCSI_KEYS = (KEY, IQN, PORTAL, ERROR, "iscsi_write_started_at")
 CALLBACK_STYLES = ("pass_deploy_info", "heartbeat")
 IQN_PREFIX = "iqn.2008-10.org.openstack"
-
-
 DEFAULT_INITIATOR_IQN = "iqn.2026-11.io.ferrum:conductor"
 
 
-def initiator_iqn(options: dict[str, Any], conductor: str) -> str:
+def initiator_iqn(options: dict[str, Any]) -> str:
     """The initiator name the target admits: one for every conductor of the
     deployment (configured, else Ferrum's), because the conductor that takes
     a node over mid-write must log in to the target the first one asked for.
@@ -151,7 +149,7 @@ class IscsiDeploy(DirectDeploy):
                 "key": info[KEY],
                 "chap_username": username,
                 "chap_password": password,
-                "initiator_iqn": initiator_iqn(self.options, task.conductor),
+                "initiator_iqn": initiator_iqn(self.options),
                 "callback": callback_style(task.node, self.options),
                 "node": agent_node(task.node),
             },
@@ -169,7 +167,7 @@ class IscsiDeploy(DirectDeploy):
             iqn=info[IQN],
             username=username,
             password=password,
-            initiator_iqn=initiator_iqn(self.options, task.conductor),
+            initiator_iqn=initiator_iqn(self.options),
         )
 
     async def _write(self, task: base.Task, client: AgentClient) -> None:
