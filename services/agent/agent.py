@@ -181,6 +181,9 @@ def _check_params(command: Command, agent: Agent, name: str, params: dict[str, A
         ) from None
 
 
+PASS_DEPLOY_INFO_ATTEMPTS = 6  # about 15 s of backoff before the report moves to the heartbeats
+
+
 class Agent:
     """One machine's deploy agent. ``start()`` binds the command API and starts
     lookup + heartbeats in the background; ``stop()`` undoes all of it."""
@@ -530,9 +533,32 @@ class Agent:
             return
         if self.node_uuid is None:
             raise errors.AgentError("the agent has not looked its node up yet")
-        await callbacks.pass_deploy_info(
-            self.session, self.options.api_url.rstrip("/"), self.node_uuid, report, self._api_headers, tls=self.tls
-        )
+        delay = 0.5
+        for attempt in range(1, PASS_DEPLOY_INFO_ATTEMPTS + 1):
+            try:
+                await callbacks.pass_deploy_info(
+                    self.session,
+                    self.options.api_url.rstrip("/"),
+                    self.node_uuid,
+                    report,
+                    self._api_headers,
+                    tls=self.tls,
+                )
+                return
+            except callbacks.CallbackError as exc:
+                if exc.status is not None and exc.status < 500:
+                    raise  # refused (a wrong key, a node not waiting): retrying cannot help
+                reason = str(exc)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                reason = str(exc) or type(exc).__name__
+            LOG.warning("pass_deploy_info failed attempt=%d reason=%s", attempt, reason)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        # The api or the node's conductor is away (a take-over in progress): heartbeats
+        # retry for as long as it takes, and carry the same report.
+        LOG.warning("pass_deploy_info kept failing; reporting in heartbeats node_uuid=%s", self.node_uuid)
+        self.deploy_info = report
+        self.heartbeat_soon()
 
     async def _heartbeat_loop(self, api: str) -> None:
         assert self.node_uuid is not None

@@ -174,7 +174,7 @@ async def test_a_vm_that_cannot_start_is_a_redfish_error(tmp_path: Path) -> None
         busy = await start(tmp_path / "busy", agent_port_base=port)
         try:
             machine = only_vm(busy)
-            assert busy.driver_info(machine)["kernel_append_params"].endswith(f"ipa-advertise-port={port}")
+            assert f"ipa-advertise-port={port} " in busy.driver_info(machine)["kernel_append_params"]
             status, body = await reset(busy, "On")
             assert status == 500, body
             message = body["error"]["message"]
