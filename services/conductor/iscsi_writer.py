@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,38 +141,44 @@ async def image_facts(path: Path, declared: str = "") -> tuple[str, int]:
     return found, int(info["virtual-size"])
 
 
-class _SecretFile:
-    """The CHAP secret in a 0600 file for qemu-img's ``secret`` object, removed afterwards."""
+def _write_secret(password: str, work_dir: str | None) -> str:
+    fd, path = tempfile.mkstemp(prefix="ferrum-chap-", dir=work_dir)
+    try:
+        os.write(fd, password.encode())
+    finally:
+        os.close(fd)
+    return path
 
-    def __init__(self, password: str, work_dir: str | None) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="ferrum-chap-", dir=work_dir)
-        try:
-            os.write(fd, password.encode())
-        finally:
-            os.close(fd)
 
-    def close(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+@contextlib.asynccontextmanager
+async def _chap_object(login: IscsiLogin, work_dir: str | None) -> AsyncIterator[tuple[str, str]]:
+    """qemu-img's ``--object secret,id=chap,...`` arguments, the CHAP secret in a
+    0600 file that exists for the block only."""
+    path = await asyncio.to_thread(_write_secret, login.password, work_dir)
+    try:
+        yield ("--object", f"secret,id=chap,file={path}")
+    finally:
+        await asyncio.to_thread(_unlink, path)
 
 
 async def target_size(login: IscsiLogin, *, work_dir: str | None = None, timeout: float = 60.0) -> int:
     """The LUN's size in bytes (a login and a READ CAPACITY)."""
-    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
-    try:
+    async with _chap_object(login, work_dir) as chap:
         out = await _run(
             "qemu-img",
             "info",
             "--output=json",
-            "--object",
-            f"secret,id=chap,file={secret.path}",
+            *chap,
             "--image-opts",
             login.image_opts("chap"),
             what=f"Logging in to the iSCSI target {login.iqn} at {login.address}:{login.port}",
             timeout=timeout,
         )
-    finally:
-        await asyncio.to_thread(secret.close)
     return int(json.loads(out)["virtual-size"])
 
 
@@ -222,53 +229,26 @@ async def write_image(
     disk = await target_size(login, work_dir=work_dir, timeout=login_timeout)
     if virtual > disk:
         raise errors.ImageError(f"The image ({virtual} bytes) is larger than the disk it is written to ({disk} bytes)")
-    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
     ranges = split_ranges(virtual, sessions if virtual >= split_min_bytes else 1)
     started = time.monotonic()
-    what = f"Writing the image to the iSCSI target {login.iqn} at {login.address}:{login.port}"
-    try:
-        if len(ranges) == 1:
-            await _run(
-                "qemu-img",
-                "convert",
-                "-n",
-                "-f",
-                fmt,
-                "-W",
-                "-m",
-                "16",
-                str(image),
-                "--object",
-                f"secret,id=chap,file={secret.path}",
-                "--target-image-opts",
-                login.image_opts("chap"),
-                what=what,
-                timeout=write_timeout,
-            )
-        else:
-            await _all_or_none(
-                [
-                    _run(
-                        "qemu-img",
-                        "convert",
-                        "-n",
-                        "-W",
-                        "-m",
-                        "16",
-                        "--image-opts",
-                        _source_opts(image, fmt, offset, length),
-                        "--object",
-                        f"secret,id=chap,file={secret.path}",
-                        "--target-image-opts",
-                        login.image_opts("chap", offset=offset, size=length),
-                        what=what,
-                        timeout=write_timeout,
-                    )
-                    for offset, length in ranges
-                ]
-            )
-    finally:
-        await asyncio.to_thread(secret.close)
+    if len(ranges) == 1:
+        await convert_into(image, fmt, login, work_dir=work_dir, timeout=write_timeout)
+    else:
+        await _all_or_none(
+            [
+                convert_into(
+                    image,
+                    fmt,
+                    login,
+                    offset=offset,
+                    size=length,
+                    source_range=True,
+                    work_dir=work_dir,
+                    timeout=write_timeout,
+                )
+                for offset, length in ranges
+            ]
+        )
     seconds = time.monotonic() - started
     LOG.info(
         "image written over iSCSI iqn=%s format=%s bytes=%d sessions=%d seconds=%.2f rate=%.0fMiB/s",
@@ -300,96 +280,79 @@ async def convert_into(
     fmt: str,
     login: IscsiLogin,
     *,
-    offset: int,
-    size: int,
+    offset: int | None = None,
+    size: int | None = None,
     skip_holes: bool = False,
+    source_range: bool = False,
     work_dir: str | None = None,
     timeout: float | None = None,
 ) -> None:
-    """Convert ``image`` into the byte range ``[offset, offset+size)`` of the LUN
-    (a partition). ``skip_holes`` leaves the image's unallocated ranges
-    untouched, for a file system just made whose holes it never wrote."""
-    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
-    try:
+    """Convert ``image`` onto the LUN: all of it at the LUN's start, or into the
+    byte range ``[offset, offset+size)`` (a partition; with ``source_range``,
+    the image's own bytes of that range, one share of a split write).
+    ``skip_holes`` leaves the image's unallocated ranges untouched, for a file
+    system just made whose holes it never wrote. ``-W -m 16``: sixteen
+    requests in flight (qemu-img's most), out of order."""
+    if source_range and offset is not None and size is not None:
+        source = ["--image-opts", _source_opts(image, fmt, offset, size)]
+    else:
+        source = ["-f", fmt, str(image)]
+    async with _chap_object(login, work_dir) as chap:
         await _run(
             "qemu-img",
             "convert",
             "-n",
             *(["--target-is-zero"] if skip_holes else []),
-            "-f",
-            fmt,
             "-W",
             "-m",
             "16",
-            str(image),
-            "--object",
-            f"secret,id=chap,file={secret.path}",
+            *source,
+            *chap,
             "--target-image-opts",
             login.image_opts("chap", offset=offset, size=size),
-            what=f"Writing to the iSCSI target {login.iqn}",
+            what=f"Writing the image to the iSCSI target {login.iqn} at {login.address}:{login.port}",
             timeout=timeout,
         )
-    finally:
-        await asyncio.to_thread(secret.close)
 
 
 async def read_range(
     login: IscsiLogin, offset: int, size: int, *, work_dir: str | None = None, timeout: float = 120.0
 ) -> bytes:
     """``size`` bytes of the LUN from ``offset``."""
-    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
     fd, out = tempfile.mkstemp(prefix="ferrum-lun-", dir=work_dir)
     os.close(fd)
     try:
-        await _run(
-            "qemu-img",
-            "convert",
-            "--object",
-            f"secret,id=chap,file={secret.path}",
-            "--image-opts",
-            login.image_opts("chap", offset=offset, size=size),
-            "-O",
-            "raw",
-            out,
-            what=f"Reading the iSCSI target {login.iqn}",
-            timeout=timeout,
-        )
+        async with _chap_object(login, work_dir) as chap:
+            await _run(
+                "qemu-img",
+                "convert",
+                *chap,
+                "--image-opts",
+                login.image_opts("chap", offset=offset, size=size),
+                "-O",
+                "raw",
+                out,
+                what=f"Reading the iSCSI target {login.iqn}",
+                timeout=timeout,
+            )
         return await asyncio.to_thread(Path(out).read_bytes)
     finally:
-        await asyncio.to_thread(secret.close)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(out)
+        await asyncio.to_thread(_unlink, out)
 
 
 async def write_range(
     login: IscsiLogin, offset: int, data: bytes, *, work_dir: str | None = None, timeout: float = 120.0
 ) -> None:
     """Write ``data`` onto the LUN at ``offset``."""
-    secret = await asyncio.to_thread(_SecretFile, login.password, work_dir)
     fd, src = tempfile.mkstemp(prefix="ferrum-lun-", dir=work_dir)
     try:
         os.write(fd, data)
     finally:
         os.close(fd)
     try:
-        await _run(
-            "qemu-img",
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            src,
-            "--object",
-            f"secret,id=chap,file={secret.path}",
-            "--target-image-opts",
-            login.image_opts("chap", offset=offset, size=len(data)),
-            what=f"Writing to the iSCSI target {login.iqn}",
-            timeout=timeout,
-        )
+        await convert_into(Path(src), "raw", login, offset=offset, size=len(data), work_dir=work_dir, timeout=timeout)
     finally:
-        await asyncio.to_thread(secret.close)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(src)
+        await asyncio.to_thread(_unlink, src)
 
 
 def describe(result: WriteResult) -> dict[str, Any]:
