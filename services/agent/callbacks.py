@@ -80,6 +80,19 @@ async def lookup(
         return body
 
 
+async def _post(
+    session: aiohttp.ClientSession,
+    url: str,
+    what: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    tls: ssl.SSLContext | bool,
+) -> None:
+    async with session.post(url, json=body, headers=headers, timeout=TIMEOUT, ssl=tls) as resp:
+        if resp.status not in (200, 202, 204):
+            raise CallbackError(f"{what} answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)
+
+
 async def heartbeat(
     session: aiohttp.ClientSession,
     api_url: str,
@@ -89,11 +102,7 @@ async def heartbeat(
     *,
     tls: ssl.SSLContext | bool = True,
 ) -> None:
-    async with session.post(
-        f"{api_url}/v1/heartbeat/{node_uuid}", json=body, headers=headers, timeout=TIMEOUT, ssl=tls
-    ) as resp:
-        if resp.status not in (200, 202, 204):
-            raise CallbackError(f"heartbeat answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status)
+    await _post(session, f"{api_url}/v1/heartbeat/{node_uuid}", "heartbeat", body, headers, tls)
 
 
 async def pass_deploy_info(
@@ -107,11 +116,7 @@ async def pass_deploy_info(
 ) -> None:
     """Seed 002's report of an iSCSI deploy ramdisk: its disk is exposed (or why not)."""
     url = f"{api_url}/v1/nodes/{node_uuid}/vendor_passthru/pass_deploy_info"
-    async with session.post(url, json=body, headers=headers, timeout=TIMEOUT, ssl=tls) as resp:
-        if resp.status not in (200, 202, 204):
-            raise CallbackError(
-                f"pass_deploy_info answered HTTP {resp.status}: {(await resp.text())[:300]}", resp.status
-            )
+    await _post(session, url, "pass_deploy_info", body, headers, tls)
 
 
 async def continue_inspection(

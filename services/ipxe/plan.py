@@ -191,19 +191,7 @@ def _partition_image_plan(
         instance.get("kernel_append_params"), options.kernel_append_params, field="instance_info kernel_append_params"
     )
     args = safety.check_kernel_args(f"root=UUID={root} ro text {append}".strip(), field="kernel arguments")
-    return Plan(
-        "ramdisk",
-        "ramdisk.ipxe.j2",
-        {
-            **common,
-            "boot_iso_url": "",
-            "kernel_url": safety.check_url(instance["kernel"], field="instance_info kernel"),
-            "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
-            "kernel_args": args,
-            "initrd_name": "ramdisk",
-            "purpose": "partition image instance",
-        },
-    )
+    return _instance_kernel_plan(instance, common, args, "partition image instance")
 
 
 _ROOT_UUID = re.compile(r"^[0-9A-Fa-f-]{4,64}$")
@@ -226,6 +214,11 @@ def _instance_ramdisk_plan(node: Mapping[str, Any], common: dict[str, Any], opti
     args = safety.check_kernel_args(
         " ".join(a for a in ("root=/dev/ram0", "text", append, extra) if a), field="kernel arguments"
     )
+    return _instance_kernel_plan(instance, common, args, "ramdisk instance")
+
+
+def _instance_kernel_plan(instance: Mapping[str, Any], common: dict[str, Any], args: str, purpose: str) -> Plan:
+    """The instance's own kernel and ramdisk (instance_info) with ``args``."""
     return Plan(
         "ramdisk",
         "ramdisk.ipxe.j2",
@@ -236,7 +229,7 @@ def _instance_ramdisk_plan(node: Mapping[str, Any], common: dict[str, Any], opti
             "ramdisk_url": safety.check_url(instance["ramdisk"], field="instance_info ramdisk"),
             "kernel_args": args,
             "initrd_name": "ramdisk",
-            "purpose": "ramdisk instance",
+            "purpose": purpose,
         },
     )
 
