@@ -214,6 +214,17 @@ def check_nfs(server: object, path: object, options: object) -> str:
     return f"{host}:{path}" + (f",{opts}" if opts else "")
 
 
+def check_nfs_root(value: object) -> str:
+    """instance_info ``nfs_root`` (seed 004): ``server:/path[,options]``, checked as its parts are."""
+    if not isinstance(value, str) or ":" not in value:
+        raise UnsafeValue("nfs_root must be server:/path[,options]")
+    location, _, options = value.partition(",")
+    server, _, path = location.rpartition(":")
+    if server.startswith("[") and server.endswith("]"):
+        server = server[1:-1]  # an IPv6 address in brackets
+    return check_nfs(server, path, options)
+
+
 def check_node_boot_values(driver_info: Mapping[str, Any] | None, instance_info: Mapping[str, Any] | None) -> None:
     """Every value of a node the renderer would put into a script, when set.
 
@@ -231,6 +242,8 @@ def check_node_boot_values(driver_info: Mapping[str, Any] | None, instance_info:
                 if not isinstance(value, str):
                     raise UnsafeValue(f"{section} {name} must be a string")
                 check_kernel_args(value.replace(DEFAULT_PLACEHOLDER, ""), field=f"{section} {name}")
+    if where["instance_info"].get("nfs_root") not in (None, ""):
+        check_nfs_root(where["instance_info"]["nfs_root"])
 
 
 def _as_list(value: Any) -> list[Any]:

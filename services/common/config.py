@@ -84,7 +84,7 @@ class ConductorConfig:
     enabled_deploy_interfaces: tuple[str, ...] = ("fake", "direct", "iscsi")
     enabled_power_interfaces: tuple[str, ...] = ("fake", "redfish")
     enabled_management_interfaces: tuple[str, ...] = ("fake", "redfish")
-    enabled_storage_interfaces: tuple[str, ...] = ("noop", "fake")
+    enabled_storage_interfaces: tuple[str, ...] = ("noop", "external", "fake")
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake", "agent")

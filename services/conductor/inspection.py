@@ -25,7 +25,7 @@ from typing import Any
 
 import asyncpg
 
-from services.common import errors
+from services.common import errors, node_capabilities
 from services.common.db.inspection_rules import InspectionRuleRepository
 from services.common.db.inventory import InventoryRepository
 from services.common.db.nodes import INTERFACE_FIELDS
@@ -189,13 +189,4 @@ def properties_from(inventory: Mapping[str, Any], plugin_data: Mapping[str, Any]
 
 def merged_capabilities(properties: Mapping[str, Any], found: str) -> str:
     """``key:value,...`` with the found pairs replacing those of the same key."""
-    current = properties.get("capabilities") or ""
-    if isinstance(current, Mapping):
-        pairs = {str(k): str(v) for k, v in current.items()}
-    else:
-        pairs = dict(item.split(":", 1) for item in str(current).split(",") if ":" in item)
-    for item in found.split(","):
-        key, sep, value = item.partition(":")
-        if sep:
-            pairs[key] = value
-    return ",".join(f"{k}:{v}" for k, v in pairs.items())
+    return node_capabilities.merged(properties.get("capabilities"), found)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common import states
+from services.common import node_capabilities, states
 from services.common.boot_values import check_append_params
 from services.common.db.bootdata import BootData
 from services.ipxe import safety
@@ -72,12 +72,7 @@ class Plan:
 def boot_mode(node: Mapping[str, Any], default: str) -> str:
     """bios or uefi: the node's boot_mode, its capabilities, instance_info, else the default."""
     candidates: list[Any] = [node.get("boot_mode")]
-    caps = (node.get("properties") or {}).get("capabilities")
-    if isinstance(caps, str):
-        pairs = dict(item.split(":", 1) for item in caps.split(",") if ":" in item)
-        candidates.append(pairs.get("boot_mode"))
-    elif isinstance(caps, Mapping):
-        candidates.append(caps.get("boot_mode"))
+    candidates.append(node_capabilities.of_node(node).get("boot_mode"))
     candidates.append((node.get("instance_info") or {}).get("deploy_boot_mode"))
     for value in candidates:
         if isinstance(value, str) and value.strip().lower() in ("bios", "uefi"):
@@ -163,10 +158,11 @@ def _ramdisk_values(data: BootData, mac: str | None, options: PlanOptions) -> di
 
 def _active_plan(data: BootData, common: dict[str, Any], options: PlanOptions) -> Plan:
     node = data.node
-    instance = node.get("instance_info") or {}
     boot_target = next((t for t in data.volume_targets if t.get("boot_index") == 0), None)
     internal = node.get("driver_internal_info") or {}
-    if boot_target is not None and (internal.get("boot_from_volume") or not instance.get("image_source")):
+    if boot_target is not None and internal.get("boot_from_volume"):
+        # The conductor recorded at deploy that iPXE boots this volume (seed 004
+        # scenarios 1, 2, 5); through an HBA (3, 4) the machine boots it as a disk.
         return _san_plan(data, boot_target, common, options)
     if node.get("deploy_interface") == "ramdisk":
         return _instance_ramdisk_plan(node, common, options)
@@ -320,7 +316,10 @@ def _nfs_plan(node: Mapping[str, Any], target: Mapping[str, Any], common: dict[s
     for key in ("kernel", "ramdisk"):
         if not instance.get(key):
             raise Refusal(f"node {node['uuid']} boots from NFS but has no instance_info {key}")
-    nfsroot = safety.check_nfs(props.get("nfs_server"), props.get("nfs_path"), props.get("nfs_options"))
+    if instance.get("nfs_root"):  # seed 004: the NFS root given with the instance wins
+        nfsroot = safety.check_nfs_root(instance["nfs_root"])
+    else:
+        nfsroot = safety.check_nfs(props.get("nfs_server"), props.get("nfs_path"), props.get("nfs_options"))
     append = _append_params(
         instance.get("kernel_append_params"), options.kernel_append_params, field="instance_info kernel_append_params"
     )

@@ -144,18 +144,26 @@ async def test_the_example_meets_the_boot_volume_rule_through_ipxe(registry: Dri
     capabilities.check(t)  # ipxe boots iSCSI volumes
 
 
-def test_the_documented_future_rule_runs() -> None:
-    """The rule sketched for boot-from-volume deploys is real code against today's interfaces."""
+def test_the_documented_boot_from_volume_rule_runs() -> None:
+    """The boot-from-volume deploy rule as printed in the docs is real code: it
+    refuses the ramdisk deploy, and direct meets it (also with force_deployment)."""
     namespace: dict[str, Any] = {**vars(capabilities)}
-    exec(block("# capabilities.py: a rule for the next feature"), namespace)
+    exec(block("# capabilities.py: the boot-from-volume deploy rule"), namespace)
     rule = namespace["volume_deploy_needs"]
-    registry = DriverRegistry(load_settings({}).conductor)
-    record = {"uuid": "bfv", "driver": "redfish"}
+    registry = DriverRegistry(
+        load_settings({"FERRUM_CONDUCTOR_ENABLED_DEPLOY_INTERFACES": "direct,ramdisk"}).conductor
+    )
+    record = {"uuid": "bfv", "driver": "redfish", "deploy_interface": "ramdisk", "instance_info": {}}
     t = base.Task(node=record, ports=[], driver=registry.compose(record), conductor="c")
     t.volume_targets = [{"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}]
     (missing,) = capabilities.unmet(t, rules=[rule])
     assert (missing.need.kind, missing.need.capability, missing.interface.name) == (
         "deploy",
-        "iscsi_volume_deploy",
-        "direct",
+        "boot_from_volume",
+        "ramdisk",
     )
+    forced = {**record, "deploy_interface": "direct", "instance_info": {"force_deployment": True}}
+    t = base.Task(node=forced, ports=[], driver=registry.compose(forced), conductor="c")
+    t.volume_targets = [{"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}]
+    assert list(rule(t))[1].capability == "iscsi_volume_deploy"
+    assert capabilities.unmet(t, rules=[rule]) == []

@@ -99,14 +99,31 @@ async def test_unbootable_data_gives_a_reason(data: BootData, reason: str) -> No
     assert rendered.node_uuid == UUID and f"set ferrum_node {UUID}" in rendered.script
 
 
-async def test_image_written_on_a_volume_node_boots_locally() -> None:
-    """A boot volume plus an image_source (and no boot_from_volume flag) means the image was written."""
+async def test_a_boot_volume_recorded_by_the_deploy_is_booted_even_with_an_image_source() -> None:
+    """Seed 004: a node whose deploy recorded ``boot_from_volume`` boots that
+    volume; image_source does not turn it into a local boot."""
     data = node(
         "active",
         boot_mode="bios",
         instance_info={"image_source": "http://h/img.qcow2"},
         targets=(iscsi_target(0),),
         connectors=ISCSI_CONNECTOR,
+    )
+    assert data.node["driver_internal_info"]["boot_from_volume"] == iscsi_target(0)["uuid"]
+    action = interpret_script((await render(data, {"mac": MAC})).script, {"mac": MAC})
+    assert action.kind == "sanboot" and action.san_target.startswith("iscsi:192.0.2.20::3260:1:")
+
+
+async def test_an_hba_booted_volume_node_boots_its_disk() -> None:
+    """Scenarios 3 and 4: the HBA presents the boot volume as a disk, the deploy
+    records no ``boot_from_volume``, and a network boot is sent to the disk."""
+    data = node(
+        "active",
+        boot_mode="bios",
+        instance_info={"image_source": "http://h/img.qcow2"},
+        targets=(iscsi_target(0),),
+        connectors=ISCSI_CONNECTOR,
+        internal={"boot_from_volume_deploy": iscsi_target(0)["uuid"]},
     )
     assert (await render(data, {"mac": MAC})).kind == "local_disk"
 

@@ -35,6 +35,10 @@ def node(
     **fields: Any,
 ) -> BootData:
     info = {"deploy_kernel": KERNEL, "deploy_ramdisk": RAMDISK} if driver_info is None else driver_info
+    if internal is None:
+        # What the conductor records when a deploy goes to iPXE-boot the boot volume (seed 004).
+        boot = next((t for t in targets if t.get("boot_index") == 0), None)
+        internal = {"boot_from_volume": boot["uuid"]} if boot is not None else {}
     row = {
         "uuid": UUID,
         "name": name,

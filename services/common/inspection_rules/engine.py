@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from services.common import errors
+from services.common import errors, node_capabilities
 from services.common.inspection_rules.interpolation import NodeView, interpolate, masked
 from services.common.inspection_rules.operations import ACTIONS, CONDITIONS, named_args, parse_operator, split_path
 
@@ -234,10 +234,7 @@ def _delete(root: dict[str, Any], path: Any, *, prune: bool = False) -> None:
 
 def _capabilities(target: RuleTarget) -> dict[str, str]:
     properties = target.node.setdefault("properties", {})
-    caps = properties.get("capabilities") or ""
-    if isinstance(caps, Mapping):
-        return {str(k): str(v) for k, v in caps.items()}
-    return dict(item.split(":", 1) for item in str(caps).split(",") if ":" in item)
+    return node_capabilities.parse(properties.get("capabilities"))
 
 
 def _save_capabilities(target: RuleTarget, caps: Mapping[str, str]) -> None:

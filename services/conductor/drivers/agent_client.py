@@ -19,6 +19,7 @@ import aiohttp
 
 from services.common import errors
 from services.common.secret_keys import is_secret_key
+from services.conductor.drivers import volumes
 
 LOG = logging.getLogger(__name__)
 
@@ -102,10 +103,14 @@ def _fault(data: Any) -> str:
 
 def agent_node(node: dict[str, Any]) -> dict[str, Any]:
     """The node fields the agent reads (secrets left out, as Ironic masks them)."""
+    properties = dict(node.get("properties") or {})
+    hint = (node.get("driver_internal_info") or {}).get(volumes.ROOT_DEVICE_HINT)
+    if hint:  # the LUN an image is written onto (boot from volume, force_deployment)
+        properties["root_device"] = hint
     return {
         "uuid": node["uuid"],
         "name": node.get("name"),
-        "properties": node.get("properties") or {},
+        "properties": properties,
         "instance_info": {k: v for k, v in (node.get("instance_info") or {}).items() if not is_secret_key(k)},
         "driver_internal_info": {
             k: v for k, v in (node.get("driver_internal_info") or {}).items() if not is_secret_key(k)

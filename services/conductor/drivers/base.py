@@ -299,16 +299,24 @@ class DeployInterface(BaseInterface):
 
 
 class StorageInterface(BaseInterface):
+    """Seed 004's storage driver API: the volumes a node boots from or uses."""
+
     kind = "storage"
 
     async def attach_volumes(self, task: Task) -> None:
-        pass
+        """Make the node's volumes reachable by it (a no-op where the operator manages storage)."""
 
     async def detach_volumes(self, task: Task) -> None:
-        pass
+        """Undo ``attach_volumes``; safe to repeat."""
 
     def should_write_image(self, task: Task) -> bool:
+        """Whether the deploy writes an image (False: the node boots a volume that already holds its OS)."""
         return True
+
+    def power_toggles_attachments(self, task: Task) -> bool:
+        """Whether powering this active node off detaches its volumes and powering
+        it on attaches them (services/conductor/flows/power.py)."""
+        return False
 
 
 class NetworkInterface(BaseInterface):

@@ -7,9 +7,8 @@ the rules below say which. Checking the rules before a deploy refuses a
 combination that cannot work (a 400 naming the interface and the tag) rather
 than letting it fail half-way on the machine.
 
-A rule is a plain function from the task to the needs it finds, so the next
-feature (boot from volume deploys: ``<type>_volume_deploy`` of the deploy
-interface) adds a function to ``RULES`` and nothing else changes.
+A rule is a plain function from the task to the needs it finds, so a new
+feature adds a function to ``RULES`` and nothing else changes.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from services.common import errors
+from services.conductor.drivers import volumes
 from services.conductor.drivers.base import BaseInterface, Task
 
 
@@ -40,19 +40,42 @@ Rule = Callable[[Task], Iterable[Need]]
 
 
 def volume_boot_needs(task: Task) -> Iterator[Need]:
-    """A boot volume (the target with boot_index 0) is started by the boot
-    interface, which must say it can boot that volume type. Other targets are
-    data volumes the booted OS attaches; they need nothing of the boot
-    interface (as in Ironic's cinder storage validation)."""
-    for target in task.volume_targets:
-        if target.get("boot_index") == 0:
-            # Matched exactly, as the iPXE renderer matches it: "ISCSI" is no iSCSI volume there.
-            volume_type = str(target.get("volume_type") or "")
-            yield Need(
-                "boot",
-                f"{volume_type}_volume_boot",
-                f"its boot volume (volume target {target.get('uuid')}) is of type {volume_type!r}",
-            )
+    """A boot volume (the target with boot_index 0) that the network boot
+    starts (seed 004 scenarios 1, 2, 5) needs the boot interface to say it can
+    boot that volume type. Through an HBA (``hba_boot``, scenarios 3, 4) the
+    firmware boots it as a disk, and other targets are data volumes the booted
+    OS attaches: they need nothing of the boot interface (as in Ironic)."""
+    boot = volumes.boot_volume(task)
+    if boot is not None and volumes.netboots_volume(task):
+        # Matched exactly, as the iPXE renderer matches it: "ISCSI" is no iSCSI volume there.
+        volume_type = str(boot.get("volume_type") or "")
+        yield Need(
+            "boot",
+            f"{volume_type}_volume_boot",
+            f"its boot volume (volume target {boot.get('uuid')}) is of type {volume_type!r}",
+        )
+
+
+def volume_deploy_needs(task: Task) -> Iterator[Need]:
+    """A node with a boot volume needs a deploy interface that knows it:
+    ``boot_from_volume`` (it writes no image when the OS is on the volume), and
+    ``<type>_volume_deploy`` when it writes the image onto the volume
+    (``force_deployment``, scenario 4)."""
+    boot = volumes.boot_volume(task)
+    if boot is None:
+        return
+    yield Need(
+        "deploy",
+        "boot_from_volume",
+        f"it boots from volume target {boot.get('uuid')}, and the deploy must not write an image elsewhere",
+    )
+    if volumes.force_deployment(task.node):
+        volume_type = str(boot.get("volume_type") or "")
+        yield Need(
+            "deploy",
+            f"{volume_type}_volume_deploy",
+            f"instance_info force_deployment writes its image onto its {volume_type} boot volume",
+        )
 
 
 def ramdisk_deploy_needs(task: Task) -> Iterator[Need]:
@@ -65,7 +88,7 @@ def ramdisk_deploy_needs(task: Task) -> Iterator[Need]:
         )
 
 
-RULES: tuple[Rule, ...] = (volume_boot_needs, ramdisk_deploy_needs)
+RULES: tuple[Rule, ...] = (volume_boot_needs, volume_deploy_needs, ramdisk_deploy_needs)
 
 
 @dataclass(frozen=True)

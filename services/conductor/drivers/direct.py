@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any
 
-from services.common import errors, states
+from services.common import errors, node_capabilities, states
 from services.common.images.partition_layout import PartitionSizes
 from services.conductor.drivers import base, ramdisk_boot
 from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, client_for, command_error_text
@@ -28,6 +28,9 @@ __all__ = ["AGENT_KEYS", "DirectDeploy", "command_error_text", "image_info"]
 LOG = logging.getLogger(__name__)
 
 HASH_ALGORITHMS = ("sha256", "sha512", "md5")
+# A deploy that skips the image for a node whose OS is on its boot volume, and
+# writes it onto an iSCSI or Fibre Channel volume the HBA presents (force_deployment).
+VOLUME_DEPLOY_CAPABILITIES = ("boot_from_volume", "iscsi_volume_deploy", "fibre_channel_volume_deploy")
 
 
 def is_partition_image(node: dict[str, Any]) -> bool:
@@ -41,8 +44,8 @@ def is_partition_image(node: dict[str, Any]) -> bool:
 
 def default_disk_label(node: dict[str, Any]) -> str:
     """Ironic's: gpt for a UEFI node, msdos otherwise (instance_info capabilities may say)."""
-    caps = (node.get("properties") or {}).get("capabilities") or ""
-    return "gpt" if "boot_mode:uefi" in str(caps) or node.get("boot_mode") == "uefi" else "msdos"
+    uefi = node_capabilities.of_node(node).get("boot_mode") == "uefi" or node.get("boot_mode") == "uefi"
+    return "gpt" if uefi else "msdos"
 
 
 def validate_partition_image(node: dict[str, Any]) -> PartitionSizes:
@@ -91,12 +94,14 @@ def image_info(node: dict[str, Any]) -> dict[str, Any]:
 
 class DirectDeploy(AgentCleanSteps, base.DeployInterface):
     name = "direct"
-    capabilities = frozenset({"agent", "whole_disk_image"})
+    capabilities = frozenset({"agent", "whole_disk_image", *VOLUME_DEPLOY_CAPABILITIES})
 
     def get_properties(self) -> dict[str, str]:
         return {}
 
     async def validate(self, task: base.Task) -> None:
+        if not task.driver.storage.should_write_image(task):
+            return  # the OS is on the boot volume: no image to check (seed 004)
         info = task.node.get("instance_info") or {}
         source = info.get("image_source")
         if not source:
@@ -129,12 +134,18 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
         only powers on a machine that is still off. A power request the dead
         conductor left queued at the BMC lands on top of that as a no-op.
         """
+        if not task.driver.storage.should_write_image(task):
+            await boot_volume_instance(task)
+            return None
         await ramdisk_boot.boot_ramdisk(task, fresh=False)
         return states.DEPLOYWAIT
 
     def get_deploy_steps(self, task: base.Task) -> list[dict[str, Any]]:
         """Ironic's agent deploy steps; ``deploy.deploy`` boots the ramdisk and
-        the agent's heartbeats then run write_image and the steps after it."""
+        the agent's heartbeats then run write_image and the steps after it.
+        A node that boots its OS from a volume has only ``deploy.deploy``."""
+        if not task.driver.storage.should_write_image(task):
+            return super().get_deploy_steps(task)
         return [
             {
                 "interface": "deploy",
@@ -253,6 +264,17 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
             {}, remove=(*AGENT_KEYS, "is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
         )
         return "deleted"
+
+
+async def boot_volume_instance(task: base.Task) -> None:
+    """Seed 004's deploy without an image (scenarios 1, 2, 3, 5): the volumes
+    are attached, so power off, point the next boot at the volume (iPXE's SAN
+    or NFS script, or the disk the HBA presents) and power on."""
+    await task.driver.power.set_power_state(task, states.POWER_OFF)
+    await task.save_fields({"power_state": states.POWER_OFF})
+    await task.driver.boot.prepare_instance(task)
+    await task.driver.power.set_power_state(task, states.POWER_ON)
+    await task.save_fields({"power_state": states.POWER_ON})
 
 
 async def _write_image_command(client: AgentClient) -> dict[str, Any] | None:

@@ -130,6 +130,8 @@ class FakeDeploy(_Delayed, base.DeployInterface):
 
     name = "fake"
     delay_option = "fake_deploy_delay"
+    # Like direct: a node whose OS is on its boot volume deploys without an image (seed 004).
+    capabilities = frozenset({"boot_from_volume", "iscsi_volume_deploy", "fibre_channel_volume_deploy"})
 
     async def deploy(self, task: base.Task) -> str | None:
         await self._sleep()

@@ -11,7 +11,7 @@ from typing import Any
 
 from services.common import errors
 from services.common.boot_values import UnsafeValue, check_node_boot_values
-from services.conductor.drivers import base
+from services.conductor.drivers import base, volumes
 
 REQUIRED_DEPLOY_KEYS = ("deploy_kernel", "deploy_ramdisk")
 
@@ -40,7 +40,10 @@ class IpxeBoot(base.BootInterface):
 
     async def validate(self, task: base.Task) -> None:
         info = task.node.get("driver_info") or {}
-        missing = [k for k in REQUIRED_DEPLOY_KEYS if not info.get(k)]
+        # A node that boots its OS from a volume never runs the deploy ramdisk (seed 004).
+        missing = (
+            [k for k in REQUIRED_DEPLOY_KEYS if not info.get(k)] if task.driver.storage.should_write_image(task) else []
+        )
         if missing:
             raise errors.MissingParameter(f"Node {task.node['uuid']} is missing driver_info: {', '.join(missing)}")
         if not any(p.get("pxe_enabled") for p in task.ports):
@@ -62,15 +65,18 @@ class IpxeBoot(base.BootInterface):
 
         A whole-disk image boots straight from the disk, as Ironic's local boot
         does, so the first boot after a deploy never depends on the renderer
-        having seen the node become active. A boot-from-volume node (or a BMC
-        that can only network-boot) keeps booting from the network, and the
-        renderer answers with the SAN or local-disk script for its state. So
-        does a partition image (``is_whole_disk_image`` false): its instance
-        kernel boots from the network with ``root=UUID=``.
+        having seen the node become active, and so does a node whose HBA
+        presents its boot volume as a disk (seed 004, ``hba_boot``). A node
+        that iPXE boots from its volume (``boot_from_volume``, scenarios 1, 2,
+        5), or whose BMC can only network-boot, keeps booting from the network,
+        and the renderer answers with the SAN, NFS or local-disk script for its
+        state. So does a partition image (``is_whole_disk_image`` false): its
+        instance kernel boots from the network with ``root=UUID=``.
         """
         devices = task.driver.management.get_supported_boot_devices(task)
-        netboot = (task.node.get("driver_internal_info") or {}).get("is_whole_disk_image") is False
-        if "disk" in devices and not task.volume_targets and not netboot:
+        internal = task.node.get("driver_internal_info") or {}
+        netboot = internal.get("is_whole_disk_image") is False or bool(internal.get(volumes.BOOT_FROM_VOLUME))
+        if "disk" in devices and not netboot:
             await task.driver.management.set_boot_device(task, "disk", persistent=True)
         else:
             await task.driver.management.set_boot_device(task, "pxe", persistent=True)

@@ -33,7 +33,12 @@ from services.common import errors
 from services.conductor import iscsi_configdrive, iscsi_partitions, iscsi_writer
 from services.conductor.drivers import base
 from services.conductor.drivers.agent_client import AgentClient, agent_node, command_error_text
-from services.conductor.drivers.direct import DirectDeploy, is_partition_image, validate_partition_image
+from services.conductor.drivers.direct import (
+    VOLUME_DEPLOY_CAPABILITIES,
+    DirectDeploy,
+    is_partition_image,
+    validate_partition_image,
+)
 from services.conductor.image_cache import image_ref
 
 LOG = logging.getLogger(__name__)
@@ -68,7 +73,7 @@ def callback_style(node: dict[str, Any], options: dict[str, Any]) -> str:
 
 class IscsiDeploy(DirectDeploy):
     name = "iscsi"
-    capabilities = frozenset({"agent", "whole_disk_image", "iscsi_deploy"})
+    capabilities = frozenset({"agent", "whole_disk_image", "iscsi_deploy", *VOLUME_DEPLOY_CAPABILITIES})
 
     def get_properties(self) -> dict[str, str]:
         return {
@@ -82,6 +87,8 @@ class IscsiDeploy(DirectDeploy):
         style is known. Partition images are refused until the iSCSI deploy
         writes them."""
         await super().validate(task)
+        if not task.driver.storage.should_write_image(task):
+            return  # the OS is on the boot volume (seed 004)
         uuid = task.node["uuid"]
         if not task.ports:
             raise errors.MissingParameter(f"Node {uuid} has no ports: the deploy ramdisk finds its node by MAC")
@@ -103,6 +110,8 @@ class IscsiDeploy(DirectDeploy):
         deploy whose ramdisk boot was already requested keeps them (its agent
         may already serve the target under that IQN)."""
         info = task.node["driver_internal_info"]
+        if not task.driver.storage.should_write_image(task):
+            return await super().deploy(task)
         if not (info.get(KEY) and info.get("ramdisk_boot_requested")):
             await task.save_internal_info(
                 {KEY: secrets.token_urlsafe(32), IQN: f"{IQN_PREFIX}:{task.node['uuid']}.{secrets.token_hex(4)}"},

@@ -12,13 +12,24 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from services.conductor.drivers import base
+from services.common import errors
+from services.conductor.drivers import base, volumes
 
 
 class NoopStorage(base.StorageInterface):
-    """No volumes: the image is always written to the local disk."""
+    """No volumes: the image is always written to the local disk. A node with a
+    boot volume is refused rather than deployed to a disk it will not boot."""
 
     name = "noop"
+
+    async def validate(self, task: base.Task) -> None:
+        boot = volumes.boot_volume(task)
+        if boot is not None:
+            raise errors.InvalidParameterValue(
+                f"Node {task.node['uuid']} has a boot volume (volume target {boot.get('uuid')}) but its storage "
+                "interface is noop, which manages no volumes: set storage_interface to external (storage "
+                "managed outside Ferrum) or cinder"
+            )
 
 
 class NoopNetwork(base.NetworkInterface):

@@ -180,7 +180,8 @@ class VirtualMediaBoot(base.BootInterface):
         }
 
     async def validate(self, task: base.Task) -> None:
-        parse_vmedia_info(task.node, aliases=self.aliases)
+        if task.driver.storage.should_write_image(task):  # else the OS is on a volume: no ramdisk (seed 004)
+            parse_vmedia_info(task.node, aliases=self.aliases)
         management = task.driver.management
         if not check_capability(management, "virtual_media"):
             raise errors.InvalidParameterValue(

@@ -25,6 +25,7 @@ from typing import Any
 
 from services.common import states
 from services.conductor import deploy_steps as steps
+from services.conductor.drivers import volumes
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.direct import AGENT_KEYS
 from services.conductor.flows.context import FlowContext, guarded
@@ -45,6 +46,7 @@ async def _first_half(ctx: FlowContext, task: Task) -> None:
     if stored is not None and stored != task.node["instance_info"].get("configdrive"):
         await task.save_fields({"instance_info": {**task.node["instance_info"], "configdrive": stored}})
     await task.driver.storage.attach_volumes(task)
+    await volumes.record(task)
     await task.driver.deploy.prepare(task)
     planned = task.node["driver_internal_info"].get("deploy_steps") or steps.plan(task, [])
     before, core, after = steps.split_at_deploy(planned)
@@ -65,6 +67,7 @@ async def _first_half(ctx: FlowContext, task: Task) -> None:
         await steps.run_step(ctx, task, step)
     if not task.driver.deploy.prepares_instance_boot:
         await task.driver.boot.prepare_instance(task)
+    await volumes.drop_force_deployment(task)
     await ctx.transition(task, "done", changes={"deploy_step": {}})
 
 
@@ -97,6 +100,7 @@ async def _finish(ctx: FlowContext, task: Task, *, from_step: str | None) -> Non
         await steps.mark(ctx, task, planned_step(task, name))
         await getattr(deploy, name)(task)
     await task.save_internal_info({}, remove=(*(k for k in AGENT_KEYS if k != "deploy_progress"), FINISH_STEP))
+    await volumes.drop_force_deployment(task)
     await ctx.transition(task, "done", changes={"deploy_step": {}})
 
 

@@ -21,14 +21,26 @@ def final_state(target: str) -> str:
 
 async def change(ctx: FlowContext, task: Task, target: str, timeout: int | None = None) -> None:
     final = final_state(target)
+    storage = task.driver.storage
+    # Seed 004: an active node's volumes follow its power (the storage's toggle option).
+    toggle = (
+        target in (states.POWER_ON, states.POWER_OFF, states.SOFT_POWER_OFF)
+        and task.node["provision_state"] == states.ACTIVE
+        and bool(task.volume_targets)
+        and storage.power_toggles_attachments(task)
+    )
     try:
         if final == states.POWER_ON:
+            if toggle:
+                await storage.attach_volumes(task)
             # A netbooting instance gets its boot media attached again first (virtual media).
             await task.driver.boot.before_power_on(task)
         if target == states.REBOOT:
             await task.driver.power.reboot(task, timeout)
         else:
             await task.driver.power.set_power_state(task, target, timeout)
+        if final == states.POWER_OFF and toggle:
+            await storage.detach_volumes(task)
         changes = {"power_state": final, "target_power_state": None}
         message = f"power state changed to {final}"
         severity = "INFO"
