@@ -150,9 +150,7 @@ def test_the_documented_boot_from_volume_rule_runs() -> None:
     namespace: dict[str, Any] = {**vars(capabilities)}
     exec(block("# capabilities.py: the boot-from-volume deploy rule"), namespace)
     rule = namespace["volume_deploy_needs"]
-    registry = DriverRegistry(
-        load_settings({"FERRUM_CONDUCTOR_ENABLED_DEPLOY_INTERFACES": "direct,ramdisk"}).conductor
-    )
+    registry = DriverRegistry(load_settings({"FERRUM_CONDUCTOR_ENABLED_DEPLOY_INTERFACES": "direct,ramdisk"}).conductor)
     record = {"uuid": "bfv", "driver": "redfish", "deploy_interface": "ramdisk", "instance_info": {}}
     t = base.Task(node=record, ports=[], driver=registry.compose(record), conductor="c")
     t.volume_targets = [{"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}]
