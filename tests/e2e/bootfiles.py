@@ -7,6 +7,11 @@ cached files. Nothing slow may run while a stack's event loop is running: a
 stall longer than the heartbeat timeout looks like a dead conductor.
 
     python -m tests.e2e.bootfiles    # fetch the kernel into .ferrum/cache/ipxe-e2e
+
+The NFS-root initramfs (``ensure_nfs_initramfs``) loads kernel modules, which
+must come from the very kernel it boots with: it takes the kernel and its
+module tree from Debian's package unpacked under ``.ferrum/cache/debian``
+(the same one the real-VM tests' ramdisk uses) and returns both.
 """
 
 from __future__ import annotations
@@ -19,12 +24,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from services.ramdisk import debian, rootfs
+from services.ramdisk.kernel import fetch_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".ferrum" / "cache" / "ipxe-e2e"
 PACKAGES = ("qemu-system-x86", "ipxe-qemu", "busybox-static", "cpio", "tgt", "ovmf")
 MARKER = "FERRUM-E2E-MARKER-initramfs-running"
+DEBIAN_CACHE = REPO / ".ferrum" / "cache" / "debian"
+FILES = Path(__file__).resolve().parent / "files"
+# The NIC QEMU's tests use, and the NFSv4 client: nfsv4 pulls in sunrpc, netfs,
+# fscache, grace, lockd, nfs and dns_resolver (Debian builds them all as modules).
+NFS_MODULES = ("virtio_pci", "virtio_net", "nfsv4")
+NFS_ROOT_MARKER_PREFIX = "FERRUM-NFS-ROOT: "  # what the NFS root prints before its marker line
 
 
 def run(*argv: str, cwd: Path | None = None, timeout: float = 600) -> str:
@@ -130,10 +145,59 @@ def ensure_initramfs(marker: str) -> Path:
     return image
 
 
+@dataclass(frozen=True)
+class NfsBootFiles:
+    """A kernel and the initramfs that mounts ``nfsroot=`` as its root; its modules are that kernel's."""
+
+    kernel: Path
+    initramfs: Path
+    kernel_package: str
+    modules: tuple[str, ...]  # what /init insmods, in order (paths under /lib/modules)
+
+
+def ensure_nfs_initramfs() -> NfsBootFiles:
+    """Debian's kernel and a busybox initramfs for ``root=/dev/nfs nfsroot=... ip=dhcp``, built once.
+
+    Debian's kernel has neither ``CONFIG_ROOT_NFS`` nor ``CONFIG_IP_PNP`` and
+    builds virtio-net and the NFS client as modules, so the initramfs's /init
+    (``files/nfsroot-init.sh``) does what the kernel would: insmod, DHCP
+    (busybox udhcpc), mount the export, switch_root to its /sbin/init."""
+    DEBIAN_CACHE.mkdir(parents=True, exist_ok=True)
+    with debian.locked(DEBIAN_CACHE):
+        kernel = fetch_kernel(DEBIAN_CACHE)
+    scripts = {name: (FILES / name).read_bytes() for name in ("nfsroot-init.sh", "nfsroot-udhcpc.sh")}
+    digest = hashlib.sha256()
+    for name, text in sorted(scripts.items()):
+        digest.update(name.encode() + b"\0" + text + b"\0")
+    digest.update(Path("/bin/busybox").read_bytes())
+    digest.update("\0".join([kernel.package, *NFS_MODULES]).encode())
+    image = CACHE / f"nfsroot-initramfs-{digest.hexdigest()[:16]}.cpio.gz"
+    order_file = image.with_suffix(".modules")
+    if image.is_file() and order_file.is_file():
+        modules = tuple(order_file.read_text().split())
+        return NfsBootFiles(kernel.vmlinuz, image, kernel.package, modules)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        root = Path(tmp) / "root"
+        (root / "bin").mkdir(parents=True)
+        shutil.copyfile("/bin/busybox", root / "bin" / "busybox")
+        os.chmod(root / "bin" / "busybox", 0o755)
+        rootfs.install_busybox(root)
+        modules = tuple(rootfs.install_modules(root, kernel, list(NFS_MODULES)))
+        rootfs.install_file(root, "init", scripts["nfsroot-init.sh"].decode(), mode=0o755)
+        rootfs.install_file(root, "etc/ferrum/udhcpc.script", scripts["nfsroot-udhcpc.sh"].decode(), mode=0o755)
+        order_file.write_text("".join(f"{m}\n" for m in modules))
+        rootfs.pack(root, image)
+    return NfsBootFiles(kernel.vmlinuz, image, kernel.package, modules)
+
+
 def main() -> int:
     ensure_packages()
     print(f"test kernel: {ensure_kernel()}")
     print(f"test initramfs: {ensure_initramfs(MARKER)}")
+    nfs = ensure_nfs_initramfs()
+    print(f"NFS-root kernel: {nfs.kernel}")
+    print(f"NFS-root initramfs: {nfs.initramfs}")
     return 0
 
 
