@@ -7,8 +7,7 @@ kernel and a busybox initramfs whose /init prints a marker on the serial
 console. A second VM with an unknown MAC must show our error text; a third,
 whose node is ``manageable``, shows the reason and goes straight back to the
 firmware without trying other identities. Another VM does the deploy under
-UEFI (OVMF), and a last one boots an ``active`` boot-from-volume node from an
-iSCSI LUN served by tgt (CHAP + initiator ACL).
+UEFI (OVMF). Boot from volume, over REST, is tests/e2e/test_boot_from_volume_qemu.py.
 
 The packages, kernel and initramfs come from ``tests/e2e/bootfiles.py``
 (run by ``scripts/bootstrap.sh``); the stack fixture depends on them, so
@@ -18,13 +17,10 @@ nothing slow runs while a stack's event loop is running.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import shutil
-import subprocess
 import time
 import uuid as uuidlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +30,7 @@ from aiohttp import web
 
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from tests.conftest import test_settings
-from tests.e2e.bootfiles import MARKER, ensure_initramfs, ensure_kernel, ensure_packages, run
+from tests.e2e.bootfiles import MARKER, ensure_initramfs, ensure_kernel, ensure_packages
 
 BOOT_WAIT = 180.0
 DEPLOY_MAC, UNKNOWN_MAC, MANAGEABLE_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99", "52:54:00:e2:e0:02"
@@ -266,166 +262,6 @@ async def test_real_ipxe_boots_deploy_ramdisk_and_reports_unknown_mac(
     back_to_firmware = idle_out.index("Boot failed")
     assert idle_out.index("Ferrum: exiting to the next boot device") < back_to_firmware
     assert "by SMBIOS UUID" not in idle_out[:back_to_firmware] and marker not in idle_out
-
-
-# -- SAN boot through real iPXE and a userspace iSCSI target (tgt) ----------------
-
-SAN_MAC = "52:54:00:e2:e0:05"
-SAN_TARGET_IQN = "iqn.2026-11.org.ferrum.test:san-boot"
-SAN_INITIATOR = "iqn.2026-11.org.ferrum.test:initiator-1"
-SAN_MARKER = "FERRUM-SAN-BOOT-SECTOR-RUNNING"
-
-
-def boot_sector(message: str) -> bytes:
-    """A 512-byte MBR that prints ``message`` through BIOS int 10h and halts.
-
-    SeaBIOS mirrors int 10h text to the serial console under -nographic, so
-    the message proves the firmware booted the iSCSI LUN that iPXE hooked."""
-    # SeaBIOS's serial console holds back the last character of a screen line: end with a second line.
-    text = message.encode() + b"\r\nhalted.\r\n\x00"
-    msg_at = 0x19
-    code = bytes(
-        [
-            0xFA,
-            0xFC,  # cli; cld
-            0x31,
-            0xC0,
-            0x8E,
-            0xD8,  # xor ax,ax; mov ds,ax
-            0x31,
-            0xDB,  # xor bx,bx (page 0)
-            0xBE,
-            msg_at,
-            0x7C,  # mov si, 0x7C00 + msg_at
-            0xB4,
-            0x0E,  # mov ah, 0Eh (teletype)
-            0xAC,  # next: lodsb
-            0x08,
-            0xC0,  # or al, al
-            0x74,
-            0x04,  # jz done
-            0xCD,
-            0x10,  # int 10h
-            0xEB,
-            0xF7,  # jmp next
-            0xF4,  # done: hlt
-            0xEB,
-            0xFD,  # jmp done
-        ]
-    )
-    assert len(code) == msg_at
-    sector = bytearray(512)
-    sector[: len(code)] = code
-    sector[msg_at : msg_at + len(text)] = text
-    sector[510:512] = b"\x55\xaa"
-    return bytes(sector)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def iscsi_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """tgtd on 127.0.0.1 with one LUN holding the boot sector, CHAP and an initiator ACL."""
-    work = tmp_path_factory.mktemp("tgt")
-    disk = work / "disk.img"
-    disk.write_bytes(boot_sector(SAN_MARKER) + bytes(16 * 1024 * 1024 - 512))
-    port, control = free_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
-    with open(work / "tgtd.log", "wb") as log:  # the child keeps its own copy of the descriptor
-        tgtd = subprocess.Popen(
-            ["tgtd", "-f", "-C", str(control), "-p", str(work / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-
-    def adm(*args: str) -> str:
-        return run("tgtadm", "-C", str(control), "--lld", "iscsi", *args, timeout=30)
-
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                adm("--op", "show", "--mode", "target")
-                break
-            except RuntimeError:
-                if tgtd.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        adm("--op", "new", "--mode", "target", "--tid", "1", "-T", SAN_TARGET_IQN)
-        adm("--op", "new", "--mode", "logicalunit", "--tid", "1", "--lun", "1", "-b", str(disk))
-        adm("--op", "bind", "--mode", "target", "--tid", "1", "--initiator-name", SAN_INITIATOR)
-        adm("--op", "new", "--mode", "account", "--user", "ferrum-chap", "--password", "chap-secret-0123")
-        adm("--op", "bind", "--mode", "account", "--tid", "1", "--user", "ferrum-chap")
-        yield {"port": port, "show": lambda: adm("--op", "show", "--mode", "target")}
-    finally:
-        # tgtd ignores SIGTERM while it holds targets (TOOLING.md): remove them, then stop it by PID.
-        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-            adm("--op", "delete", "--mode", "target", "--tid", "1", "--force")
-        tgtd.terminate()
-        try:
-            tgtd.wait(10)
-        except subprocess.TimeoutExpired:
-            tgtd.kill()
-            tgtd.wait()
-
-
-async def test_real_ipxe_san_boots_an_iscsi_volume_with_chap(
-    stack: Any, iscsi_target: dict[str, Any], tmp_path: Path
-) -> None:
-    """An active boot-from-volume node: iPXE logs in with our initiator IQN and
-    CHAP, hooks the LUN as drive 0x80 and the BIOS boots its boot sector."""
-    api = stack.endpoints["api REST (Ironic v1)"]
-    renderer_port = stack.endpoints["ipxe HTTP"].rsplit(":", 1)[1].split("/")[0]
-    node = await enroll(stack, name="qemu-san", mac=SAN_MAC, state="active", driver_info={})
-    await stack.pool.execute("UPDATE nodes SET boot_mode = 'bios' WHERE uuid = $1::uuid", node)
-    volume = {"X-OpenStack-Ironic-API-Version": "1.32"}
-    async with aiohttp.ClientSession() as http:
-        async with http.post(
-            f"{api}/v1/volume/connectors",
-            headers=volume,
-            json={"node_uuid": node, "type": "iqn", "connector_id": SAN_INITIATOR},
-        ) as r:
-            assert r.status == 201, await r.text()
-        async with http.post(
-            f"{api}/v1/volume/targets",
-            headers=volume,
-            json={
-                "node_uuid": node,
-                "volume_type": "iscsi",
-                "boot_index": 0,
-                "volume_id": "san-vol-1",
-                "properties": {
-                    "target_portal": f"10.0.2.2:{iscsi_target['port']}",
-                    "target_iqn": SAN_TARGET_IQN,
-                    "target_lun": 1,
-                    "auth_method": "CHAP",
-                    "auth_username": "ferrum-chap",
-                    "auth_password": "chap-secret-0123",
-                },
-            },
-        ) as r:
-            assert r.status == 201, await r.text()
-    serial = tmp_path / "san.serial"
-    vm = await start_vm(
-        serial, boot_url=f"http://10.0.2.2:{renderer_port}/boot.ipxe", mac=SAN_MAC, smbios_uuid=str(uuidlib.uuid4())
-    )
-    try:
-        out = await wait_for_text(
-            serial,
-            [f"Ferrum: node {node} is in state active", "Ferrum: booting from volume san-vol-1 (bios)", SAN_MARKER],
-            vm,
-            BOOT_WAIT,
-        )
-        sessions = await asyncio.to_thread(iscsi_target["show"])
-    finally:
-        await stop_vm(vm)
-    assert "attempt 1 of" not in out  # the first sanhook/sanboot worked
-    assert SAN_INITIATOR in sessions  # logged in under the initiator IQN from the volume connector
 
 
 async def test_real_uefi_ipxe_boots_deploy_ramdisk(
