@@ -243,7 +243,10 @@ def check_node_boot_values(driver_info: Mapping[str, Any] | None, instance_info:
                     raise UnsafeValue(f"{section} {name} must be a string")
                 check_kernel_args(value.replace(DEFAULT_PLACEHOLDER, ""), field=f"{section} {name}")
     if where["instance_info"].get("nfs_root") not in (None, ""):
-        check_nfs_root(where["instance_info"]["nfs_root"])
+        try:
+            check_nfs_root(where["instance_info"]["nfs_root"])
+        except UnsafeValue as exc:
+            raise UnsafeValue(f"instance_info nfs_root: {exc}") from None
 
 
 def _as_list(value: Any) -> list[Any]:

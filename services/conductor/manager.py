@@ -102,8 +102,9 @@ COMPOSED_INTERFACE_FIELDS = tuple(f"{k}_interface" for k in INTERFACE_KINDS)
 # 400) before the verb changes anything. Deploys also check capabilities.
 VERB_INTERFACES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        "deploy": ("power", "management", "boot", "deploy", "storage"),
-        "rebuild": ("power", "management", "boot", "deploy", "storage"),
+        # storage first: a volume set-up decides what boot and deploy need (seed 004)
+        "deploy": ("power", "management", "storage", "boot", "deploy"),
+        "rebuild": ("power", "management", "storage", "boot", "deploy"),
         "inspect": ("inspect",),
         "rescue": ("rescue",),
         "unrescue": ("rescue",),
