@@ -45,6 +45,8 @@ class AgentLaunch:
     session: aiohttp.ClientSession | None = field(default=None, compare=False)
     # What a virtual-media boot left inserted besides the CD (the floppy / USB stick), as bytes.
     removable_media: tuple[bytes, ...] = field(default=(), compare=False, repr=False)
+    # The LUN an HBA presents (boot from volume): (path, wwn), or empty.
+    hba_lun: tuple[str, str] | tuple[()] = ()
 
 
 async def real_agent(launch: AgentLaunch) -> AgentHandle:
@@ -59,7 +61,21 @@ async def real_agent(launch: AgentLaunch) -> AgentHandle:
         launch.kernel_cmdline,
         floppy_parameters=floppy,
         macs=launch.macs,
-        disks=(Disk(path=launch.disk_path, name="/dev/sda", serial=launch.disk_serial),),
+        disks=(
+            Disk(path=launch.disk_path, name="/dev/sda", serial=launch.disk_serial),
+            *(
+                (
+                    Disk(
+                        path=launch.hba_lun[0],
+                        name="/dev/sdb",
+                        serial=f"{launch.disk_serial}-LUN0",
+                        wwn=launch.hba_lun[1],
+                    ),
+                )
+                if launch.hba_lun
+                else ()
+            ),
+        ),
         power_off=launch.power_off,
         reboot=launch.reboot,
         set_rescue_password=launch.set_rescue_password,

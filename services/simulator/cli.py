@@ -35,6 +35,12 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the machines' deploy agents listen (default 127.0.0.1); 0.0.0.0 when conductors run elsewhere",
     )
     parser.add_argument("--disk-size", default="1GiB", help="size of each sparse disk file (default 1GiB)")
+    parser.add_argument(
+        "--hba-lun-size",
+        default="0",
+        help="give each machine a LUN of this size behind a host bus adapter, with a WWN, for boot from "
+        "volume through the HBA (default 0: no HBA; python backend only)",
+    )
     parser.add_argument("--username", default="", help="BMC user name (default: no authentication)")
     parser.add_argument("--password", default="", help="BMC password (with --username)")
     parser.add_argument("--name-prefix", default="sim-", help="machine name prefix (default sim-)")
@@ -110,6 +116,7 @@ async def serve(args: argparse.Namespace) -> int:
             public_url=args.public_url,
             agent_host=args.agent_host,
             disk_size=args.disk_size,
+            hba_lun_size=args.hba_lun_size,
             username=args.username,
             password=args.password,
             name_prefix=args.name_prefix,

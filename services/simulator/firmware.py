@@ -226,6 +226,7 @@ async def start_ramdisk(machine: Machine, cmdline: str, *, removable_media: tupl
         hardware=machine.hardware_facts(),
         session=sim.session,
         removable_media=removable_media,
+        hba_lun=(machine.lun_path, machine.lun_wwn) if machine.lun_path else (),
     )
     factory = sim.options.agent_factory or real_agent
     agent = None
@@ -252,7 +253,14 @@ async def start_ramdisk(machine: Machine, cmdline: str, *, removable_media: tupl
 
 
 async def boot_disk(machine: Machine) -> str:
+    """The firmware's disk boot: the HBA's LUN first when it holds an OS (its
+    option ROM comes first in the boot order), else the local disk."""
+    disk = "local"
     report = await asyncio.to_thread(disk_reader.inspect_disk, machine.disk_path)
+    if machine.lun_path:
+        lun = await asyncio.to_thread(disk_reader.inspect_disk, machine.lun_path)
+        if lun["partitions"]:
+            disk, report = "hba-lun0", lun
     if not report["partitions"]:
         machine.record("disk_not_bootable", reason="no partition table" if report["table"] is None else "no partitions")
         return FAILED
@@ -266,6 +274,7 @@ async def boot_disk(machine: Machine) -> str:
     drive = report.get("config_drive") or {}
     machine.record(
         "os_booted",
+        disk=disk,
         table=report["table"],
         partitions=len(report["partitions"]),
         config_drive=bool(drive),

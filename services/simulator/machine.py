@@ -49,6 +49,11 @@ def machine_mac(index: int, nic: int) -> str:
     return f"52:54:00:{(value >> 16) & 0xFF:02x}:{(value >> 8) & 0xFF:02x}:{value & 0xFF:02x}"
 
 
+def hba_lun_wwn(index: int) -> str:
+    """A stable NAA-5 WWN for machine ``index``'s HBA LUN (as lsblk shows it: 0x + 16 hex digits)."""
+    return f"0x5000c50f{index & 0xFFFFFFFF:08x}"
+
+
 def machine_uuid(name: str) -> str:
     return str(uuidlib.uuid5(UUID_NAMESPACE, name))
 
@@ -78,6 +83,10 @@ class Machine:
         self.macs = macs
         self.disk_path = disk_path
         self.disk_serial = disk_serial
+        # A LUN behind a host bus adapter (SimulatorOptions.hba_lun_size): the firmware boots
+        # it before the local disk when it holds an OS, and the ramdisk sees it as /dev/sdb.
+        self.lun_path = ""
+        self.lun_wwn = ""
         self.power_state = "Off"
         self.boot_target = "None"
         self.boot_enabled = "Disabled"
@@ -151,6 +160,8 @@ class Machine:
             "macs": list(self.macs),
             "disk_path": self.disk_path,
             "disk_serial": self.disk_serial,
+            "lun_path": self.lun_path,
+            "lun_wwn": self.lun_wwn,
             "power_state": self.power_state,
             "boot_target": self.boot_target,
             "boot_enabled": self.boot_enabled,

@@ -86,6 +86,13 @@ class SimulatorOptions:
     # Manager, the standard actions) or "ilo" (iLO 5: only under the Manager, members 1 = Floppy
     # and 2 = CD, Oem.Hpe actions too, and a one-time boot by Oem.Hpe.BootOnNextServerReset).
     bmc_profile: str = "redfish"
+    # Boot from volume through an HBA (seed 004 scenarios 3, 4): each machine also sees a
+    # LUN of this size behind a host bus adapter, a sparse file with a WWN (0 = no HBA).
+    hba_lun_size: int | str = 0
+
+    def hba_lun_bytes(self) -> int:
+        """The HBA LUN's size in bytes; 0 when the machines have no HBA."""
+        return 0 if self.hba_lun_size in (0, "0", "") else parse_size(self.hba_lun_size)
 
     def validate(self) -> SimulatorOptions:
         if not 1 <= self.machines <= MAX_MACHINES:
@@ -117,11 +124,14 @@ class SimulatorOptions:
         if self.bmc_profile not in BMC_PROFILES:
             raise errors.InvalidParameterValue(f"--bmc {self.bmc_profile!r} must be one of {', '.join(BMC_PROFILES)}")
         parse_size(self.disk_size)
+        self.hba_lun_bytes()
         if self.backend not in BACKENDS:
             raise errors.InvalidParameterValue(f"backend {self.backend!r} must be one of {', '.join(BACKENDS)}")
         if self.backend == "qemu":
             if self.machines > MAX_QEMU_MACHINES:
                 raise errors.InvalidParameterValue(f"the qemu backend runs at most {MAX_QEMU_MACHINES} machines")
+            if self.hba_lun_bytes():
+                raise errors.InvalidParameterValue("the qemu backend has no HBA LUNs (--hba-lun-size)")
             if not 128 <= self.qemu_memory_mib <= 65536:
                 raise errors.InvalidParameterValue("qemu memory must be 128 to 65536 MiB")
             if self.agent_port_base and not 1024 <= self.agent_port_base <= 65535 - self.machines:

@@ -29,7 +29,7 @@ from services.common.aiohttp_serving import start_http_site
 from services.common.connection_guard import ListenerLimits
 from services.common.open_files import raise_open_files_limit
 from services.simulator.ipmi import IpmiEndpoints
-from services.simulator.machine import Machine, machine_mac
+from services.simulator.machine import Machine, hba_lun_wwn, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
 from services.simulator.qemu_command import ISCSI_GUEST_PORT
 from services.simulator.redfish import RedfishService
@@ -90,6 +90,9 @@ class Simulator:
                 )
             else:
                 machine = Machine(*args)
+                if opts.hba_lun_bytes():
+                    machine.lun_path = str(disks / f"{name}-lun0.img")
+                    machine.lun_wwn = hba_lun_wwn(index)
             self.machines.append(machine)
             self._index[machine.name] = self._index[machine.uuid] = machine
         await asyncio.to_thread(self._create_disks)
@@ -188,6 +191,14 @@ class Simulator:
     def _create_disks(self) -> None:
         for machine in self.machines:
             _ensure_disk(Path(machine.disk_path), self.disk_size)
+            if machine.lun_path:
+                _ensure_disk(Path(machine.lun_path), self.options.hba_lun_bytes())
+
+    def hba_volume(self, machine: Machine) -> dict[str, Any]:
+        """Volume target properties for the machine's HBA LUN (boot from volume, scenarios 3 and 4)."""
+        if not machine.lun_path:
+            raise RuntimeError("the simulator runs without HBA LUNs (SimulatorOptions.hba_lun_size)")
+        return {"target_wwn": machine.lun_wwn.removeprefix("0x"), "target_lun": 0}
 
     def _write_inventory(self) -> None:
         path = Path(self.options.state_dir) / "machines.json"

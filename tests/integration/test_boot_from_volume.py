@@ -3,26 +3,36 @@ image when the OS is on the boot volume, records how the node boots, and
 the renderer serves what the deploy recorded; bad volume set-ups are refused
 with a 400 that names the field, and change nothing.
 
-The real boots (scenario 1 from a tgtd LUN, scenario 5 from an NFS root) are
-in tests/e2e/test_boot_from_volume_qemu.py.
+Scenarios 3 and 4 also run on simulated machines whose HBA presents a LUN
+(a sparse file with a WWN): the firmware boots the OS already on it, or the
+agent writes the image onto it, found by the WWN hint. The real boots
+(scenario 1 from a tgtd LUN, scenario 5 from an NFS root) are in
+tests/e2e/test_boot_from_volume_qemu.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from services.demo_image import build_demo_image
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
+from services.simulator.options import SimulatorOptions
+from services.simulator.service import Simulator
 from tests.conftest import test_settings
 from tests.restclient import call, wait_state
 
 IQN = "iqn.2026-11.org.ferrum.test:bfv-initiator"
 WWPN, WWNN = "21000024ff6a3b10", "20000024ff6a3b10"
 _macs = itertools.count(0x10)
+MiB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -240,3 +250,117 @@ async def test_a_malformed_nfs_root_is_refused(env: dict[str, Any]) -> None:
     if status == 200:  # the api stores it; the deploy refuses it
         status, body = await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "active"})
     assert status == 400 and "nfs_root" in body["error_message"], body
+
+
+# -- scenarios 3 and 4 on the simulator: a LUN behind each machine's HBA --------------
+
+SIM_USER, SIM_PASSWORD = "admin", "hba-secret"
+
+
+@pytest.fixture(scope="module")
+async def lab(env: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[dict[str, Any]]:
+    """Two simulated machines, each with a 64 MiB LUN behind an HBA, booting from the stack's renderer."""
+    tmp = tmp_path_factory.mktemp("hba")
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=2,
+            state_dir=str(tmp / "machines"),
+            boot_url=env["stack"].endpoints["ipxe HTTP"],
+            username=SIM_USER,
+            password=SIM_PASSWORD,
+            disk_size=64 * MiB,
+            hba_lun_size=64 * MiB,
+            name_prefix="hba-",
+        ).validate()
+    )
+    await simulator.start()
+    conductor: Any = next(s for s in env["stack"].services if s.name == "conductor")
+    image = build_demo_image(tmp / "images", size_mib=24, marker="boot from volume")
+    await conductor.objectstore.put_file("bfv", "disk.raw", image.path)
+    await conductor.objectstore.put_bytes("bfv", "kernel", b"k")
+    try:
+        yield {
+            **env,
+            "sim": simulator,
+            "image": image,
+            "image_url": await conductor.objectstore.temp_url("bfv", "disk.raw", lifetime=1800),
+            "kernel": await conductor.objectstore.temp_url("bfv", "kernel", lifetime=1800),
+        }
+    finally:
+        await simulator.stop()
+
+
+async def hba_node(lab: dict[str, Any], index: int, instance_info: dict[str, Any]) -> tuple[str, Any]:
+    machine = lab["sim"].machines[index]
+    body = {
+        "name": machine.name,
+        "driver": "redfish",
+        "boot_interface": "ipxe",
+        "deploy_interface": "direct",
+        "storage_interface": "external",
+        "driver_info": {
+            **lab["sim"].driver_info(machine),
+            "deploy_kernel": lab["kernel"],
+            "deploy_ramdisk": lab["kernel"],
+        },
+        "properties": {"capabilities": "hba_boot:true"},
+        "instance_info": instance_info,
+    }
+    _, node = await call(lab, "POST", "/v1/nodes", body, expect=201)
+    uuid = str(node["uuid"])
+    await call(lab, "POST", "/v1/ports", {"node_uuid": uuid, "address": machine.macs[0]}, expect=201)
+    wwpn = f"21000024ff6a3c{index:02x}"
+    await call(
+        lab, "POST", "/v1/volume/connectors", {"node_uuid": uuid, "type": "wwpn", "connector_id": wwpn}, expect=201
+    )
+    await target(lab, uuid, "fibre_channel", lab["sim"].hba_volume(machine))
+    await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "manage"}, expect=202)
+    await wait_state(lab, uuid, "manageable")
+    await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "provide"}, expect=202)
+    await wait_state(lab, uuid, "available")
+    return uuid, machine
+
+
+async def os_booted(machine: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while not machine.events("os_booted"):
+        assert time.monotonic() < deadline, f"the machine booted no OS: {list(machine.boot_log)[-6:]}"
+        await asyncio.sleep(0.1)
+    return dict(machine.events("os_booted")[-1])
+
+
+async def test_scenario_3_the_simulated_hba_boots_the_os_already_on_its_lun(lab: dict[str, Any]) -> None:
+    uuid, machine = await hba_node(lab, 0, {})
+    Path(machine.lun_path).write_bytes(lab["image"].path.read_bytes())  # the OS was put there "by external means"
+    active = await deploy(lab, uuid)
+    assert active["instance_info"] == {"boot_option": "local"} and active["last_error"] is None
+    booted = await os_booted(machine)
+    assert booted["disk"] == "hba-lun0" and booted["partitions"] >= 1
+    assert not machine.events("agent_started")  # no ramdisk ran: nothing was written
+    with open(machine.disk_path, "rb") as local:
+        assert local.read(MiB) == bytes(MiB)
+
+
+async def test_scenario_4_force_deployment_writes_the_image_onto_the_lun_found_by_its_wwn(lab: dict[str, Any]) -> None:
+    image = {
+        "image_source": lab["image_url"],
+        "image_disk_format": "raw",
+        "image_os_hash_algo": "sha256",
+        "image_os_hash_value": lab["image"].sha256,
+        "force_deployment": True,
+    }
+    uuid, machine = await hba_node(lab, 1, image)
+    hostname = "hba-written.ferrum.test"
+    body = {"target": "active", "configdrive": {"meta_data": {"hostname": hostname}}}
+    await call(lab, "PUT", f"/v1/nodes/{uuid}/states/provision", body, expect=202)
+    active = await wait_state(lab, uuid, "active", timeout=180)
+    assert active["last_error"] is None and "force_deployment" not in active["instance_info"]
+    assert active["instance_info"]["boot_option"] == "local"
+    booted = await os_booted(machine)
+    assert booted["disk"] == "hba-lun0" and booted["hostname"] == hostname
+    written = lab["image"].path.read_bytes()
+    with open(machine.lun_path, "rb") as lun:
+        lun.seek(MiB)
+        assert lun.read(4 * MiB) == written[MiB : 5 * MiB]  # the image is on the LUN...
+    with open(machine.disk_path, "rb") as local:
+        assert local.read(MiB) == bytes(MiB)  # ...and not on the local disk
