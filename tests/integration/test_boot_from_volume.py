@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
+from ferrum.v1 import api_pb2 as pb
+from ferrum.v1 import api_pb2_grpc as pb_grpc
 from services.demo_image import build_demo_image
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
@@ -128,6 +131,28 @@ async def test_scenario_2_fc_volume_deploys_without_an_image_and_san_boots(env: 
     assert device["boot_device"] == "pxe"
     text = await script(env, mac)
     assert "sanboot --no-describe --drive 0x80" in text and "fcp:50:0a:09:82:8b:3f:1a:20:0" in text
+
+    # Tear down detaches, with an event at its start and its end on the gRPC WatchNodes feed.
+    channel = grpc.aio.insecure_channel(env["stack"].endpoints["api gRPC"])
+    try:
+        watch = pb_grpc.NodeServiceStub(channel).WatchNodes(pb.WatchNodesRequest(after_sequence=-1, node_uuid=uuid))
+        await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "deleted"}, expect=202)
+        detach = []
+        async with asyncio.timeout(30):
+            async for event in watch:
+                if event.event == "storage-detach":
+                    detach.append(event.message)
+                if len(detach) == 2:
+                    break
+        watch.cancel()
+    finally:
+        await channel.close()
+    assert detach == [
+        "detaching 1 volume(s) through storage interface external",
+        "detached 1 volume(s) through storage interface external",
+    ]
+    after = await wait_state(env, uuid, "available")
+    assert "boot_from_volume" not in after["driver_internal_info"] and after["instance_info"] == {}
 
 
 async def test_scenario_3_hba_volume_boots_from_disk(env: dict[str, Any]) -> None:
