@@ -286,3 +286,68 @@ def test_toggle_attachments_with_power_option() -> None:
     assert CinderStorage({"toggle_attachments_with_power": "false"}).toggle_attachments_with_power is False
     with pytest.raises(errors.InvalidParameterValue):
         _ = CinderStorage({"toggle_attachments_with_power": "maybe"}).toggle_attachments_with_power
+
+
+async def test_keystone_token_and_catalog(cinder: dict[str, Any], rest: Rest) -> None:
+    """keystone: a v3 password token, the endpoint from its catalog, cached across calls.
+
+    Keystone here is a minimal v3 token endpoint (Keystone is not what is under
+    test); it issues the token Cinder's noauth accepts for the project, so the
+    calls that follow reach the real Cinder with the token it handed out.
+    """
+    from aiohttp import web
+
+    project = cinder["project_id"]
+    requests: list[dict[str, Any]] = []
+
+    async def tokens(request: web.Request) -> web.Response:
+        body = await request.json()
+        requests.append(body)
+        auth = body["auth"]
+        if auth["identity"]["password"]["user"]["password"] != "pw":
+            return web.json_response(
+                {"error": {"code": 401, "message": "The request you have made requires authentication."}}, status=401
+            )
+        token = {
+            "project": {"id": project, "name": "ferrum"},
+            "expires_at": "2099-01-01T00:00:00.000000Z",
+            "catalog": [
+                {"type": "identity", "endpoints": [{"interface": "public", "url": "http://127.0.0.1:1/v3"}]},
+                {"type": "block-storage", "endpoints": [{"interface": "public", "url": f"{cinder['url']}/{project}"}]},
+            ],
+        }
+        return web.json_response({"token": token}, status=201, headers={"X-Subject-Token": f"ferrum:{project}"})
+
+    app = web.Application()
+    app.router.add_post("/v3/auth/tokens", tokens)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        keystone = {
+            "cinder_auth_strategy": "keystone",
+            "cinder_auth_url": f"http://127.0.0.1:{port}",
+            "cinder_username": "ferrum",
+            "cinder_password": "pw",
+            "cinder_project_name": "ferrum",
+            "cinder_url_timeout": 10,
+        }
+        volume_id = create_volume(rest, "ferrum-keystone")
+        task, saved = make_task([volume_id])
+        storage = CinderStorage(keystone)
+        await storage.validate(task)
+        await storage.attach_volumes(task)
+        assert rest.volume(volume_id)["status"] == "in-use"
+        assert saved[task.volume_targets[0]["uuid"]]["target_portal"] == cinder["iscsi_portal"]
+        await storage.detach_volumes(task)
+        assert rest.volume(volume_id)["status"] == "available"
+        assert len(requests) == 1  # one token for all the calls
+        scope = requests[0]["auth"]["scope"]["project"]
+        assert scope == {"name": "ferrum", "domain": {"name": "Default"}}
+        wrong = CinderStorage({**keystone, "cinder_password": "nope"})
+        with pytest.raises(errors.InvalidParameterValue, match="Keystone refused the token request: The request you"):
+            await wrong.validate(task)
+    finally:
+        await runner.cleanup()
