@@ -138,7 +138,7 @@ def test_every_optional_kind_defaults_to_its_noop() -> None:
     assert isinstance(driver.rescue, noop.NoRescue) and isinstance(driver.console, noop.NoConsole)
     # A type that declares a kind keeps its default, and can still be switched to the no-op.
     assert RedfishHardware.supported_names("vendor") == ("no-vendor",)
-    assert RedfishHardware.supported_names("storage") == ("noop", "external", "fake")
+    assert RedfishHardware.supported_names("storage") == ("noop", "external", "cinder", "fake")
     assert RedfishHardware.supported_names("raid") == ("no-raid",)
     assert RedfishHardware.supported_names("power") == ("redfish",)  # core kinds get nothing added
     assert registry.resolve_interfaces("minimal", {"rescue_interface": "no-rescue"})["rescue_interface"] == "no-rescue"
