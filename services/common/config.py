@@ -128,6 +128,21 @@ class ConductorConfig:
     inspection_rules_file: str = ""
     inspection_rules_mask_secrets: str = "always"
     fake_rescue_delay: str = "0"
+    # The cinder storage interface (services/conductor/drivers/cinder.py, docs/boot-from-volume.md):
+    # Ironic's [cinder] options, here in the conductor's section with a cinder_ prefix.
+    cinder_url: str = ""
+    cinder_url_timeout: float = 30.0
+    cinder_retries: int = 3
+    cinder_retry_interval: float = 5.0
+    cinder_auth_strategy: str = "noauth"
+    cinder_project_id: str = ""
+    cinder_auth_url: str = ""
+    cinder_username: str = ""
+    cinder_password: str = ""
+    cinder_user_domain_name: str = "Default"
+    cinder_project_name: str = ""
+    cinder_project_domain_name: str = "Default"
+    toggle_attachments_with_power: bool = True
     redfish_power_timeout: float = 60.0
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0
@@ -453,6 +468,10 @@ def _validate_listener(section: str, values: ApiConfig | IpxeConfig | ObjectStor
 
 
 def _validate_conductor(c: ConductorConfig) -> None:
+    if c.cinder_auth_strategy not in ("noauth", "keystone"):
+        raise ConfigError(f"conductor cinder_auth_strategy must be noauth or keystone, not {c.cinder_auth_strategy!r}")
+    if c.cinder_url_timeout <= 0 or c.cinder_retries < 0 or c.cinder_retry_interval < 0:
+        raise ConfigError("conductor cinder_url_timeout must be > 0, cinder_retries and cinder_retry_interval >= 0")
     if c.rescue_password_hash_algorithm not in ("sha256", "sha512"):
         raise ConfigError("FERRUM_CONDUCTOR_RESCUE_PASSWORD_HASH_ALGORITHM must be sha256 or sha512")
     if c.iscsi_callback not in ("pass_deploy_info", "heartbeat"):

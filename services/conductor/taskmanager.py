@@ -28,7 +28,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
-from services.common.db.volumes import node_volumes
+from services.common.db.volumes import VolumeRepository, node_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.media import MediaImages
@@ -197,12 +197,16 @@ class TaskManager:
             volume_connectors=connectors,
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
+            save_volume_target_properties=self._save_volume_target_properties,
             publish_configdrive=self.publish_configdrive,
             read_configdrive=self.read_configdrive,
             media=self.media,
             image_cache=self.image_cache,
             purpose=purpose,
         )
+
+    async def _save_volume_target_properties(self, target_uuid: str, properties: Any) -> None:
+        await VolumeRepository(self.pool, "target").update(target_uuid, {"properties": dict(properties)})
 
     async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
         return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)

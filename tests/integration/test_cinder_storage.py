@@ -7,20 +7,25 @@ log in and read the volume (qemu-io, CHAP).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+import aiohttp
 import pytest
 
 from services.common import errors
 from services.conductor.drivers import base
-from services.conductor.drivers.cinder import CinderStorage
+from services.conductor.drivers.cinder import IN_USE, CinderStorage
+from services.runtime import ALL_SERVICES_ORDER, RunningStack
+from tests.conftest import test_settings
+from tests.restclient import call, wait_state
 from tests.support.cinder_service import cinder_service
 from tests.support.cinder_smoke import Rest
 
@@ -87,7 +92,7 @@ def make_task(
             "uuid": node_uuid,
             "instance_uuid": instance_uuid,
             "instance_info": dict(instance_info),
-            "properties": {},
+            "properties": {"capabilities": "iscsi_boot:true"},
             "provision_state": provision_state,
             "driver_internal_info": {},
         },
@@ -105,8 +110,7 @@ def make_task(
     async def save_volume_target_properties(target_uuid: str, properties: Mapping[str, Any]) -> None:
         saved[target_uuid] = dict(properties)
 
-    # The conductor's hook (the lead adds the Task field); set here as the conductor will.
-    setattr(task, "save_volume_target_properties", save_volume_target_properties)  # noqa: B010
+    task.save_volume_target_properties = save_volume_target_properties  # the conductor's hook
     return task, saved
 
 
@@ -142,8 +146,8 @@ def test_should_write_image() -> None:
     storage = CinderStorage({})
     boot, _ = make_task(["v-boot"])
     assert not storage.should_write_image(boot)  # boot volume, no image: the volume holds the OS
-    imaged, _ = make_task(["v-boot"], image_source="http://images/x.qcow2")
-    assert storage.should_write_image(imaged)
+    forced, _ = make_task(["v-boot"], image_source="http://images/x.qcow2", force_deployment=True)
+    assert storage.should_write_image(forced)  # seed 004 scenario 4: the image goes onto the volume
     data_only, _ = make_task(["v-boot"])
     data_only.volume_targets[0]["boot_index"] = 1
     assert storage.should_write_image(data_only)
@@ -282,10 +286,11 @@ async def test_detach_errors(cinder: dict[str, Any], caplog: pytest.LogCaptureFi
 
 
 def test_toggle_attachments_with_power_option() -> None:
-    assert CinderStorage({}).toggle_attachments_with_power is True
-    assert CinderStorage({"toggle_attachments_with_power": "false"}).toggle_attachments_with_power is False
+    task: Any = None  # the option is the conductor's, not the node's
+    assert CinderStorage({}).power_toggles_attachments(task) is True
+    assert CinderStorage({"toggle_attachments_with_power": "false"}).power_toggles_attachments(task) is False
     with pytest.raises(errors.InvalidParameterValue):
-        _ = CinderStorage({"toggle_attachments_with_power": "maybe"}).toggle_attachments_with_power
+        CinderStorage({"toggle_attachments_with_power": "maybe"}).power_toggles_attachments(task)
 
 
 async def test_keystone_token_and_catalog(cinder: dict[str, Any], rest: Rest) -> None:
@@ -351,3 +356,111 @@ async def test_keystone_token_and_catalog(cinder: dict[str, Any], rest: Rest) ->
             await wrong.validate(task)
     finally:
         await runner.cleanup()
+
+
+# -- over REST: deploy, power and tear down of a node whose boot volume Cinder attaches ----
+
+
+@pytest.fixture(scope="module")
+async def env(
+    cinder: dict[str, Any], database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[dict[str, Any]]:
+    settings = test_settings(
+        database_url,
+        tmp_path_factory.mktemp("state"),
+        conductor={
+            "hostname": "cinder-conductor",
+            "automated_clean": False,
+            "enabled_storage_interfaces": ("noop", "external", "cinder", "fake"),
+            **options(cinder),
+        },
+    )
+    stack = RunningStack()
+    await stack.start(settings, list(ALL_SERVICES_ORDER))
+    session = aiohttp.ClientSession()
+    try:
+        yield {"stack": stack, "session": session, "api": stack.endpoints["api REST (Ironic v1)"]}
+    finally:
+        await session.close()
+        await stack.close()
+
+
+async def rest_node(env: dict[str, Any], volume_id: str, mac: str) -> tuple[str, str]:
+    body = {
+        "driver": "fake-hardware",
+        "boot_interface": "ipxe",
+        "deploy_interface": "direct",
+        "storage_interface": "cinder",
+        "properties": {"capabilities": "iscsi_boot:true,boot_mode:bios"},
+    }
+    _, node = await call(env, "POST", "/v1/nodes", body, expect=201)
+    uuid_ = str(node["uuid"])
+    await call(env, "POST", "/v1/ports", {"node_uuid": uuid_, "address": mac}, expect=201)
+    connector = {"node_uuid": uuid_, "type": "iqn", "connector_id": f"{INITIATOR}-{mac[-2:]}"}
+    await call(env, "POST", "/v1/volume/connectors", connector, expect=201)
+    target = {"node_uuid": uuid_, "volume_type": "iscsi", "boot_index": 0, "volume_id": volume_id, "properties": {}}
+    _, created = await call(env, "POST", "/v1/volume/targets", target, expect=201)
+    for verb, state in (("manage", "manageable"), ("provide", "available")):
+        await call(env, "PUT", f"/v1/nodes/{uuid_}/states/provision", {"target": verb}, expect=202)
+        await wait_state(env, uuid_, state)
+    return uuid_, str(created["uuid"])
+
+
+async def power(env: dict[str, Any], uuid_: str, target: str) -> None:
+    await call(env, "PUT", f"/v1/nodes/{uuid_}/states/power", {"target": target}, expect=202)
+    deadline = time.monotonic() + 30
+    while True:
+        _, node = await call(env, "GET", f"/v1/nodes/{uuid_}", expect=200)
+        if node["power_state"] == target and node["target_power_state"] is None:
+            assert node["last_error"] is None, node["last_error"]
+            return
+        assert time.monotonic() < deadline, node
+        await asyncio.sleep(0.1)
+
+
+async def test_rest_deploy_attaches_the_boot_volume_power_toggles_it_and_tear_down_detaches(
+    env: dict[str, Any], rest: Rest
+) -> None:
+    volume_id = create_volume(rest, "ferrum-rest-boot")
+    uuid_, target = await rest_node(env, volume_id, "52:54:00:c1:00:01")
+    await call(env, "PUT", f"/v1/nodes/{uuid_}/states/provision", {"target": "active"}, expect=202)
+    active = await wait_state(env, uuid_, "active")
+    assert active["last_error"] is None and active["instance_info"]["boot_option"] == "netboot"
+    volume = rest.volume(volume_id)
+    assert volume["status"] == IN_USE and volume["attachments"][0]["host_name"] == uuid_
+    # The connection Cinder handed out is in the target, and the renderer SAN-boots it.
+    _, stored = await call(env, "GET", f"/v1/volume/targets/{target}", expect=200)
+    props = stored["properties"]
+    assert props["target_iqn"].endswith(volume_id) and props["auth_method"] == "CHAP"
+    base_url = env["stack"].endpoints["ipxe HTTP"].removesuffix("/boot.ipxe")
+    async with env["session"].get(f"{base_url}/ipxe?mac=52:54:00:c1:00:01") as r:
+        script = await r.text()
+    host, port = props["target_portal"].rsplit(":", 1)
+    assert f"iscsi:{host}::{port}:1:{props['target_iqn']}" in script and "sanboot" in script
+
+    # toggle_attachments_with_power: off detaches, on attaches again.
+    await power(env, uuid_, "power off")
+    assert rest.volume(volume_id)["status"] == "available"
+    await power(env, uuid_, "power on")
+    assert rest.volume(volume_id)["status"] == IN_USE
+
+    await call(env, "PUT", f"/v1/nodes/{uuid_}/states/provision", {"target": "deleted"}, expect=202)
+    await wait_state(env, uuid_, "available")
+    assert rest.volume(volume_id)["status"] == "available" and not rest.volume(volume_id)["attachments"]
+
+
+async def test_rest_deploy_refuses_an_unknown_volume_and_fails_on_one_cinder_will_not_attach(
+    env: dict[str, Any], rest: Rest
+) -> None:
+    uuid_, _ = await rest_node(env, str(uuid.uuid4()), "52:54:00:c1:00:02")
+    status, body = await call(env, "PUT", f"/v1/nodes/{uuid_}/states/provision", {"target": "active"})
+    assert status == 400 and "does not know" in body["error_message"], body
+    _, node = await call(env, "GET", f"/v1/nodes/{uuid_}", expect=200)
+    assert node["provision_state"] == "available" and node["last_error"] is None
+
+    broken = create_volume(rest, "ferrum-rest-broken")
+    rest.action(broken, "os-reset_status", {"status": "error"})
+    uuid_, _ = await rest_node(env, broken, "52:54:00:c1:00:03")
+    await call(env, "PUT", f"/v1/nodes/{uuid_}/states/provision", {"target": "active"}, expect=202)
+    failed = await wait_state(env, uuid_, "deploy failed")
+    assert broken in failed["last_error"] and "status is error" in failed["last_error"], failed["last_error"]

@@ -64,6 +64,9 @@ class Task:
     media: MediaImages | None = None
     # Set by the conductor: instance images by content hash, on the conductor's disk (iSCSI deploy).
     image_cache: ImageCache | None = None
+    # Set by the conductor: stores a volume target's properties (the connection data a
+    # storage interface got when it attached the volume, which the renderer reads).
+    save_volume_target_properties: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
     # What the lock was taken for (logs, history); empty for shared (unlocked) access.

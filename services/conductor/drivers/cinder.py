@@ -58,6 +58,7 @@ import aiohttp
 
 from services.common import errors, states
 from services.conductor.drivers import base
+from services.conductor.drivers.storage import VolumeStorage
 
 LOG = logging.getLogger(__name__)
 
@@ -415,7 +416,7 @@ def connector_for(task: base.Task) -> dict[str, Any]:
     return data
 
 
-class CinderStorage(base.StorageInterface):
+class CinderStorage(VolumeStorage):
     """Volumes from OpenStack Cinder (seed 004): iSCSI or Fibre Channel targets the node boots from or uses."""
 
     name = "cinder"
@@ -428,9 +429,9 @@ class CinderStorage(base.StorageInterface):
         """None in driver_info: the conductor's options configure it (see :data:`OPTIONS`)."""
         return {}
 
-    @property
-    def toggle_attachments_with_power(self) -> bool:
-        """Whether the power flow should detach on power-off and attach on power-on of an active node."""
+    def power_toggles_attachments(self, task: base.Task) -> bool:
+        """``toggle_attachments_with_power``: the power flow detaches on power-off and
+        attaches on power-on of an active node."""
         return _bool(self.options, "toggle_attachments_with_power")
 
     def settings(self) -> CinderSettings:
@@ -439,14 +440,6 @@ class CinderStorage(base.StorageInterface):
     def _session(self, settings: CinderSettings) -> aiohttp.ClientSession:
         timeout = aiohttp.ClientTimeout(total=settings.timeout, connect=min(settings.timeout, 10.0))
         return aiohttp.ClientSession(timeout=timeout)
-
-    # -- should_write_image ----------------------------------------------------------------------
-
-    def should_write_image(self, task: base.Task) -> bool:
-        """False for a boot-from-volume node without an image: the volume already holds the OS."""
-        if task.node.get("instance_info", {}).get("image_source"):
-            return True
-        return not any(target.get("boot_index") == 0 for target in task.volume_targets)
 
     # -- validate --------------------------------------------------------------------------------
 
@@ -482,6 +475,7 @@ class CinderStorage(base.StorageInterface):
         """Options, targets and connectors, then that Cinder answers and knows every target's volume."""
         if not task.volume_targets:
             return
+        await super().validate(task)  # the boot-from-volume rules every storage interface shares
         settings = self.settings()
         self._check_targets(task)
         async with self._session(settings) as session:
