@@ -33,6 +33,7 @@ from services.common import errors
 from services.conductor import iscsi_configdrive, iscsi_partitions, iscsi_writer
 from services.conductor.drivers import base
 from services.conductor.drivers.agent_client import AgentClient, agent_node, command_error_text
+from services.conductor.drivers.capabilities import check_capability
 from services.conductor.drivers.direct import (
     VOLUME_DEPLOY_CAPABILITIES,
     DirectDeploy,
@@ -99,6 +100,15 @@ class IscsiDeploy(DirectDeploy):
             raise errors.InvalidParameterValue(
                 f"The iscsi deploy of node {uuid} writes raw and qcow2 images, not image_disk_format {fmt!r}"
             )
+        if check_capability(task.driver.boot, "virtual_media_boot") and task.media is not None:
+            # The floppy tells the ramdisk where to call back (pass_deploy_info); through
+            # iPXE the renderer's kernel line does, and it refuses to boot without it.
+            try:
+                task.media.api_url()
+            except errors.FerrumError as exc:
+                raise errors.InvalidParameterValue(
+                    f"Node {uuid}: its ramdisk could not call back to pass_deploy_info: {exc.message}"
+                ) from None
         style = callback_style(task.node, self.options)
         if style not in CALLBACK_STYLES:
             raise errors.InvalidParameterValue(
