@@ -26,7 +26,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
@@ -35,6 +34,7 @@ from tests.conftest import test_settings
 from tests.e2e import san_target
 from tests.e2e.bootfiles import NFS_ROOT_MARKER_PREFIX, NfsBootFiles, ensure_nfs_initramfs, ensure_packages
 from tests.e2e.nfs_server import NfsServer, ensure_nfs_packages, running_nfs_server
+from tests.fileserver import serving_files
 from tests.restclient import call
 
 pytestmark = pytest.mark.timeout(900)
@@ -92,32 +92,16 @@ async def lab(
     )
     await simulator.start()
     files = {"/vmlinuz": nfs_files.kernel, "/initrd": nfs_files.initramfs}
-
-    async def serve(request: web.Request) -> web.StreamResponse:
-        path = files.get(request.path)
-        if path is None:
-            raise web.HTTPNotFound()
-        return web.FileResponse(path)
-
-    app = web.Application()
-    app.router.add_get("/{name}", serve)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    session = aiohttp.ClientSession()
     try:
-        yield {
-            "stack": stack,
-            "sim": simulator,
-            "api": stack.endpoints["api REST (Ironic v1)"],
-            "session": session,
-            "files_url": f"http://10.0.2.2:{port}",
-        }
+        async with serving_files(files) as port, aiohttp.ClientSession() as session:
+            yield {
+                "stack": stack,
+                "sim": simulator,
+                "api": stack.endpoints["api REST (Ironic v1)"],
+                "session": session,
+                "files_url": f"http://10.0.2.2:{port}",
+            }
     finally:
-        await session.close()
-        await runner.cleanup()
         await stack.close()
         await simulator.stop()
 

@@ -26,11 +26,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from tests.conftest import test_settings
 from tests.e2e.bootfiles import MARKER, ensure_initramfs, ensure_kernel, ensure_packages
+from tests.fileserver import serving_files
 
 BOOT_WAIT = 180.0
 DEPLOY_MAC, UNKNOWN_MAC, MANAGEABLE_MAC = "52:54:00:e2:e0:01", "52:54:00:e2:e0:99", "52:54:00:e2:e0:02"
@@ -59,25 +59,8 @@ async def file_server(boot_files: tuple[Path, Path]) -> AsyncIterator[tuple[int,
     """The kernel and initramfs over HTTP on 127.0.0.1 (10.0.2.2 from the guests)."""
     kernel, initrd = boot_files
     fetched: list[str] = []
-
-    async def serve(request: web.Request) -> web.StreamResponse:
-        fetched.append(request.path)
-        path = {"/vmlinuz": kernel, "/initrd": initrd}.get(request.path)
-        if path is None:
-            raise web.HTTPNotFound()
-        return web.FileResponse(path)
-
-    app = web.Application()
-    app.router.add_get("/{name}", serve)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with serving_files({"/vmlinuz": kernel, "/initrd": initrd}, fetched) as port:
         yield port, fetched
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture(scope="module")
