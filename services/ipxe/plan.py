@@ -81,16 +81,19 @@ def boot_mode(node: Mapping[str, Any], default: str) -> str:
 
 
 def _booting_instance(node: Mapping[str, Any]) -> bool:
-    """The deploy's last step powers the instance on while the node is still
-    ``deploying`` (it becomes ``active`` once the step returns): a machine
-    that network-boots its instance (a partition image's kernel) asks now,
-    and must get the instance, not the deploy ramdisk again."""
+    """The deploy powers the instance on while the node is still ``deploying``
+    (it becomes ``active`` once the deploy returns): a machine that
+    network-boots its instance asks now, and must get the instance, not the
+    deploy ramdisk. That is the last step of an agent deploy of a partition
+    image (its kernel), and the whole of a deploy that runs no ramdisk: the
+    ``ramdisk`` deploy interface's instance, and a node that boots its OS from
+    a volume (``boot_from_volume``, recorded before the power on)."""
+    if node.get("provision_state") != states.DEPLOYING:
+        return False
     internal = node.get("driver_internal_info") or {}
-    return (
-        node.get("provision_state") == states.DEPLOYING
-        and internal.get("deploy_phase") == "finishing"
-        and internal.get("finish_step") == "boot_instance"
-    )
+    if node.get("deploy_interface") == "ramdisk" or internal.get("boot_from_volume"):
+        return True
+    return internal.get("deploy_phase") == "finishing" and internal.get("finish_step") == "boot_instance"
 
 
 def plan_boot(data: BootData, *, mac: str | None, options: PlanOptions) -> Plan:

@@ -66,7 +66,14 @@ async def lab(vm_files: VmFiles, database_url: str, tmp_path_factory: pytest.Tem
         database_url,
         tmp / "state",
         api={"port": api_port},
-        conductor={"hostname": "vm-conductor", "automated_clean": False, "deploy_callback_timeout": 600.0},
+        conductor={
+            "hostname": "vm-conductor",
+            "automated_clean": False,
+            "deploy_callback_timeout": 600.0,
+            "enabled_boot_interfaces": ("fake", "ipxe", "redfish-virtual-media"),
+            # what the parameters floppy tells the agent in the VM (virtual-media boot)
+            "vmedia_api_url": f"http://10.0.2.2:{api_port}",
+        },
         ipxe={"api_url": f"http://10.0.2.2:{api_port}", "retry_delay": 5},
         objectstore={"http_port": objects_port, "public_url": f"http://10.0.2.2:{objects_port}"},
     )
@@ -271,11 +278,14 @@ async def test_the_real_vm_is_cleaned_and_inspected_by_its_ramdisk(lab: dict[str
     assert [(p["address"], p["pxe_enabled"]) for p in ports["ports"]] == [(machine.macs[0], True)]
 
 
-async def test_the_real_vm_is_deployed_over_iscsi(lab: dict[str, Any]) -> None:
-    """Issue 18 on a real machine: the ramdisk's agent serves the VM's virtio
-    disk through its own tgtd (inside the VM, behind QEMU's port forward),
-    and the conductor writes the image and the config drive over iSCSI; the
-    deployed OS then prints the hostname from that config drive."""
+async def test_the_real_vm_boots_virtual_media_and_is_deployed_over_iscsi(lab: dict[str, Any]) -> None:
+    """Issues 17, 18 and 20 on a real machine: the conductor builds a boot ISO
+    from the deploy ramdisk and a parameters floppy, and the BMC inserts both
+    (QMP); the VM's SeaBIOS boots the CD, the agent reads its api URL from the
+    floppy, serves the VM's virtio disk through its own tgtd (inside the VM,
+    behind QEMU's port forward), and the conductor writes the image and the
+    config drive over iSCSI; the deployed OS prints the hostname from that
+    config drive."""
     machine = lab["sim"].machines[0]
     status, node = await call(lab, "GET", "/v1/nodes/real-vm-0")
     assert status == 200, "the deploy test enrolls this machine first"
@@ -286,6 +296,7 @@ async def test_the_real_vm_is_deployed_over_iscsi(lab: dict[str, Any]) -> None:
     assert "ipa-iscsi-advertise-port=" in lab["sim"].driver_info(machine)["kernel_append_params"]
     patch = [
         {"op": "replace", "path": "/deploy_interface", "value": "iscsi"},
+        {"op": "replace", "path": "/boot_interface", "value": "redfish-virtual-media"},
         {
             "op": "add",
             "path": "/instance_info",
@@ -325,6 +336,8 @@ async def test_the_real_vm_is_deployed_over_iscsi(lab: dict[str, Any]) -> None:
     assert shown == f"hostname={hostname}"
     log = Path(machine.serial_log).read_text(errors="replace")
     assert "iscsi target up" in log, "the agent in the VM did not serve its disk"
+    assert "reading agent parameters from the virtual floppy" in log, "the agent did not read the floppy"
+    assert "ISOLINUX" in log, "SeaBIOS did not boot the virtual CD"
     image = lab["files"].os_image.path.read_bytes()
     with open(machine.disk_path, "rb") as disk:
         disk.seek(1024 * 1024)

@@ -133,3 +133,17 @@ async def test_ipv6_portal_and_default_port() -> None:
     data = node("active", targets=(iscsi_target(0, **props),), connectors=ISCSI_CONNECTOR)
     action = interpret_script((await render(data, {"mac": MAC})).script, {"mac": MAC})
     assert action.kind == "sanboot" and action.san_target.startswith("iscsi:[2001:db8::20]::3260:1:")
+
+
+async def test_a_deploy_without_a_ramdisk_gets_the_instance_while_still_deploying() -> None:
+    """The ramdisk deploy and a boot-from-volume deploy power the machine on
+    before the node is ``active``; a fast iPXE must not get the deploy ramdisk."""
+    volume = node("deploying", boot_mode="bios", targets=(iscsi_target(0),), connectors=ISCSI_CONNECTOR)
+    action = interpret_script((await render(volume, {"mac": MAC})).script, {"mac": MAC})
+    assert action.kind == "sanboot" and action.san_target.startswith("iscsi:192.0.2.20::3260:1:")
+    instance = {"kernel": KERNEL + "?instance", "ramdisk": KERNEL + "?instance-initrd"}
+    ramdisk = node("deploying", deploy_interface="ramdisk", instance_info=instance)
+    action = interpret_script((await render(ramdisk, {"mac": MAC})).script, {"mac": MAC})
+    assert action.kind == "kernel" and action.kernel_url == instance["kernel"]
+    # An agent deploy in the same state still gets its deploy ramdisk.
+    assert (await render(node("deploying"), {"mac": MAC})).kind == "deploy"
