@@ -62,8 +62,23 @@ def find_floppy(candidates: Iterable[Path]) -> Path | None:
     return None
 
 
+# A floppy is at most 2.88 MB; a virtual one handed over as a USB stick may be larger.
+MAX_FLOPPY_COPY = 16 * 1024 * 1024
+
+
 def read_parameters(device: Path) -> dict[str, str]:
-    """``parameters.txt`` of the floppy at ``device`` (a block device or an image file)."""
+    """``parameters.txt`` of the floppy at ``device`` (a block device or an image file).
+
+    A block device is copied to a file first: mtools treats a floppy device
+    node (``/dev/fd0``) as a drive whose geometry it must probe, and in the
+    deploy ramdisk that fails ("Cannot initialize '::'"), while the same
+    bytes in a file read fine."""
+    if device.is_block_device():
+        with tempfile.NamedTemporaryFile(prefix="ferrum-vfd-") as copy:
+            with open(device, "rb") as source:
+                copy.write(source.read(MAX_FLOPPY_COPY))
+            copy.flush()
+            return read_parameters(Path(copy.name))
     try:
         raw = fat.read_file(device, floppy.PARAMETERS_FILE, limit=floppy.MAX_PARAMETERS_BYTES)
     except errors.ImageError as exc:

@@ -83,6 +83,10 @@ def _inputs_digest(code: agent_code.AgentCode, debs: dict[str, Path], kernel: st
         digest.update(relative.as_posix().encode() + b"\0" + (source_root() / relative).read_bytes())
     for name in ("deploy-init.sh", "udhcpc.script", "agent-smoke.py"):
         digest.update(_init_file(name).encode())
+    # How the tree is put together counts too (what is pruned, which tools and modules).
+    for builder in sorted(resources.files("services.ramdisk").iterdir(), key=lambda f: f.name):
+        if builder.name.endswith(".py"):
+            digest.update(builder.name.encode() + b"\0" + builder.read_bytes())
     digest.update("\0".join([kernel, *sorted(p.name for p in debs.values()), *modules]).encode())
     return digest.hexdigest()
 

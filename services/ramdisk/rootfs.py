@@ -14,7 +14,7 @@ import gzip
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from services.ramdisk import cpio, debian, kmod
@@ -31,7 +31,6 @@ PRUNED = (
     "usr/share/bash-completion",
     "usr/share/gdb",
     "usr/share/python3",
-    "usr/lib/x86_64-linux-gnu/gconv",
     "usr/lib/python3.11/test",
     "usr/lib/python3.11/idlelib",
     "usr/lib/python3.11/tkinter",
@@ -43,6 +42,14 @@ PRUNED = (
     "usr/lib/python3.11/unittest",
     "usr/lib/python3.11/config-3.11-x86_64-linux-gnu",
 )
+# Directories thinned to what the ramdisk uses: mtools converts FAT names through
+# iconv to codepage 850, and without that one gconv module it cannot read the
+# parameters floppy at all ("Error converting to codepage 850").
+THINNED = {
+    "usr/lib/x86_64-linux-gnu/gconv": frozenset(
+        {"IBM850.so", "gconv-modules", "gconv-modules.d", "gconv-modules.cache"}
+    ),
+}
 GZIP_LEVEL = 6  # -9 saves 2 % more here and takes twice as long
 
 
@@ -51,13 +58,22 @@ def unpack(debs: Iterable[Path], root: Path) -> None:
         debian.extract(deb, root)
 
 
-def prune(root: Path, paths: Iterable[str] = PRUNED) -> None:
+def prune(root: Path, paths: Iterable[str] = PRUNED, thinned: Mapping[str, frozenset[str]] = THINNED) -> None:
     for relative in paths:
-        target = root / relative
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
+        _remove(root / relative)
+    for relative, kept in thinned.items():
+        directory = root / relative
+        if directory.is_dir():
+            for entry in directory.iterdir():
+                if entry.name not in kept:
+                    _remove(entry)
+
+
+def _remove(target: Path) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif target.exists() or target.is_symlink():
+        target.unlink()
 
 
 def install_busybox(root: Path) -> None:

@@ -110,6 +110,10 @@ class Machine:
     def system_path(self) -> str:
         return f"/redfish/v1/Systems/{self.uuid}"
 
+    def media_source(self, url: str) -> str:
+        """Where this machine's BMC fetches a virtual media URL from (the URL itself here)."""
+        return url
+
     def ipxe_variables(self, nic: int = 0) -> dict[str, str]:
         """What iPXE would know about itself when it runs the boot script from NIC ``nic``."""
         variables = {

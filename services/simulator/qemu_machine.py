@@ -7,7 +7,8 @@ kills the process by PID if it does not within ``qemu_stop_timeout``, and a
 reset does both (QEMU cannot change its boot order while running).
 A guest that powers itself off (``poweroff -f`` in the ramdisk) ends the
 process, and the machine then reads ``Off``, as a real one would.
-Virtual media are downloaded by the BMC and loaded into the VM's CD or
+Virtual media are downloaded by the BMC (from 127.0.0.1 when the URL names
+the host as the guests see it, 10.0.2.2) and loaded into the VM's CD or
 floppy drive over QMP; the serial port goes to ``<state>/serial/<name>.log``,
 which the BMC's console log service serves.
 
@@ -39,6 +40,21 @@ LOG = logging.getLogger(__name__)
 MEDIA_LIMITS = {"Cd": vmedia.MAX_MEDIA_BYTES, "Floppy": 64 * 1024**2}
 MEDIA_DRIVES = {"Cd": "cdrom0", "Floppy": "floppy0"}
 STDERR_LIMIT = 4000
+
+
+# What QEMU's user-mode network shows its guests as the host (slirp's gateway alias).
+GUEST_VIEW_OF_HOST = "10.0.2.2"
+
+
+def host_url(url: str) -> str:
+    """The BMC of a QEMU machine lives on the host next to its VM: a media URL
+    that names the host as the guests see it (``http://10.0.2.2:PORT/...``, so
+    that the same object store serves the VM's own downloads) is fetched from
+    127.0.0.1, where slirp sends the guest's connections anyway."""
+    prefix, sep, rest = url.partition("://")
+    if sep and (rest == GUEST_VIEW_OF_HOST or rest.startswith((f"{GUEST_VIEW_OF_HOST}:", f"{GUEST_VIEW_OF_HOST}/"))):
+        return f"{prefix}://127.0.0.1{rest[len(GUEST_VIEW_OF_HOST) :]}"
+    return url
 
 
 class QemuMachine(Machine):
@@ -193,19 +209,27 @@ class QemuMachine(Machine):
 
     # ---- virtual media ------------------------------------------------------------------
 
+    def media_source(self, url: str) -> str:
+        return host_url(url)
+
     async def attach_media(self, device: str) -> None:
         """Download the medium now (a BMC caches it) and, when the VM runs, load it into the drive."""
         slot = self.virtual_media[device]
         path = Path(self.media_files[device])
         await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
         sim = self.simulator
+        source = self.media_source(slot.image or "")
         try:
             size = await vmedia.download(
-                sim.session, slot.image or "", path, timeout=sim.options.http_timeout, limit=MEDIA_LIMITS[device]
+                sim.session,
+                source,
+                path,
+                timeout=sim.options.http_timeout,
+                limit=MEDIA_LIMITS[device],
             )
         except (TimeoutError, aiohttp.ClientError, RuntimeError, OSError, ValueError) as exc:
             await asyncio.to_thread(path.unlink, missing_ok=True)
-            raise MachineStartError(f"cannot fetch {slot.image}: {str(exc) or type(exc).__name__}") from None
+            raise MachineStartError(f"cannot fetch {source}: {str(exc) or type(exc).__name__}") from None
         self.record("media_downloaded", device=device, size=size)
         if self._qmp is not None:
             try:

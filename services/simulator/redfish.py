@@ -473,7 +473,7 @@ class RedfishService:
             return error(
                 409, f"{dev} already holds {m.virtual_media[dev].image}; eject it first", "Base.1.0.ResourceInUse"
             )
-        problem = await url_exists(self.sim.session, image, self.sim.options.http_timeout)
+        problem = await url_exists(self.sim.session, m.media_source(image), self.sim.options.http_timeout)
         if problem is not None:
             m.record("virtual_media_unreachable", device=dev, image=image, error=problem)
             return error(400, f"cannot fetch {image}: {problem}", "Base.1.0.ResourceCannotBeCreated")

@@ -297,6 +297,15 @@ async def test_the_real_vm_boots_virtual_media_and_is_deployed_over_iscsi(lab: d
     patch = [
         {"op": "replace", "path": "/deploy_interface", "value": "iscsi"},
         {"op": "replace", "path": "/boot_interface", "value": "redfish-virtual-media"},
+        # The conductor builds the boot ISO from these, so it fetches them as the host reaches them.
+        *(
+            {
+                "op": "replace",
+                "path": f"/driver_info/{key}",
+                "value": lab["urls"][name].replace("//10.0.2.2:", "//127.0.0.1:"),
+            }
+            for key, name in (("deploy_kernel", "ferrum-agent.kernel"), ("deploy_ramdisk", "ferrum-agent.initramfs"))
+        ),
         {
             "op": "add",
             "path": "/instance_info",
