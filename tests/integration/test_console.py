@@ -413,7 +413,7 @@ async def test_a_console_follows_its_node_when_the_ring_changes(env: dict[str, A
 
     stack: RunningStack = env["stack"]
     assert stack.settings is not None
-    current = next(s for s in stack.services if s.name == "conductor")
+    current: Any = next(s for s in stack.services if s.name == "conductor")  # a ConductorService
     joining = "console-conductor-3"
     ring = HashRing([current.hostname, joining])
     moving = next(u for u in (str(uuidlib.uuid4()) for _ in range(1000)) if ring.owner(u) == joining)
@@ -471,4 +471,3 @@ async def test_a_console_follows_its_node_when_the_ring_changes(env: dict[str, A
     for ident in (moving, staying):
         assert (await set_console(env, ident, False))[0] == 202
     assert current.manager.console_proxies.running() == set()
-
