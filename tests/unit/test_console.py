@@ -126,17 +126,15 @@ def test_port_range_option() -> None:
 
 
 def test_ipmi_driver_info() -> None:
-    node = {
-        "uuid": "n",
-        "driver_info": {"ipmi_address": "10.0.0.5", "ipmi_username": "root", "ipmi_password": "s3cret"},
-    }
+    driver_info: dict[str, object] = {"ipmi_address": "10.0.0.5", "ipmi_username": "root", "ipmi_password": "s3cret"}
+    node = {"uuid": "n", "driver_info": driver_info}
     info = parse_ipmi_info(node)
     assert (info.port, info.cipher_suite, info.terminal_port) == (623, 3, None)
     process = SolProcess(info, "/usr/bin/ipmitool")
     argv = process.argv("sol", "activate")
     assert argv[:9] == ["/usr/bin/ipmitool", "-I", "lanplus", "-C", "3", "-H", "10.0.0.5", "-p", "623"]
     assert "-E" in argv and "s3cret" not in argv and process.env()["IPMI_PASSWORD"] == "s3cret"
-    node["driver_info"].update(ipmi_port="6230", ipmi_cipher_suite=17, ipmi_terminal_port=10001)
+    driver_info.update(ipmi_port="6230", ipmi_cipher_suite=17, ipmi_terminal_port=10001)
     assert parse_ipmi_info(node).port == 6230 and parse_ipmi_info(node).terminal_port == 10001
     with pytest.raises(errors.MissingParameter, match="ipmi_address"):
         parse_ipmi_info({"uuid": "n", "driver_info": {}})
