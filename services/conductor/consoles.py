@@ -47,7 +47,14 @@ class Consoles:
 
     async def set_mode(self, node_uuid: str, enabled: bool) -> None:
         async with self.tasks.acquire(node_uuid, "setting console mode") as task:
-            await self._validate(task)
+            try:
+                await self._validate(task)
+            except errors.UnsupportedDriverExtension:
+                raise  # no-console: a 400 naming it, either way
+            except errors.FerrumError:
+                if enabled:
+                    raise
+                # Broken driver_info must not keep a running console from being switched off.
             node = task.node
             running = node_uuid in self.proxies.running()
             if enabled == node["console_enabled"] and running == enabled:

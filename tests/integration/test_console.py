@@ -471,3 +471,18 @@ async def test_a_console_follows_its_node_when_the_ring_changes(env: dict[str, A
     for ident in (moving, staying):
         assert (await set_console(env, ident, False))[0] == 202
     assert current.manager.console_proxies.running() == set()
+
+
+async def test_a_console_whose_driver_info_broke_can_still_be_disabled(env: dict[str, Any]) -> None:
+    node = await enroll(env, 0, "simulator")
+    ident = node["uuid"]
+    assert (await set_console(env, ident, True))[0] == 202
+    host, port = tcp_address((await console(env, ident))["console_info"])
+    status, body = await call(
+        env, "PATCH", f"/v1/nodes/{ident}", [{"op": "remove", "path": "/driver_info/redfish_address"}]
+    )
+    assert status == 200, body
+    status, body = await set_console(env, ident, False)
+    assert status == 202, body
+    assert await console(env, ident) == {"console_enabled": False, "console_info": None}
+    assert await refused(host, port)
