@@ -309,6 +309,8 @@ class ConsoleProxies:
         """Run a console for the node (a running one is replaced: a restart)."""
         if self.closed:
             raise errors.ServiceUnavailable("this conductor is stopping: no new consoles")
+        if node_uuid in self._starting:
+            raise errors.NodeLocked(f"The console of node {node_uuid} is being started right now")
         self.check_capacity(node_uuid)
         self._starting.add(node_uuid)
         try:

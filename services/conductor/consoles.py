@@ -19,6 +19,7 @@ there is switched off with a last_error naming the take-over, as Ironic does.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -40,6 +41,7 @@ class Consoles:
         self.proxies = proxies
         self.takeover = takeover
         self.hostname = states.hostname
+        self._reconciling = asyncio.Lock()  # the periodic check and the take-over hook never overlap
 
     @staticmethod
     async def _validate(task: Task) -> None:
@@ -107,6 +109,10 @@ class Consoles:
 
     async def reconcile(self) -> int:
         """Start the consoles this conductor should run and stop the others; returns how many started."""
+        async with self._reconciling:
+            return await self._reconcile()
+
+    async def _reconcile(self) -> int:
         if self.proxies.closed:
             return 0
         rings = ConductorRings(await self.takeover.alive())
@@ -139,8 +145,8 @@ class Consoles:
             return False
         try:
             await task.driver.console.start_console(task)
-        except errors.TooManyConsoles as exc:
-            LOG.warning("cannot start the console of node_uuid=%s here: %s", node_uuid, exc.message)
+        except (errors.TooManyConsoles, errors.NodeLocked) as exc:
+            LOG.warning("cannot start the console of node_uuid=%s here now: %s", node_uuid, exc.message)
             return False
         except Exception as exc:  # noqa: BLE001 - any failure switches the console off with the reason
             text = exc.message if isinstance(exc, errors.FerrumError) else f"{type(exc).__name__}: {exc}"
