@@ -1,6 +1,7 @@
 """A node's states and the requests that change them:
 ``GET /v1/nodes/{ident}/states``, ``PUT .../states/power``,
-``PUT .../states/provision`` and ``PUT|DELETE /v1/nodes/{ident}/maintenance``.
+``PUT .../states/provision``, ``PUT|GET .../states/console`` (docs/console.md)
+and ``PUT|DELETE /v1/nodes/{ident}/maintenance``.
 
 The api checks what it can without the hardware (the verb, the version, the
 body, whether the state machine allows the event now) so that a bad request
@@ -44,6 +45,24 @@ PROVISION_KEYS = {
 # Verbs Ironic checks against the state machine before the version (they are not in
 # its MIN_VERB_VERSIONS): an old client asking one where it cannot apply gets 400, not 406.
 STATE_BEFORE_VERSION = ("unhold", "service")
+# oslo's strutils.bool_from_string(strict=True), which Ironic's args.boolean uses for "enabled".
+TRUE_STRINGS = ("1", "t", "true", "on", "y", "yes")
+FALSE_STRINGS = ("0", "f", "false", "off", "n", "no")
+
+
+def boolean_argument(name: str, value: Any) -> bool:
+    """A JSON boolean, or one of the strings Ironic accepts for it; 400 with Ironic's text otherwise."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower() if value is not None else "None"
+    if text in TRUE_STRINGS:
+        return True
+    if text in FALSE_STRINGS:
+        return False
+    acceptable = ", ".join(f"'{s}'" for s in sorted(TRUE_STRINGS + FALSE_STRINGS))
+    raise errors.InvalidParameterValue(
+        f"Invalid {name}: Unrecognized value '{value}', acceptable values are: {acceptable}"
+    )
 
 
 def accepted(base: str, node: dict[str, Any]) -> web.Response:
@@ -135,6 +154,28 @@ class NodeStatesApi:
                 service_steps_json=json.dumps(service_steps) if service_steps is not None else "",
             ),
         )
+        return accepted(self.ctx.base(request), node)
+
+    async def get_console(self, request: web.Request) -> web.Response:
+        """``{"console_enabled": bool, "console_info": {"type", "url", ...} | null}`` from the owning conductor."""
+        node = await self.ctx.node_by_ident(request)
+        reply = await self.ctx.rpc(node, "GetConsoleInformation", cpb.NodeRef(node_uuid=node["uuid"]))
+        info = dict(reply.console_info) if reply.console_enabled else None
+        return web.json_response({"console_enabled": reply.console_enabled, "console_info": info}, dumps=dumps)
+
+    async def set_console(self, request: web.Request) -> web.Response:
+        """``{"enabled": true|false}``: 202 once the owning conductor changed the console under the lock."""
+        node = await self.ctx.node_by_ident(request)
+        body = await self.ctx.body(request) if request.can_read_body else {}
+        if not isinstance(body, dict):
+            raise errors.InvalidParameterValue("The console request must be a JSON object")
+        unexpected = set(body) - {"enabled"}
+        if unexpected:
+            raise errors.InvalidParameterValue(f"Unexpected arguments: {', '.join(sorted(unexpected))}")
+        if "enabled" not in body:
+            raise errors.InvalidParameterValue("Missing mandatory parameter: enabled")
+        enabled = boolean_argument("enabled", body["enabled"])
+        await self.ctx.rpc(node, "SetConsoleMode", cpb.ConsoleModeRequest(node_uuid=node["uuid"], enabled=enabled))
         return accepted(self.ctx.base(request), node)
 
     async def set_maintenance(self, request: web.Request) -> web.Response:

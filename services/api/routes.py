@@ -78,6 +78,8 @@ def _node_routes() -> tuple[Route, ...]:
         Route("GET", f"{n}/states", NodeStatesApi, "get_states"),
         Route("PUT", f"{n}/states/power", NodeStatesApi, "set_power"),
         Route("PUT", f"{n}/states/provision", NodeStatesApi, "set_provision"),
+        Route("GET", f"{n}/states/console", NodeStatesApi, "get_console"),
+        Route("PUT", f"{n}/states/console", NodeStatesApi, "set_console"),
         Route("PUT", f"{n}/maintenance", NodeStatesApi, "set_maintenance"),
         Route("DELETE", f"{n}/maintenance", NodeStatesApi, "unset_maintenance"),
         Route("GET", f"{n}/management/boot_device", NodeManagementApi, "get_boot_device"),

@@ -160,7 +160,7 @@ def node_document(
         elif key == "allocation_uuid":
             doc[key] = row.get("allocation_uuid")  # filled in by NodesApi.with_allocations
         elif key == "console_enabled":
-            doc[key] = False
+            doc[key] = bool(row.get("console_enabled"))
         elif key == "conductor":
             doc[key] = conductor
         elif key in ("clean_step", "deploy_step", "service_step"):
@@ -198,7 +198,7 @@ def provision_state_for_version(state: str | None, version: tuple[int, int]) -> 
 
 def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
     doc = {
-        "console_enabled": False,
+        "console_enabled": bool(row.get("console_enabled")),
         "last_error": mask_text(row["last_error"]) if row["last_error"] else row["last_error"],
         "power_state": row["power_state"],
         "provision_state": provision_state_for_version(row["provision_state"], version),

@@ -169,6 +169,23 @@ class ConductorConfig:
     image_cache_max_bytes: int = 20 * 1024**3
     iscsi_initiator_iqn: str = ""
     iscsi_callback: str = "pass_deploy_info"
+    # Serial consoles (docs/console.md): each enabled console is a proxy in the conductor that
+    # owns the node, listening on console_host (raw TCP, one port per console: from
+    # console_port_range "LOW:HIGH", or ephemeral when empty) and reachable as a WebSocket
+    # on one port per conductor (console_websocket_port, 0 = ephemeral). At most
+    # max_consoles run per conductor and console_max_clients clients per console; a new
+    # client first gets the last console_scrollback bytes. The ``simulator`` console polls
+    # the BMC's console log every console_poll_interval seconds; console_check_interval is
+    # how often a conductor starts the consoles of nodes it took over (and stops the ones
+    # it no longer owns).
+    console_host: str = "127.0.0.1"
+    console_port_range: str = ""
+    console_websocket_port: int = 0
+    max_consoles: int = 100
+    console_max_clients: int = 4
+    console_scrollback: int = 16 * 1024
+    console_poll_interval: float = 1.0
+    console_check_interval: float = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -467,7 +484,29 @@ def _validate_listener(section: str, values: ApiConfig | IpxeConfig | ObjectStor
         raise ConfigError(f"{env_name(section, 'http_header_timeout')} must be positive (seconds)")
 
 
+def console_port_range(value: str) -> tuple[int, int] | None:
+    """``"LOW:HIGH"`` (inclusive) as two ports; None when empty (ephemeral ports)."""
+    text = value.strip()
+    if not text:
+        return None
+    low, sep, high = text.partition(":")
+    try:
+        first, last = int(low), int(high)
+    except ValueError:
+        first, last = 0, -1
+    if not sep or not 1 <= first <= last <= 65535:
+        raise ConfigError(f"{env_name('conductor', 'console_port_range')} must be LOW:HIGH ports, got {value!r}")
+    return first, last
+
+
 def _validate_conductor(c: ConductorConfig) -> None:
+    console_port_range(c.console_port_range)
+    if c.max_consoles < 0 or c.console_max_clients < 1 or c.console_scrollback < 0:
+        raise ConfigError("conductor max_consoles must be >= 0, console_max_clients >= 1, console_scrollback >= 0")
+    if c.console_poll_interval <= 0 or c.console_check_interval <= 0:
+        raise ConfigError("conductor console_poll_interval and console_check_interval must be > 0")
+    if not 0 <= c.console_websocket_port <= 65535:
+        raise ConfigError(f"{env_name('conductor', 'console_websocket_port')} must be a port (0 = ephemeral)")
     if c.cinder_auth_strategy not in ("noauth", "keystone"):
         raise ConfigError(f"conductor cinder_auth_strategy must be noauth or keystone, not {c.cinder_auth_strategy!r}")
     if c.cinder_url_timeout <= 0 or c.cinder_retries < 0 or c.cinder_retry_interval < 0:

@@ -17,6 +17,7 @@ client may retry, so the api and gRPC layers map errors mechanically::
     ├── SecretUnreadable (500, INTERNAL)
     ├── Conflict (409, ALREADY_EXISTS)
     │   ├── NodeLocked (ABORTED, retryable), InvalidState (FAILED_PRECONDITION)
+    │   ├── TooManyConsoles (RESOURCE_EXHAUSTED): a conductor's console bound is reached
     │   ├── DuplicateName, MACAlreadyExists, NodeAssociated, InstanceAssociated
     │   └── VolumeConnectorExists, VolumeTargetBootIndexExists
     ├── PayloadTooLarge (413, INVALID_ARGUMENT)
@@ -159,6 +160,12 @@ class NodeLocked(Conflict):
 
 class InvalidState(Conflict):
     grpc_status = "FAILED_PRECONDITION"
+
+
+class TooManyConsoles(Conflict):
+    """The conductor already runs its ``max_consoles`` console proxies (docs/console.md)."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"
 
 
 class DuplicateName(Conflict):

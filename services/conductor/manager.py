@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -37,6 +38,8 @@ from services.conductor import step_plan, vifs
 from services.conductor.agent_callbacks import AgentCallbacks
 from services.conductor.boot_settings import BootSettings
 from services.conductor.configdrive_store import ConfigDriveStore
+from services.conductor.console_proxy import ConsoleProxies
+from services.conductor.consoles import Consoles
 from services.conductor.drivers import capabilities
 from services.conductor.drivers.base import INTERFACE_KINDS, Task
 from services.conductor.drivers.direct import AGENT_KEYS
@@ -150,6 +153,7 @@ class ConductorManager:
         vmedia_work_dir: Path | None = None,
         image_cache_dir: Path | None = None,
         api_url: Callable[[], str] = lambda: "",
+        console_ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.pool = pool
         self.secrets = secrets
@@ -201,6 +205,10 @@ class ConductorManager:
             inspection=self.inspection,
         )
         self.takeover = TakeOver(self.tasks, self.states, config=config)
+        self.console_proxies = ConsoleProxies(config, ssl_context=console_ssl_context)
+        self.tasks.consoles = self.console_proxies
+        self.consoles = Consoles(self.tasks, self.states, self.console_proxies, self.takeover)
+        self.takeover.on_adopted = self.consoles.reconcile
         self.agents = AgentCallbacks(self.tasks, self.states)
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
         self.indicators = Indicators(self.tasks, self.states)
@@ -240,6 +248,13 @@ class ConductorManager:
     ) -> dict[str, Any]:
         changed = dict(changes)
         touches_driver = "driver" in changed or any(f in changed for f in COMPOSED_INTERFACE_FIELDS)
+        if node.get("console_enabled") and any(
+            f in changed and changed[f] != node.get(f) for f in ("driver", "console_interface")
+        ):
+            raise errors.InvalidState(
+                f"The console of node {node['uuid']} is enabled: disable it (PUT /v1/nodes/{node['uuid']}"
+                "/states/console) before changing its driver or console_interface"
+            )
         if touches_driver:
             merged = {**node, **changed}
             if reset_interfaces:
@@ -276,6 +291,7 @@ class ConductorManager:
                         f"{sorted(s for s in (*states.DELETE_ALLOWED_STATES, states.AVAILABLE) if s)}, or set "
                         "the node into maintenance mode"
                     )
+            await self.consoles.stop_for_deletion(task)
             await self.nodes.delete(node_uuid)
             await EventRepository(self.pool).record(
                 {**node, "id": None}, event="delete", message="Node deleted", conductor=self.hostname, history=False

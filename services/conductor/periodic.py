@@ -1,6 +1,7 @@
 """Periodic work of a conductor: registry heartbeat, take-over of dead
-conductors' nodes (services/conductor/takeover.py), call-back timeouts and
-power-state sync."""
+conductors' nodes (services/conductor/takeover.py), call-back timeouts,
+power-state sync and the console proxies of the nodes it owns
+(services/conductor/consoles.py)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class PeriodicWork:
             asyncio.create_task(self._every(c.liveness_check_interval, self.takeover.check), name="take-over"),
             asyncio.create_task(self._every(c.timeout_check_interval, self.check_callback_timeouts), name="timeouts"),
             asyncio.create_task(self._every(c.power_sync_interval, self.sync_power_states), name="power-sync"),
+            asyncio.create_task(
+                self._every(c.console_check_interval, self.manager.consoles.reconcile), name="consoles"
+            ),
         ]
 
     async def stop(self) -> None:

@@ -284,6 +284,18 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         )
         return pb.Empty()
 
+    async def SetConsoleMode(self, request: pb.ConsoleModeRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(context, request.node_uuid, self.manager.consoles.set_mode(request.node_uuid, request.enabled))
+        return pb.Empty()
+
+    async def GetConsoleInformation(
+        self, request: pb.NodeRef, context: grpc.aio.ServicerContext
+    ) -> pb.ConsoleInfoReply:
+        info = await self._run(context, request.node_uuid, self.manager.consoles.information(request.node_uuid))
+        if info is None:
+            return pb.ConsoleInfoReply(console_enabled=False)
+        return pb.ConsoleInfoReply(console_enabled=True, console_info={k: str(v) for k, v in info.items()})
+
 
 class ConductorService:
     """One conductor process (or one member of ``ferrum stack``)."""
@@ -316,6 +328,7 @@ class ConductorService:
             image_cache_dir=Path(self.config.image_cache_dir or Path(settings.state_dir) / "image-cache")
             / self.hostname,
             api_url=lambda: agent_api_url(settings, endpoints),
+            console_ssl_context=server_ssl_context(tls) if (tls := tls_files(settings.security)) else None,
         )
         self.bound: dict[str, str] = {}
         self._grpc: Any = None
@@ -374,6 +387,10 @@ class ConductorService:
         await self._resume_own_locks()
         self._periodic = PeriodicWork(self.manager, registration=registration)
         self._periodic.start()
+        try:  # the consoles this conductor ran before a restart, or now owns
+            await self.manager.consoles.reconcile()
+        except Exception:
+            LOG.exception("starting the enabled consoles failed; the periodic check tries again")
         LOG.info("conductor %s registered at %s for %s", self.hostname, address, ",".join(self.registry.hardware_types))
         self.bound = {
             "conductor gRPC": address,
@@ -394,6 +411,7 @@ class ConductorService:
     async def stop(self) -> None:
         if self._periodic:
             await self._periodic.stop()
+        await self.manager.console_proxies.close()
         await self.manager.agents.stop()
         await self.manager.tasks.stop()
         for implementations in self.registry.enabled.values():

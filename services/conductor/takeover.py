@@ -21,7 +21,7 @@ a second.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from services.common import errors, states
@@ -47,6 +47,9 @@ class TakeOver:
         self.hostname = ctx.hostname
         self.conductors = ConductorRepository(ctx.pool)
         self.nodes = NodeRepository(ctx.pool, secrets=ctx.secrets)
+        # Set by the manager: run after a round that adopted a dead conductor's nodes
+        # (the console proxies of nodes with console_enabled start here: consoles.py).
+        self.on_adopted: Callable[[], Awaitable[Any]] | None = None
 
     async def alive(self) -> list[dict[str, Any]]:
         return await self.conductors.list_alive(
@@ -93,6 +96,11 @@ class TakeOver:
             await self._adopt_unlocked(newly_dead, alive)
             for hostname in newly_dead:
                 await self.conductors.mark_offline(hostname)
+            if self.on_adopted is not None:
+                try:
+                    await self.on_adopted()
+                except errors.FerrumError as exc:
+                    LOG.warning("after the take-over: %s", exc.message)
         return adopted
 
     async def resume_adopted(self, node: dict[str, Any], *, reason: str, claimed: bool = False) -> None:

@@ -30,6 +30,7 @@ from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
 from services.common.db.volumes import VolumeRepository, node_volumes
 from services.common.logs import node_uuid_var
+from services.conductor.console_proxy import ConsoleProxies
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.media import MediaImages
 from services.conductor.drivers.registry import DriverRegistry
@@ -68,6 +69,8 @@ class TaskManager:
         self.media: MediaImages | None = None
         # Set by the manager: instance images by content hash (the iSCSI deploy writes from it).
         self.image_cache: ImageCache | None = None
+        # Set by the manager: the conductor's console proxies (console interfaces start theirs there).
+        self.consoles: ConsoleProxies | None = None
         # Set by the manager: what to do with a locked node whose background work
         # lost the database (wait for it and resume the flow from its recorded step).
         self.on_database_lost: Callable[[Task], Awaitable[None]] | None = None
@@ -202,6 +205,7 @@ class TaskManager:
             read_configdrive=self.read_configdrive,
             media=self.media,
             image_cache=self.image_cache,
+            consoles=self.consoles,
             purpose=purpose,
         )
 

@@ -37,3 +37,28 @@ def tail_lines(path: str | os.PathLike[str], count: int) -> list[str]:
     if size > TAIL_BYTES and lines:
         lines = lines[1:]  # the first one is probably cut
     return [line for line in lines if line][-count:]
+
+
+def tail_entries(path: str | os.PathLike[str], count: int) -> list[tuple[int, str]]:
+    """The last ``count`` complete non-blank lines, each numbered by the file offset just past
+    it: numbers only grow while the log does, so a reader polling it sees which lines are new.
+    A line still being written (no newline yet) waits until it is complete."""
+    try:
+        with open(path, "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            start = max(0, size - TAIL_BYTES)
+            log.seek(start)
+            data = log.read()
+    except FileNotFoundError:
+        return []
+    entries: list[tuple[int, str]] = []
+    offset = start
+    pieces = data.split(b"\n")
+    for index, raw in enumerate(pieces[:-1]):  # the last piece has no newline yet
+        offset += len(raw) + 1
+        if index == 0 and start > 0:
+            continue  # probably cut
+        line = clean_line(raw.decode("utf-8", "replace"))
+        if line:
+            entries.append((offset, line))
+    return entries[-count:] if count > 0 else []

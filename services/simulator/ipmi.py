@@ -23,6 +23,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 import uuid as uuidlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -191,12 +192,26 @@ class MachineBmc(pyghmi_bmc.Bmc):  # pyghmi ships no type hints: Any as far as m
             return CC_BUSY
         return 0
 
-    def close(self) -> None:
+    def leave_io_thread(self) -> None:
+        """Stop being served: out of pyghmi's handlers and its I/O thread's socket list."""
         self._stop_streaming()
         pyghmi_session.Session.bmc_handlers.pop(self.serversocket, None)
-        # pyghmi's I/O thread selects on its module-wide socket list; leave it first.
         pyghmi_session.iosockets[:] = [s for s in pyghmi_session.iosockets if s is not self.serversocket]
+
+    def close(self) -> None:
+        # pyghmi's I/O thread selects on its module-wide socket list; leave it first.
+        self.leave_io_thread()
         self.serversocket.close()
+
+
+def _wake_io_thread() -> None:
+    """Make pyghmi's I/O thread return from its select (its own wake-up: a datagram to its first socket)."""
+    sockets = pyghmi_session.iosockets
+    if sockets and pyghmi_session.myself:
+        try:
+            sockets[0].sendto(b"\x01", (pyghmi_session.myself, sockets[0].getsockname()[1]))
+        except OSError:
+            LOG.debug("simulator ipmi: could not wake pyghmi's I/O thread")
 
 
 class IpmiEndpoints:
@@ -249,6 +264,13 @@ class IpmiEndpoints:
         if self._thread is not None:
             self._thread.join(SERVE_POLL * 4 + 1)
             self._thread = None
+        for bmc in self.bmcs.values():
+            bmc.leave_io_thread()
+        # A select already running in pyghmi's I/O thread still watches the BMC sockets: closing
+        # them under it fails that select (EBADF) when it wakes. Wake it so it selects on the
+        # list without them, then close.
+        _wake_io_thread()
+        time.sleep(SERVE_POLL)
         for bmc in self.bmcs.values():
             bmc.close()
         self.bmcs.clear()

@@ -103,6 +103,7 @@ class Machine:
         self._pending_power: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._console_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.records = 0  # boot-log entries ever recorded: the sequence number of the newest one
 
     # ---- identity -------------------------------------------------------------------
 
@@ -135,6 +136,7 @@ class Machine:
     def record(self, event: str, **detail: Any) -> None:
         entry = {"at": round(time.time(), 3), "boot": self.boot_count, "event": event, **detail}
         self.boot_log.append(entry)
+        self.records += 1
         level = logging.INFO if event in LOUD_EVENTS or event.endswith("_error") else logging.DEBUG
         LOG.log(
             level,
@@ -306,11 +308,18 @@ class Machine:
         """The last ``count`` lines of the machine's console, oldest first.
 
         The simulated firmware has no serial port: its console is its boot log."""
-        lines = []
-        for entry in list(self.boot_log)[-count:]:
+        return [line for _, line in self.console_entries(count)]
+
+    def console_entries(self, count: int) -> list[tuple[int, str]]:
+        """The last ``count`` console lines with their sequence numbers (1 for the first line
+        the machine ever showed), so a reader polling the log sees which lines are new."""
+        log = list(self.boot_log)
+        first = self.records - len(log) + 1
+        entries = []
+        for number, entry in enumerate(log, start=first):
             detail = " ".join(f"{k}={v}" for k, v in entry.items() if k not in ("at", "boot", "event"))
-            lines.append(f"{entry['event']} {detail}".strip())
-        return lines
+            entries.append((number, f"{entry['event']} {detail}".strip()))
+        return entries[-count:] if count > 0 else []
 
     def agent_hooks(self) -> tuple[Any, Any]:
         """power_off and reboot hooks for the agent of the current boot.

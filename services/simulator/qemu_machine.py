@@ -251,6 +251,9 @@ class QemuMachine(Machine):
     def console_lines(self, count: int) -> list[str]:
         return console.tail_lines(self.serial_log, count)
 
+    def console_entries(self, count: int) -> list[tuple[int, str]]:
+        return console.tail_entries(self.serial_log, count)
+
     def summary(self) -> dict[str, Any]:
         return {
             **super().summary(),

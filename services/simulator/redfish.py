@@ -567,10 +567,12 @@ class RedfishService:
         )
 
     async def console_entries(self, request: web.Request, match: re.Match[str]) -> web.Response:
-        """Console lines as LogEntry members (expanded, so one GET reads them all)."""
+        """Console lines as LogEntry members (expanded, so one GET reads them all). Each Id is a
+        number that only grows with the log (a sequence number, or a QEMU serial log's offset),
+        so a console that polls the log (the conductor's ``simulator`` console) sends only new lines."""
         m = self.machine(match)
         path = m.system_path + "/LogServices/Console/Entries"
-        lines = await asyncio.to_thread(m.console_lines, CONSOLE_ENTRIES)
+        entries = await asyncio.to_thread(m.console_entries, CONSOLE_ENTRIES)
         members = [
             {
                 "@odata.type": "#LogEntry.v1_4_0.LogEntry",
@@ -582,7 +584,7 @@ class RedfishService:
                 "Severity": "OK",
                 "Message": line,
             }
-            for number, line in enumerate(lines, start=1)
+            for number, line in entries
         ]
         return web.json_response(
             {

@@ -87,6 +87,7 @@ WRITABLE_FIELDS = frozenset(
         "description",
         "inspection_started_at",
         "inspection_finished_at",
+        "console_enabled",
     )
 )
 SORT_KEYS = frozenset(
@@ -472,6 +473,13 @@ class NodeRepository:
                 list(states),
                 updated_before,
             )
+        return [self._node(r) for r in rows]
+
+    async def list_console_enabled(self) -> builtins.list[dict[str, Any]]:
+        """uuid, driver and conductor group of every node whose console is wanted (a partial index)."""
+        rows = await self._db.fetch(
+            "SELECT id, uuid, driver, conductor_group FROM nodes WHERE console_enabled ORDER BY id"
+        )
         return [self._node(r) for r in rows]
 
     async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:

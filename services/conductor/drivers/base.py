@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from services.conductor.console_proxy import ConsoleProxies
     from services.conductor.drivers.media import MediaImages
     from services.conductor.image_cache import ImageCache
 
@@ -67,6 +68,9 @@ class Task:
     # Set by the conductor: stores a volume target's properties (the connection data a
     # storage interface got when it attached the volume, which the renderer reads).
     save_volume_target_properties: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
+    # Set by the conductor: its console proxies (services/conductor/console_proxy.py), which a
+    # console interface hands the source of a node's console to.
+    consoles: ConsoleProxies | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
     update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
     # What the lock was taken for (logs, history); empty for shared (unlocked) access.
@@ -377,7 +381,9 @@ class InspectInterface(BaseInterface):
 
 
 class ConsoleInterface(BaseInterface):
-    """A serial console for the node (Ironic's console interface)."""
+    """A serial console for the node (Ironic's console interface). The conductor calls
+    ``start_console``/``stop_console`` under the node lock (docs/console.md); both must be
+    safe to repeat (a conductor that takes a node over starts its console again)."""
 
     kind = "console"
 

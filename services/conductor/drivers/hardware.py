@@ -64,6 +64,10 @@ class RedfishHardware(HardwareType):
         "vendor": ("no-vendor",),
         "inspect": ("no-inspect", "agent"),
         "rescue": ("no-rescue", "agent"),
+        # no-console first: a real BMC's console is chosen per node (docs/console.md);
+        # simulator reads the console log Ferrum's simulator keeps, ipmitool-socat the SOL
+        # of a BMC that also speaks IPMI (with the node's ipmi_* driver_info).
+        "console": ("no-console", "ipmitool-socat", "simulator"),
     }
 
 
@@ -81,4 +85,5 @@ class IloHardware(HardwareType):
         "network": ("noop",),
         "vendor": ("no-vendor",),
         "inspect": ("no-inspect",),
+        "console": ("no-console", "ipmitool-socat"),
     }
