@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from services.common.db.inventory import InventoryRepository
 from tests.labapi import VersionedApi, versioned_api
 
 CEILING = (1, 84)
@@ -96,3 +97,22 @@ async def test_1_80_is_a_signifier_only(api: VersionedApi) -> None:
     status, _ = await api.call((1, 80), "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "n-180"})
     assert status == 201
     await api.call((1, 80), "DELETE", "/v1/nodes/n-180", expect=204)
+
+
+# -- 1.81: node inventory ---------------------------------------------------------------------------
+
+
+async def test_node_inventory_from_1_81(api: VersionedApi, stack: Any) -> None:
+    node = await new_node(api, "inv-181")
+    bare = await new_node(api, "inv-181-none")
+    service = next(s for s in stack.services if s.name == "api")
+    row = await service.pool.fetchrow("SELECT id FROM nodes WHERE uuid = $1::uuid", node["uuid"])
+    inventory = {"cpu": {"count": 4}, "interfaces": [{"mac_address": "52:54:00:81:81:01"}]}
+    await InventoryRepository(service.pool).save(row["id"], inventory, {"root_disk": {"name": "/dev/vda"}})
+
+    status, body = await api.call((1, 80), "GET", "/v1/nodes/inv-181/inventory")
+    assert status == 404 and fault(body) == "The resource could not be found."
+    _, got = await api.call((1, 81), "GET", "/v1/nodes/inv-181/inventory", expect=200)
+    assert got == {"inventory": inventory, "plugin_data": {"root_disk": {"name": "/dev/vda"}}}
+    status, body = await api.call((1, 81), "GET", f"/v1/nodes/{bare['uuid']}/inventory")
+    assert status == 404 and fault(body) == f"Node inventory record for node {bare['uuid']} could not be found."
