@@ -33,6 +33,7 @@ NODE_CREATE_KEYS = {
     "protected_reason",
     "retired",
     "retired_reason",
+    "shard",
     *INTERFACE_FIELDS,
 }
 NODE_DICT_FIELDS = ("driver_info", "properties", "instance_info", "extra", "network_data")
@@ -155,6 +156,7 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         "description",
         "protected_reason",
         "retired_reason",
+        "shard",
         *INTERFACE_FIELDS,
     ):
         if key in out and out[key] is not None and not isinstance(out[key], str):
@@ -165,6 +167,8 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         raise errors.InvalidParameterValue("resource_class is longer than 80 characters")
     if out.get("conductor_group") is not None and len(out["conductor_group"]) > 255:
         raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
+    if out.get("shard") is not None and len(out["shard"]) > 255:
+        raise errors.InvalidParameterValue("shard is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:
         raise errors.InvalidParameterValue("description is longer than 4096 characters")
     for key in ("automated_clean", "protected", "retired", "maintenance"):

@@ -38,6 +38,7 @@ ENROLL_SINCE = (1, 11)  # below it a new node starts available, Ironic's older d
 DETAIL_PARAM_SINCE = (1, 43)
 RESET_INTERFACES_SINCE = (1, 45)
 RETIRED_FILTER_SINCE = (1, 61)
+SHARD_SINCE = (1, 82)
 UNSET_CHASSIS_SINCE = (1, 25)
 # Ironic's faults.VALID_FAULTS: the only values the fault filter takes.
 VALID_FAULTS = ("power failure", "clean failure", "rescue abort failure", "service failure")
@@ -136,6 +137,12 @@ class NodesApi:
                 if name == "retired":
                     params.require_version(request, RETIRED_FILTER_SINCE, "The retired filter")
                 filters[name] = params.parse_bool(q[name], name)
+        if "shard" in q or "sharded" in q:  # 1.82, both under the same gate, as in Ironic
+            params.require_minimal_version(request, SHARD_SINCE)
+            if "shard" in q:
+                filters["shard_in"] = [s.strip() for s in q["shard"].split(",") if s.strip()]
+            if "sharded" in q:
+                filters["sharded"] = params.parse_bool(q["sharded"], "sharded")
         associated = params.optional_bool(request, "associated")
         limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.with_allocations(

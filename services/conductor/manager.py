@@ -76,6 +76,7 @@ NODE_CREATE_FIELDS = frozenset(
         "protected_reason",
         "retired",
         "retired_reason",
+        "shard",
         "maintenance",
         "maintenance_reason",
         "provision_state",

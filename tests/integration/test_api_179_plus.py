@@ -116,3 +116,89 @@ async def test_node_inventory_from_1_81(api: VersionedApi, stack: Any) -> None:
     assert got == {"inventory": inventory, "plugin_data": {"root_disk": {"name": "/dev/vda"}}}
     status, body = await api.call((1, 81), "GET", f"/v1/nodes/{bare['uuid']}/inventory")
     assert status == 404 and fault(body) == f"Node inventory record for node {bare['uuid']} could not be found."
+
+
+# -- 1.82: shards -----------------------------------------------------------------------------------
+
+
+async def test_node_shard_field_filters_and_shards_from_1_82(api: VersionedApi) -> None:
+    v81, v82 = (1, 81), (1, 82)
+    # Below 1.82 the field, the filters and the endpoint do not exist.
+    status, body = await api.call(v81, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "s-old", "shard": "a"})
+    assert status == 406, body
+    old = await new_node(api, "s-old")
+    assert "shard" not in old
+    patch = [{"op": "add", "path": "/shard", "value": "a"}]
+    status, _ = await api.call(v81, "PATCH", "/v1/nodes/s-old", patch)
+    assert status == 406
+    for query in ("shard=a", "sharded=true"):
+        status, body = await api.call(v81, "GET", f"/v1/nodes?{query}")
+        assert status == 406 and fault(body) == (
+            "Request not acceptable. The minimal required API version should be 1.82"
+        ), body
+    status, body = await api.call(v81, "GET", "/v1/ports?shard=a")
+    assert status == 406
+    status, body = await api.call(v81, "GET", "/v1/nodes?fields=shard")
+    assert status == 406
+    status, body = await api.call(v81, "GET", "/v1/shards")
+    assert status == 404 and fault(body) == "The API version does not allow shards"
+    _, root = await api.call(v81, "GET", "/v1/", expect=200)
+    assert "shards" not in root
+
+    # At 1.82: set on create and by PATCH, shown, filtered, unset, counted.
+    _, a1 = await api.call(
+        v82, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "s-a1", "shard": "sa"}, expect=201
+    )
+    assert a1["shard"] == "sa"
+    _, a2 = await api.call(
+        v82, "PATCH", "/v1/nodes/s-old", [{"op": "add", "path": "/shard", "value": "sa"}], expect=200
+    )
+    assert a2["shard"] == "sa"
+    _, b1 = await api.call(
+        v82, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "s-b1", "shard": "sb"}, expect=201
+    )
+    _, plain = await api.call(v82, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "s-none"}, expect=201)
+    assert plain["shard"] is None
+    status, body = await api.call(v82, "PATCH", "/v1/nodes/s-none", [{"op": "add", "path": "/shard", "value": 5}])
+    assert status == 400, body
+    status, body = await api.call(
+        v82, "PATCH", "/v1/nodes/s-none", [{"op": "add", "path": "/shard", "value": "x" * 256}]
+    )
+    assert status == 400, body
+
+    async def names(query: str) -> set[str]:
+        _, listed = await api.call(v82, "GET", f"/v1/nodes?{query}&fields=name,shard", expect=200)
+        return {n["name"] for n in listed["nodes"] if n["name"].startswith("s-")}
+
+    assert await names("shard=sa") == {"s-a1", "s-old"}
+    assert await names("shard=sa,sb") == {"s-a1", "s-old", "s-b1"}
+    assert await names("shard=nowhere") == set()
+    assert await names("sharded=true") == {"s-a1", "s-old", "s-b1"}
+    assert await names("sharded=false") == {"s-none"}
+    assert await names("sharded=true&shard=sb") == {"s-b1"}
+    _, one = await api.call(v82, "GET", "/v1/nodes/s-b1?fields=shard", expect=200)
+    assert one["shard"] == "sb"
+
+    _, shards = await api.call(v82, "GET", "/v1/shards", expect=200)
+    counts = {s["name"]: s["count"] for s in shards["shards"]}
+    assert counts["sa"] == 2 and counts["sb"] == 1 and counts["None"] >= 1  # Ironic names the unsharded "None"
+    assert [s["count"] for s in shards["shards"]] == sorted(counts.values(), reverse=True)
+    _, root = await api.call(v82, "GET", "/v1/", expect=200)
+    assert root["shards"][0]["href"].endswith("/v1/shards/")
+
+    # Ports of the nodes in a shard; not together with node or portgroup (Ironic: 403).
+    mac = "52:54:00:82:82:01"
+    await api.call(v82, "POST", "/v1/ports", {"address": mac, "node_uuid": b1["uuid"]}, expect=201)
+    await api.call(v82, "POST", "/v1/ports", {"address": "52:54:00:82:82:02", "node_uuid": a1["uuid"]}, expect=201)
+    _, ports = await api.call(v82, "GET", "/v1/ports?shard=sb", expect=200)
+    assert [p["address"] for p in ports["ports"]] == [mac]
+    _, ports = await api.call(v82, "GET", "/v1/ports/detail?shard=sa,sb", expect=200)
+    assert len(ports["ports"]) == 2
+    status, _ = await api.call(v82, "GET", f"/v1/ports?shard=sb&node={b1['uuid']}")
+    assert status == 403
+
+    _, unset = await api.call(v82, "PATCH", "/v1/nodes/s-b1", [{"op": "remove", "path": "/shard"}], expect=200)
+    assert unset["shard"] is None
+    assert await names("shard=sb") == set()
+    _, shards = await api.call(v82, "GET", "/v1/shards", expect=200)
+    assert "sb" not in {s["name"] for s in shards["shards"]}

@@ -87,6 +87,7 @@ WRITABLE_FIELDS = frozenset(
         "description",
         "inspection_started_at",
         "inspection_finished_at",
+        "shard",
     )
 )
 SORT_KEYS = frozenset(
@@ -125,6 +126,8 @@ _FILTERS = {
     "retired": "retired = ${}",
     "description_contains": "description LIKE '%' || ${} || '%'",
     "reservation": "reservation = ${}",
+    "shard_in": "shard = ANY(${}::text[])",  # REST 1.82: ?shard=a,b
+    "sharded": "(shard IS NOT NULL) = ${}",  # REST 1.82: ?sharded=true|false
 }
 
 
@@ -258,6 +261,13 @@ class NodeRepository:
             + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
         )
         return [self._node(r) for r in await self._db.fetch(sql, *args)]
+
+    async def shard_counts(self) -> builtins.list[tuple[str | None, int]]:
+        """(shard, number of nodes) for every shard value, NULL included, largest first."""
+        rows = await self._db.fetch(
+            "SELECT shard, count(*) AS n FROM nodes GROUP BY shard ORDER BY n DESC, shard NULLS LAST"
+        )
+        return [(r["shard"], r["n"]) for r in rows]
 
     async def count(self) -> int:
         return int(await self._db.fetchval("SELECT count(*) FROM nodes"))
