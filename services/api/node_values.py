@@ -34,6 +34,7 @@ NODE_CREATE_KEYS = {
     "retired",
     "retired_reason",
     "shard",
+    "parent_node",
     *INTERFACE_FIELDS,
 }
 NODE_DICT_FIELDS = ("driver_info", "properties", "instance_info", "extra", "network_data")
@@ -157,6 +158,7 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         "protected_reason",
         "retired_reason",
         "shard",
+        "parent_node",
         *INTERFACE_FIELDS,
     ):
         if key in out and out[key] is not None and not isinstance(out[key], str):
@@ -167,6 +169,8 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         raise errors.InvalidParameterValue("resource_class is longer than 80 characters")
     if out.get("conductor_group") is not None and len(out["conductor_group"]) > 255:
         raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
+    if out.get("parent_node") is not None and len(out["parent_node"]) > 36:
+        raise errors.InvalidParameterValue("parent_node is longer than 36 characters")
     if out.get("shard") is not None and len(out["shard"]) > 255:
         raise errors.InvalidParameterValue("shard is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:

@@ -95,6 +95,7 @@ def _node_routes() -> tuple[Route, ...]:
         Route("POST", f"{n}/vifs", NodeVifsApi, "attach_vif", (1, 28)),
         Route("DELETE", f"{n}/vifs/{{vif}}", NodeVifsApi, "detach_vif", (1, 28)),
         Route("GET", f"{n}/ports", PortsApi, "node_ports"),
+        Route("GET", f"{n}/children", NodesApi, "list_children", (1, 83)),
         Route("GET", f"{n}/ports/detail", PortsApi, "node_ports_detail"),
     )
 

@@ -77,6 +77,7 @@ NODE_CREATE_FIELDS = frozenset(
         "retired",
         "retired_reason",
         "shard",
+        "parent_node",
         "maintenance",
         "maintenance_reason",
         "provision_state",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -202,3 +203,96 @@ async def test_node_shard_field_filters_and_shards_from_1_82(api: VersionedApi) 
     assert await names("shard=sb") == set()
     _, shards = await api.call(v82, "GET", "/v1/shards", expect=200)
     assert "sb" not in {s["name"] for s in shards["shards"]}
+
+
+# -- 1.83: child nodes ------------------------------------------------------------------------------
+
+
+async def test_child_nodes_from_1_83(api: VersionedApi) -> None:
+    v82, v83 = (1, 82), (1, 83)
+    parent = await new_node(api, "c-parent")
+    # Below 1.83: no field, no filters, no children endpoint.
+    body = {"driver": "fake-hardware", "name": "c-early", "parent_node": parent["uuid"]}
+    status, _ = await api.call(v82, "POST", "/v1/nodes", body)
+    assert status == 406
+    early = await new_node(api, "c-early")
+    assert "parent_node" not in early
+    status, _ = await api.call(
+        v82, "PATCH", "/v1/nodes/c-early", [{"op": "add", "path": "/parent_node", "value": "c-parent"}]
+    )
+    assert status == 406
+    for query in ("include_children=true", f"parent_node={parent['uuid']}"):
+        status, body = await api.call(v82, "GET", f"/v1/nodes?{query}")
+        assert status == 406 and fault(body) == (
+            "Request not acceptable. The minimal required API version should be 1.83"
+        ), body
+    status, body = await api.call(v82, "GET", "/v1/nodes/c-parent/children")
+    assert status == 404 and fault(body) == "The resource could not be found."
+
+    # At 1.83: a child by parent UUID on create, by parent name on PATCH; both stored as the UUID.
+    _, child = await api.call(
+        v83,
+        "POST",
+        "/v1/nodes",
+        {"driver": "fake-hardware", "name": "c-one", "parent_node": parent["uuid"]},
+        expect=201,
+    )
+    assert child["parent_node"] == parent["uuid"]
+    _, second = await api.call(
+        v83, "PATCH", "/v1/nodes/c-early", [{"op": "add", "path": "/parent_node", "value": "c-parent"}], expect=200
+    )
+    assert second["parent_node"] == parent["uuid"]
+    assert parent.get("parent_node") is None
+
+    # A parent that does not exist, has another owner, or is the node itself: the same 400.
+    ghost = str(uuid.uuid4())
+    for value in (ghost, "no-such-node"):
+        status, body = await api.call(
+            v83, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "c-bad", "parent_node": value}
+        )
+        assert (
+            status == 400
+            and fault(body) == f"Unable to apply the requested parent_node '{value}'. Requested value was invalid."
+        )
+    status, body = await api.call(
+        v83, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "c-bad", "owner": "p1", "parent_node": "c-parent"}
+    )
+    assert status == 400, body
+    status, body = await api.call(
+        v83, "PATCH", "/v1/nodes/c-parent", [{"op": "add", "path": "/parent_node", "value": "c-parent"}]
+    )
+    assert status == 400, body
+    status, _ = await api.call(v83, "GET", "/v1/nodes/c-bad")
+    assert status == 404
+
+    # The list hides children (at every version); include_children shows them; parent_node lists one node's.
+    async def names(version: tuple[int, int], path: str) -> set[str]:
+        _, listed = await api.call(version, "GET", path, expect=200)
+        return {n["name"] for n in listed["nodes"] if n["name"].startswith("c-")}
+
+    assert await names(v83, "/v1/nodes") == {"c-parent"}
+    assert await names(v82, "/v1/nodes/detail") == {"c-parent"}
+    assert await names(v83, "/v1/nodes?include_children=True") == {"c-parent", "c-one", "c-early"}
+    assert await names(v83, f"/v1/nodes/detail?parent_node={parent['uuid']}") == {"c-one", "c-early"}
+    assert await names(v83, f"/v1/nodes?include_children=true&parent_node={child['uuid']}") == {
+        "c-parent",
+        "c-one",
+        "c-early",
+    }
+    assert await names(v83, "/v1/nodes?parent_node=c-parent") == set()  # the stored UUID, as given
+    assert await names(v83, f"/v1/nodes?parent_node={child['uuid']}") == set()
+    assert await names(v83, "/v1/nodes?include_children=false") == {"c-parent"}
+
+    _, kids = await api.call(v83, "GET", "/v1/nodes/c-parent/children", expect=200)
+    assert sorted(kids["children"]) == sorted([child["uuid"], second["uuid"]])
+    assert kids["links"]["rel"] == "children"
+    assert kids["links"]["href"].endswith(f"/v1/nodes?parent_node={parent['uuid']}")
+    _, none = await api.call(v83, "GET", f"/v1/nodes/{child['uuid']}/children", expect=200)
+    assert none["children"] == []
+    status, _ = await api.call(v83, "GET", f"/v1/nodes/{ghost}/children")
+    assert status == 404
+
+    # A child is still a node of its own; removing the link puts it back in the list.
+    _, alone = await api.call(v83, "PATCH", "/v1/nodes/c-one", [{"op": "remove", "path": "/parent_node"}], expect=200)
+    assert alone["parent_node"] is None
+    assert await names(v83, "/v1/nodes") == {"c-parent", "c-one"}
