@@ -296,3 +296,72 @@ async def test_child_nodes_from_1_83(api: VersionedApi) -> None:
     _, alone = await api.call(v83, "PATCH", "/v1/nodes/c-one", [{"op": "remove", "path": "/parent_node"}], expect=200)
     assert alone["parent_node"] is None
     assert await names(v83, "/v1/nodes") == {"c-parent", "c-one"}
+
+
+# -- 1.84: continue_inspection -----------------------------------------------------------------------
+
+
+async def waiting_for_inspection(api: VersionedApi, stack: Any, name: str, mac: str) -> dict[str, Any]:
+    """A node in ``inspect wait`` with one port, put there directly: the endpoint's answers are
+    what is tested here; a real in-band inspection runs in tests/integration/test_inspection.py."""
+    node = await new_node(api, name)
+    await api.call((1, 78), "POST", "/v1/ports", {"address": mac, "node_uuid": node["uuid"]}, expect=201)
+    service = next(s for s in stack.services if s.name == "api")
+    await service.pool.execute(
+        "UPDATE nodes SET provision_state = 'inspect wait', target_provision_state = 'manageable' WHERE uuid = $1::uuid",
+        node["uuid"],
+    )
+    return node
+
+
+def inventory(*macs: str) -> dict[str, Any]:
+    return {"inventory": {"interfaces": [{"mac_address": m} for m in macs], "cpu": {"count": 2}}}
+
+
+async def test_continue_inspection_from_1_84(api: VersionedApi, stack: Any) -> None:
+    v83, v84 = (1, 83), (1, 84)
+    mac_a, mac_b, mac_c = "52:54:00:84:00:0a", "52:54:00:84:00:0b", "52:54:00:84:00:0c"
+    node_a = await waiting_for_inspection(api, stack, "ci-a", mac_a)
+    node_b = await waiting_for_inspection(api, stack, "ci-b", mac_b)
+    node_c = await waiting_for_inspection(api, stack, "ci-c", mac_c)
+
+    # Refused between 1.2 and 1.83 (Ironic allows 1.1 for ironic-inspector's ramdisks), and node_uuid below 1.84.
+    for version, query in ((v83, ""), ((1, 50), ""), ((1, 1), f"?node_uuid={node_a['uuid']}")):
+        status, body = await api.call(version, "POST", f"/v1/continue_inspection{query}", inventory(mac_a))
+        assert status == 404 and fault(body) == "API version 1.84 or newer is required", (version, body)
+    _, root = await api.call(v83, "GET", "/v1/", expect=200)
+    assert "continue_inspection" not in root
+    _, root = await api.call(v84, "GET", "/v1/", expect=200)
+    assert root["continue_inspection"][0]["href"].endswith("/v1/continue_inspection/")
+
+    # 1.84: found by MAC; the agent token is issued and the reply is lookup's.
+    _, reply = await api.call(v84, "POST", "/v1/continue_inspection", inventory(mac_a), expect=202)
+    assert reply["node"]["uuid"] == node_a["uuid"] and set(reply["node"]) >= {"properties", "instance_info", "links"}
+    token = reply["config"]["agent_token"]
+    assert token and token != "******" and reply["config"]["agent_token_required"] is True
+
+    # By node_uuid alone (no known MAC), and node_uuid with MACs of another node: one generic 404.
+    _, reply = await api.call(
+        v84, "POST", f"/v1/continue_inspection?node_uuid={node_b['uuid']}", inventory("52:54:00:84:00:ff"), expect=202
+    )
+    assert reply["node"]["uuid"] == node_b["uuid"]
+    status, _ = await api.call(v84, "POST", f"/v1/continue_inspection?node_uuid={node_c['uuid']}", inventory(mac_a))
+    assert status == 404
+    status, body = await api.call(v84, "POST", "/v1/continue_inspection?node_uuid=not-a-uuid", inventory(mac_c))
+    assert status == 400, body
+    status, _ = await api.call(v84, "POST", f"/v1/continue_inspection?node_uuid={uuid.uuid4()}", inventory(mac_c))
+    assert status == 404
+    # A node no longer waiting (ci-a went on processing) is not told anything either.
+    status, _ = await api.call(v84, "POST", "/v1/continue_inspection", inventory(mac_a))
+    assert status == 404
+
+    # A token already issued (the agent looked the node up first) shows masked, as lookup shows it.
+    _, looked = await api.call(v84, "GET", f"/v1/lookup?addresses={mac_c}", expect=200)
+    assert looked["config"]["agent_token"] not in ("", "******")
+    _, reply = await api.call(v84, "POST", "/v1/continue_inspection", inventory(mac_c), expect=202)
+    assert reply["node"]["uuid"] == node_c["uuid"] and reply["config"]["agent_token"] == "******"
+
+    # 1.1 keeps ironic-inspector's reply.
+    node_d = await waiting_for_inspection(api, stack, "ci-d", "52:54:00:84:00:0d")
+    _, reply = await api.call((1, 1), "POST", "/v1/continue_inspection", inventory("52:54:00:84:00:0d"), expect=202)
+    assert reply == {"uuid": node_d["uuid"]}
