@@ -11,7 +11,7 @@ from services.api.network_data import validate_network_data
 from services.api.validators import is_valid_name
 from services.common import errors, states
 from services.common.boot_values import UnsafeValue, check_node_boot_values
-from services.common.db.nodes import INTERFACE_FIELDS, is_uuid
+from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 
 NODE_CREATE_KEYS = {
     "uuid",
@@ -108,6 +108,23 @@ def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[
     for flag in ("protected", "retired"):
         _clear_reason_with_flag(node, values, flag)
     return values
+
+
+async def linked_parent(nodes: NodeRepository, node: dict[str, Any], ident: str) -> str:
+    """The UUID of the parent a node names (by UUID or name, REST 1.83), as Ironic's
+    ``authorize_node_link``: a parent that does not exist or has another owner is
+    the same 400, so nothing tells which. A node cannot be its own parent (Ferrum's
+    check; Ironic stores it, and the node then hides itself from the list)."""
+    refused = errors.InvalidParameterValue(
+        f"Unable to apply the requested parent_node '{ident}'. Requested value was invalid."
+    )
+    try:
+        parent = await nodes.get_by_ident(ident)
+    except errors.NotFound:
+        raise refused from None
+    if parent.get("owner") != node.get("owner") or str(parent["uuid"]) == str(node.get("uuid")):
+        raise refused
+    return str(parent["uuid"])
 
 
 def _clear_reason_with_flag(node: dict[str, Any], values: dict[str, Any], flag: str) -> None:

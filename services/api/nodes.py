@@ -26,6 +26,7 @@ from services.api.node_values import (
     NODE_READONLY,
     NODE_TIMESTAMPS,
     checked_node_changes,
+    linked_parent,
     validate_node_values,
 )
 from services.common import errors, states
@@ -198,7 +199,7 @@ class NodesApi:
         if values.get("chassis_uuid") is not None:
             await self.existing_chassis(values["chassis_uuid"])
         if values.get("parent_node"):
-            values["parent_node"] = await self.linked_parent(values, values["parent_node"])
+            values["parent_node"] = await linked_parent(self.ctx.nodes, values, values["parent_node"])
         group = values.get("conductor_group", "")
         await self.ctx.router.require_served(values["uuid"], values["driver"], group)
         reply = await self.ctx.router.call(
@@ -231,7 +232,7 @@ class NodesApi:
             else:
                 await self.existing_chassis(values["chassis_uuid"])
         if values.get("parent_node"):
-            values["parent_node"] = await self.linked_parent(node, values["parent_node"])
+            values["parent_node"] = await linked_parent(self.ctx.nodes, node, values["parent_node"])
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         # A new driver or conductor group must have a conductor, or the node could
@@ -253,22 +254,6 @@ class NodesApi:
         )
         updated = (await self.with_allocations([parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS)]))[0]
         return web.json_response(self.node_doc(request, updated), dumps=dumps)
-
-    async def linked_parent(self, node: dict[str, Any], ident: str) -> str:
-        """The UUID of the parent a node names (by UUID or name, 1.83), as Ironic's
-        ``authorize_node_link``: a parent that does not exist or has another owner is
-        the same 400, so nothing tells which. A node cannot be its own parent (Ferrum's
-        check; Ironic stores it, and the node then hides itself from the list)."""
-        refused = errors.InvalidParameterValue(
-            f"Unable to apply the requested parent_node '{ident}'. Requested value was invalid."
-        )
-        try:
-            parent = await self.ctx.nodes.get_by_ident(ident)
-        except errors.NotFound:
-            raise refused from None
-        if parent.get("owner") != node.get("owner") or parent["uuid"] == node.get("uuid"):
-            raise refused
-        return str(parent["uuid"])
 
     async def list_children(self, request: web.Request) -> web.Response:
         """``GET /v1/nodes/{ident}/children`` (1.83): the UUIDs of the node's children, and

@@ -15,8 +15,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 
+from ferrum.v1 import api_pb2 as pb
+from ferrum.v1 import api_pb2_grpc as pb_grpc
 from services.common.db.inventory import InventoryRepository
 from tests.labapi import VersionedApi, versioned_api
 
@@ -365,3 +368,23 @@ async def test_continue_inspection_from_1_84(api: VersionedApi, stack: Any) -> N
     node_d = await waiting_for_inspection(api, stack, "ci-d", "52:54:00:84:00:0d")
     _, reply = await api.call((1, 1), "POST", "/v1/continue_inspection", inventory("52:54:00:84:00:0d"), expect=202)
     assert reply == {"uuid": node_d["uuid"]}
+
+
+async def test_grpc_patch_resolves_and_checks_parent_node_as_rest(api: VersionedApi, stack: Any) -> None:
+    """gRPC PatchNode speaks the newest REST semantics: the same parent_node resolution and refusal."""
+    parent = await new_node(api, "g-parent")
+    await new_node(api, "g-child")
+    channel = grpc.aio.insecure_channel(stack.endpoints["api gRPC"])
+    try:
+        nodes = pb_grpc.NodeServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            patch = [{"op": "add", "path": "/parent_node", "value": "no-such-node"}]
+            await nodes.PatchNode(pb.PatchNodeRequest(ident="g-child", patch_json=json.dumps(patch)))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "Unable to apply the requested parent_node 'no-such-node'" in (caught.value.details() or "")
+        patch = [{"op": "add", "path": "/parent_node", "value": "g-parent"}]
+        await nodes.PatchNode(pb.PatchNodeRequest(ident="g-child", patch_json=json.dumps(patch)))
+    finally:
+        await channel.close()
+    _, child = await api.call((1, 83), "GET", "/v1/nodes/g-child", expect=200)
+    assert child["parent_node"] == parent["uuid"]
