@@ -19,7 +19,9 @@ Ironic); backfill (1.58): ``node`` names an already deployed node, whose
 instance becomes the allocation (the allocation's UUID defaults to the node's
 ``instance_uuid``, ``resource_class`` to the node's); ``owner`` (1.60), shown,
 settable on create and usable as a list filter; an allocation with an owner
-only takes a node that project owns or leases (1.60/1.65).
+only takes a node that project owns or leases (1.60/1.65). A node whose name
+is the allocation's ``name`` is tried before every other candidate (1.79; as
+in Ironic, whose conductor does this whatever version the request asked for).
 """
 
 from __future__ import annotations
@@ -290,6 +292,7 @@ class AllocationsApi:
                     traits=row["traits"],
                     node_uuids=only,
                     owner=row.get("owner"),
+                    name=row.get("name"),
                 )
                 for node in candidates:
                     try:

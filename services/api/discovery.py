@@ -27,6 +27,8 @@ V1_RESOURCES: tuple[tuple[str, tuple[int, int]], ...] = (
     ("allocations", (1, 52)),
     ("events", (1, 54)),
     ("deploy_templates", (1, 55)),
+    ("shards", (1, 82)),
+    ("continue_inspection", (1, 84)),
     ("inspection_rules", (1, 96)),
 )
 

@@ -31,6 +31,7 @@ from services.api.node_values import (
     NODE_READONLY,
     NODE_TIMESTAMPS,
     checked_node_changes,
+    linked_parent,
     validate_node_values,
 )
 from services.api.port_values import validate_port_values
@@ -275,6 +276,8 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             changes = checked_node_changes(
                 node, apply_patch(current, patch, NODE_READONLY, views.NODE_FIELD_VERSIONS, LATEST)
             )
+            if changes.get("parent_node"):  # resolved and checked as REST does (1.83)
+                changes["parent_node"] = await linked_parent(self.nodes, node, changes["parent_node"])
             if not changes:
                 return node_message(node)
             driver = changes.get("driver", node["driver"])

@@ -11,7 +11,7 @@ from services.api.network_data import validate_network_data
 from services.api.validators import is_valid_name
 from services.common import errors, states
 from services.common.boot_values import UnsafeValue, check_node_boot_values
-from services.common.db.nodes import INTERFACE_FIELDS, is_uuid
+from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 
 NODE_CREATE_KEYS = {
     "uuid",
@@ -33,6 +33,8 @@ NODE_CREATE_KEYS = {
     "protected_reason",
     "retired",
     "retired_reason",
+    "shard",
+    "parent_node",
     *INTERFACE_FIELDS,
 }
 NODE_DICT_FIELDS = ("driver_info", "properties", "instance_info", "extra", "network_data")
@@ -108,6 +110,23 @@ def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[
     return values
 
 
+async def linked_parent(nodes: NodeRepository, node: dict[str, Any], ident: str) -> str:
+    """The UUID of the parent a node names (by UUID or name, REST 1.83), as Ironic's
+    ``authorize_node_link``: a parent that does not exist or has another owner is
+    the same 400, so nothing tells which. A node cannot be its own parent (Ferrum's
+    check; Ironic stores it, and the node then hides itself from the list)."""
+    refused = errors.InvalidParameterValue(
+        f"Unable to apply the requested parent_node '{ident}'. Requested value was invalid."
+    )
+    try:
+        parent = await nodes.get_by_ident(ident)
+    except errors.NotFound:
+        raise refused from None
+    if parent.get("owner") != node.get("owner") or str(parent["uuid"]) == str(node.get("uuid")):
+        raise refused
+    return str(parent["uuid"])
+
+
 def _clear_reason_with_flag(node: dict[str, Any], values: dict[str, Any], flag: str) -> None:
     """Ironic keeps a ``<flag>_reason`` only while the flag is set: unsetting the
     flag clears it, and a reason for an unset flag is a 400."""
@@ -155,6 +174,8 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         "description",
         "protected_reason",
         "retired_reason",
+        "shard",
+        "parent_node",
         *INTERFACE_FIELDS,
     ):
         if key in out and out[key] is not None and not isinstance(out[key], str):
@@ -165,6 +186,10 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         raise errors.InvalidParameterValue("resource_class is longer than 80 characters")
     if out.get("conductor_group") is not None and len(out["conductor_group"]) > 255:
         raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
+    if out.get("parent_node") is not None and len(out["parent_node"]) > 36:
+        raise errors.InvalidParameterValue("parent_node is longer than 36 characters")
+    if out.get("shard") is not None and len(out["shard"]) > 255:
+        raise errors.InvalidParameterValue("shard is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:
         raise errors.InvalidParameterValue("description is longer than 4096 characters")
     for key in ("automated_clean", "protected", "retired", "maintenance"):

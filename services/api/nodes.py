@@ -26,6 +26,7 @@ from services.api.node_values import (
     NODE_READONLY,
     NODE_TIMESTAMPS,
     checked_node_changes,
+    linked_parent,
     validate_node_values,
 )
 from services.common import errors, states
@@ -38,6 +39,8 @@ ENROLL_SINCE = (1, 11)  # below it a new node starts available, Ironic's older d
 DETAIL_PARAM_SINCE = (1, 43)
 RESET_INTERFACES_SINCE = (1, 45)
 RETIRED_FILTER_SINCE = (1, 61)
+SHARD_SINCE = (1, 82)
+CHILDREN_SINCE = (1, 83)
 UNSET_CHASSIS_SINCE = (1, 25)
 # Ironic's faults.VALID_FAULTS: the only values the fault filter takes.
 VALID_FAULTS = ("power failure", "clean failure", "rescue abort failure", "service failure")
@@ -136,6 +139,21 @@ class NodesApi:
                 if name == "retired":
                     params.require_version(request, RETIRED_FILTER_SINCE, "The retired filter")
                 filters[name] = params.parse_bool(q[name], name)
+        if "shard" in q or "sharded" in q:  # 1.82, both under the same gate, as in Ironic
+            params.require_minimal_version(request, SHARD_SINCE)
+            if "shard" in q:
+                filters["shard_in"] = [s.strip() for s in q["shard"].split(",") if s.strip()]
+            if "sharded" in q:
+                filters["sharded"] = params.parse_bool(q["sharded"], "sharded")
+        if "include_children" in q or "parent_node" in q:  # 1.83, one gate for both, as in Ironic
+            params.require_minimal_version(request, CHILDREN_SINCE)
+        # Child nodes (1.83) are not in the list, at any version, unless asked for; include_children
+        # wins over parent_node, which matches the stored UUID as given (a name matches nothing), as in Ironic.
+        if not params.flag(request, "include_children"):
+            if "parent_node" in q:
+                filters["parent_node"] = q["parent_node"]
+            else:
+                filters["is_child"] = False
         associated = params.optional_bool(request, "associated")
         limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.with_allocations(
@@ -180,6 +198,8 @@ class NodesApi:
             values["uuid"] = str(uuidlib.uuid4())
         if values.get("chassis_uuid") is not None:
             await self.existing_chassis(values["chassis_uuid"])
+        if values.get("parent_node"):
+            values["parent_node"] = await linked_parent(self.ctx.nodes, values, values["parent_node"])
         group = values.get("conductor_group", "")
         await self.ctx.router.require_served(values["uuid"], values["driver"], group)
         reply = await self.ctx.router.call(
@@ -211,6 +231,8 @@ class NodesApi:
                 params.require_version(request, UNSET_CHASSIS_SINCE, "Removing chassis_uuid")
             else:
                 await self.existing_chassis(values["chassis_uuid"])
+        if values.get("parent_node"):
+            values["parent_node"] = await linked_parent(self.ctx.nodes, node, values["parent_node"])
         if not values:
             return web.json_response(self.node_doc(request, node), dumps=dumps)
         # A new driver or conductor group must have a conductor, or the node could
@@ -232,6 +254,18 @@ class NodesApi:
         )
         updated = (await self.with_allocations([parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS)]))[0]
         return web.json_response(self.node_doc(request, updated), dumps=dumps)
+
+    async def list_children(self, request: web.Request) -> web.Response:
+        """``GET /v1/nodes/{ident}/children`` (1.83): the UUIDs of the node's children, and
+        a link to the node list filtered on them, as Ironic's NodeChildrenController."""
+        node = await self.ctx.node_by_ident(request)
+        base = self.ctx.base(request)
+        return web.json_response(
+            {
+                "children": await self.ctx.nodes.children(str(node["uuid"])),
+                "links": {"href": f"{base}/v1/nodes?parent_node={node['uuid']}", "rel": "children"},
+            }
+        )
 
     async def existing_chassis(self, chassis_uuid: str) -> None:
         """A node's chassis must exist; Ironic answers a missing one with 400, not 404,

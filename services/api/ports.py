@@ -27,6 +27,7 @@ from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps
 
 PORTGROUP_FILTER_SINCE = (1, 24)
+SHARD_FILTER_SINCE = (1, 82)
 READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info"}
 
 
@@ -68,6 +69,12 @@ class PortsApi:
         if node_ident and node_id is None:
             node_id = (await self.ctx.nodes.get_by_ident(node_ident))["id"]
         address = normalize_mac(q["address"]) if "address" in q else None
+        shards = None
+        if "shard" in q:  # 1.82: the ports of the nodes in these shards
+            params.require_minimal_version(request, SHARD_FILTER_SINCE)
+            shards = [s.strip() for s in q["shard"].split(",") if s.strip()] or None
+            if shards and (node_id is not None or q.get("portgroup")):
+                raise errors.Forbidden("Operation not permitted.")  # Ironic: one of node, portgroup, shard
         limit = params.page_limit(request, self.ctx.config.max_limit)
         if q.get("portgroup"):  # 1.24: the ports of one group (UUID or name)
             params.require_version(request, PORTGROUP_FILTER_SINCE, "The portgroup filter")
@@ -88,6 +95,7 @@ class PortsApi:
                 await self.ports.list(
                     node_id=node_id,
                     address=address,
+                    node_shards=None if address is not None else shards,  # Ironic: an address wins
                     limit=limit,
                     marker=q.get("marker"),
                     sort_key=q.get("sort_key", "id"),

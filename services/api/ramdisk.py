@@ -44,6 +44,7 @@ HEARTBEAT_FIELDS = {
 DEPLOY_INFO_FIELDS = ("address", "port", "key", "iqn", "error")
 AGENT_STATUSES = ("start", "end", "error")
 SINCE = (1, 22)
+CONTINUE_INSPECTION_SINCE = (1, 84)
 
 
 class RamdiskApi:
@@ -75,8 +76,14 @@ class RamdiskApi:
         except errors.NotFound:
             raise errors.NotFound(NOT_FOUND) from None
         fresh = json.loads(reply.node_json) if reply.node_json else node
+        return web.Response(
+            text=dumps(self.lookup_document(request, fresh, reply.agent_token)), content_type="application/json"
+        )
+
+    def lookup_document(self, request: web.Request, fresh: dict[str, Any], token: str) -> dict[str, Any]:
+        """What lookup answers (and continue_inspection from 1.84): the node's agent view and the agent's config."""
         base = self.ctx.base(request)
-        doc = {
+        return {
             "node": {
                 "uuid": fresh["uuid"],
                 "properties": fresh["properties"],
@@ -86,7 +93,7 @@ class RamdiskApi:
             },
             "config": {
                 "heartbeat_timeout": self.ctx.config.ramdisk_heartbeat_timeout,
-                "agent_token": reply.agent_token,
+                "agent_token": token,
                 "agent_token_required": True,
                 "agent_md5_checksum_enable": False,
                 "disable_deep_image_inspection": False,
@@ -102,7 +109,6 @@ class RamdiskApi:
                 "agent_skip_bmc_detect": True,
             },
         }
-        return web.Response(text=dumps(doc), content_type="application/json")
 
     async def heartbeat_without_node(self, request: web.Request) -> web.Response:
         """``POST /v1/heartbeat`` names no node: a malformed request (400), as Ironic answers, not a 404."""
@@ -189,15 +195,21 @@ class RamdiskApi:
 
     async def continue_inspection(self, request: web.Request) -> web.Response:
         """IPA's post of its inventory at the end of an in-band inspection
-        (Ironic's ``POST /v1/continue_inspection``). Ironic serves it at 1.84
-        and, for ironic-inspector's ramdisks, at 1.1; Ferrum's newest version
-        is below 1.84, so only 1.1 answers (with Ironic's ``{"uuid"}`` reply).
-        The node is found by the MACs of the inventory and must be in
-        ``inspect wait``; anything else is the same generic 404 as lookup."""
-        if request["version"] != (1, 1):
-            raise errors.NotFound("API version 1.84 or newer is required (or 1.1, as ironic-inspector)")
-        if "node_uuid" in request.query:
-            raise errors.NotFound("node_uuid requires API version 1.84 or newer")
+        (Ironic's ``POST /v1/continue_inspection``), as Ironic serves it: at
+        1.84 and newer, and at 1.1 for ironic-inspector's ramdisks (with
+        Ironic's ``{"uuid"}`` reply); 404 at any version between, and for
+        ``?node_uuid=`` below 1.84. The node is found by ``node_uuid`` and by
+        the MACs of the inventory (both must name the same node) and must be
+        in ``inspect wait``; anything else is the same generic 404 as lookup.
+        From 1.84 the node's agent token is issued first (a token already
+        issued shows as ``******``) and the reply is lookup's, so the agent
+        can go on heartbeating."""
+        newer = request["version"] >= CONTINUE_INSPECTION_SINCE
+        node_uuid = request.query.get("node_uuid")
+        if not (newer or request["version"] == (1, 1)) or (node_uuid is not None and not newer):
+            raise errors.NotFound("API version 1.84 or newer is required")
+        if node_uuid is not None and not is_uuid(node_uuid):
+            raise errors.InvalidParameterValue(f"Expected a UUID but received {node_uuid}.")
         body = await self.ctx.body(request)
         inventory = body.get("inventory") if isinstance(body, dict) else None
         if not isinstance(inventory, dict):
@@ -210,18 +222,43 @@ class RamdiskApi:
         if not all(isinstance(i, dict) and isinstance(i.get("mac_address"), str) for i in interfaces):
             raise errors.InvalidParameterValue("Invalid inspection data: every interface needs a 'mac_address' string")
         macs = [m for m in (str(i["mac_address"]).strip().lower() for i in interfaces) if MAC_RE.match(m)]
-        if not macs:
+        if not macs and not node_uuid:
             raise errors.InvalidParameterValue("No lookup information provided")
-        node = await self.ctx.nodes.get_by_port_address(macs)
-        if node is None or node["provision_state"] != states.INSPECTWAIT:
-            raise errors.NotFound(NOT_FOUND)
+        node = await self.inspected_node(macs, node_uuid)
+        token = ""
+        if newer:  # before the data is processed, which may take a while (Ironic's get_node_with_token)
+            try:
+                reply = await self.ctx.rpc(node, "LookupToken", cpb.NodeRef(node_uuid=node["uuid"]))
+            except errors.NotFound:
+                raise errors.NotFound(NOT_FOUND) from None
+            token, node = reply.agent_token, (json.loads(reply.node_json) if reply.node_json else node)
         try:
             await self.ctx.rpc(
                 node, "ContinueInspection", cpb.ContinueInspectionRequest(node_uuid=node["uuid"], data_json=dumps(body))
             )
         except errors.NotFound:
             raise errors.NotFound(NOT_FOUND) from None
-        return web.Response(status=202, text=dumps({"uuid": node["uuid"]}), content_type="application/json")
+        doc = self.lookup_document(request, node, token) if newer else {"uuid": node["uuid"]}
+        return web.Response(status=202, text=dumps(doc), content_type="application/json")
+
+    async def inspected_node(self, macs: list[str], node_uuid: str | None) -> dict[str, Any]:
+        """The node in ``inspect wait`` that ``node_uuid`` and the MACs name, as Ironic's
+        inspection lookup: the MACs must not belong to another node; any failure is one 404."""
+        node: dict[str, Any] | None = None
+        if node_uuid:
+            try:
+                node = await self.ctx.nodes.get(node_uuid)
+            except errors.NodeNotFound:
+                raise errors.NotFound(NOT_FOUND) from None
+        if macs:
+            by_mac = await self.ctx.nodes.get_by_port_address(macs)
+            if by_mac is not None:
+                if node is not None and str(by_mac["uuid"]) != str(node["uuid"]):
+                    raise errors.NotFound(NOT_FOUND)
+                node = by_mac
+        if node is None or node["provision_state"] != states.INSPECTWAIT:
+            raise errors.NotFound(NOT_FOUND)
+        return node
 
 
 def checked_deploy_info(body: Any) -> dict[str, Any]:

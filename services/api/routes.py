@@ -47,6 +47,7 @@ from services.api.openapi import OpenApiDocument
 from services.api.portgroups import PortgroupsApi
 from services.api.ports import PortsApi
 from services.api.ramdisk import RamdiskApi
+from services.api.shards import ShardsApi
 from services.api.trailing_slash import TrailingSlashRedirect
 from services.api.vendor_passthru import HTTP_METHODS, VendorPassthruApi
 from services.api.volumes import VolumeApi, VolumeConnectorsApi, VolumeTargetsApi
@@ -96,6 +97,7 @@ def _node_routes() -> tuple[Route, ...]:
         Route("POST", f"{n}/vifs", NodeVifsApi, "attach_vif", (1, 28)),
         Route("DELETE", f"{n}/vifs/{{vif}}", NodeVifsApi, "detach_vif", (1, 28)),
         Route("GET", f"{n}/ports", PortsApi, "node_ports"),
+        Route("GET", f"{n}/children", NodesApi, "list_children", (1, 83)),
         Route("GET", f"{n}/ports/detail", PortsApi, "node_ports_detail"),
     )
 
@@ -198,6 +200,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/nodes/{ident}/history", NodeHistoryApi, "list_history", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/history/{event}", NodeHistoryApi, "get_event", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/inventory", NodeInventoryApi, "get_inventory", (1, 81)),
+    # 1.82; the handler refuses older versions itself, with Ironic's message.
+    Route("GET", "/v1/shards", ShardsApi, "list_shards"),
     Route("GET", "/v1/conductors", ConductorsApi, "list_conductors", (1, 49)),
     Route("GET", "/v1/conductors/{hostname}", ConductorsApi, "get_conductor", (1, 49)),
     Route("POST", "/v1/events", ExternalEventsApi, "post_events", (1, 54)),

@@ -73,6 +73,8 @@ NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "network_data": (1, 66),
     "boot_mode": (1, 75),
     "secure_boot": (1, 75),
+    "shard": (1, 82),
+    "parent_node": (1, 83),
     "service_step": (1, 87),  # served ahead of the advertised maximum (docs/api.md)
 }
 NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")

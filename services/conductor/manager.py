@@ -79,6 +79,8 @@ NODE_CREATE_FIELDS = frozenset(
         "protected_reason",
         "retired",
         "retired_reason",
+        "shard",
+        "parent_node",
         "maintenance",
         "maintenance_reason",
         "provision_state",

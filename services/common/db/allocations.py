@@ -163,14 +163,22 @@ class AllocationRepository:
         await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
 
     async def candidates(
-        self, *, resource_class: str, traits: Sequence[str], node_uuids: Sequence[str] | None, owner: str | None = None
+        self,
+        *,
+        resource_class: str,
+        traits: Sequence[str],
+        node_uuids: Sequence[str] | None,
+        owner: str | None = None,
+        name: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
         """Nodes that could take the allocation, in random order as Ironic tries them,
-        unlocked ones first (a locked one may be free in a moment and is retried):
-        available, not in maintenance, not retired, no instance, no allocation,
+        except that a node named as the allocation (``name``, Ironic's 1.79)
+        comes first, then the unlocked ones (a locked one may be free in a moment and is retried):
+        available, not in maintenance, not retired, not a child node (Ironic's node list
+        hides children), no instance, no allocation,
         of the resource class and with every requested trait; with an ``owner``
         (REST 1.60/1.65) only nodes that project owns or leases."""
-        args: list[Any] = [resource_class, list(traits)]
+        args: list[Any] = [resource_class, list(traits), name]
         extra = ""
         if node_uuids is not None:
             args.append(list(node_uuids))
@@ -180,9 +188,10 @@ class AllocationRepository:
             extra += f" AND (n.owner = ${len(args)} OR n.lessee = ${len(args)})"
         rows = await self._db.fetch(
             "SELECT n.* FROM nodes n WHERE n.provision_state = 'available' AND NOT n.maintenance AND NOT n.retired "
-            "AND n.instance_uuid IS NULL AND n.resource_class = $1 "
+            "AND n.instance_uuid IS NULL AND n.parent_node IS NULL AND n.resource_class = $1 "
             "AND n.traits @> $2::text[] AND NOT EXISTS (SELECT 1 FROM allocations a WHERE a.node_id = n.id)"
-            f"{extra} ORDER BY n.reservation IS NOT NULL, random() LIMIT 50",
+            f"{extra} ORDER BY coalesce(n.name = $3::text, false) DESC, "
+            "n.reservation IS NOT NULL, random() LIMIT 50",
             *args,
         )
         return [row_to_dict(r) for r in rows]

@@ -88,6 +88,8 @@ WRITABLE_FIELDS = frozenset(
         "inspection_started_at",
         "inspection_finished_at",
         "console_enabled",
+        "shard",
+        "parent_node",
     )
 )
 SORT_KEYS = frozenset(
@@ -126,6 +128,10 @@ _FILTERS = {
     "retired": "retired = ${}",
     "description_contains": "description LIKE '%' || ${} || '%'",
     "reservation": "reservation = ${}",
+    "shard_in": "shard = ANY(${}::text[])",  # REST 1.82: ?shard=a,b
+    "sharded": "(shard IS NOT NULL) = ${}",  # REST 1.82: ?sharded=true|false
+    "parent_node": "parent_node = ${}",  # REST 1.83: the children of one node (its UUID, as stored)
+    "is_child": "(parent_node IS NOT NULL) = ${}",  # REST 1.83: the node list hides children
 }
 
 
@@ -259,6 +265,18 @@ class NodeRepository:
             + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
         )
         return [self._node(r) for r in await self._db.fetch(sql, *args)]
+
+    async def children(self, parent_uuid: str) -> builtins.list[str]:
+        """The UUIDs of the nodes whose parent is ``parent_uuid`` (REST 1.83), oldest first."""
+        rows = await self._db.fetch("SELECT uuid FROM nodes WHERE parent_node = $1 ORDER BY id", parent_uuid)
+        return [str(r["uuid"]) for r in rows]
+
+    async def shard_counts(self) -> builtins.list[tuple[str | None, int]]:
+        """(shard, number of nodes) for every shard value, NULL included, largest first."""
+        rows = await self._db.fetch(
+            "SELECT shard, count(*) AS n FROM nodes GROUP BY shard ORDER BY n DESC, shard NULLS LAST"
+        )
+        return [(r["shard"], r["n"]) for r in rows]
 
     async def count(self) -> int:
         return int(await self._db.fetchval("SELECT count(*) FROM nodes"))

@@ -72,6 +72,7 @@ class PortRepository:
         *,
         node_id: int | None = None,
         address: str | None = None,
+        node_shards: Sequence[str] | None = None,
         limit: int = 1000,
         marker: str | None = None,
         sort_key: str = "id",
@@ -89,6 +90,9 @@ class PortRepository:
         if address is not None:
             args.append(address)
             where.append(f"p.address = ${len(args)}")
+        if node_shards is not None:
+            args.append(list(node_shards))
+            where.append(f"n.shard = ANY(${len(args)}::text[])")
         op = ">" if sort_dir == "asc" else "<"
         if marker:
             row = (
