@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pyghmi.ipmi.bmc as pyghmi_bmc
 import pyghmi.ipmi.private.session as pyghmi_session
 
+from services.simulator import pyghmi_fixes
 from services.simulator.serial_console import console_line
 
 if TYPE_CHECKING:
@@ -194,9 +195,8 @@ class MachineBmc(pyghmi_bmc.Bmc):  # pyghmi ships no type hints: Any as far as m
     def close(self) -> None:
         self._stop_streaming()
         pyghmi_session.Session.bmc_handlers.pop(self.serversocket, None)
-        # pyghmi's I/O thread selects on its module-wide socket list; leave it first.
-        pyghmi_session.iosockets[:] = [s for s in pyghmi_session.iosockets if s is not self.serversocket]
-        self.serversocket.close()
+        # pyghmi's I/O thread selects on its module-wide socket list: leave it, then close.
+        pyghmi_fixes.retire_socket(self.serversocket)
 
 
 class IpmiEndpoints:
@@ -213,6 +213,7 @@ class IpmiEndpoints:
         self._thread: threading.Thread | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        pyghmi_fixes.apply()  # many BMCs in one process: see pyghmi_fixes.py
         authdata = {self.username: self.password}
         if not pyghmi_session.iosockets:
             # pyghmi wakes its I/O thread through the first socket it made; let that
