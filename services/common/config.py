@@ -79,11 +79,11 @@ class ConductorConfig:
     metrics_port: int = 6388
     hostname: str = ""
     conductor_group: str = ""
-    enabled_hardware_types: tuple[str, ...] = ("fake-hardware", "redfish")
+    enabled_hardware_types: tuple[str, ...] = ("fake-hardware", "redfish", "ipmi")
     enabled_boot_interfaces: tuple[str, ...] = ("fake", "ipxe")
     enabled_deploy_interfaces: tuple[str, ...] = ("fake", "direct", "iscsi")
-    enabled_power_interfaces: tuple[str, ...] = ("fake", "redfish")
-    enabled_management_interfaces: tuple[str, ...] = ("fake", "redfish")
+    enabled_power_interfaces: tuple[str, ...] = ("fake", "redfish", "ipmitool")
+    enabled_management_interfaces: tuple[str, ...] = ("fake", "redfish", "ipmitool")
     enabled_storage_interfaces: tuple[str, ...] = ("noop", "external", "fake")
     enabled_network_interfaces: tuple[str, ...] = ("noop",)
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
@@ -147,6 +147,16 @@ class ConductorConfig:
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0
     redfish_workers: int = 16
+    # The ipmitool power and management interfaces (services/conductor/drivers/ipmi.py, docs/ipmi.md):
+    # how long a power change may take to show (polled every ipmi_poll_interval), the deadline of
+    # one IPMI request including its retries with a fresh session (ipmi_retries attempts at most),
+    # the worker threads pyghmi's blocking calls run in, and how many BMC sessions are kept open.
+    ipmi_power_timeout: float = 60.0
+    ipmi_poll_interval: float = 1.0
+    ipmi_timeout: float = 10.0
+    ipmi_retries: int = 3
+    ipmi_workers: int = 16
+    ipmi_max_sessions: int = 1024
     objectstore_address: str = ""
     configdrive_use_object_store: bool = True
     configdrive_container: str = "ironic_configdrive_container"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyghmi.ipmi.bmc as pyghmi_bmc
 import pyghmi.ipmi.private.session as pyghmi_session
 
+from services.simulator import pyghmi_fixes
 from services.simulator.serial_console import console_line
 
 if TYPE_CHECKING:
@@ -199,9 +200,9 @@ class MachineBmc(pyghmi_bmc.Bmc):  # pyghmi ships no type hints: Any as far as m
         pyghmi_session.iosockets[:] = [s for s in pyghmi_session.iosockets if s is not self.serversocket]
 
     def close(self) -> None:
-        # pyghmi's I/O thread selects on its module-wide socket list; leave it first.
+        # pyghmi's I/O thread selects on its module-wide socket list: leave it, then close safely.
         self.leave_io_thread()
-        self.serversocket.close()
+        pyghmi_fixes.retire_socket(self.serversocket)
 
 
 def _wake_io_thread() -> None:
@@ -228,6 +229,7 @@ class IpmiEndpoints:
         self._thread: threading.Thread | None = None
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        pyghmi_fixes.apply()  # many BMCs in one process: see pyghmi_fixes.py
         authdata = {self.username: self.password}
         if not pyghmi_session.iosockets:
             # pyghmi wakes its I/O thread through the first socket it made; let that

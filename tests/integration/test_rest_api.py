@@ -257,7 +257,7 @@ async def test_vifs(client: Client) -> None:
 
 async def test_drivers(client: Client) -> None:
     _, drivers, _ = await client.call("GET", "/v1/drivers", expect=200)
-    assert [d["name"] for d in drivers["drivers"]] == ["fake-hardware", "redfish"]
+    assert [d["name"] for d in drivers["drivers"]] == ["fake-hardware", "ipmi", "redfish"]
     _, driver, _ = await client.call("GET", "/v1/drivers/fake-hardware", expect=200)
     assert driver["default_deploy_interface"] == "fake"
     status, _, _ = await client.call("GET", "/v1/drivers/nope")

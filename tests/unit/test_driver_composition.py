@@ -88,8 +88,8 @@ def test_a_kind_without_an_enabled_implementation_stops_the_load() -> None:
 
 
 def test_enabled_names_that_nothing_installs_are_refused() -> None:
-    with pytest.raises(errors.DriverLoadError, match=r"enabled hardware type 'ipmi' is not installed"):
-        DriverRegistry(dataclasses.replace(CONFIG, enabled_hardware_types=("ipmi",)))
+    with pytest.raises(errors.DriverLoadError, match=r"enabled hardware type 'idrac' is not installed"):
+        DriverRegistry(dataclasses.replace(CONFIG, enabled_hardware_types=("idrac",)))
     with pytest.raises(errors.DriverLoadError, match=r"enabled raid interface 'idrac' is not installed.*no-raid"):
         DriverRegistry(dataclasses.replace(CONFIG, enabled_raid_interfaces=("no-raid", "idrac")))
 

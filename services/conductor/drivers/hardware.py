@@ -71,6 +71,25 @@ class RedfishHardware(HardwareType):
     }
 
 
+class IpmiHardware(HardwareType):
+    """Servers with an IPMI 2.0 BMC (Ironic's ``ipmi`` type), driven through pyghmi."""
+
+    name = "ipmi"
+    supported: ClassVar[dict[str, tuple[str, ...]]] = {
+        "power": ("ipmitool",),
+        "management": ("ipmitool",),
+        "boot": ("ipxe", "fake"),
+        "deploy": ("direct", "iscsi", "ramdisk", "fake"),
+        "storage": ("noop", "external", "cinder", "fake"),
+        "network": ("noop",),
+        "vendor": ("no-vendor",),
+        "inspect": ("no-inspect", "agent"),
+        "rescue": ("no-rescue", "agent"),
+        # Serial-over-LAN (Ironic's order); nodes get no-console until an operator enables it.
+        "console": ("ipmitool-socat", "no-console"),
+    }
+
+
 class IloHardware(HardwareType):
     """HPE ProLiant servers with iLO 5 or later, driven over Redfish with iLO's fields and
     virtual media layout (drivers/ilo.py); Ironic removed its own ilo type in 2026."""

@@ -1,0 +1,603 @@
+"""IPMI plumbing for the ``ipmitool`` interfaces: driver_info parsing, a
+bounded cache of pyghmi sessions per BMC, and pyghmi's errors mapped onto
+Ferrum's error tree.
+
+pyghmi is synchronous (its ``Command`` waits on UDP answers), so everything
+here that touches the network runs in a worker thread; the cache is guarded
+by a thread lock for that reason. Parsing is pure and fast: ``validate``
+uses it without any network traffic.
+
+Two things pyghmi does not do by itself, done here:
+
+* **A chosen cipher suite.** pyghmi's client always proposes suite 17
+  (HMAC-SHA256, HMAC-SHA256-128, AES-CBC-128) and falls back to suite 3
+  (HMAC-SHA1, HMAC-SHA1-96, AES-CBC-128) only when the BMC answers the
+  proposal with an error; it never checks which algorithms the BMC accepted.
+  A BMC that answers "yes, suite 3" to a suite-17 proposal (pyghmi's own BMC
+  server, hence Ferrum's simulator) then fails the handshake with a struct
+  error. :class:`_SuiteSession` proposes exactly ``ipmi_cipher_suite`` and
+  checks the answer, so a mismatch is a clear error, not a hang or a crash.
+* **A deadline.** pyghmi gives up on a silent BMC by its own retry timers
+  (a few seconds per attempt); :meth:`SessionCache.call` retries with a
+  fresh session within ``ipmi_timeout`` and names the BMC when it gives up.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+import pyghmi.exceptions as pyghmi_exc
+import pyghmi.ipmi.private.constants as pyghmi_constants
+import pyghmi.ipmi.private.session as pyghmi_session
+import pyghmi.ipmi.private.util as pyghmi_util
+from pyghmi.ipmi.command import Command
+
+from services.common import errors
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_PORT = 623
+DEFAULT_CIPHER_SUITE = 3
+# Cipher suite -> (authentication, integrity, confidentiality) algorithm numbers (IPMI 2.0
+# tables 13-17..13-19). These are the two pyghmi's client implements.
+CIPHER_SUITES: Mapping[int, tuple[int, int, int]] = {3: (1, 1, 1), 17: (3, 4, 1)}
+PRIV_LEVELS: Mapping[str, int] = {"CALLBACK": 1, "USER": 2, "OPERATOR": 3, "ADMINISTRATOR": 4}
+BRIDGING = ("no", "single", "dual")
+PROTOCOL_VERSIONS = ("1.5", "2.0")
+IO_WAIT_SLACK = 0.05  # seconds a pyghmi wait may outlast its deadline before it re-checks by itself
+SESSION_IDLE = 20.0  # seconds: an idle session older than this is replaced, not trusted (BMCs drop them)
+MAX_USERNAME = 16  # IPMI user names are at most 16 bytes
+MAX_PASSWORD = 20  # IPMI 2.0 passwords are at most 20 bytes
+LOGIN_STAGES = {  # pyghmi's session context -> the login step that went unanswered
+    "": "its channel authentication capabilities request",
+    "OPENSESSION": "the RMCP+ open session request",
+    "EXPECTINGRAKP2": "RAKP message 1 (BMCs ignore a user they do not know)",
+    "EXPECTINGRAKP4": "RAKP message 3",
+}
+
+DRIVER_INFO_PROPERTIES = {
+    "ipmi_address": "IP address or hostname of the node's BMC. Required.",
+    "ipmi_port": f"UDP port of the BMC's RMCP+ service. Default {DEFAULT_PORT}.",
+    "ipmi_username": "User name for the BMC; empty or absent means the anonymous (NULL) user. Optional.",
+    "ipmi_password": "Password for the BMC (masked on reads, encrypted at rest). Optional.",
+    "ipmi_priv_level": "Privilege level: ADMINISTRATOR (default), OPERATOR, USER or CALLBACK.",
+    "ipmi_cipher_suite": f"RMCP+ cipher suite, 3 (SHA-1) or 17 (SHA-256); the BMC must offer it. "
+    f"Default {DEFAULT_CIPHER_SUITE}.",
+    "ipmi_bridging": "Bridging type: only 'no' (the default) is supported; 'single' and 'dual' are refused.",
+    "ipmi_terminal_port": "Local TCP port of the node's serial console (console interfaces). Optional.",
+    "ipmi_protocol_version": "IPMI protocol version: only '2.0' (the default; RMCP+, lanplus).",
+}
+# Ironic's bridging fields: refused with ``ipmi_bridging`` != no, listed so the refusal names them.
+BRIDGING_FIELDS = (
+    "ipmi_local_address",
+    "ipmi_transit_channel",
+    "ipmi_transit_address",
+    "ipmi_target_channel",
+    "ipmi_target_address",
+)
+
+
+@dataclass(frozen=True)
+class IpmiInfo:
+    """The validated IPMI settings of one node."""
+
+    address: str
+    port: int
+    username: str
+    password: str
+    priv_level: str
+    cipher_suite: int
+    terminal_port: int | None = None
+
+    def cache_key(self) -> tuple[Any, ...]:
+        """Sessions are kept per BMC, credentials, privilege and cipher suite; the
+        password is only hashed, so a changed password gets a fresh session."""
+        digest = hashlib.sha256(self.password.encode()).hexdigest()
+        return (self.address, self.port, self.username, digest, self.priv_level, self.cipher_suite)
+
+    def describe(self) -> str:
+        return f"{self.username + '@' if self.username else ''}{self.where()}"
+
+    def where(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{host}:{self.port}"
+
+
+def _port(value: Any, key: str, uuid: str) -> int:
+    if isinstance(value, bool):
+        value = None  # True is not a port
+    try:
+        port = int(str(value).strip()) if value is not None else 0
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535 or (isinstance(value, float) and not value.is_integer()):
+        raise errors.InvalidParameterValue(f"Node {uuid}: {key} must be a port number 1-65535, got {value!r}")
+    return port
+
+
+def _choice(info: Mapping[str, Any], key: str, default: str, allowed: tuple[str, ...], uuid: str) -> str:
+    value = info.get(key)
+    if value is None or value == "":
+        return default
+    text = str(value).strip()
+    match = next((a for a in allowed if a.lower() == text.lower()), None)
+    if match is None:
+        raise errors.InvalidParameterValue(f"Node {uuid}: {key} {value!r} is not one of {', '.join(allowed)}")
+    return match
+
+
+def parse_driver_info(node: Mapping[str, Any]) -> IpmiInfo:
+    """Check the node's IPMI driver_info without touching the network."""
+    uuid = node.get("uuid", "?")
+    info = node.get("driver_info") or {}
+    address = info.get("ipmi_address")
+    if not address or not isinstance(address, str) or not address.strip():
+        raise errors.MissingParameter(f"Node {uuid} is missing driver_info: ipmi_address")
+    address = address.strip()
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]
+    if any(c.isspace() or c in "/@?#" for c in address) or "://" in address:
+        raise errors.InvalidParameterValue(
+            f"Node {uuid}: ipmi_address {info['ipmi_address']!r} must be a bare IP address or hostname "
+            "(the port goes in ipmi_port)"
+        )
+    if address.count(":") == 1:  # host:port (IPv6 addresses have several colons)
+        raise errors.InvalidParameterValue(
+            f"Node {uuid}: ipmi_address {info['ipmi_address']!r} must not carry a port; set ipmi_port"
+        )
+    port = DEFAULT_PORT if info.get("ipmi_port") in (None, "") else _port(info["ipmi_port"], "ipmi_port", uuid)
+
+    username = info.get("ipmi_username")
+    password = info.get("ipmi_password")
+    for key, value, limit in (("ipmi_username", username, MAX_USERNAME), ("ipmi_password", password, MAX_PASSWORD)):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise errors.InvalidParameterValue(f"Node {uuid}: {key} must be a string")
+        if len(value.encode()) > limit:
+            raise errors.InvalidParameterValue(f"Node {uuid}: {key} is longer than IPMI allows ({limit} bytes)")
+
+    priv_level = _choice(info, "ipmi_priv_level", "ADMINISTRATOR", tuple(PRIV_LEVELS), uuid)
+
+    suite_value = info.get("ipmi_cipher_suite")
+    if suite_value is None or suite_value == "":
+        suite = DEFAULT_CIPHER_SUITE
+    else:
+        try:
+            suite = int(str(suite_value).strip()) if not isinstance(suite_value, bool) else -1
+        except ValueError:
+            suite = -1
+        if suite not in CIPHER_SUITES:
+            raise errors.InvalidParameterValue(
+                f"Node {uuid}: ipmi_cipher_suite {suite_value!r} is not supported; pyghmi implements cipher "
+                f"suites {' and '.join(str(s) for s in CIPHER_SUITES)} (HMAC-SHA1 or HMAC-SHA256 with AES-CBC-128)"
+            )
+
+    bridging = _choice(info, "ipmi_bridging", "no", BRIDGING, uuid)
+    if bridging != "no":
+        raise errors.InvalidParameterValue(
+            f"Node {uuid}: ipmi_bridging {bridging!r} is not supported by the ipmitool interfaces "
+            "(pyghmi's boot-device commands cannot be bridged, and it has no dual bridging); "
+            f"set ipmi_bridging to 'no' and drop {', '.join(BRIDGING_FIELDS)}"
+        )
+
+    version = _choice(info, "ipmi_protocol_version", "2.0", PROTOCOL_VERSIONS, uuid)
+    if version != "2.0":
+        raise errors.InvalidParameterValue(
+            f"Node {uuid}: ipmi_protocol_version {version!r} is not supported: the ipmitool interfaces speak "
+            "IPMI 2.0 (RMCP+, with integrity and encryption) only"
+        )
+
+    terminal = info.get("ipmi_terminal_port")
+    terminal_port = None if terminal in (None, "") else _port(terminal, "ipmi_terminal_port", uuid)
+    return IpmiInfo(
+        address=address,
+        port=port,
+        username=username or "",
+        password=password or "",
+        priv_level=priv_level,
+        cipher_suite=suite,
+        terminal_port=terminal_port,
+    )
+
+
+# ---- pyghmi's shared socket I/O ----------------------------------------------------------
+
+
+def _io_sendto(mysocket: socket.socket, packet: bytes, sockaddr: Any) -> None:
+    """pyghmi's ``_io_sendto`` without its ``setblocking(1)``.
+
+    pyghmi's sessions share UDP sockets, read by one I/O thread that makes
+    them non-blocking before each ``recvfrom``; its ``_io_sendto``, called by
+    every thread that sends, makes the same socket blocking again. When a send
+    lands between the two, the I/O thread blocks in ``recvfrom`` on one socket,
+    stops serving the others, and every caller waits for ever (pyghmi's waits
+    have no timeout of their own). A UDP send on a non-blocking socket only
+    fails when the send buffer is full, and pyghmi resends lost packets."""
+    with contextlib.suppress(OSError):  # as pyghmi: a lost datagram, resent by the session's retry timer
+        mysocket.sendto(packet, sockaddr)
+
+
+def _io_wait(timeout: float, myaddr: Any = None, evq: Any = None) -> None:
+    """pyghmi's ``_io_wait`` with a bounded wait.
+
+    pyghmi parks the caller on an event only its I/O thread sets: when a packet
+    from ``myaddr`` comes or the deadline passes. Under concurrent use from many
+    threads that wake-up can be missed, and the caller then waits for ever (seen
+    here with 20 requests across 4 BMCs). Waiting at most until the deadline
+    keeps pyghmi's own loops, which re-check their state and give up by their
+    timers, in charge; an early return is harmless to them."""
+    evt = threading.Event()
+    if evq is not None:
+        evq.append(evt)
+    deadline = timeout + pyghmi_util._monotonic_time()
+    pyghmi_session.ioqueue.append((deadline, evt, myaddr))
+    if deadline < pyghmi_session.selectdeadline:
+        intsock = pyghmi_session.iosockets[0]
+        intsock.sendto(b"\x01", (pyghmi_session.myself, intsock.getsockname()[1]))
+    evt.wait(max(0.0, timeout) + IO_WAIT_SLACK)
+
+
+def patch_pyghmi() -> None:
+    """Make pyghmi safe for many threads at once (idempotent; the simulator's
+    BMCs, served by the same pyghmi in tests, benefit too).
+
+    Besides :func:`_io_sendto` and :func:`_io_wait`: pyghmi guards its session
+    tables with two locks taken in both orders (``send_payload`` holds the
+    keep-alive lock and takes the waiting lock; ``awaitresponse`` holds the
+    waiting lock and, when a session gives up, takes the keep-alive one), so
+    two threads deadlock. One re-entrant lock for both tables cannot invert;
+    it is only ever held for table updates and non-blocking sends."""
+    pyghmi_session._io_sendto = _io_sendto
+    pyghmi_session._io_wait = _io_wait
+    pyghmi_session.WAITING_SESSIONS = pyghmi_session.KEEPALIVE_SESSIONS
+
+
+patch_pyghmi()
+
+
+# ---- pyghmi sessions with a fixed cipher suite ------------------------------------------
+
+
+class _SuiteSession(pyghmi_session.Session):  # pyghmi ships no type hints: Any as far as mypy knows
+    """A pyghmi client session that proposes exactly one cipher suite and checks the BMC's answer."""
+
+    cipher_suite: ClassVar[int] = DEFAULT_CIPHER_SUITE
+    # time.monotonic() after which an unanswered packet ends the login or command instead of
+    # being sent again: pyghmi restarts a login whose RAKP 2 never comes forever (a BMC that
+    # ignores an unknown user does that), which would hold a worker thread for good.
+    deadline: float | None = None
+    # pyghmi's own attributes this class reads (untyped there)
+    lastpayload: Any
+    logged: Any
+    logging: Any
+    incommand: Any
+    sessioncontext: Any
+
+    def __new__(cls, bmc: str, userid: str, password: str, port: int = DEFAULT_PORT, **_: Any) -> Any:
+        # pyghmi's ``Session.__new__`` hands out an existing session for the same BMC and
+        # credentials, whatever its cipher suite or privilege, and (comparing the encoded user
+        # name with the given one) keeps returning the first session ever made for them from
+        # ``initting_sessions`` even once it is broken. The cache owns reuse here: every
+        # session is new, on a local socket no other session to this BMC uses (pyghmi routes
+        # answers by BMC address and local port).
+        self = object.__new__(cls)
+        forbidden: list[Any] = []
+        try:
+            found = socket.getaddrinfo(bmc, port, 0, socket.SOCK_DGRAM)
+        except OSError as exc:
+            raise pyghmi_exc.IpmiException(f"Unable to resolve {bmc}: {exc}") from exc
+        for family, _type, _proto, _name, address in found:
+            key: Any = address
+            if pyghmi_session.ipv6support and family == socket.AF_INET:
+                key = (f"::ffff:{address[0]}", address[1], 0, 0)  # how pyghmi keys its sessions
+            forbidden.extend(s.socket for s in list(cls.bmc_handlers.get(key, {}).values()))
+        self.forbidsock = forbidden
+        return self
+
+    def __init__(self, *args: Any, deadline: float | None = None, **kwargs: Any) -> None:
+        self.deadline = deadline
+        super().__init__(*args, **kwargs)
+
+    def _timedout(self) -> None:
+        if self.deadline is None or time.monotonic() < self.deadline or not self.lastpayload:
+            super()._timedout()
+            return
+        self.lastpayload = None  # no more resends
+        if self.logging and not self.logged:
+            stage = LOGIN_STAGES.get(self.sessioncontext or "", "login")
+            self.onlogon({"error": f"timeout: no answer from the BMC to {stage}"})
+        else:
+            self.logged = 0  # a BMC that stopped answering gets no close-session request either
+            self.incommand = False
+            self._mark_broken("timeout: the BMC stopped answering")
+
+    def _xmit_packet(self, retry: bool = True, delay_xmit: Any = None, timeout: Any = None) -> None:
+        super()._xmit_packet(retry=retry, delay_xmit=delay_xmit, timeout=timeout)
+        if self.deadline is None:
+            return
+        # Give up at the deadline, not at the end of the retry interval that spans it
+        # (pyghmi's clock is os.times()'s elapsed time, not time.monotonic()).
+        deadline = self.deadline - time.monotonic() + pyghmi_util._monotonic_time()
+        with pyghmi_util.protect(pyghmi_session.WAITING_SESSIONS):
+            waiting = self.waiting_sessions.get(self)
+            if waiting is not None and waiting["timeout"] > deadline:
+                waiting["timeout"] = self.expiration = deadline
+
+    def _initsession(self) -> None:
+        super()._initsession()
+        # pyghmi's switch between its two proposals: 1 = suite 3 (SHA-1), 256 = suite 17 (SHA-256).
+        self.attemptedhash = 1 if self.cipher_suite == 3 else 256
+
+    def _got_rmcp_response(self, data: Any) -> Any:
+        opening = self.sessioncontext and self.sessioncontext != "ESTABLISHED"
+        if opening and len(data) > 1 and data[0] == self.rmcptag:
+            if data[1] != 0:  # pyghmi would fall back to suite 3 here; the operator chose one
+                reason = pyghmi_constants.rmcp_codes.get(data[1], f"RMCP+ status {data[1]}")
+                self.onlogon({"error": f"the BMC refused cipher suite {self.cipher_suite}: {reason}"})
+                return -9
+            wanted = CIPHER_SUITES[self.cipher_suite]
+            offered = tuple(data[i] & 0x3F for i in (16, 24, 32)) if len(data) >= 36 else ()
+            if offered != wanted:
+                other = next((s for s, algos in CIPHER_SUITES.items() if algos == offered), None)
+                what = f"cipher suite {other}" if other is not None else f"algorithms {offered}"
+                self.onlogon(
+                    {"error": f"the BMC answered cipher suite {self.cipher_suite} with {what}: wrong ipmi_cipher_suite"}
+                )
+                return -9
+        return super()._got_rmcp_response(data)
+
+
+class _Suite3Session(_SuiteSession):
+    cipher_suite = 3
+
+
+class _Suite17Session(_SuiteSession):
+    cipher_suite = 17
+
+
+SESSION_CLASSES: Mapping[int, type[_SuiteSession]] = {3: _Suite3Session, 17: _Suite17Session}
+
+
+class IpmiCommand(Command):  # pyghmi ships no type hints: Any as far as mypy knows
+    """pyghmi's ``Command`` over a session of the chosen cipher suite.
+
+    ``Command.__init__`` always builds a plain pyghmi session; this sets the
+    same attributes around one of ours."""
+
+    def __init__(self, info: IpmiInfo, deadline: float | None = None) -> None:
+        self.onlogon = None
+        self.bmc = info.address
+        self._sdrcachedir = None
+        self._sdr = None
+        self._oem = None
+        self._oemknown = False
+        self._netchannel = None
+        self._ipv6support = None
+        self.certverify = None
+        self.kwargs: dict[str, Any] = {}
+        self.ipmi_session = SESSION_CLASSES[info.cipher_suite](
+            bmc=info.address,
+            userid=info.username,
+            password=info.password,
+            port=info.port,
+            privlevel=PRIV_LEVELS[info.priv_level],
+            deadline=deadline,
+        )
+        self.created = time.monotonic()
+        self.last_used = self.created
+
+    def usable(self) -> bool:
+        session = self.ipmi_session
+        if session.broken or not session.logged:
+            return False
+        if time.monotonic() - self.last_used > SESSION_IDLE:
+            return False
+        return bool(pyghmi_session.Session._is_session_valid(session))
+
+    def logout(self) -> None:
+        """Close the session at the BMC without waiting for an answer (best effort)."""
+        try:
+            self.ipmi_session.logout(False)
+        except Exception as exc:  # noqa: BLE001 - the BMC may be gone; its session expires on its own
+            LOG.debug("ipmi logout failed bmc=%s: %s", self.bmc, exc)
+
+
+# ---- errors ------------------------------------------------------------------------------
+
+_AUTH_MARKERS = (
+    "incorrect password",
+    "unauthorized name",
+    "invalid role",
+    "unauthorized role",
+    "privilege level",
+    "kg?)",
+)
+_TRANSIENT_MARKERS = ("timeout", "no longer connected", "unable to transmit", "session failed to initialize")
+
+
+_COMPLETION_CODES = {str(text).lower(): code for code, text in pyghmi_constants.ipmi_completion_codes.items()}
+_BUSY_CODES = (0xC0, 0xC3, 0xCE)  # node busy, timeout, cannot respond: worth another try
+
+
+class _Permanent(errors.BMCError):
+    """A failure another attempt cannot fix (credentials, cipher suite, a refused command)."""
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def map_error(info: IpmiInfo, action: str, exc: BaseException) -> errors.BMCError:
+    """A clear BMCError for a pyghmi failure; ``_Permanent`` when retrying cannot help."""
+    text = _message(exc)
+    low = text.lower()
+    where = info.describe()
+    if "cipher suite" in low:
+        return _Permanent(
+            f"IPMI session to {where} failed while trying to {action}: {text} "
+            f"(ipmi_cipher_suite is {info.cipher_suite})"
+        )
+    if any(marker in low for marker in _AUTH_MARKERS):
+        return _Permanent(
+            f"IPMI authentication failed for {where} while trying to {action} ({text}): check ipmi_username, "
+            f"ipmi_password and ipmi_priv_level ({info.priv_level})"
+        )
+    if isinstance(exc, pyghmi_exc.IpmiException) and not any(m in low for m in _TRANSIENT_MARKERS):
+        # The BMC answered with a completion code: it will answer the same again. pyghmi's
+        # helpers often raise with the code's text only, so the text identifies it too.
+        code = getattr(exc, "ipmicode", 0) or _COMPLETION_CODES.get(low, 0)
+        if code and code != 0xFFFF and code not in _BUSY_CODES:
+            return _Permanent(f"IPMI BMC at {where} refused to {action}: {text} (completion code {code:#x})")
+    if isinstance(exc, OSError):
+        return errors.BMCError(f"IPMI BMC at {where} is unreachable while trying to {action}: {text}")
+    if any(marker in low for marker in ("timeout", "no longer connected")):
+        return errors.BMCError(
+            f"IPMI BMC at {where} did not answer while trying to {action} ({text}): is the address or "
+            "ipmi_port wrong, the BMC down, or the user unknown to it (some BMCs ignore unknown users)?"
+        )
+    return errors.BMCError(f"IPMI BMC at {where} failed to {action}: {text}")
+
+
+# ---- the session cache -------------------------------------------------------------------
+
+
+class _Entry:
+    """One cache slot: the command (None until connected) and a lock that serialises calls to one BMC."""
+
+    __slots__ = ("command", "lock")
+
+    def __init__(self) -> None:
+        self.command: IpmiCommand | None = None
+        self.lock = threading.Lock()
+
+
+class SessionCache:
+    """pyghmi commands per BMC, credentials and cipher suite, owned by one interface instance.
+
+    Calls to one BMC are serialised (IPMI sessions carry one request at a
+    time); a session that failed, or sat idle longer than BMCs keep them, is
+    logged out and replaced. At most ``max_sessions`` are kept, the least
+    recently used going first. ``created`` counts the sessions opened.
+    """
+
+    def __init__(self, *, timeout: float = 10.0, retries: int = 3, max_sessions: int = 1024) -> None:
+        self._lock = threading.Lock()
+        self._entries: collections.OrderedDict[tuple[Any, ...], _Entry] = collections.OrderedDict()
+        self.timeout = timeout
+        self.retries = max(1, retries)
+        self.max_sessions = max(1, max_sessions)
+        self.created = 0
+
+    def _entry(self, info: IpmiInfo) -> _Entry:
+        key = info.cache_key()
+        evicted: list[_Entry] = []
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry()
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_sessions:
+                evicted.append(self._entries.popitem(last=False)[1])
+        for old in evicted:
+            self._drop(old, wait=0.0)
+        return entry
+
+    @staticmethod
+    def _drop(entry: _Entry, wait: float | None = None) -> None:
+        """Log out ``entry``'s session; skipped when a call holds it (it ends on its own)."""
+        if not entry.lock.acquire(timeout=-1 if wait is None else wait):
+            return
+        try:
+            command, entry.command = entry.command, None
+        finally:
+            entry.lock.release()
+        if command is not None:
+            command.logout()
+
+    def sessions(self) -> list[IpmiCommand]:
+        with self._lock:
+            return [e.command for e in self._entries.values() if e.command is not None]
+
+    def call(self, info: IpmiInfo, action: str, fn: Callable[[IpmiCommand], T], *, deadline: float | None = None) -> T:
+        """Run ``fn(command)`` against the node's BMC, reusing its session, retrying
+        transient failures with a fresh one until ``ipmi_retries`` attempts or the
+        deadline. Blocking: call it in a thread."""
+        deadline = deadline if deadline is not None else time.monotonic() + self.timeout
+        entry = self._entry(info)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not entry.lock.acquire(timeout=remaining):
+            raise errors.BMCError(
+                f"IPMI BMC at {info.describe()} did not become free within {self.timeout:g}s to {action} "
+                "(earlier requests to it are still waiting for answers)"
+            )
+        try:
+            last: errors.BMCError | None = None
+            for attempt in range(1, self.retries + 1):
+                if time.monotonic() >= deadline:
+                    break
+                try:
+                    command = entry.command
+                    if command is not None and not command.usable():
+                        entry.command = None
+                        command.logout()
+                        command = None
+                    if command is None:
+                        LOG.debug("ipmi connect bmc=%s suite=%s", info.describe(), info.cipher_suite)
+                        command = IpmiCommand(info, deadline)
+                        with self._lock:
+                            self.created += 1
+                        entry.command = command
+                    command.ipmi_session.deadline = deadline
+                    try:
+                        result = fn(command)
+                    finally:
+                        command.ipmi_session.deadline = None
+                    command.last_used = time.monotonic()
+                    return result
+                except errors.FerrumError:
+                    raise  # our own checks inside ``fn`` (an unknown power state): not the session's fault
+                except Exception as exc:  # pyghmi raises IpmiException, OSError, struct.error and more
+                    last = map_error(info, action, exc)
+                    broken, entry.command = entry.command, None
+                    if broken is not None:
+                        broken.logout()
+                    if isinstance(last, _Permanent):
+                        raise errors.BMCError(str(last)) from exc
+                    LOG.info(
+                        "ipmi attempt failed bmc=%s action=%r attempt=%d/%d: %s",
+                        info.describe(),
+                        action,
+                        attempt,
+                        self.retries,
+                        last,
+                    )
+            if last is None:
+                raise errors.BMCError(
+                    f"IPMI BMC at {info.describe()} gave no answer within {self.timeout:g}s to {action}"
+                )
+            raise errors.BMCError(f"{last} (gave up after {attempt} attempt(s) within {self.timeout:g}s)")
+        finally:
+            entry.lock.release()
+
+    def close(self) -> None:
+        """Log out of every cached session. Blocking: call in a thread."""
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), collections.OrderedDict()
+        for entry in entries:
+            self._drop(entry, wait=1.0)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(1 for e in self._entries.values() if e.command is not None)
