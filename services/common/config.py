@@ -310,6 +310,22 @@ class Settings:
 
 SECTIONS = ("database", "api", "conductor", "ipxe", "objectstore", "security")
 CONFIG_FILE_ENV = "FERRUM_CONFIG"
+# Ironic's ``[cinder]`` options (seed 004) may be written as a section of their own in the
+# config file; they are the conductor's ``cinder_*`` options (and its toggle_attachments_with_power).
+CINDER_SECTION_KEYS = (
+    "url",
+    "url_timeout",
+    "retries",
+    "retry_interval",
+    "auth_strategy",
+    "project_id",
+    "auth_url",
+    "username",
+    "password",
+    "user_domain_name",
+    "project_name",
+    "project_domain_name",
+)
 _PORT_KEYS = ("port", "grpc_port", "metrics_port", "http_port", "embedded_port")
 
 
@@ -405,10 +421,19 @@ def _read_toml(path: Path) -> dict[str | None, dict[str, Any]]:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     raw: dict[str | None, dict[str, Any]] = {}
     for key, value in data.items():
-        if key in SECTIONS:
+        if key == "cinder" and isinstance(value, dict):
+            conductor = raw.setdefault("conductor", {})
+            for option, setting in value.items():
+                if option in CINDER_SECTION_KEYS:
+                    conductor[f"cinder_{option}"] = setting
+                elif option == "toggle_attachments_with_power":
+                    conductor[option] = setting
+                else:
+                    raise ConfigError(f"unknown option [cinder] {option} in {path}")
+        elif key in SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError(f"{path}: [{key}] must be a table")
-            raw[key] = dict(value)
+            raw.setdefault(key, {}).update(value)
         elif isinstance(value, dict):
             raise ConfigError(f"unknown section [{key}] in {path}")
         else:

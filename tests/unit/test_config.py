@@ -63,3 +63,22 @@ def test_listener_bounds_have_defaults_per_listener():
     assert settings.ipxe.http_max_connections == 20000  # a boot storm: one connection per machine
     assert (settings.api.http_max_connections, settings.objectstore.http_max_connections) == (4096, 4096)
     assert settings.api.http_header_timeout == settings.ipxe.http_header_timeout == 10.0
+
+
+def test_a_cinder_section_sets_the_conductors_cinder_options(tmp_path):
+    """Seed 004's [cinder] options, in a section of their own as Ironic writes them."""
+    path = tmp_path / "ferrum.toml"
+    path.write_text(
+        "[cinder]\nurl = 'http://cinder.example:8776/v3'\nretries = 5\nauth_strategy = 'keystone'\n"
+        "toggle_attachments_with_power = false\n[conductor]\nhostname = 'c1'\n"
+    )
+    conductor = load_settings({}, config_file=str(path)).conductor
+    assert conductor.cinder_url == "http://cinder.example:8776/v3" and conductor.cinder_retries == 5
+    assert conductor.cinder_auth_strategy == "keystone" and conductor.toggle_attachments_with_power is False
+    assert conductor.hostname == "c1"
+    path.write_text("[cinder]\nendpoint = 'x'\n")
+    with pytest.raises(ConfigError, match=r"unknown option \[cinder\] endpoint"):
+        load_settings({}, config_file=str(path))
+    path.write_text("[cinder]\nauth_strategy = 'token'\n")
+    with pytest.raises(ConfigError, match="cinder_auth_strategy must be noauth or keystone"):
+        load_settings({}, config_file=str(path))
