@@ -1,8 +1,11 @@
 """Issue 23 end to end over REST: a simulated machine driven ONLY by IPMI (the
 ``ipmi`` hardware type, ipmitool power and management over the simulator's
 pyghmi BMC), enrolled with the simulator's ipmi driver_info, managed,
-provided, deployed with a raw image and a config drive by the direct deploy;
-it boots its OS and finds the config drive; undeploy powers it off. The
+provided, deployed with a raw image and a config drive by the direct deploy
+while its serial console is read over IPMI Serial-over-LAN (ipmitool-socat,
+through the conductor's console proxy): the agent's start and the booted OS
+show on that stream; it boots its OS and finds the config drive; undeploy
+powers it off. The
 password is masked by the api and not stored in the clear."""
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
             "automated_clean": False,
             "ipmi_poll_interval": 0.1,
             "ipmi_timeout": 5.0,
+            "enabled_console_interfaces": ("no-console", "ipmitool-socat"),
         },
         security={"secret_key_file": str(key_file)},
     )
@@ -102,6 +106,7 @@ async def test_deploy_and_undeploy_over_ipmi_only(env: dict[str, Any]) -> None:
         {
             "name": machine.name,
             "driver": "ipmi",
+            "console_interface": "ipmitool-socat",
             "driver_info": driver_info,
             "instance_info": {
                 "image_source": await store.temp_url("ipmi", "disk.raw", lifetime=600),
@@ -133,6 +138,28 @@ async def test_deploy_and_undeploy_over_ipmi_only(env: dict[str, Any]) -> None:
     await call(env, "POST", "/v1/ports", {"node_uuid": uuid, "address": machine.macs[0]}, expect=201)
     await provision(env, uuid, "manage", "manageable")
     await provision(env, uuid, "provide", "available")
+    # The serial console over IPMI Serial-over-LAN (ipmitool-socat), read while the deploy runs.
+    await call(env, "PUT", f"/v1/nodes/{uuid}/states/console", {"enabled": True}, expect=202)
+    deadline = time.monotonic() + 30
+    while True:
+        _, console = await call(env, "GET", f"/v1/nodes/{uuid}/states/console", expect=200)
+        if console["console_enabled"] and console["console_info"]:
+            break
+        assert time.monotonic() < deadline, console
+        await asyncio.sleep(0.1)
+    host, port = console["console_info"]["url"].removeprefix("tcp://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    seen = bytearray()
+
+    async def read_console() -> None:
+        while chunk := await reader.read(4096):
+            seen.extend(chunk)
+
+    reading = asyncio.create_task(read_console())
+    deadline = time.monotonic() + 15
+    while b"SOL Session operational" not in seen:  # ipmitool's banner: the SOL session is up
+        assert time.monotonic() < deadline, f"the SOL session never came up: {bytes(seen)!r}"
+        await asyncio.sleep(0.05)
     configdrive = {"meta_data": {"hostname": "ipmi-tenant"}, "user_data": "#cloud-config\n"}
     active = await provision(env, uuid, "active", "active", configdrive=configdrive)
     assert active["power_state"] == "power on" and active["last_error"] is None, active["last_error"]
@@ -149,6 +176,16 @@ async def test_deploy_and_undeploy_over_ipmi_only(env: dict[str, Any]) -> None:
     overrides = machine.events("boot_override")
     assert overrides and all(e.get("via") == "ipmi" for e in overrides), overrides
     assert [e["target"] for e in overrides][:1] == ["Pxe"], overrides
+    # The agent's progress and the booted OS reached the console stream over SOL.
+    deadline = time.monotonic() + 15
+    while b"os_booted" not in seen:
+        assert time.monotonic() < deadline, f"the console showed only: {bytes(seen[-2000:])!r}"
+        await asyncio.sleep(0.1)
+    text = seen.decode(errors="replace")
+    assert text.index("agent_started") < text.index("os_booted"), text[-2000:]
+    writer.close()
+    reading.cancel()
+    await call(env, "PUT", f"/v1/nodes/{uuid}/states/console", {"enabled": False}, expect=202)
 
     done = await provision(env, uuid, "deleted", "available")
     assert done["power_state"] == "power off" and machine.power_state == "Off"
