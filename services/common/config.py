@@ -115,6 +115,11 @@ class ConductorConfig:
     rescue_password_hash_algorithm: str = "sha256"
     timeout_check_interval: float = 60.0
     power_sync_interval: float = 120.0
+    # How many BMCs one power sync asks at once, and after how many failed reads in a row a
+    # node goes into maintenance with fault "power failure" (Ironic's
+    # power_state_sync_max_retries); a later good read takes it out again.
+    power_sync_workers: int = 64
+    power_state_sync_max_retries: int = 3
     fake_power_delay: str = "0"
     fake_boot_delay: str = "0"
     fake_deploy_delay: str = "0"
@@ -546,6 +551,8 @@ def _validate_conductor(c: ConductorConfig) -> None:
         raise ConfigError(f"conductor cinder_auth_strategy must be noauth or keystone, not {c.cinder_auth_strategy!r}")
     if c.cinder_url_timeout <= 0 or c.cinder_retries < 0 or c.cinder_retry_interval < 0:
         raise ConfigError("conductor cinder_url_timeout must be > 0, cinder_retries and cinder_retry_interval >= 0")
+    if c.power_sync_workers < 1 or c.power_state_sync_max_retries < 1:
+        raise ConfigError("conductor power_sync_workers and power_state_sync_max_retries must be at least 1")
     if c.rescue_password_hash_algorithm not in ("sha256", "sha512"):
         raise ConfigError("FERRUM_CONDUCTOR_RESCUE_PASSWORD_HASH_ALGORITHM must be sha256 or sha512")
     if c.iscsi_callback not in ("pass_deploy_info", "heartbeat"):

@@ -18,6 +18,7 @@ from services.common.hashring import ConductorRings
 from services.conductor.console_tail import last_console_line
 from services.conductor.drivers.base import Task
 from services.conductor.flows import clean, inspect, rescue, service
+from services.conductor.flows.context import error_text
 
 if TYPE_CHECKING:
     from services.conductor.manager import ConductorManager
@@ -32,6 +33,8 @@ class PeriodicWork:
         self.conductors = ConductorRepository(manager.pool)
         self.registration = registration
         self.takeover = manager.takeover
+        # Failed power reads in a row, per node, since this conductor started (Ironic's sync count).
+        self._power_sync_failures: dict[str, int] = {}
         self._jobs: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -126,9 +129,13 @@ class PeriodicWork:
         """Record the BMC's power state for nodes this conductor owns.
 
         Ferrum records the hardware's state and logs a warning on drift (it does
-        not force the node back); see docs/conductor.md.
+        not force the node back); see docs/conductor.md. BMCs are asked
+        ``power_sync_workers`` at a time. A node whose BMC fails
+        ``power_state_sync_max_retries`` syncs in a row goes into maintenance
+        with fault ``power failure``; the first good read after that takes it out.
         """
         rings = await self.rings()
+        gate = asyncio.Semaphore(self.config.power_sync_workers)
         changed = 0
         after_id = 0
         while True:
@@ -136,29 +143,65 @@ class PeriodicWork:
             if not batch:
                 return changed
             after_id = batch[-1]["id"]
+            mine = []
             for row in batch:
                 owner = rings.owner(row["uuid"], row["driver"], row["conductor_group"])
-                if not owner or owner["hostname"] != self.manager.hostname:
-                    continue
-                try:
-                    task = await self.manager.tasks.shared(row["uuid"])
-                    actual = await task.driver.power.get_power_state(task)
-                except Exception as exc:
-                    if is_unavailable(exc):
-                        raise
-                    LOG.warning("power sync failed node_uuid=%s reason=%s", row["uuid"], exc)
-                    continue
-                node = task.node
-                if actual != node["power_state"] and not node["reservation"]:
-                    LOG.warning(
-                        "power state drift node_uuid=%s db=%s hardware=%s", row["uuid"], node["power_state"], actual
-                    )
-                    saved = await self.manager.nodes.update(row["uuid"], {"power_state": actual})
-                    await self.manager.states.record_event(
-                        saved,
-                        "power-sync",
-                        f"power state changed outside Ferrum: {node['power_state']} -> {actual}",
-                        severity="WARNING",
-                        event_type="power",
-                    )
-                    changed += 1
+                if owner and owner["hostname"] == self.manager.hostname:
+                    mine.append(row["uuid"])
+            results = await asyncio.gather(*(self._sync_power(uuid, gate) for uuid in mine))
+            changed += sum(results)
+
+    async def _sync_power(self, node_uuid: str, gate: asyncio.Semaphore) -> bool:
+        """One node's sync; True when its recorded power state changed."""
+        async with gate:
+            try:
+                task = await self.manager.tasks.shared(node_uuid)
+                actual = await task.driver.power.get_power_state(task)
+            except Exception as exc:
+                if is_unavailable(exc):
+                    raise
+                await self._power_sync_failed(node_uuid, exc)
+                return False
+        self._power_sync_failures.pop(node_uuid, None)
+        node = task.node
+        if node["maintenance"] and node.get("fault") == "power failure" and not node["reservation"]:
+            recovered = await self.manager.nodes.update(
+                node_uuid, {"maintenance": False, "maintenance_reason": None, "fault": None, "power_state": actual}
+            )
+            await self.manager.states.record_event(
+                recovered,
+                "power-sync",
+                f"the BMC answers again (power state {actual}): out of maintenance",
+                event_type="power",
+            )
+            return actual != node["power_state"]
+        if actual != node["power_state"] and not node["reservation"]:
+            LOG.warning("power state drift node_uuid=%s db=%s hardware=%s", node_uuid, node["power_state"], actual)
+            saved = await self.manager.nodes.update(node_uuid, {"power_state": actual})
+            await self.manager.states.record_event(
+                saved,
+                "power-sync",
+                f"power state changed outside Ferrum: {node['power_state']} -> {actual}",
+                severity="WARNING",
+                event_type="power",
+            )
+            return True
+        return False
+
+    async def _power_sync_failed(self, node_uuid: str, exc: Exception) -> None:
+        count = self._power_sync_failures.get(node_uuid, 0) + 1
+        self._power_sync_failures[node_uuid] = count
+        LOG.warning("power sync failed node_uuid=%s attempt=%d reason=%s", node_uuid, count, exc)
+        if count < self.config.power_state_sync_max_retries:
+            return
+        node = await self.manager.nodes.get(node_uuid)
+        if node["maintenance"] or node["reservation"]:
+            return
+        reason = (
+            f"During sync_power_state, max retries exceeded for node {node_uuid}: the BMC failed "
+            f"{count} power state reads in a row. Switching the node to maintenance. Error: {error_text(exc)}"
+        )
+        saved = await self.manager.nodes.update(
+            node_uuid, {"maintenance": True, "maintenance_reason": reason, "fault": "power failure"}
+        )
+        await self.manager.states.record_event(saved, "power-sync", reason, severity="ERROR", event_type="power")

@@ -502,8 +502,8 @@ class NodeRepository:
 
     async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
         rows = await self._db.fetch(
-            "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 AND NOT maintenance "
-            "AND reservation IS NULL ORDER BY id LIMIT $2",
+            "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 "
+            "AND (NOT maintenance OR fault = 'power failure') AND reservation IS NULL ORDER BY id LIMIT $2",
             after_id,
             limit,
         )
