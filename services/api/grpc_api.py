@@ -115,6 +115,9 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
         boot_mode=row.get("boot_mode") or "",
         secure_boot_set=row.get("secure_boot") is not None,
         secure_boot=bool(row.get("secure_boot")),
+        shard=row.get("shard") or "",
+        parent_node=row.get("parent_node") or "",
+        console_enabled=bool(row.get("console_enabled")),
     )
     for name in ("created_at", "updated_at", "provision_updated_at"):
         stamp = _ts(row.get(name))

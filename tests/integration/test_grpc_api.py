@@ -197,6 +197,20 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
         )
     )
     assert retired.retired and retired.retired_reason == "end of lease"
+    # Shards (1.82) and child nodes (1.83) over the native API.
+    parent = await nodes.CreateNode(pb.CreateNodeRequest(driver="fake-hardware", name="grpc-parent"))
+    child = await nodes.PatchNode(
+        pb.PatchNodeRequest(
+            ident="grpc-new",
+            patch_json=json.dumps(
+                [
+                    {"op": "add", "path": "/shard", "value": "rack-7"},
+                    {"op": "add", "path": "/parent_node", "value": "grpc-parent"},
+                ]
+            ),
+        )
+    )
+    assert child.shard == "rack-7" and child.parent_node == parent.uuid and not child.console_enabled
 
 
 async def test_volume_calls_are_unimplemented(nodes) -> None:
