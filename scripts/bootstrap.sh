@@ -39,3 +39,7 @@ echo "bootstrap: generating gRPC code from protos/"
 # The real-VM tests' deploy ramdisk and demo OS image (issue 20), built from Debian
 # packages now rather than while a test's stack runs; later runs find them current.
 .venv/bin/python -m tests.e2e.vmfiles >/dev/null || echo "bootstrap: warning: could not build the real-VM tests' ramdisk (tests/e2e/vmfiles.py)"
+# The real Cinder the cinder storage tests run against (its own virtualenv, RabbitMQ and
+# LVM from Debian) and the NFS server of the NFS-root test, installed now, not mid-run.
+.venv/bin/python -m tests.support.cinder_service >/dev/null || echo "bootstrap: warning: could not install Cinder (tests/support/cinder_service.py)"
+.venv/bin/python -c "from tests.e2e.nfs_server import ensure_nfs_packages; ensure_nfs_packages()" >/dev/null || echo "bootstrap: warning: could not install NFS-Ganesha (tests/e2e/nfs_server.py)"

@@ -197,7 +197,7 @@ async def test_interface_overrides_are_checked(pool) -> None:
     node = await new_node(m, boot_interface="ipxe")
     assert node["boot_interface"] == "ipxe" and node["power_interface"] == "fake"
     with pytest.raises(errors.DriverNotFound):
-        await m.create_node({"driver": "ipmi"})
+        await m.create_node({"driver": "idrac"})  # a hardware type Ferrum does not have
     assert uuid.UUID(node["uuid"])
 
 

@@ -59,6 +59,7 @@ async def manager(database_url: str) -> Any:
     cfg = dataclasses.replace(
         ConductorConfig(),
         hostname="service-conductor",
+        enabled_hardware_types=("fake-hardware", "redfish"),
         enabled_management_interfaces=("fake", "redfish", "bios-service"),
     )
     registry = DriverRegistry.from_classes(

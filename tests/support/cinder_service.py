@@ -651,3 +651,10 @@ def cinder_service() -> Iterator[dict[str, Any]]:
         yield info
     finally:
         service.stop()
+
+
+if __name__ == "__main__":
+    # scripts/bootstrap.sh: install what the real-Cinder tests need now, so the test run
+    # does not spend its time on a pip install (python -m tests.support.cinder_service).
+    ensure_apt_packages()
+    ensure_cinder_venv()
