@@ -42,7 +42,8 @@ import grpc  # noqa: E402
 from ferrum.v1 import objectstore_pb2 as pb  # noqa: E402
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc  # noqa: E402
 from services.common.objectstore_client import ObjectStoreClient  # noqa: E402
-from services.objectstore.testing import free_port, stop_process  # noqa: E402
+from services.common.ports import unused_tcp_port  # noqa: E402
+from services.objectstore.testing import stop_process  # noqa: E402
 
 MiB = 1024 * 1024
 BENCH_TOKEN = secrets.token_urlsafe(32)  # the internal token the bench and its service share
@@ -179,7 +180,7 @@ def start_service(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
 
 
 def start_nginx(tmp: Path, root: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
+    port = unused_tcp_port()
     prefix = tmp / "nginx"
     prefix.mkdir()
     conf = prefix / "nginx.conf"

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import secrets
 import shutil
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from services.common.config import Settings
+from services.common.ports import unused_tcp_port
 from services.demo import REDFISH_PASSWORD, REDFISH_USER, DemoError, rest_call, wait_provision_state
 from services.ramdisk.demo_os import DemoOsImage, build_demo_os
 from services.ramdisk.deploy_ramdisk import RamdiskBuild, build_ramdisk
@@ -54,15 +54,9 @@ class VmFiles:
     os_image: DemoOsImage
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def guest_settings(settings: Settings) -> Settings:
     """The api and object store on known ports, announced to guests as 10.0.2.2 (their view of our loopback)."""
-    api_port, objects_port = _free_port(), _free_port()
+    api_port, objects_port = unused_tcp_port(), unused_tcp_port()
     return dataclasses.replace(
         settings,
         api=dataclasses.replace(settings.api, port=api_port),

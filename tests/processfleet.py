@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,12 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 HEADERS = {"X-OpenStack-Ironic-API-Version": "1.78"}
 IMAGES = "fleet-images"
 FAILED_STATES = ("deploy failed", "clean failed", "inspect failed", "rescue failed", "service failed", "error")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclasses.dataclass
@@ -103,8 +96,7 @@ class ProcessFleet:
         await self._spawn("objectstore", ["objectstore", "--grpc-port", "0", "--http-port", "0"])
         for name in self.conductor_names:
             await self.start_conductor(name)
-        api_port = free_port()
-        api = await self._spawn("api", ["api", "--port", str(api_port), "--grpc-port", "0"])
+        api = await self._spawn("api", ["api", "--port", "0", "--grpc-port", "0"])
         self.api = api.ports["api REST (Ironic v1)"]
         ipxe = await self._spawn("ipxe", ["ipxe", "--port", "0", "--grpc-port", "0"], FERRUM_IPXE_API_URL=self.api)
         boot_url = ipxe.ports["ipxe HTTP"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from services.common.config import Settings
 from services.common.db.pool import create_pool
+from services.common.ports import unused_tcp_port
 from services.objectstore.service import ObjectStoreService
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,12 +38,6 @@ async def running_objectstore(settings: Settings) -> AsyncIterator[ObjectStoreSe
             await service.stop()
         finally:
             await pool.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -70,7 +65,7 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
 @contextlib.contextmanager
 def moto_server(venv_bin: Path) -> Iterator[str]:
     """``moto_server`` on an ephemeral 127.0.0.1 port; yields its endpoint URL."""
-    port = free_port()
+    port = unused_tcp_port()
     proc = subprocess.Popen(
         [str(venv_bin / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -104,7 +99,7 @@ def ensure_s3rver() -> Path:
 def s3rver() -> Iterator[str]:
     """s3rver (checks signatures; keys S3RVER/S3RVER) on an ephemeral port."""
     binary = ensure_s3rver()
-    port = free_port()
+    port = unused_tcp_port()
     with tempfile.TemporaryDirectory(prefix="ferrum-s3rver-") as data:
         proc = subprocess.Popen(
             [str(binary), "--address", "127.0.0.1", "--port", str(port), "--directory", data, "--silent"],

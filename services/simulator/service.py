@@ -15,7 +15,6 @@ import logging
 import os
 import random
 import shutil
-import socket
 import tempfile
 import uuid as uuidlib
 from collections.abc import Coroutine
@@ -28,6 +27,7 @@ from aiohttp import web
 from services.common.aiohttp_serving import start_http_site
 from services.common.connection_guard import ListenerLimits
 from services.common.open_files import raise_open_files_limit
+from services.common.ports import unused_tcp_ports
 from services.simulator.ipmi import IpmiEndpoints
 from services.simulator.machine import Machine, hba_lun_wwn, machine_mac
 from services.simulator.options import SimulatorOptions, parse_size
@@ -71,7 +71,7 @@ class Simulator:
         disks = Path(opts.state_dir) / "disks"
         await asyncio.to_thread(disks.mkdir, parents=True, exist_ok=True)
         ports = await asyncio.to_thread(self._agent_ports) if opts.backend == "qemu" else []
-        iscsi_ports = await asyncio.to_thread(self._free_ports, opts.machines) if opts.backend == "qemu" else []
+        iscsi_ports = await asyncio.to_thread(unused_tcp_ports, opts.machines) if opts.backend == "qemu" else []
         if opts.backend == "qemu":
             self._sockets_dir = await asyncio.to_thread(tempfile.mkdtemp, prefix="ferrum-qmp-")
         for offset in range(opts.machines):
@@ -167,26 +167,13 @@ class Simulator:
     def _agent_ports(self) -> list[int]:
         """Host ports forwarded to each VM's agent: ``agent_port_base + i``, or free ones now.
 
-        Free ports are found by binding port 0 and closing it; another program
-        may take one before the VM starts, and then that VM fails to start with
-        QEMU's message (a Redfish error), never silently."""
+        Free ports are picked below the kernel's ephemeral range (services.common.ports);
+        another server may still take one before the VM starts, and then that VM fails
+        to start with QEMU's message (a Redfish error), never silently."""
         count = self.options.machines
         if self.options.agent_port_base:
             return [self.options.agent_port_base + i for i in range(count)]
-        return self._free_ports(count)
-
-    @staticmethod
-    def _free_ports(count: int) -> list[int]:
-        probes = []
-        try:
-            for _ in range(count):
-                probe = socket.socket()
-                probes.append(probe)
-                probe.bind(("127.0.0.1", 0))
-            return [int(p.getsockname()[1]) for p in probes]
-        finally:
-            for probe in probes:
-                probe.close()
+        return unused_tcp_ports(count)
 
     def _create_disks(self) -> None:
         for machine in self.machines:

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.common.ports import unused_tcp_port
 from tests.e2e.bootfiles import FILES, NfsBootFiles, ensure_packages, installed
 
 NFS_PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")
@@ -72,16 +73,6 @@ def stop_package_daemons() -> list[int]:
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
     return stopped
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1, never NFS's 2049."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port != 2049:
-            return port
 
 
 def populate_root(root: Path, marker: str) -> None:
@@ -193,7 +184,7 @@ def running_nfs_server(workdir: Path, *, marker: str, port: int | None = None) -
     for directory in ("recovery", "ccache"):
         (workdir / directory).mkdir(mode=0o700, exist_ok=True)
     populate_root(export, marker)
-    port = port or free_port()
+    port = port or unused_tcp_port()
     config = workdir / "ganesha.conf"
     config.write_text(ganesha_config(port=port, export=export, workdir=workdir))
     pid_file, log = workdir / "ganesha.pid", workdir / "ganesha.log"

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.common.ports import unused_tcp_port
 from tests.e2e.bootfiles import run
 
 TARGET_IQN = "iqn.2026-11.org.ferrum.test:san-boot"
@@ -57,12 +57,6 @@ def boot_sector(message: str) -> bytes:
     return bytes(sector)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class SanTarget:
     port: int
@@ -76,7 +70,7 @@ def running_san_target(workdir: Path, *, marker: str = MARKER) -> Iterator[SanTa
     """tgtd with one LUN holding ``boot_sector(marker)``, CHAP and an ACL for INITIATOR_IQN."""
     disk = workdir / "disk.img"
     disk.write_bytes(boot_sector(marker) + bytes(16 * 1024 * 1024 - 512))
-    port, control = free_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
+    port, control = unused_tcp_port(), 1000 + os.getpid() % 30000  # tgtadm takes control ports up to 32767
     with open(workdir / "tgtd.log", "wb") as log:  # the child keeps its own copy of the descriptor
         tgtd = subprocess.Popen(
             ["tgtd", "-f", "-C", str(control), "-p", str(workdir / "tgtd.pid"), "--iscsi", f"portal=127.0.0.1:{port}"],

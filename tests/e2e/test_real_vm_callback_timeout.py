@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.common.ports import unused_tcp_port
 from services.conductor.service import ConductorService
 from services.ramdisk import cpio
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
@@ -32,12 +32,6 @@ from tests.restclient import call, wait_state
 pytestmark = pytest.mark.timeout(600)
 LAST_WORDS = "FERRUM-TEST: this ramdisk has no agent and will never call back"
 CALLBACK_TIMEOUT = 45.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +58,7 @@ async def lab(
     silent_ramdisk: tuple[Path, Path], database_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(dir=tmp_path_factory.getbasetemp(), prefix="timeout-lab-"))
-    api_port, objects_port = free_port(), free_port()
+    api_port, objects_port = unused_tcp_port(), unused_tcp_port()
     settings = test_settings(
         database_url,
         tmp / "state",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.common.ports import unused_tcp_port
 from services.conductor.service import ConductorService
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.options import SimulatorOptions
@@ -45,12 +45,6 @@ ACTIVE_WAIT = 420.0  # deploy request -> active: ramdisk boot and image write un
 OS_WAIT = 180.0  # active -> the deployed OS printed its hostname
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def vm_files() -> VmFiles:
     """Built before the stack starts (the stack fixture depends on this)."""
@@ -61,7 +55,7 @@ def vm_files() -> VmFiles:
 async def lab(vm_files: VmFiles, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Any]:
     """A stack whose api and object store the guest reaches at 10.0.2.2, and one QEMU machine."""
     tmp = tmp_path_factory.mktemp("vm-lab")
-    api_port, objects_port = free_port(), free_port()
+    api_port, objects_port = unused_tcp_port(), unused_tcp_port()
     settings = test_settings(
         database_url,
         tmp / "state",

@@ -451,9 +451,9 @@ async def aiter_of(*items):
 
 
 async def test_unreachable_store_is_service_unavailable() -> None:
-    from services.objectstore.testing import free_port
+    from services.common.ports import unused_tcp_port
 
-    store = ObjectStoreClient(f"127.0.0.1:{free_port()}")
+    store = ObjectStoreClient(f"127.0.0.1:{unused_tcp_port()}")
     try:
         with pytest.raises(errors.ServiceUnavailable):
             await store.stat("c", "n")

@@ -21,9 +21,10 @@ import pytest
 
 from services.common import errors
 from services.common.objectstore_client import ObjectStoreClient
+from services.common.ports import unused_tcp_port
 from services.objectstore import upload_front_door
 from services.objectstore.tempurl import to_base36
-from services.objectstore.testing import free_port, running_objectstore, wait_until
+from services.objectstore.testing import running_objectstore, wait_until
 from tests.conftest import test_settings
 
 MiB = 1024 * 1024
@@ -328,7 +329,7 @@ async def test_put_file_falls_back_to_grpc_when_http_uploads_cannot_work(
     proxy.router.add_route("*", "/{tail:.*}", refuse)
     runner = aiohttp.web.AppRunner(proxy)
     await runner.setup()
-    port = free_port()
+    port = unused_tcp_port()
     if public == "proxy refusing PUT":
         await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
     settings = test_settings(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 import requests
 
 from services.common import errors
+from services.common.ports import unused_tcp_port
 from services.conductor.drivers import base
 from services.conductor.drivers.redfish import RedfishManagement, RedfishPower
 
@@ -32,12 +32,6 @@ MAC_A = "52:54:00:7e:00:01"
 USER, PASSWORD = "admin", "s3cret-pw"
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +51,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         f"  {{'uuid': {SYSTEM_B!r}, 'name': 'fake-b', 'power_state': 'Off', 'nics': [{{'mac': '52:54:00:7e:00:02'}}]}},\n"
         "]\n"
     )
-    port = free_port()
+    port = unused_tcp_port()
     binary = Path(sys.executable).parent / "sushy-emulator"
     with open(tmp / "emulator.log", "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
@@ -182,7 +176,7 @@ async def test_basic_auth_type_works(emulator: str) -> None:
 async def test_unreachable_bmc_says_unreachable() -> None:
     power = RedfishPower({"redfish_request_timeout": 3})
     with pytest.raises(errors.BMCError, match="unreachable"):
-        await power.get_power_state(make_task(f"http://127.0.0.1:{free_port()}"))
+        await power.get_power_state(make_task(f"http://127.0.0.1:{unused_tcp_port()}"))
 
 
 async def test_two_systems_need_a_system_id(emulator: str) -> None:

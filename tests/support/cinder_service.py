@@ -58,6 +58,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from services.common.ports import unused_tcp_port
+
 LOG = logging.getLogger(__name__)
 
 CINDER_VERSION = "29.0.0"
@@ -96,13 +98,6 @@ class _Step:
     @property
     def total(self) -> float:
         return round(time.monotonic() - self.t0, 2)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _run(*cmd: str, env: dict[str, str] | None = None, timeout: float = 120.0, check: bool = True) -> str:
@@ -347,7 +342,7 @@ class CinderService:
         shutil.chown(rabbit, "rabbitmq", "rabbitmq")
         for path in rabbit.rglob("*"):
             shutil.chown(path, "rabbitmq", "rabbitmq")
-        epmd_port, dist_port, self.amqp_port = _free_port(), _free_port(), _free_port()
+        epmd_port, dist_port, self.amqp_port = unused_tcp_port(), unused_tcp_port(), unused_tcp_port()
         env = self.rabbit_env(epmd_port, dist_port)
         # Our own epmd in the foreground: one erl would otherwise daemonize a shared one that outlives us.
         self._spawn("epmd", ["epmd", "-address", "127.0.0.1", "-port", str(epmd_port)], env, user="rabbitmq")
@@ -431,7 +426,7 @@ class CinderService:
         self.conf_d.write_text(f"include {volumes}/*\n")
 
     def _write_conf(self) -> Path:
-        self.api_port = _free_port()
+        self.api_port = unused_tcp_port()
         state = self.work / "state"
         state.mkdir()
         helper = f"{self.bin / 'privsep-helper'} --config-file {self.work / 'cinder.conf'}"

@@ -47,7 +47,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -57,6 +56,7 @@ from typing import Self
 
 from services.common.db import credentials
 from services.common.db.embedded_access import HBA_CONF, adopt_database_sql, service_role_sql, set_password_sql
+from services.common.ports import unused_tcp_port
 
 logger = logging.getLogger(__name__)
 
@@ -196,12 +196,8 @@ def _read_postmaster_pid(pgdata: pathlib.Path) -> int | None:
 
 
 def _pick_free_port(host: str) -> int:
-    """Ask the kernel for a free ephemeral TCP port on ``host``."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    bind_host = "" if host in ("*", "0.0.0.0", "::") else host
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((bind_host, 0))
-        return int(sock.getsockname()[1])
+    """A free TCP port on ``host``, below the ephemeral range that client connections draw from."""
+    return unused_tcp_port(host)
 
 
 def _connect_host(host: str) -> str:
