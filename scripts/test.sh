@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 bash scripts/lint.sh
-exec .venv/bin/python -m pytest -p no:cacheprovider -q "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider -q --durations=30 "$@"
