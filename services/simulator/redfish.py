@@ -2,7 +2,9 @@
 
 Enough of DMTF Redfish for sushy (and so Ironic-style drivers): the service
 root, Systems with PowerState, Boot override (with allowable values), UUID,
-EthernetInterfaces and the ComputerSystem.Reset action; one Manager per
+EthernetInterfaces and the ComputerSystem.Reset action; a Bios resource with
+pending settings applied at power on, ResetBios and its attribute registry
+(redfish_bios.py); one Manager per
 machine with Cd/Floppy VirtualMedia (InsertMedia checks the URL answers, then
 records it; EjectMedia), or with ``bmc_profile="ilo"`` iLO 5's layout (members
 1 = Floppy and 2 = CD under the Manager only, Oem.Hpe actions, one-time boot
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from services.simulator import redfish_bios
 from services.simulator.firmware import url_exists
 from services.simulator.machine import MachineStartError
 
@@ -150,6 +153,7 @@ class RedfishService:
             ("POST", V1 + r"/SessionService/Sessions", RedfishService.session_create),
             ("GET", V1 + r"/SessionService/Sessions/(?P<sid>[^/]+)", RedfishService.session_get),
             ("DELETE", V1 + r"/SessionService/Sessions/(?P<sid>[^/]+)", RedfishService.session_delete),
+            *redfish_bios.ROUTES,
         ):
             self.routes.append((method, re.compile(pattern + r"\Z"), handler))
 
@@ -241,6 +245,7 @@ class RedfishService:
                 "Systems": odata(V1 + "/Systems"),
                 "Managers": odata(V1 + "/Managers"),
                 "SessionService": odata(V1 + "/SessionService"),
+                "Registries": odata(V1 + "/Registries"),
                 "Links": {"Sessions": odata(V1 + "/SessionService/Sessions")},
             }
         )
@@ -280,6 +285,7 @@ class RedfishService:
                 "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
                 **({} if self.ilo else {"VirtualMedia": odata(path + "/VirtualMedia")}),
                 "LogServices": odata(path + "/LogServices"),
+                "Bios": odata(path + "/Bios"),
                 "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
                 "Actions": {
                     "#ComputerSystem.Reset": {
