@@ -361,6 +361,8 @@ class ConductorManager:
                 return
             if event in ("clean", "provide"):
                 changes["driver_internal_info"] = self._cleaning_info(task, event, clean_steps, disable_ramdisk)
+                if event == "clean":
+                    await step_plan.check_arguments(task, "clean", changes["driver_internal_info"][clean.PLAN])
             if event == "service":
                 plan = step_plan.requested(
                     task,
@@ -368,6 +370,7 @@ class ConductorManager:
                     service_steps or [],
                     other_kinds={**self._other_steps(task), "clean": step_plan.offered(task, "clean")},
                 )
+                await step_plan.check_arguments(task, "service", plan)
                 changes["driver_internal_info"] = {**node["driver_internal_info"], service.PLAN: plan}
             if event == "rescue":
                 if not (isinstance(rescue_password, str) and rescue_password.strip()):

@@ -28,7 +28,7 @@ from services.conductor.flows.context import InventoryApplier
 LOG = logging.getLogger(__name__)
 
 # Events that start new work: they clear the last error, as Ironic does.
-_CLEARS_LAST_ERROR = frozenset(("deploy", "rebuild", "manage", "provide", "clean", "inspect"))
+_CLEARS_LAST_ERROR = frozenset(("deploy", "rebuild", "manage", "provide", "clean", "inspect", "service"))
 
 
 def now() -> datetime.datetime:

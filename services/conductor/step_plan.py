@@ -135,6 +135,21 @@ def requested(
     return plan
 
 
+async def check_arguments(task: Task, kind: str, plan: Sequence[Mapping[str, Any]]) -> None:
+    """What each planned step's interface finds wrong with its arguments beyond
+    their types (``step_argument_problems``: a BIOS setting the node does not
+    have), refused as ``requested`` refuses, in one 400 listing the offered steps."""
+    problems: list[str] = []
+    for position, step in enumerate(plan, 1):
+        found = await getattr(task.driver, step["interface"]).step_argument_problems(task, step)
+        problems.extend(f"step {position} ({step_id(step)}): {p}" for p in found)
+    if problems:
+        raise errors.InvalidParameterValue(
+            f"Invalid {kind} steps for node {task.node['uuid']}: {'; '.join(problems)}. "
+            f"The node's interfaces offer these {kind} steps: {describe(offered(task, kind))}"
+        )
+
+
 def _not_offered(ident: str, kind: str, other_kinds: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> str:
     for other, steps in (other_kinds or {}).items():
         if any(step_id(s) == ident for s in steps):

@@ -24,6 +24,7 @@ from typing import Any
 import asyncpg
 
 from services.common import errors
+from services.common.db.bios import BiosRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
@@ -189,7 +190,9 @@ class TaskManager:
 
     async def build_task(self, node: dict[str, Any], *, purpose: str = "") -> Task:
         driver = self.registry.compose(node)
-        ports = await self.ports.list_for_node_ids([node["id"]])
+        node_id = node["id"]
+        bios = BiosRepository(self.pool)
+        ports = await self.ports.list_for_node_ids([node_id])
         targets, connectors = await node_volumes(self.pool, node["id"])
         return Task(
             node=node,
@@ -201,6 +204,8 @@ class TaskManager:
             merge_internal_info=self.nodes.merge_internal_info,
             update_fields=self._update_fields,
             save_volume_target_properties=self._save_volume_target_properties,
+            read_bios_settings=lambda: bios.list(node_id),
+            save_bios_settings=lambda settings, registry: bios.replace(node_id, settings, registry),
             publish_configdrive=self.publish_configdrive,
             read_configdrive=self.read_configdrive,
             media=self.media,

@@ -68,6 +68,10 @@ class Task:
     # Set by the conductor: stores a volume target's properties (the connection data a
     # storage interface got when it attached the volume, which the renderer reads).
     save_volume_target_properties: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
+    # Set by the conductor: the node's cached BIOS settings (REST 1.40), read and replaced by a
+    # BIOS interface: ``save_bios_settings(settings, registry)`` as BiosRepository.replace.
+    read_bios_settings: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    save_bios_settings: Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], Awaitable[None]] | None = None
     # Set by the conductor: its console proxies (services/conductor/console_proxy.py), which a
     # console interface hands the source of a node's console to.
     consoles: ConsoleProxies | None = None
@@ -152,6 +156,13 @@ class BaseInterface(abc.ABC):  # noqa: B024 - the kinds below declare the abstra
     async def execute_service_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
         """Run one service step on an active node; None when done, ``service wait`` when later."""
         raise unsupported(self, f"the service step {step.get('step')!r}")
+
+    async def step_argument_problems(self, task: Task, step: Mapping[str, Any]) -> list[str]:
+        """What is wrong with a requested step's arguments beyond what ``argsinfo``
+        says (their JSON types): checked when the step is requested, so a bad
+        request is a 400 that changes nothing. From what the conductor already
+        knows (cached data), never the hardware; [] by default."""
+        return []
 
 
 class PowerInterface(BaseInterface):
@@ -412,6 +423,11 @@ class RAIDInterface(BaseInterface):
 
 
 class BIOSInterface(BaseInterface):
+    """BIOS settings (Ironic's bios interface): ``apply_configuration`` and
+    ``factory_reset``, offered as clean and service steps by implementations
+    that can do them (services/conductor/drivers/bios_steps.py), and
+    ``cache_bios_settings``, what ``GET /v1/nodes/{id}/bios`` shows."""
+
     kind = "bios"
 
     @abc.abstractmethod
@@ -422,6 +438,20 @@ class BIOSInterface(BaseInterface):
 
     async def cache_bios_settings(self, task: Task) -> None:
         """Refresh the node's cached BIOS settings (nothing to cache by default)."""
+
+    async def execute_clean_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        return await self._run_step(task, step, "clean")
+
+    async def execute_service_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        return await self._run_step(task, step, "service")
+
+    async def _run_step(self, task: Task, step: Mapping[str, Any], kind: str) -> str | None:
+        args = step.get("args") or {}
+        if step.get("step") == "apply_configuration":
+            return await self.apply_configuration(task, list(args.get("settings") or []))
+        if step.get("step") == "factory_reset":
+            return await self.factory_reset(task)
+        raise unsupported(self, f"the {kind} step {step.get('step')!r}")
 
 
 class RescueInterface(BaseInterface):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from services.common import errors, states
-from services.conductor.drivers import base
+from services.conductor.drivers import base, bios_steps
 from services.conductor.drivers.delays import parse_delay, sleep_for
 
 
@@ -246,3 +246,35 @@ class FakeRescue(_Delayed, base.RescueInterface):
     async def unrescue(self, task: base.Task) -> str:
         await self._sleep()
         return states.ACTIVE
+
+
+class FakeBIOS(base.BIOSInterface):
+    """Ironic's fake bios: the node's cached settings stand for the machine's BIOS.
+    ``apply_configuration`` writes the given settings there (any name), ``factory_reset``
+    empties it; both are clean and service steps like the real ones."""
+
+    name = "fake"
+
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return bios_steps.steps()
+
+    def get_service_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return bios_steps.steps()
+
+    async def step_argument_problems(self, task: base.Task, step: Mapping[str, Any]) -> list[str]:
+        if step.get("step") != "apply_configuration":
+            return []
+        return bios_steps.shape_problems((step.get("args") or {}).get("settings"))
+
+    async def apply_configuration(self, task: base.Task, settings: list[dict[str, Any]]) -> str | None:
+        rows = await task.read_bios_settings() if task.read_bios_settings is not None else []
+        values = {row["name"]: row["value"] for row in rows}
+        values.update({s["name"]: bios_steps.as_text(s["value"]) for s in settings})
+        if task.save_bios_settings is not None:
+            await task.save_bios_settings(values, {})
+        return None
+
+    async def factory_reset(self, task: base.Task) -> str | None:
+        if task.save_bios_settings is not None:
+            await task.save_bios_settings({}, {})
+        return None

@@ -271,7 +271,8 @@ class VirtualMediaBoot(base.BootInterface):
         await media.remove_configdrive(task.node["uuid"])
 
     async def before_power_on(self, task: base.Task) -> None:
-        if task.node.get("provision_state") == states.ACTIVE and netboots(task.node):
+        # Servicing reboots a deployed node too (a BIOS step): it must come back to its instance.
+        if task.node.get("provision_state") in (states.ACTIVE, states.SERVICING) and netboots(task.node):
             await self.attach_instance_media(task)
 
     async def attach_instance_media(self, task: base.Task) -> None:
