@@ -139,6 +139,7 @@ ABORT_FLOWS: Mapping[str, Flow] = {
     states.RESCUEWAIT: rescue.abort,
     states.INSPECTWAIT: inspect.abort,
     states.SERVICEWAIT: service.abort,
+    states.SERVICEFAIL: service.abort_failed,
 }
 
 
@@ -355,6 +356,11 @@ class ConductorManager:
                 else:
                     info.pop("user_deploy_steps", None)
                 changes["driver_internal_info"] = info
+            if event == "abort" and node["provision_state"] == states.SERVICEFAIL and node["maintenance"]:
+                raise errors.InvalidState(
+                    f'Can not abort service on node "{node["uuid"]}" while it is in maintenance mode. Please '
+                    "remove the node from maintenance prior to issuing the request to abort the service operation."
+                )
             if event == "abort" and self._abort_after_step(node):
                 # A step that cannot be interrupted finishes first (Ironic's abort_after).
                 await task.save_fields({"clean_step": {**node["clean_step"], "abort_after": True}})

@@ -235,8 +235,19 @@ async def test_servicing_an_active_node(env: dict[str, Any]) -> None:
     assert "SecureBoot can be Enabled only while BootMode is Uefi" in error
     assert machine.bios.current["BootMode"] == "Bios" and machine.bios.current["SecureBoot"] == "Disabled"
     assert (await cached(api, uuid))["BootMode"]["value"] == "Uefi"  # cached only when a step succeeds
+    # Abort from service failed: back to active, and the step's error gives way to the abort's (Ironic).
+    await api.call(V, "PUT", f"/v1/nodes/{uuid}/maintenance", {"reason": "checking"}, expect=202)
+    _, refused = await api.call(V, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "abort"}, expect=409)
+    assert "while it is in maintenance mode" in fault(refused)
+    await api.call(V, "DELETE", f"/v1/nodes/{uuid}/maintenance", expect=202)
     aborted = await provision(api, uuid, "abort", "active")
     assert aborted["service_step"] == {}
+    for _ in range(100):
+        _, node = await api.call(V, "GET", f"/v1/nodes/{uuid}", expect=200)
+        if node["last_error"] != error:
+            break
+        await asyncio.sleep(0.05)
+    assert node["last_error"].startswith("By request, the service operation was aborted"), node["last_error"]
 
     # In order: the factory reset brings UEFI back, so SecureBoot can be enabled after it.
     steps = [{"interface": "bios", "step": "factory_reset"}, apply_step(("SecureBoot", "Enabled"))]

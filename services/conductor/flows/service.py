@@ -88,14 +88,27 @@ async def timed_out(ctx: FlowContext, task: Task) -> None:
     )
 
 
-async def abort(ctx: FlowContext, task: Task) -> None:
-    """After ``abort`` in ``service wait`` (now ``service failed``): back to ``active``, as Ironic."""
-    step = task.node.get("service_step") or {}
-    message = "By request, the service operation was aborted" + (
+def aborted_message(node: dict[str, Any]) -> str:
+    """Ironic's ``last_error`` after an aborted service, naming the step it stopped at."""
+    step = node.get("service_step") or {}
+    return "By request, the service operation was aborted" + (
         f' during or after the completion of step "{step_plan.step_id(step)}"' if step else ""
     )
+
+
+async def abort(ctx: FlowContext, task: Task) -> None:
+    """After ``abort`` in ``service wait`` (now ``service failed``): back to ``active``, as Ironic."""
+    message = aborted_message(task.node)
     await task.save_internal_info({}, remove=SERVICE_KEYS)
     await ctx.transition(task, "abort", last_error=message, changes={"service_step": {}})
+
+
+async def abort_failed(ctx: FlowContext, task: Task) -> None:
+    """After ``abort`` in ``service failed`` (already ``active``): the step's error gives way to
+    the abort's, and the servicing leftovers go, as Ironic's do_node_service_abort does."""
+    message = aborted_message(task.node)
+    await task.save_internal_info({}, remove=SERVICE_KEYS)
+    await task.save_fields({"service_step": {}, "last_error": message})
 
 
 async def resume(ctx: FlowContext, task: Task) -> None:
