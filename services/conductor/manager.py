@@ -136,9 +136,18 @@ FLOW_OF_STATE: Mapping[str, Flow] = {
 # that was booted for the operation (the table already moved the node).
 ABORT_FLOWS: Mapping[str, Flow] = {
     states.CLEANWAIT: clean.abort,
+    states.CLEANHOLD: clean.abort,
+    states.SERVICEHOLD: service.abort,
     states.RESCUEWAIT: rescue.abort,
     states.INSPECTWAIT: inspect.abort,
     states.SERVICEWAIT: service.abort,
+}
+# What ``unhold`` resumes, by the hold state it was asked in (1.85): the steps
+# after the hold step (the table moved the node to the flow's wait state).
+UNHOLD_FLOWS: Mapping[str, Flow] = {
+    states.CLEANHOLD: clean.unhold,
+    states.DEPLOYHOLD: deploy.unhold,
+    states.SERVICEHOLD: service.unhold,
 }
 
 
@@ -386,8 +395,13 @@ class ConductorManager:
                     k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS
                 }
             await self.states.transition(task, event, changes=changes)
-            flow = ABORT_FLOWS.get(move.source) if event == "abort" else FLOW_OF_STATE.get(move.target)
-            if flow is not None:  # unhold, manage from available...: nothing more to do
+            if event == "abort":
+                flow = ABORT_FLOWS.get(move.source)
+            elif event == "unhold":
+                flow = UNHOLD_FLOWS.get(move.source)
+            else:
+                flow = FLOW_OF_STATE.get(move.target)
+            if flow is not None:  # manage from available...: nothing more to do
                 task.spawn(lambda t: flow(self.states, t), name=event)
 
     async def continue_inspection(self, node_uuid: str, data: Mapping[str, Any]) -> None:
