@@ -36,6 +36,7 @@ from services.api.external_events import ExternalEventsApi
 from services.api.inspection_rules import InspectionRulesApi
 from services.api.ipxe_passthru import IpxePassthru
 from services.api.node_bios import NodeBiosApi
+from services.api.node_firmware import NodeFirmwareApi
 from services.api.node_history import NodeHistoryApi
 from services.api.node_inventory import NodeInventoryApi
 from services.api.node_management import NodeManagementApi
@@ -200,6 +201,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/nodes/{ident}/history", NodeHistoryApi, "list_history", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/history/{event}", NodeHistoryApi, "get_event", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/inventory", NodeInventoryApi, "get_inventory", (1, 81)),
+    Route("GET", "/v1/nodes/{ident}/firmware", NodeFirmwareApi, "list_firmware"),
     # 1.82; the handler refuses older versions itself, with Ironic's message.
     Route("GET", "/v1/shards", ShardsApi, "list_shards"),
     Route("GET", "/v1/conductors", ConductorsApi, "list_conductors", (1, 49)),

@@ -75,7 +75,8 @@ NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "secure_boot": (1, 75),
     "shard": (1, 82),
     "parent_node": (1, 83),
-    "service_step": (1, 87),  # served ahead of the advertised maximum (docs/api.md)
+    "firmware_interface": (1, 86),
+    "service_step": (1, 87),
 }
 NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")
 PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {

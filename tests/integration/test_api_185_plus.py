@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from services.simulator.options import SimulatorOptions
+from services.simulator.service import Simulator
 from tests.labapi import VersionedApi, versioned_api
 
 CEILING = (1, 114)
@@ -42,7 +44,7 @@ async def wait_state(api: VersionedApi, ident: str, state: str, timeout: float =
     deadline = time.monotonic() + timeout
     while True:
         _, node = await api.call((1, 87), "GET", f"/v1/nodes/{ident}", expect=200)
-        if node["provision_state"] == state and node["reservation"] is None:
+        if node["provision_state"] == state and node["reservation"] is None and not node["target_power_state"]:
             return node
         assert time.monotonic() < deadline, f"{ident}: {node['provision_state']} ({node['last_error']})"
         await asyncio.sleep(0.03)
@@ -71,6 +73,7 @@ async def test_clean_hold_and_unhold_from_1_85(api: VersionedApi) -> None:
     v84, v85 = (1, 84), (1, 85)
     await manageable_node(api, "h-clean")
     await api.call(OLD, "PUT", "/v1/nodes/h-clean/states/power", {"target": "power on"}, expect=202)
+    await wait_state(api, "h-clean", "manageable")
     steps = [
         {"interface": "deploy", "step": "erase_devices_metadata"},
         {"interface": "deploy", "step": "hold"},
@@ -123,3 +126,89 @@ async def test_deploy_and_service_hold_from_1_85(api: VersionedApi) -> None:
     await provision(api, "h-deploy", body, "service hold", version=v87)
     aborted = await provision(api, "h-deploy", {"target": "abort"}, "active", version=v87)
     assert "aborted" in aborted["last_error"]
+
+
+# -- 1.86: firmware_interface and firmware components (1.114: their identity) ------------------------
+
+
+@pytest.fixture(scope="module")
+async def sim(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Simulator]:
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=2, state_dir=str(tmp_path_factory.mktemp("machines")), disk_size="8MiB", nics_per_machine=2
+        ).validate()
+    )
+    await simulator.start()
+    try:
+        yield simulator
+    finally:
+        await simulator.stop()
+
+
+async def test_firmware_interface_and_components_from_1_86(api: VersionedApi, sim: Simulator) -> None:
+    v85, v86, v114 = (1, 85), (1, 86), (1, 114)
+    body: dict[str, Any] = {"driver": "fake-hardware", "name": "fw-old", "firmware_interface": "no-firmware"}
+    status, _ = await api.call(v85, "POST", "/v1/nodes", body)
+    assert status == 406
+    old = await new_node(api, "fw-old")
+    assert "firmware_interface" not in old
+    status, _ = await api.call(v85, "GET", "/v1/nodes/fw-old/firmware")
+    assert status == 404
+    _, drivers = await api.call(v85, "GET", "/v1/drivers?detail=True", expect=200)
+    assert "enabled_firmware_interfaces" not in drivers["drivers"][0]
+
+    _, node = await api.call(v86, "GET", "/v1/nodes/fw-old", expect=200)
+    assert node["firmware_interface"] == "no-firmware"  # the default, as Ironic's
+    _, node = await api.call(
+        v86,
+        "PATCH",
+        "/v1/nodes/fw-old",
+        [{"op": "replace", "path": "/firmware_interface", "value": "fake"}],
+        expect=200,
+    )
+    assert node["firmware_interface"] == "fake"
+    status, body = await api.call(
+        v86, "PATCH", "/v1/nodes/fw-old", [{"op": "replace", "path": "/firmware_interface", "value": "bogus"}]
+    )
+    assert status == 400, body
+    _, listed = await api.call(v86, "GET", "/v1/nodes/fw-old/firmware", expect=200)
+    assert listed == {"firmware": []}
+    _, drivers = await api.call(v86, "GET", "/v1/drivers?detail=True", expect=200)
+    fake = next(d for d in drivers["drivers"] if d["name"] == "fake-hardware")
+    assert fake["default_firmware_interface"] == "no-firmware"
+    assert {"no-firmware", "fake", "redfish"} <= set(fake["enabled_firmware_interfaces"])
+    redfish = next(d for d in drivers["drivers"] if d["name"] == "redfish")
+    assert redfish["enabled_firmware_interfaces"] == ["no-firmware", "redfish"]
+
+    # A Redfish node reads bios, bmc and its NICs (the simulator's FirmwareInventory) when verified.
+    machine = sim.machines[0]
+    body = {
+        "driver": "redfish",
+        "name": "fw-redfish",
+        "driver_info": sim.driver_info(machine),
+        "firmware_interface": "redfish",
+        "boot_interface": "fake",
+        "deploy_interface": "fake",
+    }
+    await api.call(v86, "POST", "/v1/nodes", body, expect=201)
+    await provision(api, "fw-redfish", {"target": "manage"}, "manageable")
+    _, listed = await api.call(v86, "GET", "/v1/nodes/fw-redfish/firmware", expect=200)
+    found = {c["component"]: c for c in listed["firmware"]}
+    serial = f"SIM{machine.uuid[:8].upper()}N"
+    assert set(found) == {"bios", "bmc", f"nic:{serial}0", f"nic:{serial}1"}, listed
+    assert found["bios"]["current_version"] == found["bios"]["initial_version"] == "ferrum-sim-1"
+    assert found["bmc"]["current_version"] == "1.0" and found["bmc"]["last_version_flashed"] is None
+    assert found[f"nic:{serial}1"]["current_version"] == "22.5.1" and found["bios"]["created_at"]
+    assert "vendor" not in found["bmc"]
+    status, body = await api.call(v86, "GET", "/v1/nodes/fw-redfish/firmware?fields=component,vendor")
+    assert status == 400 and "1.114" in fault(body), body
+
+    # 1.114: vendor, model and serial_number (bios: none of them; bmc: its model; NICs: all three).
+    _, listed = await api.call(v114, "GET", "/v1/nodes/fw-redfish/firmware", expect=200)
+    found = {c["component"]: c for c in listed["firmware"]}
+    assert (found["bios"]["vendor"], found["bios"]["model"], found["bios"]["serial_number"]) == (None, None, None)
+    assert found["bmc"]["model"] == "Ferrum simulated BMC" and found["bmc"]["vendor"] is None
+    nic = found[f"nic:{serial}0"]
+    assert (nic["vendor"], nic["model"], nic["serial_number"]) == ("Ferrum", "Simulated 10GbE NIC", f"{serial}0")
+    _, picked = await api.call(v114, "GET", "/v1/nodes/fw-redfish/firmware?fields=component,serial_number", expect=200)
+    assert set(picked["firmware"][0]) == {"component", "serial_number", "created_at", "updated_at"}

@@ -449,8 +449,11 @@ class FirmwareInterface(BaseInterface):
     @abc.abstractmethod
     async def update(self, task: Task, settings: list[dict[str, Any]]) -> str | None: ...
 
-    async def cache_firmware_components(self, task: Task) -> None:
-        """Refresh the node's cached firmware component versions (nothing by default)."""
+    async def read_components(self, task: Task) -> list[dict[str, Any]]:
+        """The machine's firmware components as the BMC reports them now (API 1.86):
+        ``{"component", "current_version", "vendor", "model", "serial_number"}``
+        each; the conductor caches them (services/conductor/firmware_cache.py)."""
+        raise unsupported(self, "reading firmware components")
 
 
 # The contract each kind's implementations must fulfil (checked when they load).

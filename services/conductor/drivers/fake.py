@@ -246,3 +246,46 @@ class FakeRescue(_Delayed, base.RescueInterface):
     async def unrescue(self, task: base.Task) -> str:
         await self._sleep()
         return states.ACTIVE
+
+
+class FakeFirmware(base.FirmwareInterface):
+    """Ironic's fake firmware interface: an ``update`` clean/service step that
+    pretends (as the fake deploy's erase steps do) and no components to read,
+    so a fake node's firmware list is empty (API 1.86)."""
+
+    name = "fake"
+    UPDATE_STEP: ClassVar[dict[str, Any]] = {
+        "interface": "firmware",
+        "step": "update",
+        "priority": 0,
+        "abortable": False,
+        "requires_ramdisk": False,
+        "argsinfo": {
+            "settings": {
+                "description": "List of firmware components, each a dictionary with component and url",
+                "required": True,
+                "type": "array",
+            }
+        },
+    }
+
+    async def validate(self, task: base.Task) -> None:
+        return None
+
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return [dict(self.UPDATE_STEP)]
+
+    def get_service_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return [dict(self.UPDATE_STEP)]
+
+    async def execute_clean_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        return await self.update(task, list((step.get("args") or {}).get("settings") or []))
+
+    async def execute_service_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        return await self.update(task, list((step.get("args") or {}).get("settings") or []))
+
+    async def update(self, task: base.Task, settings: list[dict[str, Any]]) -> str | None:
+        return None
+
+    async def read_components(self, task: base.Task) -> list[dict[str, Any]]:
+        return []

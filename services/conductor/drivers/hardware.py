@@ -47,6 +47,7 @@ class FakeHardware(HardwareType):
         "vendor": ("fake", "no-vendor"),
         "inspect": ("fake", "agent", "no-inspect"),
         "rescue": ("fake", "agent", "no-rescue"),
+        "firmware": ("no-firmware", "fake"),
     }
 
 
@@ -68,6 +69,8 @@ class RedfishHardware(HardwareType):
         # simulator reads the console log Ferrum's simulator keeps, ipmitool-socat the SOL
         # of a BMC that also speaks IPMI (with the node's ipmi_* driver_info).
         "console": ("no-console", "ipmitool-socat", "simulator"),
+        # no-firmware first: reading the firmware inventory is asked for per node (API 1.86).
+        "firmware": ("no-firmware", "redfish"),
     }
 
 

@@ -84,6 +84,9 @@ async def _begin(ctx: FlowContext, task: Task) -> None:
         await _done(ctx, task, note=f"automated cleaning skipped: disabled via {setting}")
         return
     await task.driver.power.validate(task)
+    note = await ctx.cache_firmware(task)
+    if note:
+        await ctx.record_event(node, "firmware", note)
     info = node["driver_internal_info"]
     plan = list(info.get(PLAN) or []) if manual else step_plan.automated(task)
     ramdisk = any(s.get("requires_ramdisk") for s in plan) and not info.get(DISABLE_RAMDISK)
