@@ -81,6 +81,7 @@ NODE_CREATE_FIELDS = frozenset(
         "retired_reason",
         "shard",
         "parent_node",
+        "disable_power_off",
         "maintenance",
         "maintenance_reason",
         "provision_state",
@@ -509,6 +510,9 @@ class ConductorManager:
                     f'The requested action "{target}" can not be performed on node "{node_uuid}" '
                     f'while it is in state "{node["provision_state"]}".'
                 )
+            if target in (states.POWER_OFF, states.SOFT_POWER_OFF) and node.get("disable_power_off"):
+                # API 1.95: this machine is never powered off (Ironic's PowerStateFailure, 409).
+                raise errors.InvalidState(f"Failed to set node power state to {target}.")
             supported = task.driver.power.get_supported_power_states()
             if target not in supported:
                 raise errors.InvalidParameterValue(

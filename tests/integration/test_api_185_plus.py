@@ -212,3 +212,129 @@ async def test_firmware_interface_and_components_from_1_86(api: VersionedApi, si
     assert (nic["vendor"], nic["model"], nic["serial_number"]) == ("Ferrum", "Simulated 10GbE NIC", f"{serial}0")
     _, picked = await api.call(v114, "GET", "/v1/nodes/fw-redfish/firmware?fields=component,serial_number", expect=200)
     assert set(picked["firmware"][0]) == {"component", "serial_number", "created_at", "updated_at"}
+
+
+# -- 1.88 port name, 1.90 OVN VTEP local_link_connection, 1.94 port create by node name -------------
+
+
+async def test_port_name_vtep_and_node_ident_1_88_to_1_94(api: VersionedApi) -> None:
+    v87, v88, v89, v90, v93, v94 = (1, 87), (1, 88), (1, 89), (1, 90), (1, 93), (1, 94)
+    node = await new_node(api, "p-node")
+    mac = "52:54:00:88:00:0"
+    status, _ = await api.call(
+        v87, "POST", "/v1/ports", {"address": mac + "1", "node_uuid": node["uuid"], "name": "p1"}
+    )
+    assert status == 406
+    _, plain = await api.call(v87, "POST", "/v1/ports", {"address": mac + "1", "node_uuid": node["uuid"]}, expect=201)
+    assert "name" not in plain
+    status, _ = await api.call(v87, "GET", "/v1/ports?fields=name")
+    assert status == 406
+
+    _, named = await api.call(
+        v88, "POST", "/v1/ports", {"address": mac + "2", "node_uuid": node["uuid"], "name": "p-two"}, expect=201
+    )
+    assert named["name"] == "p-two"
+    _, got = await api.call(v88, "GET", "/v1/ports/p-two", expect=200)
+    assert got["uuid"] == named["uuid"]
+    status, body = await api.call(
+        v88, "POST", "/v1/ports", {"address": mac + "3", "node_uuid": node["uuid"], "name": "p-two"}
+    )
+    assert status == 409 and "p-two" in fault(body), body
+    _, renamed = await api.call(
+        v88, "PATCH", f"/v1/ports/{plain['uuid']}", [{"op": "add", "path": "/name", "value": "p-one"}], expect=200
+    )
+    assert renamed["name"] == "p-one"
+    status, _ = await api.call(v88, "PATCH", "/v1/ports/p-one", [{"op": "replace", "path": "/name", "value": "p-two"}])
+    assert status == 409
+    _, listed = await api.call(v88, "GET", f"/v1/ports?node={node['uuid']}&fields=name", expect=200)
+    assert sorted(p["name"] for p in listed["ports"]) == ["p-one", "p-two"]
+    _, unnamed = await api.call(v88, "PATCH", "/v1/ports/p-one", [{"op": "remove", "path": "/name"}], expect=200)
+    assert unnamed["name"] is None
+    await api.call(v88, "DELETE", "/v1/ports/p-two", expect=204)
+
+    # 1.90: an OVN VTEP switch port is a valid local_link_connection.
+    vtep = {"port_id": "lp-1", "vtep-logical-switch": "ls-1", "vtep-physical-switch": "ps-1"}
+    status, _ = await api.call(
+        v89, "POST", "/v1/ports", {"address": mac + "4", "node_uuid": node["uuid"], "local_link_connection": vtep}
+    )
+    assert status == 406
+    _, port = await api.call(
+        v90,
+        "POST",
+        "/v1/ports",
+        {"address": mac + "4", "node_uuid": node["uuid"], "local_link_connection": vtep},
+        expect=201,
+    )
+    assert port["local_link_connection"] == vtep
+    for bad in ({**vtep, "switch_id": "aa:bb:cc:dd:ee:ff"}, {"port_id": "lp", "vtep-logical-switch": "ls"}):
+        status, body = await api.call(
+            v90,
+            "PATCH",
+            f"/v1/ports/{port['uuid']}",
+            [{"op": "replace", "path": "/local_link_connection", "value": bad}],
+        )
+        assert status == 400, body
+
+    # 1.94: node_ident (name or UUID) instead of node_uuid; a missing node is a 400.
+    status, _ = await api.call(v93, "POST", "/v1/ports", {"address": mac + "5", "node_ident": "p-node"})
+    assert status == 406
+    _, by_name = await api.call(v94, "POST", "/v1/ports", {"address": mac + "5", "node_ident": "p-node"}, expect=201)
+    assert by_name["node_uuid"] == node["uuid"]
+    _, by_uuid = await api.call(
+        v94, "POST", "/v1/ports", {"address": mac + "6", "node_ident": node["uuid"]}, expect=201
+    )
+    assert by_uuid["node_uuid"] == node["uuid"]
+    for body in (
+        {"address": mac + "7", "node_ident": "no-such-node"},
+        {"address": mac + "7", "node_ident": "p-node", "node_uuid": node["uuid"]},
+        {"address": mac + "7"},
+    ):
+        status, answer = await api.call(v94, "POST", "/v1/ports", body)
+        assert status == 400, (body, answer)
+    _, none = await api.call(v94, "GET", f"/v1/ports?address={mac}7", expect=200)
+    assert none["ports"] == []
+
+
+# -- 1.95: disable_power_off ------------------------------------------------------------------------
+
+
+async def test_disable_power_off_from_1_95(api: VersionedApi) -> None:
+    v94, v95 = (1, 94), (1, 95)
+    status, _ = await api.call(
+        v94, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "dpo", "disable_power_off": True}
+    )
+    assert status == 406
+    _, node = await api.call(v94, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "dpo"}, expect=201)
+    assert "disable_power_off" not in node
+    status, _ = await api.call(
+        v94, "PATCH", "/v1/nodes/dpo", [{"op": "add", "path": "/disable_power_off", "value": True}]
+    )
+    assert status == 406
+    _, node = await api.call(v95, "GET", "/v1/nodes/dpo", expect=200)
+    assert node["disable_power_off"] is False
+    _, node = await api.call(
+        v95, "PATCH", "/v1/nodes/dpo", [{"op": "replace", "path": "/disable_power_off", "value": True}], expect=200
+    )
+    assert node["disable_power_off"] is True
+    status, body = await api.call(
+        v95, "PATCH", "/v1/nodes/dpo", [{"op": "replace", "path": "/disable_power_off", "value": "maybe"}]
+    )
+    assert status == 400, body
+    # Power off is refused (409) at any version once set; power on and reboot work.
+    await api.call(v95, "PUT", "/v1/nodes/dpo/states/power", {"target": "power on"}, expect=202)
+    await wait_state(api, "dpo", "enroll")
+    for version, target in ((v95, "power off"), (v95, "soft power off"), ((1, 1), "power off")):
+        status, body = await api.call(version, "PUT", f"/v1/nodes/{node['uuid']}/states/power", {"target": target})
+        assert status == 409 and fault(body) == f"Failed to set node power state to {target}.", body
+    await api.call(v95, "PUT", "/v1/nodes/dpo/states/power", {"target": "rebooting"}, expect=202)
+    node = await wait_state(api, "dpo", "enroll")
+    assert node["power_state"] == "power on" and node["last_error"] is None
+    # The conductor's own power_off step is refused too; the clean fails and the power stays on.
+    await provision(api, "dpo", {"target": "manage"}, "manageable")
+    steps = [{"interface": "power", "step": "power_off"}]
+    failed = await provision(api, "dpo", {"target": "clean", "clean_steps": steps}, "clean failed", version=v95)
+    assert "disable_power_off" in failed["last_error"] and failed["power_state"] == "power on"
+    _, listed = await api.call(v95, "GET", "/v1/nodes?fields=name,disable_power_off", expect=200)
+    assert {"name": "dpo", "disable_power_off": True} in [
+        {k: n[k] for k in ("name", "disable_power_off")} for n in listed["nodes"]
+    ]
