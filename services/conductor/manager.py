@@ -53,6 +53,7 @@ from services.conductor.node_states import NodeStates
 from services.conductor.takeover import TakeOver
 from services.conductor.taskmanager import TaskManager
 from services.conductor.vendor_passthru import VendorPassthru
+from services.conductor.virtual_media import VirtualMedia
 from services.conductor.vmedia_store import VirtualMediaStore
 
 LOG = logging.getLogger(__name__)
@@ -225,6 +226,7 @@ class ConductorManager:
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
         self.indicators = Indicators(self.tasks, self.states)
         self.boot_settings = BootSettings(self.tasks, self.states)
+        self.virtual_media = VirtualMedia(self.tasks, self.states)
         self._vifs = VifRepository(pool)
         self._ports = PortRepository(pool)
 

@@ -13,12 +13,14 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
+from tests.fileserver import serving_files
 from tests.labapi import VersionedApi, versioned_api
 
 CEILING = (1, 114)
@@ -338,3 +340,68 @@ async def test_disable_power_off_from_1_95(api: VersionedApi) -> None:
     assert {"name": "dpo", "disable_power_off": True} in [
         {k: n[k] for k in ("name", "disable_power_off")} for n in listed["nodes"]
     ]
+
+
+# -- 1.89 attach and detach virtual media, 1.93 list it ---------------------------------------------
+
+
+async def test_virtual_media_from_1_89_and_1_93(api: VersionedApi, sim: Simulator, tmp_path: Path) -> None:
+    image = tmp_path / "boot.iso"
+    image.write_bytes(b"\0" * 64 * 1024)
+    fetched: list[str] = []
+    async with serving_files({"/boot.iso": image}, fetched) as port:
+        await check_virtual_media(api, sim, f"http://127.0.0.1:{port}/boot.iso")
+    assert fetched == ["/boot.iso"]  # the simulated BMC read the image; the fake interface did not
+
+
+async def check_virtual_media(api: VersionedApi, sim: Simulator, iso: str) -> None:
+    v88, v89, v92, v93 = (1, 88), (1, 89), (1, 92), (1, 93)
+    await new_node(api, "vm-fake")
+    attach = {"device_type": "cdrom", "image_url": iso}
+    status, _ = await api.call(v88, "POST", "/v1/nodes/vm-fake/vmedia", attach)
+    assert status == 404
+    status, _ = await api.call(v92, "GET", "/v1/nodes/vm-fake/vmedia")
+    assert status == 404
+    for bad in (
+        {"device_type": "tape", "image_url": iso},
+        {"device_type": "cdrom", "image_url": "file:///etc/passwd"},
+        {"device_type": "cdrom"},
+        {**attach, "username": "x"},
+        {**attach, "image_download_source": "local"},
+    ):
+        status, body = await api.call(v89, "POST", "/v1/nodes/vm-fake/vmedia", bad)
+        assert status == 400, (bad, body)
+    status, _ = await api.call(v89, "DELETE", "/v1/nodes/vm-fake/vmedia?device_types=tape")
+    assert status == 400
+    status, _ = await api.call(v89, "POST", "/v1/nodes/5c9dcd04-2073-49bc-9618-99ae634d8971/vmedia", attach)
+    assert status == 404
+
+    # The fake management interface keeps what is attached in the node.
+    await api.call(v89, "POST", "/v1/nodes/vm-fake/vmedia", attach, expect=204)
+    _, slots = await api.call(v93, "GET", "/v1/nodes/vm-fake/vmedia", expect=200)
+    assert {"media_types": ["cdrom"], "image": iso, "inserted": True} in slots
+    await api.call(v89, "DELETE", "/v1/nodes/vm-fake/vmedia", expect=204)
+    _, slots = await api.call(v93, "GET", "/v1/nodes/vm-fake/vmedia", expect=200)
+    assert not any(s["inserted"] for s in slots)
+
+    # A Redfish BMC (the simulator) gets the image in its virtual CD; ipmitool management cannot: 400.
+    machine = sim.machines[1]
+    body = {"driver": "redfish", "name": "vm-redfish", "driver_info": sim.driver_info(machine)}
+    await api.call(v89, "POST", "/v1/nodes", body, expect=201)
+    await api.call(v89, "POST", "/v1/nodes/vm-redfish/vmedia", attach, expect=204)
+    _, slots = await api.call(v93, "GET", "/v1/nodes/vm-redfish/vmedia", expect=200)
+    cd = next(s for s in slots if "CD" in s["media_types"])
+    assert cd["inserted"] is True and cd["image"] == iso
+    status, body = await api.call(v89, "POST", "/v1/nodes/vm-redfish/vmedia", attach)
+    assert status >= 400 and "already holds media" in fault(body), body
+    await api.call(v89, "DELETE", "/v1/nodes/vm-redfish/vmedia?device_types=cdrom", expect=204)
+    _, slots = await api.call(v93, "GET", "/v1/nodes/vm-redfish/vmedia", expect=200)
+    assert not any(s["inserted"] for s in slots)
+    ipmi = {
+        "driver": "ipmi",
+        "name": "vm-ipmi",
+        "driver_info": {"ipmi_address": "127.0.0.1", "ipmi_username": "u", "ipmi_password": "p"},
+    }
+    await api.call(v89, "POST", "/v1/nodes", ipmi, expect=201)
+    status, body = await api.call(v89, "POST", "/v1/nodes/vm-ipmi/vmedia", attach)
+    assert status == 400 and "does not support attaching virtual media" in fault(body), body

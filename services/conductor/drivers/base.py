@@ -209,6 +209,18 @@ class ManagementInterface(BaseInterface):
     async def set_secure_boot_state(self, task: Task, state: bool) -> None:
         raise unsupported(self, "secure boot")
 
+    # Virtual media on request (API 1.89/1.93): device types are Ironic's
+    # VMEDIA_DEVICES ("cdrom", "floppy", "disk"), the image an http(s) URL.
+    async def attach_virtual_media(self, task: Task, device_type: str, image_url: str) -> None:
+        raise unsupported(self, "attaching virtual media")
+
+    async def detach_virtual_media(self, task: Task, device_types: list[str] | None = None) -> None:
+        raise unsupported(self, "detaching virtual media")
+
+    async def get_virtual_media(self, task: Task) -> list[dict[str, Any]]:
+        """Every virtual media slot: ``{"media_types", "image", "inserted"}`` (more keys allowed)."""
+        raise unsupported(self, "reading virtual media")
+
     async def get_console_tail(self, task: Task, lines: int = 20) -> list[str]:
         """The last ``lines`` lines the machine's console showed, oldest first.
 

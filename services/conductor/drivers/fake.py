@@ -101,6 +101,30 @@ class FakeManagement(_Delayed, base.ManagementInterface):
         current[f"{indicator}@{component}"] = state
         await task.save_internal_info({"fake_indicators": current})
 
+    # Virtual media (API 1.89/1.93): one slot per device type, kept in
+    # driver_internal_info["fake_vmedia"] ({device_type: image_url}).
+    VMEDIA_DEVICES = ("cdrom", "floppy", "disk")
+
+    async def attach_virtual_media(self, task: base.Task, device_type: str, image_url: str) -> None:
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_vmedia", {}))
+        current[device_type] = image_url
+        await task.save_internal_info({"fake_vmedia": current})
+
+    async def detach_virtual_media(self, task: base.Task, device_types: list[str] | None = None) -> None:
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_vmedia", {}))
+        for device in device_types or list(current):
+            current.pop(device, None)
+        await task.save_internal_info({"fake_vmedia": current})
+
+    async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
+        current = task.node["driver_internal_info"].get("fake_vmedia", {})
+        return [
+            {"media_types": [device], "image": current.get(device), "inserted": device in current}
+            for device in self.VMEDIA_DEVICES
+        ]
+
     def get_supported_boot_modes(self, task: base.Task) -> list[str]:
         return ["bios", "uefi"]
 
