@@ -405,3 +405,26 @@ async def check_virtual_media(api: VersionedApi, sim: Simulator, iso: str) -> No
     await api.call(v89, "POST", "/v1/nodes", ipmi, expect=201)
     status, body = await api.call(v89, "POST", "/v1/nodes/vm-ipmi/vmedia", attach)
     assert status == 400 and "does not support attaching virtual media" in fault(body), body
+
+
+# -- 1.91: no special .json suffix --------------------------------------------------------------------
+
+
+async def test_json_suffix_until_1_91(api: VersionedApi) -> None:
+    v90, v91 = (1, 90), (1, 91)
+    plain = await new_node(api, "js")
+    dotted = await new_node(api, "js-only.json")
+    # Below 1.91 the suffix is dropped; a name that exists only with it is still found.
+    _, got = await api.call(v90, "GET", "/v1/nodes/js.json", expect=200)
+    assert got["uuid"] == plain["uuid"]
+    _, got = await api.call(v90, "GET", "/v1/nodes/js-only.json", expect=200)
+    assert got["uuid"] == dotted["uuid"]
+    _, listed = await api.call(v90, "GET", "/v1/nodes.json", expect=200)
+    assert plain["uuid"] in {n["uuid"] for n in listed["nodes"]}
+    # From 1.91 the path is the name.
+    status, _ = await api.call(v91, "GET", "/v1/nodes/js.json")
+    assert status == 404
+    _, got = await api.call(v91, "GET", "/v1/nodes/js-only.json", expect=200)
+    assert got["uuid"] == dotted["uuid"]
+    status, _ = await api.call(v91, "GET", "/v1/nodes.json")
+    assert status == 404
