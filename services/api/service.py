@@ -15,9 +15,9 @@ from services.api.context import ApiContext
 from services.api.event_hub import EventHub
 from services.api.grpc_api import NodeServicer, add_node_service
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
+from services.api.json_suffix import json_suffix_middleware
 from services.api.middlewares import basic_auth_middleware, error_middleware, version_middleware
 from services.api.routes import add_routes
-from services.api.json_suffix import json_suffix_middleware
 from services.api.unversioned_paths import unversioned_path_middleware
 from services.common.aiohttp_serving import request_context_middleware, start_http_site
 from services.common.basic_auth import BasicAuthVerifier, http_basic_verifier
