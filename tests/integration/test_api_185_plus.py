@@ -16,8 +16,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from ferrum.v1 import api_pb2 as pb
+from ferrum.v1 import api_pb2_grpc as pb_grpc
 from services.simulator.options import SimulatorOptions
 from services.simulator.service import Simulator
 from tests.fileserver import serving_files
@@ -300,7 +303,7 @@ async def test_port_name_vtep_and_node_ident_1_88_to_1_94(api: VersionedApi) -> 
 # -- 1.95: disable_power_off ------------------------------------------------------------------------
 
 
-async def test_disable_power_off_from_1_95(api: VersionedApi) -> None:
+async def test_disable_power_off_from_1_95(api: VersionedApi, stack: Any) -> None:
     v94, v95 = (1, 94), (1, 95)
     status, _ = await api.call(
         v94, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": "dpo", "disable_power_off": True}
@@ -331,6 +334,13 @@ async def test_disable_power_off_from_1_95(api: VersionedApi) -> None:
     await api.call(v95, "PUT", "/v1/nodes/dpo/states/power", {"target": "rebooting"}, expect=202)
     node = await wait_state(api, "dpo", "enroll")
     assert node["power_state"] == "power on" and node["last_error"] is None
+    # The native gRPC Node carries the field (and the firmware interface among the interfaces).
+    channel = grpc.aio.insecure_channel(stack.endpoints["api gRPC"])
+    try:
+        message = await pb_grpc.NodeServiceStub(channel).GetNode(pb.GetNodeRequest(ident="dpo"))
+    finally:
+        await channel.close()
+    assert message.disable_power_off is True and message.interfaces["firmware"] == "no-firmware"
     # The conductor's own power_off step is refused too; the clean fails and the power stays on.
     await provision(api, "dpo", {"target": "manage"}, "manageable")
     steps = [{"interface": "power", "step": "power_off"}]
