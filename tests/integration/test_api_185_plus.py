@@ -31,7 +31,8 @@ OLD = (1, 78)
 
 
 @pytest.fixture(scope="module")
-async def api(stack: Any) -> AsyncIterator[VersionedApi]:
+async def api(sim: Simulator, stack: Any) -> AsyncIterator[VersionedApi]:
+    # The simulator first: it outlives the stack, whose Redfish sessions log out of it at close.
     async with versioned_api(stack, CEILING) as api:
         yield api
 
