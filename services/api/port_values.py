@@ -19,14 +19,23 @@ PORT_CREATE_KEYS = {
     "uuid",
     "is_smartnic",
     "portgroup_uuid",
+    "name",
 }
 LOCAL_LINK_KEYS = ("port_id", "switch_id", "hostname", "switch_info", "network_type")
+# An OVN VTEP switch's port (1.90): port_id with both of these instead of switch_id.
+VTEP_KEYS = ("vtep-logical-switch", "vtep-physical-switch")
+VTEP_SINCE = (1, 90)
+NAME_MAX = 255
 
 
 def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | None) -> None:
     """Ironic's LOCAL_LINK_CONN_SCHEMA: string values of known keys, and either
     empty, port_id with switch_id, port_id with hostname (smart NIC), or
     network_type "unmanaged" (1.64) alone; network_type is "managed" or "unmanaged"."""
+    vtep = [k for k in VTEP_KEYS if k in llc]
+    if vtep:
+        check_vtep_connection(llc, version)
+        return
     unknown = set(llc) - set(LOCAL_LINK_KEYS)
     if unknown:
         raise errors.InvalidParameterValue(
@@ -51,6 +60,22 @@ def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | 
         )
 
 
+def check_vtep_connection(llc: dict[str, Any], version: tuple[int, int] | None) -> None:
+    """Ironic's OVN VTEP schema (1.90): exactly port_id, vtep-logical-switch and
+    vtep-physical-switch, all strings; 406 below 1.90."""
+    if version is not None and version < VTEP_SINCE:
+        raise errors.NotAcceptable(
+            f"vtep-logical-switch and vtep-physical-switch in local_link_connection require API version "
+            f"{VTEP_SINCE[0]}.{VTEP_SINCE[1]} or newer"
+        )
+    wanted = {"port_id", *VTEP_KEYS}
+    if set(llc) != wanted or not all(isinstance(v, str) and v for v in llc.values()):
+        raise errors.InvalidParameterValue(
+            "Invalid local_link_connection: an OVN VTEP switch port needs exactly port_id, "
+            "vtep-logical-switch and vtep-physical-switch, each a non-empty string"
+        )
+
+
 def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None = None) -> dict[str, Any]:
     """Checked values with the MAC normalised; ``version`` None is the unversioned gRPC API."""
     out = dict(values)
@@ -61,6 +86,9 @@ def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None
             raise errors.InvalidParameterValue(f"{key} must be a JSON object")
     if "local_link_connection" in out:
         check_local_link_connection(out["local_link_connection"], version)
+    name = out.get("name")
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= NAME_MAX):
+        raise errors.InvalidParameterValue(f"Invalid port name {name!r}: a string of 1 to {NAME_MAX} characters")
     if "pxe_enabled" in out and not isinstance(out["pxe_enabled"], bool):
         raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
     if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):

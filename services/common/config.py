@@ -92,7 +92,7 @@ class ConductorConfig:
     enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
     enabled_bios_interfaces: tuple[str, ...] = ("no-bios", "redfish")
     enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake", "agent")
-    enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware",)
+    enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware", "fake", "redfish")
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
     liveness_check_interval: float = 1.0

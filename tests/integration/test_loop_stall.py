@@ -24,7 +24,9 @@ STALL = 8.0
 
 
 @pytest.mark.timeout(120)
-async def test_routable_again_within_seconds_after_a_stall_past_the_heartbeat_timeout(database_url: str, tmp_path: Path) -> None:
+async def test_routable_again_within_seconds_after_a_stall_past_the_heartbeat_timeout(
+    database_url: str, tmp_path: Path
+) -> None:
     settings = test_settings(
         database_url,
         tmp_path,

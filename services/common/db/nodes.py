@@ -90,6 +90,7 @@ WRITABLE_FIELDS = frozenset(
         "console_enabled",
         "shard",
         "parent_node",
+        "disable_power_off",
     )
 )
 SORT_KEYS = frozenset(

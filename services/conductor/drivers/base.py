@@ -220,6 +220,18 @@ class ManagementInterface(BaseInterface):
     async def set_secure_boot_state(self, task: Task, state: bool) -> None:
         raise unsupported(self, "secure boot")
 
+    # Virtual media on request (API 1.89/1.93): device types are Ironic's
+    # VMEDIA_DEVICES ("cdrom", "floppy", "disk"), the image an http(s) URL.
+    async def attach_virtual_media(self, task: Task, device_type: str, image_url: str) -> None:
+        raise unsupported(self, "attaching virtual media")
+
+    async def detach_virtual_media(self, task: Task, device_types: list[str] | None = None) -> None:
+        raise unsupported(self, "detaching virtual media")
+
+    async def get_virtual_media(self, task: Task) -> list[dict[str, Any]]:
+        """Every virtual media slot: ``{"media_types", "image", "inserted"}`` (more keys allowed)."""
+        raise unsupported(self, "reading virtual media")
+
     async def get_console_tail(self, task: Task, lines: int = 20) -> list[str]:
         """The last ``lines`` lines the machine's console showed, oldest first.
 
@@ -479,8 +491,11 @@ class FirmwareInterface(BaseInterface):
     @abc.abstractmethod
     async def update(self, task: Task, settings: list[dict[str, Any]]) -> str | None: ...
 
-    async def cache_firmware_components(self, task: Task) -> None:
-        """Refresh the node's cached firmware component versions (nothing by default)."""
+    async def read_components(self, task: Task) -> list[dict[str, Any]]:
+        """The machine's firmware components as the BMC reports them now (API 1.86):
+        ``{"component", "current_version", "vendor", "model", "serial_number"}``
+        each; the conductor caches them (services/conductor/firmware_cache.py)."""
+        raise unsupported(self, "reading firmware components")
 
 
 # The contract each kind's implementations must fulfil (checked when they load).

@@ -236,10 +236,17 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
         await task.driver.boot.prepare_instance(task)
 
     async def tear_down_agent(self, task: base.Task) -> None:
+        if task.node.get("disable_power_off"):
+            # API 1.95: the agent keeps running until boot_instance reboots into the instance.
+            return
         await self._power_off_through_agent(task, self._client(task))
 
     async def boot_instance(self, task: base.Task) -> None:
-        await task.driver.power.set_power_state(task, states.POWER_ON)
+        if task.node.get("disable_power_off"):
+            # API 1.95: the agent was not powered off (tear_down_agent), so reboot into the instance.
+            await task.driver.power.reboot(task)
+        else:
+            await task.driver.power.set_power_state(task, states.POWER_ON)
         await task.save_fields({"power_state": states.POWER_ON})
 
     async def _power_off_through_agent(self, task: base.Task, client: AgentClient) -> None:
@@ -258,8 +265,9 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
         await task.driver.power.set_power_state(task, states.POWER_OFF)
 
     async def tear_down(self, task: base.Task) -> str:
-        await task.driver.power.set_power_state(task, states.POWER_OFF)
-        await task.save_fields({"power_state": states.POWER_OFF})
+        if not task.node.get("disable_power_off"):  # API 1.95: cleaning's reboot ends the instance instead
+            await task.driver.power.set_power_state(task, states.POWER_OFF)
+            await task.save_fields({"power_state": states.POWER_OFF})
         await task.save_internal_info(
             {}, remove=(*AGENT_KEYS, "is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
         )

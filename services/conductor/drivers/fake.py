@@ -101,6 +101,30 @@ class FakeManagement(_Delayed, base.ManagementInterface):
         current[f"{indicator}@{component}"] = state
         await task.save_internal_info({"fake_indicators": current})
 
+    # Virtual media (API 1.89/1.93): one slot per device type, kept in
+    # driver_internal_info["fake_vmedia"] ({device_type: image_url}).
+    VMEDIA_DEVICES = ("cdrom", "floppy", "disk")
+
+    async def attach_virtual_media(self, task: base.Task, device_type: str, image_url: str) -> None:
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_vmedia", {}))
+        current[device_type] = image_url
+        await task.save_internal_info({"fake_vmedia": current})
+
+    async def detach_virtual_media(self, task: base.Task, device_types: list[str] | None = None) -> None:
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_vmedia", {}))
+        for device in device_types or list(current):
+            current.pop(device, None)
+        await task.save_internal_info({"fake_vmedia": current})
+
+    async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
+        current = task.node["driver_internal_info"].get("fake_vmedia", {})
+        return [
+            {"media_types": [device], "image": current.get(device), "inserted": device in current}
+            for device in self.VMEDIA_DEVICES
+        ]
+
     def get_supported_boot_modes(self, task: base.Task) -> list[str]:
         return ["bios", "uefi"]
 
@@ -278,3 +302,46 @@ class FakeBIOS(base.BIOSInterface):
         if task.save_bios_settings is not None:
             await task.save_bios_settings({}, {})
         return None
+
+
+class FakeFirmware(base.FirmwareInterface):
+    """Ironic's fake firmware interface: an ``update`` clean/service step that
+    pretends (as the fake deploy's erase steps do) and no components to read,
+    so a fake node's firmware list is empty (API 1.86)."""
+
+    name = "fake"
+    UPDATE_STEP: ClassVar[dict[str, Any]] = {
+        "interface": "firmware",
+        "step": "update",
+        "priority": 0,
+        "abortable": False,
+        "requires_ramdisk": False,
+        "argsinfo": {
+            "settings": {
+                "description": "List of firmware components, each a dictionary with component and url",
+                "required": True,
+                "type": "array",
+            }
+        },
+    }
+
+    async def validate(self, task: base.Task) -> None:
+        return None
+
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return [dict(self.UPDATE_STEP)]
+
+    def get_service_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return [dict(self.UPDATE_STEP)]
+
+    async def execute_clean_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        return await self.update(task, list((step.get("args") or {}).get("settings") or []))
+
+    async def execute_service_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        return await self.update(task, list((step.get("args") or {}).get("settings") or []))
+
+    async def update(self, task: base.Task, settings: list[dict[str, Any]]) -> str | None:
+        return None
+
+    async def read_components(self, task: base.Task) -> list[dict[str, Any]]:
+        return []

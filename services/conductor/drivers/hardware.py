@@ -48,6 +48,7 @@ class FakeHardware(HardwareType):
         "inspect": ("fake", "agent", "no-inspect"),
         "rescue": ("fake", "agent", "no-rescue"),
         "bios": ("fake", "no-bios"),
+        "firmware": ("no-firmware", "fake"),
     }
 
 
@@ -71,6 +72,8 @@ class RedfishHardware(HardwareType):
         "console": ("no-console", "ipmitool-socat", "simulator"),
         # BIOS settings through the System's Bios resource (drivers/redfish_bios.py), as Ironic.
         "bios": ("redfish", "no-bios"),
+        # no-firmware first: reading the firmware inventory is asked for per node (API 1.86).
+        "firmware": ("no-firmware", "redfish"),
     }
 
 

@@ -364,6 +364,21 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
 
         await self._call(task, f"eject virtual {device or 'all'} media", eject)
 
+    async def attach_virtual_media(self, task: base.Task, device_type: str, image_url: str) -> None:
+        """API 1.89: the same insert the virtual-media boot uses, on request."""
+        if device_type not in VIRTUAL_MEDIA_TYPES:
+            raise errors.InvalidParameterValue(
+                f"The redfish management interface cannot attach a virtual {device_type}; "
+                f"it attaches {', '.join(VIRTUAL_MEDIA_TYPES)}"
+            )
+        await self.insert_virtual_media(task, device_type, image_url)
+
+    async def detach_virtual_media(self, task: base.Task, device_types: list[str] | None = None) -> None:
+        for device in device_types or [None]:  # type: ignore[list-item]
+            if device is not None and device not in VIRTUAL_MEDIA_TYPES:
+                continue  # no such slot on a Redfish BMC: nothing is attached there
+            await self.eject_virtual_media(task, device)
+
     async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
         """What each virtual media slot holds: id, media types, image, inserted."""
 

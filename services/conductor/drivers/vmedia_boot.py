@@ -371,7 +371,7 @@ class VirtualMediaBoot(base.BootInterface):
 
     async def check_bmc(self, task: base.Task) -> set[str]:
         """The virtual media devices the BMC has; a BMC without a virtual CD cannot do this."""
-        slots = await task.driver.management.get_virtual_media(task)  # type: ignore[attr-defined]
+        slots = await task.driver.management.get_virtual_media(task)
         found = set()
         for slot in slots:
             types = {t.lower() for t in slot.get("media_types") or ()}

@@ -1,8 +1,9 @@
 """Verification (``manage`` from enroll): the BMC answers and reports a power state.
 
-As Ironic's verify does, it also caches the node's BIOS settings, best effort:
-a BIOS interface that cannot read them does not stop the node being managed
-(``GET /v1/nodes/{id}/bios`` then stays as it was).
+As Ironic's verify does, it also caches the node's BIOS settings and firmware
+components (API 1.86), best effort: an interface that cannot read them does not
+stop the node being managed (``GET /v1/nodes/{id}/bios`` or ``/firmware`` then
+stays as it was).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ async def start(ctx: FlowContext, task: Task) -> None:
         await task.driver.management.validate(task)
         power = await task.driver.power.get_power_state(task)
         await cache_bios_settings(task)
-        await ctx.transition(task, "done", changes={"power_state": power})
+        note = await ctx.cache_firmware(task)
+        await ctx.transition(task, "done", changes={"power_state": power}, note=note)
 
     await guarded(ctx, task, "Verification", run())
 
