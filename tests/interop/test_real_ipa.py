@@ -70,8 +70,8 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> As
         api={"ramdisk_heartbeat_timeout": 10},  # IPA heartbeats every 3-6 s (its own jitter, 5 s floor when forced)
         conductor={
             "hostname": "ipa-conductor",
-            "deploy_callback_timeout": 60.0,
-            "clean_callback_timeout": 60.0,
+            "deploy_callback_timeout": 120.0,
+            "clean_callback_timeout": 120.0,
             "timeout_check_interval": 1.0,
             "agent_power_off_timeout": 1.0,
             "erase_devices_priority": 0,
@@ -101,7 +101,7 @@ async def node_detail(env: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 async def wait_for(
-    env: dict[str, Any], name: str, wanted: str, ipa: IpaProcess, timeout: float = 60.0
+    env: dict[str, Any], name: str, wanted: str, ipa: IpaProcess, timeout: float = 90.0
 ) -> dict[str, Any]:
     """The node in ``wanted`` and unlocked; fails at once on a failed state or a dead IPA, with IPA's log."""
     deadline = time.monotonic() + timeout
