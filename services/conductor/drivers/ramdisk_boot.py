@@ -27,8 +27,11 @@ AGENT_KEYS = (
     "agent_hardware",
     "agent_verify_ca",
     "ramdisk_boot_requested",
+    "agent_cached_deploy_steps",
 )
 BOOT_REQUESTED = "ramdisk_boot_requested"
+# The deploy steps the booted agent offered (direct.py reads them on its first heartbeat).
+CACHED_DEPLOY_STEPS = "agent_cached_deploy_steps"
 
 
 async def forget_agent(task: Task) -> None:
