@@ -32,6 +32,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 echo "bootstrap: generating gRPC code from protos/"
 .venv/bin/python scripts/gen_protos.py
+# The wheels of Ferrum's runtime dependencies, for the test that installs Ferrum's own
+# wheel into a fresh venv with no index (tests/integration/test_wheel_install.py).
+.venv/bin/python -m tests.support.wheelhouse >/dev/null || echo "bootstrap: warning: could not build the wheelhouse (tests/support/wheelhouse.py)"
+# kubernetes-validate in its own venv, for the Kubernetes manifests' schema check
+# (tests/unit/test_kubernetes_manifests.py).
+.venv/bin/python -m tests.support.kube_validate >/dev/null || echo "bootstrap: warning: could not install kubernetes-validate (tests/support/kube_validate.py)"
 # The QEMU tests' Debian kernel and busybox initramfs, fetched now rather than
 # while a test's stack is running (a download that stalls the event loop past the
 # heartbeat timeout looks like a dead conductor).
