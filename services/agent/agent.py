@@ -60,6 +60,10 @@ class AgentOptions:
     advertise_port: int = 0  # port put in callback_url (a NAT or port forward in between); 0 = the bound port
     lookup_timeout: float = 300.0
     lookup_interval: float = 1.0
+    # How long a masked token is looked up again before the agent locks down: the conductor that
+    # issued it may have died before its reply arrived, and a survivor re-issues such a token
+    # once it sees that conductor dead (conductor/agent_callbacks.py).
+    masked_token_grace: float = 30.0
     heartbeat_interval: float | None = None  # None = heartbeat_timeout x random(0.3, 0.6), min 5 s, as IPA
     allow_md5: bool = False
     power_off: Callable[[], Awaitable[None]] | None = None  # hook: standby.power_off
@@ -458,7 +462,8 @@ class Agent:
             await asyncio.sleep(self.options.lookup_interval)
 
     async def _lookup(self, api: str) -> bool:
-        deadline = time.monotonic() + self.options.lookup_timeout
+        started = time.monotonic()
+        deadline = started + self.options.lookup_timeout
         delay = self.options.lookup_interval
         while True:
             try:
@@ -474,13 +479,20 @@ class Agent:
                 elif isinstance(exc, callbacks.CallbackError) and exc.status == 503:
                     delay = min(30.0, max(delay * 2, 1.0))  # the api's database is restarting: back off
             if found is not None:
-                return self._accept_lookup(found)
+                if self._usable_token(found) or time.monotonic() - started >= self.options.masked_token_grace:
+                    return self._accept_lookup(found)
+                found, reason = None, "lookup returned a masked token; asking again"
             if time.monotonic() + delay > deadline:
                 self.last_error = f"lookup failed after {self.options.lookup_timeout:.0f}s: {reason}"
                 LOG.error("lookup gave up macs=%s reason=%s", ",".join(self.options.macs), reason)
                 return False
             LOG.debug("lookup retry macs=%s reason=%s", ",".join(self.options.macs), reason)
             await asyncio.sleep(delay)
+
+    def _usable_token(self, found: dict[str, Any]) -> bool:
+        """A real token in the reply, or one pre-generated for this agent."""
+        token = (found.get("config") or {}).get("agent_token")
+        return bool(token and token != "******") or bool(self.agent_token)
 
     def _accept_lookup(self, found: dict[str, Any]) -> bool:
         config = found.get("config") or {}

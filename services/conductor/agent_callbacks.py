@@ -55,9 +55,17 @@ def _now_iso() -> str:
 class AgentCallbacks:
     """Lookup and heartbeat handling for one conductor."""
 
-    def __init__(self, tasks: TaskManager, node_states: NodeStates) -> None:
+    def __init__(
+        self,
+        tasks: TaskManager,
+        node_states: NodeStates,
+        *,
+        alive_conductors: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+    ) -> None:
         self.tasks = tasks
         self.states = node_states
+        # Who is alive now (TakeOver.alive): decides whether a token nobody used can be re-issued.
+        self.alive_conductors = alive_conductors
         self.nodes = NodeRepository(node_states.pool, secrets=node_states.secrets)
         self._retries: dict[tuple[str, str], asyncio.Task[None]] = {}
 
@@ -67,12 +75,40 @@ class AgentCallbacks:
         if node["provision_state"] not in states.LOOKUP_ALLOWED_STATES:
             raise errors.NotFound("Node could not be found.")
         if node["driver_internal_info"].get("agent_secret_token"):
-            return MASK, node
-        node, created = await self.nodes.set_agent_token_once(node_uuid, secrets.token_urlsafe(32))
+            return await self._reissue_if_stranded(node)
+        node, created = await self.nodes.set_agent_token_once(
+            node_uuid, secrets.token_urlsafe(32), issuer=self.tasks.hostname
+        )
         if not created:
-            return MASK, node
+            return await self._reissue_if_stranded(node)
         await self.states.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
         return node["driver_internal_info"]["agent_secret_token"], node
+
+    async def _reissue_if_stranded(self, node: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """``******`` for a token already issued, as Ironic, unless it is stranded: stored by a
+        conductor that died before its reply reached the agent (the api then retries the lookup
+        here), and never used by a heartbeat. Masking that one would lock the ramdisk out until
+        the call-back timeout. A token a live conductor issued, or one an agent already used,
+        stays masked, so a second lookup can never take over a working agent."""
+        info = node["driver_internal_info"]
+        issuer = info.get("agent_token_issuer")
+        if info.get("agent_url") or not issuer or issuer == self.tasks.hostname or self.alive_conductors is None:
+            return MASK, node
+        if any(row["hostname"] == issuer for row in await self.alive_conductors()):
+            return MASK, node
+        renewed = await self.nodes.reissue_stranded_agent_token(
+            node["uuid"], secrets.token_urlsafe(32), issuer=self.tasks.hostname, dead_issuer=issuer
+        )
+        if renewed is None:
+            return MASK, node
+        await self.states.record_event(
+            renewed,
+            "agent-lookup",
+            f"Agent looked the node up again; token re-issued: conductor {issuer}, which issued the first, "
+            "died before the agent used it",
+            severity="WARNING",
+        )
+        return renewed["driver_internal_info"]["agent_secret_token"], renewed
 
     async def heartbeat(
         self,

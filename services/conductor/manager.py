@@ -223,7 +223,7 @@ class ConductorManager:
         self.tasks.consoles = self.console_proxies
         self.consoles = Consoles(self.tasks, self.states, self.console_proxies, self.takeover)
         self.takeover.on_adopted = self.consoles.reconcile
-        self.agents = AgentCallbacks(self.tasks, self.states)
+        self.agents = AgentCallbacks(self.tasks, self.states, alive_conductors=self.takeover.alive)
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
         self.indicators = Indicators(self.tasks, self.states)
         self.boot_settings = BootSettings(self.tasks, self.states)

@@ -736,11 +736,12 @@ async def test_masked_token_locks_down_unless_pregenerated(env):
             "heartbeat_interval": 0.2,
             "disks": (Disk(str(make_disk(env["tmp"], "d", MiB))),),
         }
-        locked = Agent(AgentOptions(**options))
+        locked = Agent(AgentOptions(**options, masked_token_grace=0.5))
         await locked.start()
         try:
             await wait_for(lambda: locked.last_error is not None, 10, "lock down")
             assert "no usable agent token" in (locked.last_error or "") and locked.heartbeats_sent == 0
+            assert ironic.lookups >= 3  # asked again during the grace: a token may be re-issued
             await command(env, locked, "standby.sync", {}, expect=401)
         finally:
             await locked.stop()

@@ -257,6 +257,48 @@ async def test_token_rules(env: dict[str, Any]) -> None:
     assert "unreachable" in failed["last_error"]
 
 
+async def test_a_token_stranded_by_a_dead_conductor_is_reissued_once(env: dict[str, Any]) -> None:
+    """The conductor that stored the token died before its reply reached the agent (the api
+    retries the lookup on the survivor): masking it would lock the ramdisk out until the
+    call-back timeout. A token of a live conductor, or one already used, stays masked."""
+    sha = hashlib.sha256(env["image"]).hexdigest()
+    node = await enroll(env, "direct-strand", "52:54:00:d0:00:0e", sha256=sha)
+    await call(env, "PUT", "/v1/nodes/direct-strand/states/provision", {"target": "active"}, expect=202)
+    await wait_state(env, "direct-strand", "wait call-back")
+    lookup = f"/v1/lookup?node_uuid={node['uuid']}"
+    _, first = await call(env, "GET", lookup, expect=200)
+    first_token = first["config"]["agent_token"]
+    _, again = await call(env, "GET", lookup, expect=200)
+    assert again["config"]["agent_token"] == "******"  # issued by this live conductor: masked
+
+    async def issued_by(hostname: str) -> None:
+        await env["stack"].pool.execute(
+            "UPDATE nodes SET driver_internal_info = driver_internal_info || "
+            "jsonb_build_object('agent_token_issuer', $2::text) WHERE uuid = $1::uuid",
+            node["uuid"],
+            hostname,
+        )
+
+    await issued_by("conductor-that-died")  # registered nowhere, so not alive
+    _, reissued = await call(env, "GET", lookup, expect=200)
+    token = reissued["config"]["agent_token"]
+    assert token not in ("******", first_token) and len(token) >= 32
+    _, once_more = await call(env, "GET", lookup, expect=200)
+    assert once_more["config"]["agent_token"] == "******"  # now this conductor's: masked again
+    hb = {"callback_url": "http://127.0.0.1:9/", "agent_version": "9.0"}
+    status, _ = await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": first_token})
+    assert status == 400  # the stranded token is gone
+    events = await env["stack"].pool.fetch(
+        "SELECT h.event FROM node_history h JOIN nodes n ON n.id = h.node_id WHERE n.uuid = $1::uuid", node["uuid"]
+    )
+    assert any("token re-issued: conductor conductor-that-died" in row["event"] for row in events)
+    await call(env, "POST", f"/v1/heartbeat/{node['uuid']}", {**hb, "agent_token": token}, expect=202)
+    await issued_by("conductor-that-died")
+    _, used = await call(env, "GET", lookup, expect=200)
+    assert used["config"]["agent_token"] == "******"  # an agent used it: never re-issued
+    await wait_state(env, "direct-strand", "deploy failed", timeout=60)  # nothing listens at :9
+
+
 async def test_callback_timeout(env: dict[str, Any]) -> None:
     sha = hashlib.sha256(env["image"]).hexdigest()
     await enroll(env, "direct-4", "52:54:00:d0:00:04", sha256=sha)

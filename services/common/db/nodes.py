@@ -341,23 +341,46 @@ class NodeRepository:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         return node
 
-    async def set_agent_token_once(self, node_uuid: str, token: str) -> tuple[dict[str, Any], bool]:
+    async def set_agent_token_once(self, node_uuid: str, token: str, *, issuer: str) -> tuple[dict[str, Any], bool]:
         """Store the one-time agent token unless one exists; returns (node, created).
 
         The token is sealed here, before the statement: the "only if none
-        yet" test stays in SQL, so two lookups racing still issue one token."""
+        yet" test stays in SQL, so two lookups racing still issue one token.
+        ``issuer`` (the conductor's hostname) is kept beside it for
+        :meth:`reissue_stranded_agent_token`."""
         stored = self._secrets.seal(node_uuid, {"driver_internal_info": {"agent_secret_token": token}})
         token = stored["driver_internal_info"]["agent_secret_token"]
         row = await self._db.fetchrow(
             "UPDATE nodes SET driver_internal_info = driver_internal_info || "
-            "jsonb_build_object('agent_secret_token', $2::text), updated_at = now() "
+            "jsonb_build_object('agent_secret_token', $2::text, 'agent_token_issuer', $3::text), updated_at = now() "
             "WHERE uuid = $1::uuid AND NOT (driver_internal_info ? 'agent_secret_token') RETURNING *",
             node_uuid,
             token,
+            issuer,
         )
         if row is not None:
             return self._node(row), True
         return await self.get(node_uuid), False
+
+    async def reissue_stranded_agent_token(
+        self, node_uuid: str, token: str, *, issuer: str, dead_issuer: str
+    ) -> dict[str, Any] | None:
+        """Replace a token that ``dead_issuer`` stored but no agent ever used (no heartbeat
+        yet); None when the node changed meanwhile (a heartbeat came, or another
+        conductor re-issued first): then the stored token stands."""
+        stored = self._secrets.seal(node_uuid, {"driver_internal_info": {"agent_secret_token": token}})
+        token = stored["driver_internal_info"]["agent_secret_token"]
+        row = await self._db.fetchrow(
+            "UPDATE nodes SET driver_internal_info = driver_internal_info || "
+            "jsonb_build_object('agent_secret_token', $2::text, 'agent_token_issuer', $3::text), updated_at = now() "
+            "WHERE uuid = $1::uuid AND driver_internal_info->>'agent_token_issuer' = $4::text "
+            "AND NOT (driver_internal_info ? 'agent_url') RETURNING *",
+            node_uuid,
+            token,
+            issuer,
+            dead_issuer,
+        )
+        return self._node(row) if row is not None else None
 
     async def reseal_batch(self, *, after_id: int, limit: int) -> tuple[int | None, int]:
         """Re-encrypt, under the current key, the secrets of the next ``limit``

@@ -18,6 +18,7 @@ from services.conductor.drivers.base import Task
 # driver_internal_info keys owned by one ramdisk boot; a new boot starts without them.
 AGENT_KEYS = (
     "agent_secret_token",
+    "agent_token_issuer",
     "agent_url",
     "agent_version",
     "agent_last_heartbeat",
