@@ -19,7 +19,16 @@ PORT_CREATE_KEYS = {
     "uuid",
     "is_smartnic",
     "portgroup_uuid",
+    "description",
+    "vendor",
+    "category",
+    "available_for_dynamic_portgroup",
 }
+# Ironic's PORT_SCHEMA lengths for the free-text fields of 1.97, 1.100 and 1.101.
+PORT_TEXT_LIMITS = {"description": 255, "vendor": 32, "category": 80}
+# Keys of an OVN VTEP switch (Ironic 1.90 accepted them; 1.105 removed them again).
+VTEP_KEYS = ("vtep-logical-switch", "vtep-physical-switch")
+VTEP_REMOVED = (1, 105)
 LOCAL_LINK_KEYS = ("port_id", "switch_id", "hostname", "switch_info", "network_type")
 
 
@@ -27,6 +36,12 @@ def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | 
     """Ironic's LOCAL_LINK_CONN_SCHEMA: string values of known keys, and either
     empty, port_id with switch_id, port_id with hostname (smart NIC), or
     network_type "unmanaged" (1.64) alone; network_type is "managed" or "unmanaged"."""
+    if (version is None or version >= VTEP_REMOVED) and set(llc) & set(VTEP_KEYS):
+        # None is the native gRPC API, which speaks the newest semantics.
+        raise errors.InvalidParameterValue(
+            "Invalid local_link_connection: OVN VTEP switches (vtep-logical-switch, vtep-physical-switch) "
+            "are not supported from API version 1.105"
+        )
     unknown = set(llc) - set(LOCAL_LINK_KEYS)
     if unknown:
         raise errors.InvalidParameterValue(
@@ -65,6 +80,12 @@ def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None
         raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
     if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):
         raise errors.InvalidParameterValue("is_smartnic must be a boolean")
+    for key, limit in PORT_TEXT_LIMITS.items():
+        value = out.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            raise errors.InvalidParameterValue(f"{key} must be a string of at most {limit} characters")
+    if "available_for_dynamic_portgroup" in out and not isinstance(out["available_for_dynamic_portgroup"], bool):
+        raise errors.InvalidParameterValue("available_for_dynamic_portgroup must be a boolean")
     if out.get("physical_network") is not None and not isinstance(out["physical_network"], str):
         raise errors.InvalidParameterValue("physical_network must be a string")
     if "node_uuid" in out and (not isinstance(out["node_uuid"], str) or not is_uuid(out["node_uuid"])):

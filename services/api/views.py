@@ -76,6 +76,8 @@ NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "shard": (1, 82),
     "parent_node": (1, 83),
     "service_step": (1, 87),  # served ahead of the advertised maximum (docs/api.md)
+    "instance_name": (1, 104),
+    "health": (1, 109),
 }
 NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")
 PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
@@ -92,6 +94,10 @@ PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "portgroup_uuid": (1, 24),
     "physical_network": (1, 34),
     "is_smartnic": (1, 53),
+    "description": (1, 97),
+    "vendor": (1, 100),
+    "category": (1, 101),
+    "available_for_dynamic_portgroup": (1, 111),
 }
 PORT_LIST_FIELDS = ("uuid", "address")
 _TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at", "inspection_finished_at")

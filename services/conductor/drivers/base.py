@@ -209,6 +209,12 @@ class ManagementInterface(BaseInterface):
     async def set_secure_boot_state(self, task: Task, state: bool) -> None:
         raise unsupported(self, "secure boot")
 
+    async def get_node_health(self, task: Task) -> str | None:
+        """The machine's health as its BMC reports it (REST 1.109: ``OK``,
+        ``Warning``, ``Critical``), read at each power sync; None where the
+        interface cannot tell, which leaves the node's ``health`` null."""
+        return None
+
     async def get_console_tail(self, task: Task, lines: int = 20) -> list[str]:
         """The last ``lines`` lines the machine's console showed, oldest first.
 
