@@ -148,3 +148,19 @@ async def test_a_failed_service_step_names_itself_and_abort_returns_to_active(ma
     assert "the BMC refused the setting Broken" in failed["last_error"]
     await manager.do_provision_action(node["uuid"], "abort")
     assert (await settled(manager, node["uuid"], states.ACTIVE))["service_step"] == {}
+
+
+async def test_service_with_disable_ramdisk_refuses_ramdisk_steps_and_notes_it(manager: ConductorManager) -> None:
+    """REST 1.108: ``disable_ramdisk`` with ``service``. Steps that run in the ramdisk are
+    refused before anything changes; the others run, and the history says so."""
+    node = await active_node(manager)
+    settings = [{"name": "ProcTurbo", "value": "Enabled"}]
+    await manager.do_provision_action(
+        node["uuid"], "service", service_steps=[{**STEP, "args": {"settings": settings}}], disable_ramdisk=True
+    )
+    done = await settled(manager, node["uuid"], states.ACTIVE)
+    assert done["driver_internal_info"][APPLIED] == settings
+    assert "service_disable_ramdisk" not in done["driver_internal_info"]
+    assert any("servicing finished" in e and "(ramdisk disabled)" in e for e in await history(manager, node["uuid"]))
+    with pytest.raises(errors.InvalidParameterValue, match="disable_ramdisk is supported only with"):
+        await manager.do_provision_action(node["uuid"], "delete", disable_ramdisk=True)
