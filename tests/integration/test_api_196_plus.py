@@ -16,8 +16,11 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import pytest
 
+from ferrum.v1 import api_pb2 as pb
+from ferrum.v1 import api_pb2_grpc as pb_grpc
 from services.api import versions
 from tests.labapi import VersionedApi, versioned_api
 
@@ -557,3 +560,26 @@ async def test_history_project_1_113_and_states_and_duration_1_115(api: Versione
     assert set(plain["history"][0]) == {"uuid", "created_at", "severity", "event", "links"}
     _, one = await api.call((1, 115), "GET", f"/v1/nodes/{node['uuid']}/history/{managed[-1]['uuid']}", expect=200)
     assert one["project"] == "proj-7" and "duration_seconds" in one
+
+
+async def test_grpc_set_provision_state_resolves_a_runbook_as_rest(api: VersionedApi, stack: Any) -> None:
+    """gRPC speaks the newest semantics: the 1.112 trait rule, the same refusals, the same steps."""
+    node = await manageable_node(api, "rb-grpc")
+    _, rb = await api.call(CEILING, "POST", "/v1/runbooks", {"name": "grpc-erase", "steps": [ERASE]}, expect=201)
+    await api.call(CEILING, "PUT", f"/v1/runbooks/{rb['uuid']}/traits/CUSTOM_GRPC", expect=204)
+    channel = grpc.aio.insecure_channel(stack.endpoints["api gRPC"])
+    try:
+        nodes = pb_grpc.NodeServiceStub(channel)
+        request = pb.SetProvisionStateRequest(ident="rb-grpc", target="clean", runbook="grpc-erase")
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await nodes.SetProvisionState(request)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "any of the runbook's traits ['CUSTOM_GRPC']" in (caught.value.details() or "")
+        await api.call(CEILING, "PUT", f"/v1/nodes/{node['uuid']}/traits/CUSTOM_GRPC", expect=204)
+        await nodes.SetProvisionState(request)
+    finally:
+        await channel.close()
+    done = await settle(api, node["uuid"])
+    assert done["provision_state"] == "manageable" and done["last_error"] is None, done
+    _, history = await api.call(CEILING, "GET", f"/v1/nodes/{node['uuid']}/history", expect=200)
+    assert any("steps: deploy.erase_devices_metadata" in e["event"] for e in history["history"])
