@@ -213,6 +213,8 @@ class PortgroupsApi:
             changes["node_id"] = node["id"]
         if changes:
             row = await self.repo.update(row["uuid"], changes)
+        if "physical_network" in changes:  # 1.102: the group's network is its ports' network, as in Ironic
+            await self.repo.set_member_physical_network(row["id"], changes["physical_network"])
         return web.json_response(
             portgroup_document(row, base=self.ctx.base(request), version=request["version"]), dumps=dumps
         )

@@ -29,6 +29,7 @@ from services.common.jsonutil import dumps
 PORTGROUP_FILTER_SINCE = (1, 24)
 SHARD_FILTER_SINCE = (1, 82)
 CONDUCTOR_GROUPS_FILTER_SINCE = (1, 99)
+PORTGROUP_PHYSNET_SINCE = (1, 102)
 READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info"}
 
 
@@ -182,6 +183,14 @@ class PortsApi:
                 "A port in a port group cannot move to another node; remove it from the group first"
             )
         member_of = group_id if group_changed else port.get("portgroup_id")
+        if (
+            request["version"] >= PORTGROUP_PHYSNET_SINCE
+            and "physical_network" in values
+            and port.get("portgroup_id") is not None
+            and not group_changed
+        ):
+            # Ironic 1.102: a member's network follows its group's (PATCH the group instead).
+            raise errors.Invalid("physical_network cannot be changed while the port belongs to a portgroup.")
         if member_of is not None and (group_changed or "physical_network" in values):
             physnet = values.get("physical_network", port.get("physical_network"))
             await self._check_group_physnet(member_of, physnet, port["uuid"])

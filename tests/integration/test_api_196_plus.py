@@ -388,7 +388,26 @@ async def test_portgroup_fields_1_102_1_103_1_111_and_filters_1_99_1_106(api: Ve
         )
     )[0] == 400
     await api.call(CEILING, "POST", "/v1/portgroups", {"node_uuid": nb["uuid"], "name": "pg-two"}, expect=201)
-    await api.call(CEILING, "POST", "/v1/ports", {"address": "52:54:00:99:00:01", "node_uuid": na["uuid"]}, expect=201)
+    _, member = await api.call(
+        CEILING,
+        "POST",
+        "/v1/ports",
+        {"address": "52:54:00:99:00:01", "node_uuid": na["uuid"], "portgroup_uuid": pg["uuid"]},
+        expect=201,
+    )
+    # 1.102: a group's network is its members'; a member's own cannot change (it could below 1.102).
+    new_net = [{"op": "replace", "path": "/physical_network", "value": "physnet2"}]
+    await api.call((1, 102), "PATCH", "/v1/portgroups/pg-one", new_net, expect=200)
+    _, member = await api.call((1, 102), "GET", f"/v1/ports/{member['uuid']}", expect=200)
+    assert member["physical_network"] == "physnet2"
+    status, answer = await api.call(
+        (1, 102), "PATCH", f"/v1/ports/{member['uuid']}", [{**new_net[0], "value": "physnet3"}]
+    )
+    assert status == 400 and "while the port belongs to a portgroup" in fault(answer), answer
+    _, member = await api.call(
+        (1, 101), "PATCH", f"/v1/ports/{member['uuid']}", [{**new_net[0], "value": "physnet3"}], expect=200
+    )
+    assert member["physical_network"] == "physnet3"  # the only member, so no other network to clash with
     await api.call(CEILING, "POST", "/v1/ports", {"address": "52:54:00:99:00:02", "node_uuid": nb["uuid"]}, expect=201)
 
     # 1.106: port groups by their nodes' shard.
@@ -472,6 +491,16 @@ async def test_instance_name_from_1_104_follows_display_name(api: VersionedApi) 
         v104, "PATCH", "/v1/nodes/in-node", [{"op": "remove", "path": "/instance_name"}], expect=200
     )
     assert node["instance_name"] is None
+
+
+async def test_undeploy_clears_instance_name_1_104(api: VersionedApi, stack: Any) -> None:
+    node = await new_node(api, "in-deployed")
+    info = [{"op": "add", "path": "/instance_info", "value": {"display_name": "db-1"}}]
+    await api.call((1, 104), "PATCH", "/v1/nodes/in-deployed", info, expect=200)
+    await set_state(stack, node["uuid"], "active", None)
+    await api.call((1, 104), "PUT", f"/v1/nodes/{node['uuid']}/states/provision", {"target": "deleted"}, expect=202)
+    done = await settle(api, node["uuid"])
+    assert done["provision_state"] == "available" and done["instance_name"] is None and done["instance_info"] == {}
 
 
 # -- 1.107: X-OpenStack-Request-Id ---------------------------------------------------------------------------

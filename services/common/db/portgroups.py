@@ -212,6 +212,17 @@ class PortgroupRepository:
             sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")),
         )
 
+    async def set_member_physical_network(self, portgroup_id: int, physical_network: str | None) -> int:
+        """Give every port of the group ``physical_network`` (REST 1.102, as Ironic's
+        ``Portgroup.update_physical_network``); returns how many ports changed."""
+        result = await self._db.execute(
+            "UPDATE ports SET physical_network = $2, updated_at = now() "
+            "WHERE portgroup_id = $1 AND physical_network IS DISTINCT FROM $2",
+            portgroup_id,
+            physical_network,
+        )
+        return int(result.rsplit(" ", 1)[-1])
+
     async def member_physical_networks(self, portgroup_id: int, *, except_port: str | None = None) -> set[str | None]:
         """The physical networks of the group's ports (``None`` for a port without one), but ``except_port``."""
         rows = await self._db.fetch(
