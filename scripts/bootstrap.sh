@@ -32,6 +32,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 echo "bootstrap: generating gRPC code from protos/"
 .venv/bin/python scripts/gen_protos.py
+# The wheels of Ferrum's runtime dependencies, for the test that installs Ferrum's own
+# wheel into a fresh venv with no index (tests/integration/test_wheel_install.py).
+.venv/bin/python -m tests.support.wheelhouse >/dev/null || echo "bootstrap: warning: could not build the wheelhouse (tests/support/wheelhouse.py)"
+# kubernetes-validate in its own venv, for the Kubernetes manifests' schema check
+# (tests/unit/test_kubernetes_manifests.py).
+.venv/bin/python -m tests.support.kube_validate >/dev/null || echo "bootstrap: warning: could not install kubernetes-validate (tests/support/kube_validate.py)"
 # The QEMU tests' Debian kernel and busybox initramfs, fetched now rather than
 # while a test's stack is running (a download that stalls the event loop past the
 # heartbeat timeout looks like a dead conductor).
@@ -43,3 +49,13 @@ echo "bootstrap: generating gRPC code from protos/"
 # LVM from Debian) and the NFS server of the NFS-root test, installed now, not mid-run.
 .venv/bin/python -m tests.support.cinder_service >/dev/null || echo "bootstrap: warning: could not install Cinder (tests/support/cinder_service.py)"
 .venv/bin/python -c "from tests.e2e.nfs_server import ensure_nfs_packages; ensure_nfs_packages()" >/dev/null || echo "bootstrap: warning: could not install NFS-Ganesha (tests/e2e/nfs_server.py)"
+# The interop tests' real peers (issue 22): ironic-python-agent 13 and Ironic 39, each in
+# its own venv under .ferrum/cache (they pin their own oslo libraries), plus Ironic's
+# empty SQLite schema; installed now so the timed test run does not pay for them.
+install_interop_peers() {
+    .venv/bin/python -m tests.support.ipa_agent >/dev/null \
+        || echo "bootstrap: warning: could not install ironic-python-agent (tests/support/ipa_agent.py)"
+    .venv/bin/python -m tests.support.ironic_service >/dev/null \
+        || echo "bootstrap: warning: could not install Ironic (tests/support/ironic_service.py)"
+}
+install_interop_peers

@@ -207,6 +207,10 @@ class Agent:
         self.iscsi_target: IscsiTarget | None = None
         self.deploy_info: dict[str, Any] | None = None
         self.heartbeats_sent = 0
+        # Ferrum's api takes deploy_progress/deploy_info in heartbeats; Ironic's
+        # refuses any field it does not know ("Unexpected arguments"), so after
+        # such a refusal the agent heartbeats with IPA's fields only.
+        self.heartbeat_extensions = True
         self.powered_down: str | None = None  # "power_off" / "reboot" once asked to leave the ramdisk
         self.looked_up = asyncio.Event()
         self._session = session
@@ -512,9 +516,9 @@ class Agent:
         }
         if self.serving_tls is not None:
             body["agent_verify_ca"] = self.serving_tls.certificate_pem
-        if self.progress is not None:
+        if self.heartbeat_extensions and self.progress is not None:
             body["deploy_progress"] = self.progress.as_dict()
-        if self.deploy_info is not None:
+        if self.heartbeat_extensions and self.deploy_info is not None:
             body["deploy_info"] = dict(self.deploy_info)
         return body
 
@@ -576,19 +580,35 @@ class Agent:
                 delay = self._heartbeat_interval()
                 if self.progress is not None and self.progress.stage not in ("done", "failed"):
                     delay = min(delay, self.options.progress_heartbeat_interval)
-            except (callbacks.CallbackError, aiohttp.ClientError, TimeoutError) as exc:
-                interval = self._heartbeat_interval()
-                error_delay = min(interval, max(error_delay * 2, min(1.0, interval)))
-                delay = error_delay
-                self.last_error = f"heartbeat failed: {exc or type(exc).__name__}"
-                LOG.warning(
-                    "heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s",
-                    self.node_uuid,
-                    delay,
-                    exc or type(exc).__name__,
-                )
+            except callbacks.CallbackError as exc:
+                if self._refused_extensions(exc):
+                    continue  # at once, with IPA's fields only
+                delay = error_delay = self._heartbeat_failed(exc, error_delay)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                delay = error_delay = self._heartbeat_failed(exc, error_delay)
             try:  # asyncio.timeout, not wait_for: wait_for can swallow a cancel that races the event
                 async with asyncio.timeout(delay):
                     await self._heartbeat_now.wait()
             except TimeoutError:
                 pass
+
+    def _refused_extensions(self, exc: callbacks.CallbackError) -> bool:
+        """True (once) when the api refused Ferrum's heartbeat fields, as Ironic does."""
+        text = str(exc)
+        if not self.heartbeat_extensions or exc.status != 400 or "Unexpected argument" not in text:
+            return False
+        if "deploy_progress" not in text and "deploy_info" not in text:
+            return False
+        self.heartbeat_extensions = False
+        LOG.info("the api does not take deploy_progress/deploy_info; heartbeating with IPA's fields only")
+        return True
+
+    def _heartbeat_failed(self, exc: BaseException, error_delay: float) -> float:
+        """Record a failed heartbeat; the delay before the next try (doubling up to the interval)."""
+        interval = self._heartbeat_interval()
+        delay = min(interval, max(error_delay * 2, min(1.0, interval)))
+        self.last_error = f"heartbeat failed: {exc or type(exc).__name__}"
+        LOG.warning(
+            "heartbeat failed node_uuid=%s retry_in=%.1fs reason=%s", self.node_uuid, delay, exc or type(exc).__name__
+        )
+        return delay

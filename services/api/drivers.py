@@ -31,7 +31,9 @@ DRIVER_INTERFACE_KINDS = (
     "rescue",
     "storage",
     "vendor",
+    "firmware",
 )
+FIRMWARE_SINCE = (1, 86)  # default_firmware_interface and enabled_firmware_interfaces
 DRIVER_FIELDS = frozenset(
     (
         "name",
@@ -70,12 +72,15 @@ class DriversApi:
         for name in wanted:
             if name not in DRIVER_FIELDS:
                 raise errors.InvalidParameterValue(f'Field(s) "{name}" are not valid')
+            if "_firmware_interface" in name and request["version"] < FIRMWARE_SINCE:
+                version = request["version"]
+                raise errors.NotAcceptable(f"Field {name} is not supported at API version {version[0]}.{version[1]}")
         return wanted or None
 
-    def _driver_interfaces(self, doc: dict[str, Any], name: str, hosts: list[str]) -> None:
+    def _driver_interfaces(self, request: web.Request, doc: dict[str, Any], name: str, hosts: list[str]) -> None:
         conductor = self.ctx.router.rings.conductors[hosts[0]]
         for kind, names in conductor["interfaces"].get(name, {}).items():
-            if kind not in DRIVER_INTERFACE_KINDS:  # firmware: API 1.86, above our maximum
+            if kind not in DRIVER_INTERFACE_KINDS or (kind == "firmware" and request["version"] < FIRMWARE_SINCE):
                 continue
             doc[f"default_{kind}_interface"] = names[0] if names else None
             doc[f"enabled_{kind}_interfaces"] = names
@@ -96,7 +101,7 @@ class DriversApi:
             doc = self._driver_doc(request, name, hosts)
             if fields is not None or detail:
                 # Ironic's detail view: every default_*/enabled_* interface field.
-                self._driver_interfaces(doc, name, hosts)
+                self._driver_interfaces(request, doc, name, hosts)
             if fields is not None:
                 doc = {k: v for k, v in doc.items() if k in fields}
             docs.append(doc)
@@ -109,7 +114,7 @@ class DriversApi:
         if name not in drivers:
             raise errors.NotFound(f"Driver {name} could not be found.")
         doc = self._driver_doc(request, name, drivers[name])
-        self._driver_interfaces(doc, name, drivers[name])
+        self._driver_interfaces(request, doc, name, drivers[name])
         if fields is not None:
             doc = {k: v for k, v in doc.items() if k in fields}
         return web.json_response(doc)

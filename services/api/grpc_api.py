@@ -121,6 +121,8 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
         shard=row.get("shard") or "",
         parent_node=row.get("parent_node") or "",
         console_enabled=bool(row.get("console_enabled")),
+        service_step=_struct(row.get("service_step")),
+        disable_power_off=bool(row.get("disable_power_off")),
         instance_name=row.get("instance_name") or "",
         health=row.get("health") or "",
     )

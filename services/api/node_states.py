@@ -100,6 +100,9 @@ class NodeStatesApi:
             raise errors.InvalidParameterValue(
                 f"Invalid timeout value {timeout}. The timeout must be a positive integer."
             )
+        if target in (states.POWER_OFF, states.SOFT_POWER_OFF) and node.get("disable_power_off"):
+            # API 1.95: the node may not be powered off (Ironic's PowerStateFailure, 409).
+            raise errors.InvalidState(f"Failed to set node power state to {target}.")
         await self.ctx.rpc(
             node, "ChangePowerState", cpb.PowerStateRequest(node_uuid=node["uuid"], target=target, timeout=timeout or 0)
         )

@@ -35,6 +35,7 @@ NODE_CREATE_KEYS = {
     "retired_reason",
     "shard",
     "parent_node",
+    "disable_power_off",
     "instance_name",
     *INTERFACE_FIELDS,
 }
@@ -209,12 +210,17 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         raise errors.InvalidParameterValue("shard is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:
         raise errors.InvalidParameterValue("description is longer than 4096 characters")
-    for key in ("automated_clean", "protected", "retired", "maintenance"):
+    for key in ("automated_clean", "protected", "retired", "maintenance", "disable_power_off"):
         if key in out and out[key] is not None and not isinstance(out[key], bool):
             raise errors.InvalidParameterValue(f"{key} must be a boolean")
     if "conductor_group" in out and out["conductor_group"] is None:
         out["conductor_group"] = ""
-    for key in ("protected", "retired", "maintenance"):  # NOT NULL flags: null means the default, false
+    for key in (
+        "protected",
+        "retired",
+        "maintenance",
+        "disable_power_off",
+    ):  # NOT NULL flags: null means the default, false
         if key in out and out[key] is None:
             out[key] = False
     return out

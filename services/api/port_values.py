@@ -19,6 +19,7 @@ PORT_CREATE_KEYS = {
     "uuid",
     "is_smartnic",
     "portgroup_uuid",
+    "name",
     "description",
     "vendor",
     "category",
@@ -26,22 +27,28 @@ PORT_CREATE_KEYS = {
 }
 # Ironic's PORT_SCHEMA lengths for the free-text fields of 1.97, 1.100 and 1.101.
 PORT_TEXT_LIMITS = {"description": 255, "vendor": 32, "category": 80}
-# Keys of an OVN VTEP switch (Ironic 1.90 accepted them; 1.105 removed them again).
-VTEP_KEYS = ("vtep-logical-switch", "vtep-physical-switch")
-VTEP_REMOVED = (1, 105)
+VTEP_REMOVED = (1, 105)  # Ironic removed the OVN VTEP form again
 LOCAL_LINK_KEYS = ("port_id", "switch_id", "hostname", "switch_info", "network_type")
+# An OVN VTEP switch's port (1.90): port_id with both of these instead of switch_id.
+VTEP_KEYS = ("vtep-logical-switch", "vtep-physical-switch")
+VTEP_SINCE = (1, 90)
+NAME_MAX = 255
 
 
 def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | None) -> None:
     """Ironic's LOCAL_LINK_CONN_SCHEMA: string values of known keys, and either
     empty, port_id with switch_id, port_id with hostname (smart NIC), or
     network_type "unmanaged" (1.64) alone; network_type is "managed" or "unmanaged"."""
-    if (version is None or version >= VTEP_REMOVED) and set(llc) & set(VTEP_KEYS):
-        # None is the native gRPC API, which speaks the newest semantics.
+    vtep = [k for k in VTEP_KEYS if k in llc]
+    if vtep and (version is None or version >= VTEP_REMOVED):
+        # 1.105 removed what 1.90 added; None is the native gRPC API, which speaks the newest semantics.
         raise errors.InvalidParameterValue(
             "Invalid local_link_connection: OVN VTEP switches (vtep-logical-switch, vtep-physical-switch) "
             "are not supported from API version 1.105"
         )
+    if vtep:
+        check_vtep_connection(llc, version)
+        return
     unknown = set(llc) - set(LOCAL_LINK_KEYS)
     if unknown:
         raise errors.InvalidParameterValue(
@@ -66,6 +73,22 @@ def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | 
         )
 
 
+def check_vtep_connection(llc: dict[str, Any], version: tuple[int, int] | None) -> None:
+    """Ironic's OVN VTEP schema (1.90): exactly port_id, vtep-logical-switch and
+    vtep-physical-switch, all strings; 406 below 1.90."""
+    if version is not None and version < VTEP_SINCE:
+        raise errors.NotAcceptable(
+            f"vtep-logical-switch and vtep-physical-switch in local_link_connection require API version "
+            f"{VTEP_SINCE[0]}.{VTEP_SINCE[1]} or newer"
+        )
+    wanted = {"port_id", *VTEP_KEYS}
+    if set(llc) != wanted or not all(isinstance(v, str) and v for v in llc.values()):
+        raise errors.InvalidParameterValue(
+            "Invalid local_link_connection: an OVN VTEP switch port needs exactly port_id, "
+            "vtep-logical-switch and vtep-physical-switch, each a non-empty string"
+        )
+
+
 def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None = None) -> dict[str, Any]:
     """Checked values with the MAC normalised; ``version`` None is the unversioned gRPC API."""
     out = dict(values)
@@ -76,6 +99,9 @@ def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None
             raise errors.InvalidParameterValue(f"{key} must be a JSON object")
     if "local_link_connection" in out:
         check_local_link_connection(out["local_link_connection"], version)
+    name = out.get("name")
+    if name is not None and (not isinstance(name, str) or not 1 <= len(name) <= NAME_MAX):
+        raise errors.InvalidParameterValue(f"Invalid port name {name!r}: a string of 1 to {NAME_MAX} characters")
     if "pxe_enabled" in out and not isinstance(out["pxe_enabled"], bool):
         raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
     if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):

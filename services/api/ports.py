@@ -27,6 +27,7 @@ from services.common.db.ports import PortRepository
 from services.common.jsonutil import dumps
 
 PORTGROUP_FILTER_SINCE = (1, 24)
+NODE_IDENT_SINCE = (1, 94)  # POST /v1/ports with node_ident: the node's name or UUID
 SHARD_FILTER_SINCE = (1, 82)
 CONDUCTOR_GROUPS_FILTER_SINCE = (1, 99)
 PORTGROUP_PHYSNET_SINCE = (1, 102)
@@ -144,12 +145,24 @@ class PortsApi:
         )
 
     async def create_port(self, request: web.Request) -> web.Response:
-        body = await self.ctx.create_body(request, "port", PORT_CREATE_KEYS, views.PORT_FIELD_VERSIONS)
-        if "node_uuid" not in body or "address" not in body:
-            raise errors.InvalidParameterValue("A port needs 'address' and 'node_uuid'")
-        if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
-            raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
-        node = await self._node_of_port(body["node_uuid"])
+        body = await self.ctx.create_body(
+            request,
+            "port",
+            PORT_CREATE_KEYS | {"node_ident"},
+            {**views.PORT_FIELD_VERSIONS, "node_ident": NODE_IDENT_SINCE},
+        )
+        if "address" not in body or ("node_uuid" in body) == ("node_ident" in body):
+            raise errors.InvalidParameterValue(
+                "A port needs 'address' and one of 'node_uuid' or 'node_ident' (1.94)"
+                if request["version"] >= NODE_IDENT_SINCE
+                else "A port needs 'address' and 'node_uuid'"
+            )
+        if "node_ident" in body:
+            node = await self._node_of_port_ident(body.pop("node_ident"))
+        else:
+            if not isinstance(body["node_uuid"], str) or not is_uuid(body["node_uuid"]):
+                raise errors.InvalidParameterValue(f"Expected a UUID for node_uuid but received {body['node_uuid']}.")
+            node = await self._node_of_port(body["node_uuid"])
         values = validate_port_values(body, request["version"])
         values.pop("node_uuid", None)
         values["node_id"] = node["id"]
@@ -230,6 +243,15 @@ class PortsApi:
             return await self.ctx.nodes.get(node_uuid)
         except errors.NotFound:
             raise errors.InvalidParameterValue(f"Node {node_uuid} could not be found.") from None
+
+    async def _node_of_port_ident(self, ident: Any) -> dict[str, Any]:
+        """``node_ident`` (1.94): the node by name or UUID; one that does not exist is a 400."""
+        if not isinstance(ident, str) or not (is_uuid(ident) or is_valid_name(ident)):
+            raise errors.InvalidParameterValue(f"Expected a logical name or UUID for node_ident but received {ident}.")
+        try:
+            return await self.ctx.nodes.get_by_ident(ident)
+        except errors.NotFound:
+            raise errors.InvalidParameterValue(f"Node {ident} could not be found.") from None
 
     async def delete_port(self, request: web.Request) -> web.Response:
         port = await self._by_path(request)

@@ -36,12 +36,14 @@ from services.api.external_events import ExternalEventsApi
 from services.api.inspection_rules import InspectionRulesApi
 from services.api.ipxe_passthru import IpxePassthru
 from services.api.node_bios import NodeBiosApi
+from services.api.node_firmware import NodeFirmwareApi
 from services.api.node_history import NodeHistoryApi
 from services.api.node_inventory import NodeInventoryApi
 from services.api.node_management import NodeManagementApi
 from services.api.node_states import NodeStatesApi
 from services.api.node_traits import NodeTraitsApi
 from services.api.node_vifs import NodeVifsApi
+from services.api.node_vmedia import NodeVmediaApi
 from services.api.nodes import NodesApi
 from services.api.openapi import OpenApiDocument
 from services.api.portgroups import PortgroupsApi
@@ -201,6 +203,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/nodes/{ident}/history", NodeHistoryApi, "list_history", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/history/{event}", NodeHistoryApi, "get_event", (1, 78)),
     Route("GET", "/v1/nodes/{ident}/inventory", NodeInventoryApi, "get_inventory", (1, 81)),
+    Route("GET", "/v1/nodes/{ident}/firmware", NodeFirmwareApi, "list_firmware"),
+    Route("POST", "/v1/nodes/{ident}/vmedia", NodeVmediaApi, "attach", (1, 89)),
+    Route("DELETE", "/v1/nodes/{ident}/vmedia", NodeVmediaApi, "detach", (1, 89)),
+    Route("GET", "/v1/nodes/{ident}/vmedia", NodeVmediaApi, "list_media", (1, 93)),
     # 1.82; the handler refuses older versions itself, with Ironic's message.
     Route("GET", "/v1/shards", ShardsApi, "list_shards"),
     Route("GET", "/v1/conductors", ConductorsApi, "list_conductors", (1, 49)),

@@ -15,6 +15,7 @@ from services.api.context import ApiContext
 from services.api.event_hub import EventHub
 from services.api.grpc_api import NodeServicer, add_node_service
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
+from services.api.json_suffix import json_suffix_middleware
 from services.api.middlewares import basic_auth_middleware, error_middleware, version_middleware
 from services.api.routes import add_routes
 from services.api.unversioned_paths import unversioned_path_middleware
@@ -53,7 +54,8 @@ def build_app(
         verifier = owned = http_basic_verifier(settings.api)
     if verifier is not None:
         middlewares.append(basic_auth_middleware(verifier))
-    middlewares.append(unversioned_path_middleware)  # innermost: after negotiation and auth
+    middlewares.append(unversioned_path_middleware)  # after negotiation and auth
+    middlewares.append(json_suffix_middleware)  # below 1.91 only (services/api/json_suffix.py)
     app = web.Application(middlewares=middlewares, client_max_size=config.max_json_body_size_provision + 1024)
     if owned is not None:
 

@@ -75,7 +75,9 @@ NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "secure_boot": (1, 75),
     "shard": (1, 82),
     "parent_node": (1, 83),
-    "service_step": (1, 87),  # served ahead of the advertised maximum (docs/api.md)
+    "firmware_interface": (1, 86),
+    "service_step": (1, 87),
+    "disable_power_off": (1, 95),
     "instance_name": (1, 104),
     "health": (1, 109),
 }
@@ -94,6 +96,7 @@ PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "portgroup_uuid": (1, 24),
     "physical_network": (1, 34),
     "is_smartnic": (1, 53),
+    "name": (1, 88),
     "description": (1, 97),
     "vendor": (1, 100),
     "category": (1, 101),

@@ -90,9 +90,9 @@ class ConductorConfig:
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake", "agent")
     enabled_console_interfaces: tuple[str, ...] = ("no-console",)
     enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
-    enabled_bios_interfaces: tuple[str, ...] = ("no-bios",)
+    enabled_bios_interfaces: tuple[str, ...] = ("no-bios", "redfish")
     enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake", "agent")
-    enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware",)
+    enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware", "fake", "redfish")
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 30.0
     liveness_check_interval: float = 1.0
@@ -152,6 +152,7 @@ class ConductorConfig:
     redfish_poll_interval: float = 1.0
     redfish_request_timeout: float = 30.0
     redfish_workers: int = 16
+    redfish_bios_apply_timeout: float = 600.0
     # The ipmitool power and management interfaces (services/conductor/drivers/ipmi.py, docs/ipmi.md):
     # how long a power change may take to show (polled every ipmi_poll_interval), the deadline of
     # one IPMI request including its retries with a fresh session (ipmi_retries attempts at most),

@@ -15,7 +15,9 @@ Deploy templates (1.55) whose names are in ``instance_info.traits`` add
 their steps between the defaults and the user's, as in Ironic. Steps an
 interface marks ``fixed`` (the agent-run steps of ``direct``) keep their
 place: a template or user may name them only with their own priority and no
-arguments.
+arguments. The conductor's own steps (``hold``, ``power_on``, ...:
+services/conductor/reserved_steps.py) may be planned on any interface, before
+``deploy.deploy`` only.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from services.common import errors
 from services.common.db.deploy_templates import DeployTemplateRepository
+from services.conductor import reserved_steps
 from services.conductor.drivers.base import Task
 
 if TYPE_CHECKING:
@@ -79,18 +82,31 @@ def plan(
         for key, s in available.items()
     }
     templates = templates or []
+    reserved = {
+        (s["interface"], s["step"]): {**s, "args": {}}
+        for s in [*templates, *user_steps]
+        if (s.get("interface"), s.get("step")) not in available and reserved_steps.is_reserved(s)
+    }
     for source, requested in (("deploy template", templates), ("requested", user_steps)):
         unknown = [
             f"{s.get('interface')}.{s.get('step')}"
             for s in requested
             if (s.get("interface"), s.get("step")) not in available
+            and (s.get("interface"), s.get("step")) not in reserved
         ]
         if unknown:
             raise errors.InvalidParameterValue(
                 f"Unsupported {source} steps for node {task.node['uuid']}: {', '.join(unknown)}. The node's "
                 f"interfaces offer: {', '.join(sorted(f'{i}.{n}' for i, n in available))}"
             )
+    for key, step in reserved.items():
+        problems = reserved_steps.argument_problems(step)
+        if problems:
+            raise errors.InvalidParameterValue(f"Deploy step {key[0]}.{key[1]}: {'; '.join(problems)}")
+        chosen[key] = {"interface": key[0], "step": key[1], "priority": step["priority"], "args": {}}
     for s in [*templates, *user_steps]:
+        if (s["interface"], s["step"]) in reserved:
+            continue
         offer = available[(s["interface"], s["step"])]
         if offer.get("fixed") and (s["priority"] != offer["priority"] or s.get("args")):
             # The agent runs these at their place after deploy.deploy (direct deploy).
@@ -101,8 +117,18 @@ def plan(
         chosen[(s["interface"], s["step"])].update(priority=s["priority"], args=dict(s.get("args") or {}))
     if chosen.get(("deploy", "deploy"), {}).get("priority", 0) == 0:
         raise errors.InvalidParameterValue("The deploy.deploy step is required and cannot be disabled (priority 0)")
-    enabled = [s for s in chosen.values() if s["priority"] > 0]
-    return sorted(enabled, key=lambda s: (-s["priority"], s["interface"], s["step"]))
+    enabled = sorted(
+        (s for s in chosen.values() if s["priority"] > 0), key=lambda s: (-s["priority"], s["interface"], s["step"])
+    )
+    core = chosen[("deploy", "deploy")]["priority"]
+    late = [f"{s['interface']}.{s['step']}" for s in enabled if reserved_steps.is_reserved(s) and s["priority"] <= core]
+    if late:
+        # After deploy.deploy the agent (direct deploy) drives the node; Ferrum runs
+        # the conductor's own steps before it only.
+        raise errors.InvalidParameterValue(
+            f"Deploy steps {', '.join(late)} must run before deploy.deploy: give them a priority above {core}"
+        )
+    return enabled
 
 
 def split_at_deploy(planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:

@@ -53,6 +53,7 @@ from services.conductor.node_states import NodeStates
 from services.conductor.takeover import TakeOver
 from services.conductor.taskmanager import TaskManager
 from services.conductor.vendor_passthru import VendorPassthru
+from services.conductor.virtual_media import VirtualMedia
 from services.conductor.vmedia_store import VirtualMediaStore
 
 LOG = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ NODE_CREATE_FIELDS = frozenset(
         "retired_reason",
         "shard",
         "parent_node",
+        "disable_power_off",
         "maintenance",
         "maintenance_reason",
         "provision_state",
@@ -137,9 +139,19 @@ FLOW_OF_STATE: Mapping[str, Flow] = {
 ABORT_FLOWS: Mapping[str, Flow] = {
     states.DEPLOYWAIT: deploy.abort,  # REST 1.110
     states.CLEANWAIT: clean.abort,
+    states.CLEANHOLD: clean.abort,
+    states.SERVICEHOLD: service.abort,
     states.RESCUEWAIT: rescue.abort,
     states.INSPECTWAIT: inspect.abort,
     states.SERVICEWAIT: service.abort,
+    states.SERVICEFAIL: service.abort_failed,
+}
+# What ``unhold`` resumes, by the hold state it was asked in (1.85): the steps
+# after the hold step (the table moved the node to the flow's wait state).
+UNHOLD_FLOWS: Mapping[str, Flow] = {
+    states.CLEANHOLD: clean.unhold,
+    states.DEPLOYHOLD: deploy.unhold,
+    states.SERVICEHOLD: service.unhold,
 }
 
 
@@ -216,6 +228,7 @@ class ConductorManager:
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
         self.indicators = Indicators(self.tasks, self.states)
         self.boot_settings = BootSettings(self.tasks, self.states)
+        self.virtual_media = VirtualMedia(self.tasks, self.states)
         self._vifs = VifRepository(pool)
         self._ports = PortRepository(pool)
 
@@ -358,12 +371,19 @@ class ConductorManager:
                 else:
                     info.pop("user_deploy_steps", None)
                 changes["driver_internal_info"] = info
+            if event == "abort" and node["provision_state"] == states.SERVICEFAIL and node["maintenance"]:
+                raise errors.InvalidState(
+                    f'Can not abort service on node "{node["uuid"]}" while it is in maintenance mode. Please '
+                    "remove the node from maintenance prior to issuing the request to abort the service operation."
+                )
             if event == "abort" and self._abort_after_step(node):
                 # A step that cannot be interrupted finishes first (Ironic's abort_after).
                 await task.save_fields({"clean_step": {**node["clean_step"], "abort_after": True}})
                 return
             if event in ("clean", "provide"):
                 changes["driver_internal_info"] = self._cleaning_info(task, event, clean_steps, disable_ramdisk)
+                if event == "clean":
+                    await step_plan.check_arguments(task, "clean", changes["driver_internal_info"][clean.PLAN])
             if event == "service":
                 plan = step_plan.requested(
                     task,
@@ -372,6 +392,7 @@ class ConductorManager:
                     disable_ramdisk=disable_ramdisk,
                     other_kinds={**self._other_steps(task), "clean": step_plan.offered(task, "clean")},
                 )
+                await step_plan.check_arguments(task, "service", plan)
                 info = {k: v for k, v in node["driver_internal_info"].items() if k not in service.SERVICE_KEYS}
                 info[service.PLAN] = plan
                 if disable_ramdisk:
@@ -394,8 +415,13 @@ class ConductorManager:
                     k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS
                 }
             await self.states.transition(task, event, changes=changes)
-            flow = ABORT_FLOWS.get(move.source) if event == "abort" else FLOW_OF_STATE.get(move.target)
-            if flow is not None:  # unhold, manage from available...: nothing more to do
+            if event == "abort":
+                flow = ABORT_FLOWS.get(move.source)
+            elif event == "unhold":
+                flow = UNHOLD_FLOWS.get(move.source)
+            else:
+                flow = FLOW_OF_STATE.get(move.target)
+            if flow is not None:  # manage from available...: nothing more to do
                 task.spawn(lambda t: flow(self.states, t), name=event)
 
     async def continue_inspection(self, node_uuid: str, data: Mapping[str, Any]) -> None:
@@ -503,6 +529,9 @@ class ConductorManager:
                     f'The requested action "{target}" can not be performed on node "{node_uuid}" '
                     f'while it is in state "{node["provision_state"]}".'
                 )
+            if target in (states.POWER_OFF, states.SOFT_POWER_OFF) and node.get("disable_power_off"):
+                # API 1.95: this machine is never powered off (Ironic's PowerStateFailure, 409).
+                raise errors.InvalidState(f"Failed to set node power state to {target}.")
             supported = task.driver.power.get_supported_power_states()
             if target not in supported:
                 raise errors.InvalidParameterValue(

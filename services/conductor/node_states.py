@@ -21,6 +21,7 @@ from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
+from services.conductor import firmware_cache
 from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import InventoryApplier
@@ -28,7 +29,7 @@ from services.conductor.flows.context import InventoryApplier
 LOG = logging.getLogger(__name__)
 
 # Events that start new work: they clear the last error, as Ironic does.
-_CLEARS_LAST_ERROR = frozenset(("deploy", "rebuild", "manage", "provide", "clean", "inspect"))
+_CLEARS_LAST_ERROR = frozenset(("deploy", "rebuild", "manage", "provide", "clean", "inspect", "service"))
 
 
 def now() -> datetime.datetime:
@@ -55,6 +56,10 @@ class NodeStates:
         self.configdrives = configdrives
         self.inspection = inspection
         self.nodes = NodeRepository(pool, secrets=secrets)
+
+    async def cache_firmware(self, task: Task) -> str:
+        """Refresh the node's cached firmware components (services/conductor/firmware_cache.py)."""
+        return await firmware_cache.refresh(self.pool, task)
 
     async def transition(
         self,

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from services.conductor.manager import ConductorManager
 
 LOG = logging.getLogger(__name__)
+# Nodes read (whole, with ports and volumes) per round trip by the power sync; their BMCs are
+# then asked power_sync_workers at a time.
+SYNC_BATCH = 500
 
 
 class PeriodicWork:
@@ -139,23 +142,30 @@ class PeriodicWork:
         changed = 0
         after_id = 0
         while True:
-            batch = await self.manager.nodes.list_uuids_for_sync(after_id=after_id, limit=500)
+            batch = await self.manager.nodes.list_for_sync(after_id=after_id, limit=SYNC_BATCH)
             if not batch:
                 return changed
             after_id = batch[-1]["id"]
             mine = []
-            for row in batch:
-                owner = rings.owner(row["uuid"], row["driver"], row["conductor_group"])
+            for node in batch:
+                owner = rings.owner(node["uuid"], node["driver"], node["conductor_group"])
                 if owner and owner["hostname"] == self.manager.hostname:
-                    mine.append(row["uuid"])
-            results = await asyncio.gather(*(self._sync_power(uuid, gate) for uuid in mine))
+                    mine.append(node)
+            if not mine:
+                continue
+            tasks = await self.manager.tasks.shared_many(mine)
+            results = await asyncio.gather(
+                *(self._sync_power(n["uuid"], t, gate) for n, t in zip(mine, tasks, strict=True))
+            )
             changed += sum(results)
 
-    async def _sync_power(self, node_uuid: str, gate: asyncio.Semaphore) -> bool:
-        """One node's sync; True when its recorded power state changed."""
+    async def _sync_power(self, node_uuid: str, task: Task | errors.FerrumError, gate: asyncio.Semaphore) -> bool:
+        """One node's sync; True when its recorded power state changed. The node was read
+        with its batch; only a node whose state differs is read again (and written)."""
         async with gate:
             try:
-                task = await self.manager.tasks.shared(node_uuid)
+                if isinstance(task, errors.FerrumError):
+                    raise task
                 actual = await task.driver.power.get_power_state(task)
             except Exception as exc:
                 if is_unavailable(exc):
@@ -164,7 +174,10 @@ class PeriodicWork:
                 return False
             await self._sync_health(task)
         self._power_sync_failures.pop(node_uuid, None)
-        node = task.node
+        seen = task.node
+        if actual == seen["power_state"] and not (seen["maintenance"] and seen.get("fault") == "power failure"):
+            return False  # the usual case: nothing to record, no query
+        node = await self.manager.nodes.get(node_uuid)  # it may have changed while the BMC answered
         if node["maintenance"] and node.get("fault") == "power failure" and not node["reservation"]:
             recovered = await self.manager.nodes.update(
                 node_uuid, {"maintenance": False, "maintenance_reason": None, "fault": None, "power_state": actual}

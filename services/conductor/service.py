@@ -217,6 +217,23 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
             inventory_json=dumps(stored["inventory"]), plugin_data_json=dumps(stored["plugin_data"])
         )
 
+    async def AttachVirtualMedia(self, request: pb.VirtualMediaRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        await self._run(
+            context,
+            request.node_uuid,
+            self.manager.virtual_media.attach(request.node_uuid, request.device_type, request.image_url),
+        )
+        return pb.Empty()
+
+    async def DetachVirtualMedia(self, request: pb.VirtualMediaRequest, context: grpc.aio.ServicerContext) -> pb.Empty:
+        devices = list(request.device_types) or None
+        await self._run(context, request.node_uuid, self.manager.virtual_media.detach(request.node_uuid, devices))
+        return pb.Empty()
+
+    async def GetVirtualMedia(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.VirtualMediaReply:
+        media = await self._run(context, request.node_uuid, self.manager.virtual_media.list(request.node_uuid))
+        return pb.VirtualMediaReply(media_json=dumps(media))
+
     async def LookupToken(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.LookupTokenReply:
         result = await self._run(context, request.node_uuid, self.manager.agents.lookup_token(request.node_uuid))
         token, node = result

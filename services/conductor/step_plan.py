@@ -14,7 +14,9 @@ problem is reported at once in one 400 that lists what the node offers: an
 interface that has no steps of that kind, a step nobody offers (or a step of
 another kind, such as a deploy step asked for in cleaning), an argument the
 step does not take, a missing required one, one of the wrong JSON type, or
-an in-band step when the ramdisk is disabled.
+an in-band step when the ramdisk is disabled. The conductor's own steps
+(``hold``, ``power_on``, ``power_off``, ``reboot``: services/conductor/reserved_steps.py)
+may be named on any of these interfaces.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common import errors
+from services.conductor import reserved_steps
 from services.conductor.drivers.base import Task
 
 # Interfaces that may declare clean/service steps, and how ties are broken
@@ -116,6 +119,11 @@ def requested(
                 f"(those are {', '.join(INTERFACE_PRIORITY)})"
             )
             continue
+        if offer is None and reserved_steps.is_reserved(step):
+            # hold, power_on, ...: the conductor runs these on any interface (1.85).
+            problems.extend(f"step {position} ({ident}): {p}" for p in reserved_steps.argument_problems(step))
+            plan.append(_planned({**step, "abortable": True}, priority=int(step.get("priority") or 0), args={}))
+            continue
         if offer is None:
             problems.append(f"step {position} ({ident}): {_not_offered(ident, kind, other_kinds)}")
             continue
@@ -133,6 +141,21 @@ def requested(
             f"The node's interfaces offer these {kind} steps: {describe(list(available.values()))}"
         )
     return plan
+
+
+async def check_arguments(task: Task, kind: str, plan: Sequence[Mapping[str, Any]]) -> None:
+    """What each planned step's interface finds wrong with its arguments beyond
+    their types (``step_argument_problems``: a BIOS setting the node does not
+    have), refused as ``requested`` refuses, in one 400 listing the offered steps."""
+    problems: list[str] = []
+    for position, step in enumerate(plan, 1):
+        found = await getattr(task.driver, step["interface"]).step_argument_problems(task, step)
+        problems.extend(f"step {position} ({step_id(step)}): {p}" for p in found)
+    if problems:
+        raise errors.InvalidParameterValue(
+            f"Invalid {kind} steps for node {task.node['uuid']}: {'; '.join(problems)}. "
+            f"The node's interfaces offer these {kind} steps: {describe(offered(task, kind))}"
+        )
 
 
 def _not_offered(ident: str, kind: str, other_kinds: Mapping[str, Sequence[Mapping[str, Any]]] | None) -> str:
@@ -169,7 +192,7 @@ def still_offered(task: Task, kind: str, plan: Sequence[Mapping[str, Any]]) -> N
     """Once the ramdisk reports its own steps: every planned in-band step must
     still be offered (a ramdisk older or newer than the catalogue may differ)."""
     available = {step_id(s) for s in offered(task, kind)}
-    missing = [step_id(s) for s in plan if step_id(s) not in available]
+    missing = [step_id(s) for s in plan if step_id(s) not in available and not reserved_steps.is_reserved(s)]
     if missing:
         raise errors.InvalidParameterValue(
             f"The ramdisk of node {task.node['uuid']} does not offer the {kind} steps {', '.join(missing)}; "

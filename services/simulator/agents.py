@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
 
 class AgentHandle(Protocol):
     """What the simulator needs from an agent: start it, stop it."""
@@ -81,10 +83,12 @@ async def real_agent(launch: AgentLaunch) -> AgentHandle:
         set_rescue_password=launch.set_rescue_password,
         hardware=launch.hardware,
         # Every simulated machine lives in this process: whatever the kernel line
-        # says about listening, agents share one host on ephemeral ports.
+        # says about listening, agents share one host on ephemeral ports. Listening
+        # on every address (the simulator in a container), an agent advertises the
+        # address that routes to the api, as IPA does; 0.0.0.0 reaches no conductor.
         listen_host=launch.listen_host,
         listen_port=0,
-        advertise_host=launch.listen_host,
+        advertise_host="" if launch.listen_host in WILDCARD_HOSTS else launch.listen_host,
         hostname=launch.machine,
     )
     agent: Any = Agent(options, session=launch.session)

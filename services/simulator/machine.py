@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from services.simulator.bios import MachineBios
+
 if TYPE_CHECKING:
     from services.simulator.service import Simulator
 
@@ -38,6 +40,7 @@ LOUD_EVENTS = frozenset(
         "virtual_media_inserted",
         "cd_boot",
         "sanboot",
+        "bios_settings_applied",
     }
 )
 UUID_NAMESPACE = uuidlib.UUID("6f7e2a52-6c5e-4f3b-9d0e-2d8f1c0ad001")
@@ -99,6 +102,8 @@ class Machine:
         # What the rescue ramdisk's login checks (/etc/shadow's field): a crypt(3) hash, never clear text.
         self.rescue_password_hash: str | None = None
         self.virtual_media = {"Cd": VirtualMediaSlot(), "Floppy": VirtualMediaSlot()}
+        # BIOS settings (Redfish Bios resource): staged values take effect at the next power on.
+        self.bios = MachineBios(serial_number=disk_serial)
         self.agent: Any = None
         self._boot_task: asyncio.Task[None] | None = None
         self._pending_power: asyncio.Task[None] | None = None
@@ -179,7 +184,12 @@ class Machine:
         }
 
     def describe(self) -> dict[str, Any]:
-        return {**self.summary(), "os_report": self.os_report, "boot_log": list(self.boot_log)}
+        return {
+            **self.summary(),
+            "os_report": self.os_report,
+            "bios": {"current": dict(self.bios.current), "pending": dict(self.bios.pending)},
+            "boot_log": list(self.boot_log),
+        }
 
     # ---- boot override ---------------------------------------------------------------
 
@@ -204,6 +214,7 @@ class Machine:
         async with self._lock:
             if self.power_state == "On":
                 return
+            self._apply_bios()
             await self._start_boot(reason)
             self.power_state = "On"
 
@@ -223,6 +234,7 @@ class Machine:
                 self.record("reset", reason=reason)
             self.power_state = "Off"
             self.status = "off"
+            self._apply_bios()
             await self._start_boot(reason)
             self.power_state = "On"
 
@@ -248,6 +260,12 @@ class Machine:
                     await self.apply_power(reset_type)
 
         self._pending_power = self.simulator.spawn(later())
+
+    def _apply_bios(self) -> None:
+        """POST: the firmware applies the staged BIOS settings before anything boots."""
+        result = self.bios.apply_pending()
+        if result is not None:
+            self.record("bios_settings_applied", **result)
 
     async def _start_boot(self, reason: str) -> None:
         """Power on: start the firmware. A backend whose machine cannot start raises MachineStartError."""

@@ -2,7 +2,9 @@
 
 Enough of DMTF Redfish for sushy (and so Ironic-style drivers): the service
 root, Systems with PowerState, Boot override (with allowable values), UUID,
-EthernetInterfaces and the ComputerSystem.Reset action; one Manager per
+EthernetInterfaces and the ComputerSystem.Reset action; a Bios resource with
+pending settings applied at power on, ResetBios and its attribute registry
+(redfish_bios.py); one Manager per
 machine with Cd/Floppy VirtualMedia (InsertMedia checks the URL answers, then
 records it; EjectMedia), or with ``bmc_profile="ilo"`` iLO 5's layout (members
 1 = Floppy and 2 = CD under the Manager only, Oem.Hpe actions, one-time boot
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from services.simulator import redfish_bios
 from services.simulator.firmware import url_exists
 from services.simulator.machine import MachineStartError
 
@@ -145,11 +148,15 @@ class RedfishService:
                 r"HpeiLOVirtualMedia\.EjectVirtualMedia",
                 RedfishService.hpe_eject_media,
             ),
+            ("GET", V1 + r"/UpdateService", RedfishService.update_service),
+            ("GET", V1 + r"/UpdateService/FirmwareInventory", RedfishService.firmware_inventory),
+            ("GET", V1 + r"/UpdateService/FirmwareInventory/(?P<fw>[^/]+)", RedfishService.firmware_item),
             ("GET", V1 + r"/SessionService", RedfishService.session_service),
             ("GET", V1 + r"/SessionService/Sessions", RedfishService.session_list),
             ("POST", V1 + r"/SessionService/Sessions", RedfishService.session_create),
             ("GET", V1 + r"/SessionService/Sessions/(?P<sid>[^/]+)", RedfishService.session_get),
             ("DELETE", V1 + r"/SessionService/Sessions/(?P<sid>[^/]+)", RedfishService.session_delete),
+            *redfish_bios.ROUTES,
         ):
             self.routes.append((method, re.compile(pattern + r"\Z"), handler))
 
@@ -241,6 +248,8 @@ class RedfishService:
                 "Systems": odata(V1 + "/Systems"),
                 "Managers": odata(V1 + "/Managers"),
                 "SessionService": odata(V1 + "/SessionService"),
+                "Registries": odata(V1 + "/Registries"),
+                "UpdateService": odata(V1 + "/UpdateService"),
                 "Links": {"Sessions": odata(V1 + "/SessionService/Sessions")},
             }
         )
@@ -280,6 +289,7 @@ class RedfishService:
                 "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
                 **({} if self.ilo else {"VirtualMedia": odata(path + "/VirtualMedia")}),
                 "LogServices": odata(path + "/LogServices"),
+                "Bios": odata(path + "/Bios"),
                 "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
                 "Actions": {
                     "#ComputerSystem.Reset": {
@@ -543,6 +553,51 @@ class RedfishService:
         return await self.eject_media(request, match)
 
     # ---- console log ----------------------------------------------------------------
+
+    # ---- update service: the NICs' firmware inventory ---------------------------------
+
+    async def update_service(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        return web.json_response(
+            {
+                "@odata.type": "#UpdateService.v1_8_0.UpdateService",
+                "@odata.id": V1 + "/UpdateService",
+                "Id": "UpdateService",
+                "Name": "Update service",
+                "ServiceEnabled": True,
+                "FirmwareInventory": odata(V1 + "/UpdateService/FirmwareInventory"),
+                "Actions": {},  # no SimpleUpdate: the simulator's firmware cannot be flashed
+            }
+        )
+
+    async def firmware_inventory(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        """One entry per NIC of every machine (the service root is shared, so each
+        entry's RelatedItem names the EthernetInterface it belongs to)."""
+        path = V1 + "/UpdateService/FirmwareInventory"
+        members = [f"{path}/{m.name}-nic{i}" for m in self.sim.machines for i in range(len(m.macs))]
+        return web.json_response(collection(path, "SoftwareInventory", members))
+
+    async def firmware_item(self, request: web.Request, match: re.Match[str]) -> web.Response:
+        ident = match["fw"]
+        name, _, nic = ident.rpartition("-nic")
+        m = next((m for m in self.sim.machines if m.name == name), None)
+        if m is None or not nic.isdigit() or not 0 <= int(nic) < len(m.macs):
+            return error(404, f"No SoftwareInventory {ident}", "Base.1.0.ResourceMissingAtURI")
+        index = int(nic)
+        return web.json_response(
+            {
+                "@odata.type": "#SoftwareInventory.v1_2_0.SoftwareInventory",
+                "@odata.id": f"{V1}/UpdateService/FirmwareInventory/{ident}",
+                "Id": ident,
+                "Name": f"NIC {index} firmware",
+                "Manufacturer": "Ferrum",
+                "SoftwareId": "Simulated 10GbE NIC",
+                "Version": f"22.5.{index}",
+                "Updateable": False,
+                "Status": {"State": "Enabled", "Health": "OK"},
+                "RelatedItem": [odata(f"{m.system_path}/EthernetInterfaces/nic{index}")],
+                "Oem": {"Ferrum": {"SerialNumber": f"SIM{m.uuid[:8].upper()}N{index}"}},
+            }
+        )
 
     async def log_services(self, request: web.Request, match: re.Match[str]) -> web.Response:
         m = self.machine(match)

@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 
 V78 = {"X-OpenStack-Ironic-API-Version": "1.78"}
-NEW_KINDS = {"console": "no-console", "raid": "no-raid", "bios": "no-bios", "rescue": "no-rescue"}
+# The redfish hardware type's defaults; bios is its own redfish interface, as in Ironic.
+NEW_KINDS = {"console": "no-console", "raid": "no-raid", "bios": "redfish", "rescue": "no-rescue"}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,7 @@ async def test_nodes_get_every_kind_with_the_hardware_types_defaults(api: Any) -
     assert {k: fetched[f"{k}_interface"] for k in NEW_KINDS} == NEW_KINDS
     _, fake = await api("POST", "/v1/nodes", {"driver": "fake-hardware", "name": "dc-fake"}, expect=201)
     assert fake["rescue_interface"] == "fake" and fake["console_interface"] == "no-console"
+    assert fake["bios_interface"] == "no-bios"  # fake bios is not enabled by default
 
     # Set explicitly, each new field is checked like the old ones, and bad names change nothing.
     status, body = await api(
@@ -163,8 +165,9 @@ async def test_driver_documents_show_the_new_kinds_defaults(api: Any) -> None:
     _, doc = await api("GET", "/v1/drivers/redfish", expect=200)
     for kind, default in NEW_KINDS.items():
         assert doc[f"default_{kind}_interface"] == default
-        # redfish also offers the agent rescue (the ramdisk); fake implementations never
-        assert doc[f"enabled_{kind}_interfaces"] == ([default, "agent"] if kind == "rescue" else [default])
+        # redfish also offers the agent rescue (the ramdisk), and no-bios; fake implementations never
+        others = {"rescue": ["agent"], "bios": ["no-bios"]}.get(kind, [])
+        assert doc[f"enabled_{kind}_interfaces"] == [default, *others]
     # Firmware interfaces arrive with API 1.86, above Ferrum's maximum: not shown.
     assert not any("firmware" in key for key in doc)
     _, fake = await api("GET", "/v1/drivers/fake-hardware", expect=200)

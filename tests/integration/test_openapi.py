@@ -165,7 +165,7 @@ async def test_schemathesis_finds_no_server_error_or_schema_violation(api: str, 
         # DELETE /maintenance racing a node delete hits a conductor-side history insert for the
         # deleted node: a 500 reported to the conductor's owner.)
         "--max-examples",
-        "25",
+        "10",
         "--seed",
         "20261123",
         "--workers",

@@ -315,3 +315,23 @@ async def test_virtual_media_deploy_over_rest_inserts_cd_and_floppy_in_the_emula
         except errors.NotFound:
             left = []
         assert not left, left
+
+
+async def test_bios_on_the_fake_driver_is_refused_clearly(emulator: str) -> None:
+    """sushy-tools serves Bios only with a driver that keeps BIOS attributes (libvirt,
+    Nova); its fake driver has none: its systems link no Bios resource, the BIOS URL
+    answers 501, and the redfish bios refuses as on any BMC without one (issue 21 item 4)."""
+    from services.conductor.drivers.redfish_bios import RedfishBIOS
+
+    bios = RedfishBIOS({})
+    try:
+        with pytest.raises(errors.UnsupportedDriverExtension, match="has no Bios resource"):
+            await bios.cache_bios_settings(make_task(emulator))
+        with pytest.raises(errors.UnsupportedDriverExtension, match="has no Bios resource"):
+            await bios.apply_configuration(make_task(emulator), [{"name": "ProcTurboMode", "value": "Disabled"}])
+    finally:
+        await bios.close()
+    raw = requests.get(f"{emulator}/redfish/v1/Systems/{SYSTEM_A}", auth=(USER, PASSWORD), timeout=10).json()
+    assert "Bios" not in raw
+    answer = requests.get(f"{emulator}/redfish/v1/Systems/{SYSTEM_A}/BIOS", auth=(USER, PASSWORD), timeout=10)
+    assert answer.status_code == 501, answer.text

@@ -1,7 +1,7 @@
 """Nothing fails because a conductor died (issue 14).
 
 api, two conductors, the renderer, the object store and the simulator run as
-separate processes on their own PostgreSQL. 24 machines with a BMC power
+separate processes on their own PostgreSQL. 12 machines with a BMC power
 delay are deployed at once with a config drive. While about a third of them
 are writing their image, the conductor that owns the most in-flight nodes is
 SIGKILLed, and PostgreSQL is restarted shortly after. Every machine must
@@ -23,7 +23,7 @@ from services.common.db.conductors import ConductorRepository
 from services.common.hashring import ConductorRings
 from tests.processfleet import ProcessFleet
 
-MACHINES = 24
+MACHINES = 12
 IN_FLIGHT = ("deploying", "wait call-back")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -55,7 +55,7 @@ async def writing(fleet: ProcessFleet) -> int:
 
 
 async def test_conductor_killed_mid_deploy_then_database_restart(tmp_path: Path) -> None:
-    fleet = ProcessFleet(tmp_path / "fleet", machines=MACHINES, power_delay="1,4", image_mib=96)
+    fleet = ProcessFleet(tmp_path / "fleet", machines=MACHINES, power_delay="1,4", image_mib=64)
     try:
         await fleet.start()
         async with aiohttp.ClientSession() as session:

@@ -16,6 +16,7 @@ from services.common import errors
 from services.common.config import ConductorConfig, ConfigError, console_port_range
 from services.conductor.console_proxy import ConsoleProxies, ConsoleSession
 from services.conductor.drivers.console import SolProcess, new_entries, parse_ipmi_info
+from services.conductor.drivers.ipmi_info import parse_driver_info
 from services.simulator.console import tail_entries
 
 
@@ -143,6 +144,23 @@ def test_ipmi_driver_info() -> None:
             parse_ipmi_info({"uuid": "n", "driver_info": {"ipmi_address": "a", key: value}})
     with pytest.raises(errors.InvalidParameterValue, match=r"protocol version 2\.0"):
         parse_ipmi_info({"uuid": "n", "driver_info": {"ipmi_address": "a", "ipmi_protocol_version": "1.5"}})
+
+
+def test_console_and_power_share_one_driver_info_parser() -> None:
+    """Only the cipher-suite rule differs: ipmitool takes 0-17, pyghmi 3 and 17."""
+    node = {"uuid": "n", "driver_info": {"ipmi_address": "10.0.0.5", "ipmi_cipher_suite": "1"}}
+    assert parse_ipmi_info(node).cipher_suite == 1
+    with pytest.raises(errors.InvalidParameterValue, match="pyghmi implements cipher suites 3 and 17"):
+        parse_driver_info(node)
+    node["driver_info"] = {"ipmi_address": "10.0.0.5", "ipmi_cipher_suite": 17, "ipmi_priv_level": "operator"}
+    console, power = parse_ipmi_info(node), parse_driver_info(node)
+    assert console == power and console.priv_level == "OPERATOR"
+    assert SolProcess(console, "ipmitool").argv("sol", "activate")[9:11] == ["-L", "OPERATOR"]
+    for extra in ({"ipmi_bridging": "single"}, {"ipmi_address": "bmc:623"}, {"ipmi_username": "u" * 17}):
+        bad = {"uuid": "n", "driver_info": {"ipmi_address": "10.0.0.5", **extra}}
+        for parse in (parse_ipmi_info, parse_driver_info):
+            with pytest.raises(errors.InvalidParameterValue):
+                parse(bad)
 
 
 def test_new_entries_of_a_polled_log() -> None:

@@ -92,6 +92,7 @@ WRITABLE_FIELDS = frozenset(
         "parent_node",
         "instance_name",
         "health",
+        "disable_power_off",
     )
 )
 SORT_KEYS = frozenset(
@@ -503,9 +504,11 @@ class NodeRepository:
         )
         return [self._node(r) for r in rows]
 
-    async def list_uuids_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
+    async def list_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
+        """Nodes whose power state the sync reads (not in maintenance, unless for a power
+        failure; not locked), whole, by id after ``after_id``: one query for a batch."""
         rows = await self._db.fetch(
-            "SELECT id, uuid, driver, conductor_group FROM nodes WHERE id > $1 "
+            "SELECT * FROM nodes WHERE id > $1 "
             "AND (NOT maintenance OR fault = 'power failure') AND reservation IS NULL ORDER BY id LIMIT $2",
             after_id,
             limit,

@@ -88,10 +88,9 @@ class AgentClient:
     async def run_sync(self, name: str, params: Mapping[str, Any]) -> Any:
         """A command whose answer is needed now; FAILED raises AgentError."""
         result = await self.execute(name, params, wait=True)
-        if result.get("command_status") == "FAILED":
-            error = result.get("command_error")
-            text = error.get("message") or error if isinstance(error, dict) else error
-            raise errors.AgentError(f"Agent command {name} failed: {text}")
+        failure = command_failure(result)
+        if failure is not None:
+            raise errors.AgentError(f"Agent command {name} failed: {failure}")
         return result.get("command_result")
 
 
@@ -125,8 +124,32 @@ def agent_port(port: dict[str, Any]) -> dict[str, Any]:
 def command_error_text(error: Any) -> str:
     """IPA reports ``{type, code, message, details}``; the node shows the message."""
     if isinstance(error, dict):
-        return str(error.get("message") or error.get("details") or error)
+        message = str(error.get("message") or "")
+        details = str(error.get("details") or "")
+        if message and details and details not in message:
+            # IPA's CommandExecutionError says only "Command execution failed";
+            # what failed (the command line, its stderr) is in details.
+            return f"{message}: {details}"[:2000]
+        return message or details or str(error)
     return str(error)
+
+
+def command_failure(result: Mapping[str, Any]) -> str | None:
+    """Why a command result is a failure, or None while it runs or once it succeeded.
+
+    IPA ends a step command with ``CLEAN_VERSION_MISMATCH`` (not ``FAILED``)
+    when the ``clean_version``/``deploy_version`` sent with it differs from
+    its hardware managers' versions: that is a failure too, not "still running".
+    """
+    status = result.get("command_status")
+    if status == "FAILED":
+        return command_error_text(result.get("command_error"))
+    if status == "CLEAN_VERSION_MISMATCH":
+        return (
+            "the agent's hardware manager versions differ from the ones its steps were read with: "
+            + command_error_text(result.get("command_error"))
+        )
+    return None
 
 
 def client_for(node: Mapping[str, Any], options: Mapping[str, Any]) -> AgentClient:

@@ -20,7 +20,7 @@ from typing import Any
 
 from services.common import errors, states
 from services.conductor.drivers import ramdisk_boot
-from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, command_error_text
+from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, command_failure
 from services.conductor.drivers.base import Task
 
 LOG = logging.getLogger(__name__)
@@ -135,5 +135,6 @@ class AgentCleanSteps:
 
 
 def _raise_if_failed(result: Mapping[str, Any]) -> None:
-    if result.get("command_status") == "FAILED":
-        raise errors.AgentError(command_error_text(result.get("command_error")))
+    failure = command_failure(result)
+    if failure is not None:
+        raise errors.AgentError(failure)

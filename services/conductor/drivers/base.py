@@ -68,6 +68,10 @@ class Task:
     # Set by the conductor: stores a volume target's properties (the connection data a
     # storage interface got when it attached the volume, which the renderer reads).
     save_volume_target_properties: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
+    # Set by the conductor: the node's cached BIOS settings (REST 1.40), read and replaced by a
+    # BIOS interface: ``save_bios_settings(settings, registry)`` as BiosRepository.replace.
+    read_bios_settings: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    save_bios_settings: Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], Awaitable[None]] | None = None
     # Set by the conductor: its console proxies (services/conductor/console_proxy.py), which a
     # console interface hands the source of a node's console to.
     consoles: ConsoleProxies | None = None
@@ -153,6 +157,13 @@ class BaseInterface(abc.ABC):  # noqa: B024 - the kinds below declare the abstra
         """Run one service step on an active node; None when done, ``service wait`` when later."""
         raise unsupported(self, f"the service step {step.get('step')!r}")
 
+    async def step_argument_problems(self, task: Task, step: Mapping[str, Any]) -> list[str]:
+        """What is wrong with a requested step's arguments beyond what ``argsinfo``
+        says (their JSON types): checked when the step is requested, so a bad
+        request is a 400 that changes nothing. From what the conductor already
+        knows (cached data), never the hardware; [] by default."""
+        return []
+
 
 class PowerInterface(BaseInterface):
     kind = "power"
@@ -214,6 +225,18 @@ class ManagementInterface(BaseInterface):
         ``Warning``, ``Critical``), read at each power sync; None where the
         interface cannot tell, which leaves the node's ``health`` null."""
         return None
+
+    # Virtual media on request (API 1.89/1.93): device types are Ironic's
+    # VMEDIA_DEVICES ("cdrom", "floppy", "disk"), the image an http(s) URL.
+    async def attach_virtual_media(self, task: Task, device_type: str, image_url: str) -> None:
+        raise unsupported(self, "attaching virtual media")
+
+    async def detach_virtual_media(self, task: Task, device_types: list[str] | None = None) -> None:
+        raise unsupported(self, "detaching virtual media")
+
+    async def get_virtual_media(self, task: Task) -> list[dict[str, Any]]:
+        """Every virtual media slot: ``{"media_types", "image", "inserted"}`` (more keys allowed)."""
+        raise unsupported(self, "reading virtual media")
 
     async def get_console_tail(self, task: Task, lines: int = 20) -> list[str]:
         """The last ``lines`` lines the machine's console showed, oldest first.
@@ -418,6 +441,11 @@ class RAIDInterface(BaseInterface):
 
 
 class BIOSInterface(BaseInterface):
+    """BIOS settings (Ironic's bios interface): ``apply_configuration`` and
+    ``factory_reset``, offered as clean and service steps by implementations
+    that can do them (services/conductor/drivers/bios_steps.py), and
+    ``cache_bios_settings``, what ``GET /v1/nodes/{id}/bios`` shows."""
+
     kind = "bios"
 
     @abc.abstractmethod
@@ -428,6 +456,20 @@ class BIOSInterface(BaseInterface):
 
     async def cache_bios_settings(self, task: Task) -> None:
         """Refresh the node's cached BIOS settings (nothing to cache by default)."""
+
+    async def execute_clean_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        return await self._run_step(task, step, "clean")
+
+    async def execute_service_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        return await self._run_step(task, step, "service")
+
+    async def _run_step(self, task: Task, step: Mapping[str, Any], kind: str) -> str | None:
+        args = step.get("args") or {}
+        if step.get("step") == "apply_configuration":
+            return await self.apply_configuration(task, list(args.get("settings") or []))
+        if step.get("step") == "factory_reset":
+            return await self.factory_reset(task)
+        raise unsupported(self, f"the {kind} step {step.get('step')!r}")
 
 
 class RescueInterface(BaseInterface):
@@ -455,8 +497,11 @@ class FirmwareInterface(BaseInterface):
     @abc.abstractmethod
     async def update(self, task: Task, settings: list[dict[str, Any]]) -> str | None: ...
 
-    async def cache_firmware_components(self, task: Task) -> None:
-        """Refresh the node's cached firmware component versions (nothing by default)."""
+    async def read_components(self, task: Task) -> list[dict[str, Any]]:
+        """The machine's firmware components as the BMC reports them now (API 1.86):
+        ``{"component", "current_version", "vendor", "model", "serial_number"}``
+        each; the conductor caches them (services/conductor/firmware_cache.py)."""
+        raise unsupported(self, "reading firmware components")
 
 
 # The contract each kind's implementations must fulfil (checked when they load).

@@ -7,9 +7,9 @@ a source for the node's console; the proxy listens, bounds and relays, and
 - ``ipmitool-socat``: IPMI Serial-over-LAN through Debian's ``ipmitool -I
   lanplus ... sol activate``, a child that dies with the conductor (``setpriv
   --pdeathsig KILL``), the password in its environment (``-E``), never on
-  its command line. It reads Ironic's driver_info names (``ipmi_address``,
-  ``ipmi_port``, ``ipmi_username``, ``ipmi_password``, ``ipmi_cipher_suite``
-  default 3, ``ipmi_terminal_port``: the proxy's TCP port when set).
+  its command line. It reads Ironic's ``ipmi_*`` driver_info through the
+  ipmitool interfaces' parser (ipmi_info.py), allowing ipmitool's cipher
+  suites 0-17 (default 3); ``ipmi_terminal_port`` is the proxy's TCP port.
 - ``simulator``: the console of a machine behind a Redfish BMC that keeps its
   console as a ``Console`` LogService with growing entry Ids, as Ferrum's
   simulator does (the same log the redfish management interface reads for
@@ -27,7 +27,6 @@ import os
 import shutil
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from sushy import exceptions as sushy_exc
@@ -36,6 +35,9 @@ from services.common import errors
 from services.common.child_process import dies_with_parent
 from services.conductor.console_proxy import ConsoleProxies, ConsoleSession
 from services.conductor.drivers import base
+from services.conductor.drivers.ipmi_info import DRIVER_INFO_PROPERTIES as IPMI_DRIVER_INFO_PROPERTIES
+from services.conductor.drivers.ipmi_info import IPMITOOL_CIPHER_SUITES, IpmiInfo
+from services.conductor.drivers.ipmi_info import parse_driver_info as parse_ipmi_driver_info
 from services.conductor.drivers.redfish_client import (
     DRIVER_INFO_PROPERTIES,
     ConnectionCache,
@@ -77,9 +79,7 @@ class _ProxiedConsole(base.ConsoleInterface):
 # ---- ipmitool-socat ---------------------------------------------------------------------
 
 IPMI_PROPERTIES = {
-    "ipmi_address": "IP address or host name of the BMC. Required.",
-    "ipmi_port": "UDP port of the BMC's IPMI service. Default 623.",
-    "ipmi_username": "User name for the BMC. Optional (anonymous user when absent).",
+    **IPMI_DRIVER_INFO_PROPERTIES,
     "ipmi_password": "Password for the BMC (masked on reads; passed to ipmitool in its environment). Optional.",
     "ipmi_cipher_suite": "IPMI 2.0 cipher suite for lanplus (0-17). Default 3.",
     "ipmi_terminal_port": "TCP port the conductor's console proxy listens on for this node. Optional: "
@@ -87,72 +87,16 @@ IPMI_PROPERTIES = {
 }
 
 
-@dataclass(frozen=True)
-class IpmiConsoleInfo:
-    address: str
-    port: int
-    username: str
-    password: str
-    cipher_suite: int
-    terminal_port: int | None
-
-
-def _port(info: Mapping[str, Any], key: str, node_uuid: str, default: int | None) -> int | None:
-    value = info.get(key)
-    if value is None or value == "":
-        return default
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        port = 0
-    if isinstance(value, bool) or not 1 <= port <= 65535:
-        raise errors.InvalidParameterValue(
-            f"Node {node_uuid}: driver_info {key} must be a port (1-65535), got {value!r}"
-        )
-    return port
-
-
-def parse_ipmi_info(node: Mapping[str, Any]) -> IpmiConsoleInfo:
-    """The node's IPMI driver_info as the SOL console needs it; no network traffic."""
-    node_uuid = node.get("uuid", "?")
-    info = node.get("driver_info") or {}
-    address = info.get("ipmi_address")
-    if not isinstance(address, str) or not address.strip():
-        raise errors.MissingParameter(
-            f"Node {node_uuid} is missing driver_info: ipmi_address (the ipmitool-socat console reaches "
-            "the BMC's Serial-over-LAN there)"
-        )
-    for key in ("ipmi_username", "ipmi_password"):
-        if info.get(key) is not None and not isinstance(info.get(key), str):
-            raise errors.InvalidParameterValue(f"Node {node_uuid}: driver_info {key} must be a string")
-    if str(info.get("ipmi_protocol_version") or "2.0") != "2.0":
-        raise errors.InvalidParameterValue(
-            f"Node {node_uuid}: Serial over LAN only works with IPMI protocol version 2.0; "
-            f"driver_info ipmi_protocol_version is {info.get('ipmi_protocol_version')!r}"
-        )
-    cipher = info.get("ipmi_cipher_suite", 3)
-    try:
-        cipher_suite = int(cipher if cipher not in (None, "") else 3)
-    except (TypeError, ValueError):
-        cipher_suite = -1
-    if isinstance(cipher, bool) or not 0 <= cipher_suite <= 17:
-        raise errors.InvalidParameterValue(
-            f"Node {node_uuid}: driver_info ipmi_cipher_suite must be an IPMI 2.0 cipher suite (0-17), got {cipher!r}"
-        )
-    return IpmiConsoleInfo(
-        address=address.strip(),
-        port=_port(info, "ipmi_port", node_uuid, 623) or 623,
-        username=info.get("ipmi_username") or "",
-        password=info.get("ipmi_password") or "",
-        cipher_suite=cipher_suite,
-        terminal_port=_port(info, "ipmi_terminal_port", node_uuid, None),
-    )
+def parse_ipmi_info(node: Mapping[str, Any]) -> IpmiInfo:
+    """The node's IPMI driver_info as the SOL console needs it: the ipmitool interfaces'
+    parser (ipmi_info.py) with ipmitool's cipher suites; no network traffic."""
+    return parse_ipmi_driver_info(node, cipher_suites=IPMITOOL_CIPHER_SUITES)
 
 
 class SolProcess:
     """One node's ``ipmitool sol activate`` as a console source; started again by the proxy when it ends."""
 
-    def __init__(self, info: IpmiConsoleInfo, ipmitool: str) -> None:
+    def __init__(self, info: IpmiInfo, ipmitool: str) -> None:
         self.info = info
         self.ipmitool = ipmitool
         self.runs = 0
@@ -160,6 +104,7 @@ class SolProcess:
     def argv(self, *command: str) -> list[str]:
         i = self.info
         argv = [self.ipmitool, "-I", "lanplus", "-C", str(i.cipher_suite), "-H", i.address, "-p", str(i.port)]
+        argv += ["-L", i.priv_level]
         if i.username:
             argv += ["-U", i.username]
         if i.password:

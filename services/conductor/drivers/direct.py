@@ -19,9 +19,16 @@ from typing import Any
 from services.common import errors, node_capabilities, states
 from services.common.images.partition_layout import PartitionSizes
 from services.conductor.drivers import base, ramdisk_boot
-from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, client_for, command_error_text
-from services.conductor.drivers.agent_steps import AgentCleanSteps
-from services.conductor.drivers.ramdisk_boot import AGENT_KEYS
+from services.conductor.drivers.agent_client import (
+    AgentClient,
+    agent_node,
+    agent_port,
+    client_for,
+    command_error_text,
+    command_failure,
+)
+from services.conductor.drivers.agent_steps import MANAGER_VERSION, AgentCleanSteps
+from services.conductor.drivers.ramdisk_boot import AGENT_KEYS, CACHED_DEPLOY_STEPS
 
 __all__ = ["AGENT_KEYS", "DirectDeploy", "command_error_text", "image_info"]
 
@@ -180,6 +187,7 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
                 await task.save_internal_info({"deploy_phase": "write_image", "agent_command_id": running.get("id")})
                 LOG.info("adopted running image write node_uuid=%s command=%s", task.node["uuid"], running.get("id"))
                 return self._outcome(task, running)
+            versions = await self._refresh_deploy_steps(task, client)
             step = {
                 "interface": "deploy",
                 "step": "write_image",
@@ -195,7 +203,7 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
                     "step": step,
                     "node": agent_node(task.node),
                     "ports": [agent_port(p) for p in task.ports],
-                    "deploy_version": "1",
+                    "deploy_version": versions,
                 },
             )
             await task.save_internal_info(
@@ -209,11 +217,36 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
             return self._outcome(task, result)
         return None
 
+    async def _refresh_deploy_steps(self, task: base.Task, client: AgentClient) -> dict[str, Any]:
+        """Ironic's first-heartbeat ``refresh_steps``: read the agent's deploy
+        steps and hardware manager versions, and check it offers write_image.
+
+        The versions go back with every ``execute_deploy_step`` as
+        ``deploy_version``: IPA refuses a step whose versions differ from its
+        own (``CLEAN_VERSION_MISMATCH``)."""
+        result = await client.run_sync(
+            "deploy.get_deploy_steps", {"node": agent_node(task.node), "ports": [agent_port(p) for p in task.ports]}
+        )
+        groups = result.get("deploy_steps") if isinstance(result, dict) else None
+        if not isinstance(groups, dict):
+            raise errors.AgentError(f"The agent of node {task.node['uuid']} sent no deploy steps: {result!r:.300}")
+        steps = [s for group in groups.values() if isinstance(group, list) for s in group if isinstance(s, dict)]
+        if not any(s.get("interface") == "deploy" and s.get("step") == "write_image" for s in steps):
+            raise errors.AgentError(
+                f"The agent of node {task.node['uuid']} offers no deploy.write_image step "
+                f"(it offers {sorted(str(s.get('step')) for s in steps)})"
+            )
+        versions = result.get(MANAGER_VERSION) or {}
+        if not isinstance(versions, dict):
+            raise errors.AgentError(f"The agent of node {task.node['uuid']} sent bad hardware manager versions")
+        await task.save_internal_info({CACHED_DEPLOY_STEPS: steps, MANAGER_VERSION: versions})
+        return versions
+
     def _outcome(self, task: base.Task, result: dict[str, Any]) -> str | None:
-        status = result.get("command_status")
-        if status == "FAILED":
-            raise errors.ImageError(f"Writing the image failed: {command_error_text(result.get('command_error'))}")
-        if status == "SUCCEEDED":
+        failure = command_failure(result)
+        if failure is not None:
+            raise errors.ImageError(f"Writing the image failed: {failure}")
+        if result.get("command_status") == "SUCCEEDED":
             return "resume"
         return None
 
@@ -236,10 +269,17 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
         await task.driver.boot.prepare_instance(task)
 
     async def tear_down_agent(self, task: base.Task) -> None:
+        if task.node.get("disable_power_off"):
+            # API 1.95: the agent keeps running until boot_instance reboots into the instance.
+            return
         await self._power_off_through_agent(task, self._client(task))
 
     async def boot_instance(self, task: base.Task) -> None:
-        await task.driver.power.set_power_state(task, states.POWER_ON)
+        if task.node.get("disable_power_off"):
+            # API 1.95: the agent was not powered off (tear_down_agent), so reboot into the instance.
+            await task.driver.power.reboot(task)
+        else:
+            await task.driver.power.set_power_state(task, states.POWER_ON)
         await task.save_fields({"power_state": states.POWER_ON})
 
     async def _power_off_through_agent(self, task: base.Task, client: AgentClient) -> None:
@@ -258,8 +298,9 @@ class DirectDeploy(AgentCleanSteps, base.DeployInterface):
         await task.driver.power.set_power_state(task, states.POWER_OFF)
 
     async def tear_down(self, task: base.Task) -> str:
-        await task.driver.power.set_power_state(task, states.POWER_OFF)
-        await task.save_fields({"power_state": states.POWER_OFF})
+        if not task.node.get("disable_power_off"):  # API 1.95: cleaning's reboot ends the instance instead
+            await task.driver.power.set_power_state(task, states.POWER_OFF)
+            await task.save_fields({"power_state": states.POWER_OFF})
         await task.save_internal_info(
             {}, remove=(*AGENT_KEYS, "is_whole_disk_image", "root_uuid_or_disk_id", "deploy_started_at")
         )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from services.common import errors, states
-from services.conductor.drivers import base
+from services.conductor.drivers import base, bios_steps
 from services.conductor.drivers.delays import parse_delay, sleep_for
 
 
@@ -100,6 +100,30 @@ class FakeManagement(_Delayed, base.ManagementInterface):
         current = dict(task.node["driver_internal_info"].get("fake_indicators", {}))
         current[f"{indicator}@{component}"] = state
         await task.save_internal_info({"fake_indicators": current})
+
+    # Virtual media (API 1.89/1.93): one slot per device type, kept in
+    # driver_internal_info["fake_vmedia"] ({device_type: image_url}).
+    VMEDIA_DEVICES = ("cdrom", "floppy", "disk")
+
+    async def attach_virtual_media(self, task: base.Task, device_type: str, image_url: str) -> None:
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_vmedia", {}))
+        current[device_type] = image_url
+        await task.save_internal_info({"fake_vmedia": current})
+
+    async def detach_virtual_media(self, task: base.Task, device_types: list[str] | None = None) -> None:
+        await self._sleep()
+        current = dict(task.node["driver_internal_info"].get("fake_vmedia", {}))
+        for device in device_types or list(current):
+            current.pop(device, None)
+        await task.save_internal_info({"fake_vmedia": current})
+
+    async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
+        current = task.node["driver_internal_info"].get("fake_vmedia", {})
+        return [
+            {"media_types": [device], "image": current.get(device), "inserted": device in current}
+            for device in self.VMEDIA_DEVICES
+        ]
 
     def get_supported_boot_modes(self, task: base.Task) -> list[str]:
         return ["bios", "uefi"]
@@ -246,3 +270,78 @@ class FakeRescue(_Delayed, base.RescueInterface):
     async def unrescue(self, task: base.Task) -> str:
         await self._sleep()
         return states.ACTIVE
+
+
+class FakeBIOS(base.BIOSInterface):
+    """Ironic's fake bios: the node's cached settings stand for the machine's BIOS.
+    ``apply_configuration`` writes the given settings there (any name), ``factory_reset``
+    empties it; both are clean and service steps like the real ones."""
+
+    name = "fake"
+
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return bios_steps.steps()
+
+    def get_service_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return bios_steps.steps()
+
+    async def step_argument_problems(self, task: base.Task, step: Mapping[str, Any]) -> list[str]:
+        if step.get("step") != "apply_configuration":
+            return []
+        return bios_steps.shape_problems((step.get("args") or {}).get("settings"))
+
+    async def apply_configuration(self, task: base.Task, settings: list[dict[str, Any]]) -> str | None:
+        rows = await task.read_bios_settings() if task.read_bios_settings is not None else []
+        values = {row["name"]: row["value"] for row in rows}
+        values.update({s["name"]: bios_steps.as_text(s["value"]) for s in settings})
+        if task.save_bios_settings is not None:
+            await task.save_bios_settings(values, {})
+        return None
+
+    async def factory_reset(self, task: base.Task) -> str | None:
+        if task.save_bios_settings is not None:
+            await task.save_bios_settings({}, {})
+        return None
+
+
+class FakeFirmware(base.FirmwareInterface):
+    """Ironic's fake firmware interface: an ``update`` clean/service step that
+    pretends (as the fake deploy's erase steps do) and no components to read,
+    so a fake node's firmware list is empty (API 1.86)."""
+
+    name = "fake"
+    UPDATE_STEP: ClassVar[dict[str, Any]] = {
+        "interface": "firmware",
+        "step": "update",
+        "priority": 0,
+        "abortable": False,
+        "requires_ramdisk": False,
+        "argsinfo": {
+            "settings": {
+                "description": "List of firmware components, each a dictionary with component and url",
+                "required": True,
+                "type": "array",
+            }
+        },
+    }
+
+    async def validate(self, task: base.Task) -> None:
+        return None
+
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return [dict(self.UPDATE_STEP)]
+
+    def get_service_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return [dict(self.UPDATE_STEP)]
+
+    async def execute_clean_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        return await self.update(task, list((step.get("args") or {}).get("settings") or []))
+
+    async def execute_service_step(self, task: base.Task, step: Mapping[str, Any]) -> str | None:
+        return await self.update(task, list((step.get("args") or {}).get("settings") or []))
+
+    async def update(self, task: base.Task, settings: list[dict[str, Any]]) -> str | None:
+        return None
+
+    async def read_components(self, task: base.Task) -> list[dict[str, Any]]:
+        return []

@@ -47,6 +47,8 @@ class FakeHardware(HardwareType):
         "vendor": ("fake", "no-vendor"),
         "inspect": ("fake", "agent", "no-inspect"),
         "rescue": ("fake", "agent", "no-rescue"),
+        "bios": ("fake", "no-bios"),
+        "firmware": ("no-firmware", "fake"),
     }
 
 
@@ -68,6 +70,10 @@ class RedfishHardware(HardwareType):
         # simulator reads the console log Ferrum's simulator keeps, ipmitool-socat the SOL
         # of a BMC that also speaks IPMI (with the node's ipmi_* driver_info).
         "console": ("no-console", "ipmitool-socat", "simulator"),
+        # BIOS settings through the System's Bios resource (drivers/redfish_bios.py), as Ironic.
+        "bios": ("redfish", "no-bios"),
+        # no-firmware first: reading the firmware inventory is asked for per node (API 1.86).
+        "firmware": ("no-firmware", "redfish"),
     }
 
 

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from services.common import errors, node_capabilities, states
-from services.conductor.drivers import base
+from services.conductor.drivers import base, power_change
 from services.conductor.drivers.ipmi_client import (
     DRIVER_INFO_PROPERTIES,
     IpmiCommand,
@@ -52,6 +52,8 @@ CALL_GRACE = 2.0  # beyond the deadline, how long the event loop waits for a wor
 # Ironic's boot devices -> pyghmi's names for the IPMI boot flags selectors.
 BOOT_DEVICES = {"pxe": "network", "disk": "hd", "cdrom": "optical", "bios": "setup", "safe": "safe"}
 BOOT_DEVICES_REV = {v: k for k, v in BOOT_DEVICES.items()}
+# Ironic's power targets -> IPMI chassis controls (pyghmi's names); no graceful restart in IPMI.
+CHASSIS_CONTROLS = {states.POWER_ON: "on", states.POWER_OFF: "off", states.SOFT_POWER_OFF: "shutdown"}
 BOOT_MODES = ("bios", "uefi")
 DEFAULT_BOOT_MODE = "uefi"  # Ironic's default_boot_mode, and the renderer's
 
@@ -192,55 +194,33 @@ class IpmiPower(_IpmiBase, base.PowerInterface):
             raise errors.InvalidParameterValue(
                 f"ipmitool power cannot set {state!r}; supported: {self.get_supported_power_states()}"
             )
-        if state == states.REBOOT:
-            await self.reboot(task, timeout)
-            return
-        info = self.ipmi_info(task.node)
-        deadline = time.monotonic() + (timeout or self.power_timeout)
-        current = await self._info_call(info, "read the power state", _read_power)
-        if state == states.SOFT_REBOOT:
-            # IPMI has no graceful restart: an ACPI shutdown, confirmed, then power on (as Ironic).
-            if current == states.POWER_ON:
-                await self._chassis(info, "shutdown", task)
-                await self._wait_for(info, states.POWER_OFF, deadline, task)
-            await self._chassis(info, "on", task)
-            await self._wait_for(info, states.POWER_ON, deadline, task)
-            return
-        wanted = states.POWER_ON if state == states.POWER_ON else states.POWER_OFF
-        if current == wanted:
-            LOG.info("ipmi power already in state node_uuid=%s state=%s", task.node.get("uuid"), wanted)
-            return
-        await self._chassis(info, {states.POWER_ON: "on", states.POWER_OFF: "off"}.get(state, "shutdown"), task)
-        await self._wait_for(info, wanted, deadline, task)
+        await power_change.set_power_state(self._control(task), state, timeout or self.power_timeout)
 
     async def reboot(self, task: base.Task, timeout: float | None = None) -> None:
+        await power_change.reboot(self._control(task), timeout or self.power_timeout)
+
+    def _control(self, task: base.Task) -> power_change.PowerControl:
+        """The node's BMC for power_change: chassis status reads and chassis controls."""
         info = self.ipmi_info(task.node)
-        deadline = time.monotonic() + (timeout or self.power_timeout)
-        current = await self._info_call(info, "read the power state", _read_power)
-        if current == states.POWER_ON:
-            await self._chassis(info, "off", task)
-            await self._wait_for(info, states.POWER_OFF, deadline, task)
-        await self._chassis(info, "on", task)
-        await self._wait_for(info, states.POWER_ON, deadline, task)
 
-    async def _chassis(self, info: IpmiInfo, control: str, task: base.Task) -> None:
-        """Send a chassis control (on, off, shutdown); the change is confirmed by polling."""
-        LOG.info("ipmi chassis control node_uuid=%s bmc=%s control=%s", task.node.get("uuid"), info.where(), control)
-        await self._info_call(info, f"power {control}", lambda command: command.set_power(control, wait=False))
+        async def read() -> str:
+            return await self._info_call(info, "read the power state", _read_power)
 
-    async def _wait_for(self, info: IpmiInfo, wanted: str, deadline: float, task: base.Task) -> None:
-        """Poll until the BMC reports ``wanted``; between polls no worker is held."""
-        while True:
-            last = await self._info_call(info, "read the power state", _read_power)
-            if last == wanted:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise errors.BMCError(
-                    f"Timed out waiting for node {task.node.get('uuid')} to reach power state {wanted!r} "
-                    f"at IPMI BMC {info.where()}; it still reports {last!r}"
-                )
-            await asyncio.sleep(min(self.poll_interval, remaining))
+        async def request(state: str) -> None:
+            control = CHASSIS_CONTROLS[state]
+            LOG.info(
+                "ipmi chassis control node_uuid=%s bmc=%s control=%s", task.node.get("uuid"), info.where(), control
+            )
+            await self._info_call(info, f"power {control}", lambda command: command.set_power(control, wait=False))
+
+        return power_change.PowerControl(
+            node_uuid=str(task.node.get("uuid")),
+            bmc=f"IPMI BMC {info.where()}",
+            read=read,
+            request=request,
+            poll_interval=self.poll_interval,
+            graceful_restart=False,  # IPMI has no graceful restart: an ACPI shutdown, confirmed, then on
+        )
 
 
 class IpmiManagement(_IpmiBase, base.ManagementInterface):

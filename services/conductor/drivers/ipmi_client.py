@@ -1,11 +1,10 @@
-"""IPMI plumbing for the ``ipmitool`` interfaces: driver_info parsing, a
-bounded cache of pyghmi sessions per BMC, and pyghmi's errors mapped onto
-Ferrum's error tree.
+"""IPMI plumbing for the ``ipmitool`` interfaces: a bounded cache of pyghmi
+sessions per BMC, and pyghmi's errors mapped onto Ferrum's error tree
+(driver_info parsing is ipmi_info.py, shared with the console).
 
 pyghmi is synchronous (its ``Command`` waits on UDP answers), so everything
 here that touches the network runs in a worker thread; the cache is guarded
-by a thread lock for that reason. Parsing is pure and fast: ``validate``
-uses it without any network traffic.
+by a thread lock for that reason.
 
 Two things pyghmi does not do by itself, done here:
 
@@ -26,13 +25,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import logging
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import pyghmi.exceptions as pyghmi_exc
@@ -41,175 +38,28 @@ import pyghmi.ipmi.private.session as pyghmi_session
 import pyghmi.ipmi.private.util as pyghmi_util
 from pyghmi.ipmi.command import Command
 
-from services.common import errors
+from services.common import errors, pyghmi_poll
+from services.conductor.drivers.ipmi_info import (  # noqa: F401 - re-exported for the interfaces and tests
+    CIPHER_SUITES,
+    DEFAULT_CIPHER_SUITE,
+    DEFAULT_PORT,
+    DRIVER_INFO_PROPERTIES,
+    PRIV_LEVELS,
+    IpmiInfo,
+    parse_driver_info,
+)
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_PORT = 623
-DEFAULT_CIPHER_SUITE = 3
-# Cipher suite -> (authentication, integrity, confidentiality) algorithm numbers (IPMI 2.0
-# tables 13-17..13-19). These are the two pyghmi's client implements.
-CIPHER_SUITES: Mapping[int, tuple[int, int, int]] = {3: (1, 1, 1), 17: (3, 4, 1)}
-PRIV_LEVELS: Mapping[str, int] = {"CALLBACK": 1, "USER": 2, "OPERATOR": 3, "ADMINISTRATOR": 4}
-BRIDGING = ("no", "single", "dual")
-PROTOCOL_VERSIONS = ("1.5", "2.0")
 IO_WAIT_SLACK = 0.05  # seconds a pyghmi wait may outlast its deadline before it re-checks by itself
 SESSION_IDLE = 20.0  # seconds: an idle session older than this is replaced, not trusted (BMCs drop them)
-MAX_USERNAME = 16  # IPMI user names are at most 16 bytes
-MAX_PASSWORD = 20  # IPMI 2.0 passwords are at most 20 bytes
 LOGIN_STAGES = {  # pyghmi's session context -> the login step that went unanswered
     "": "its channel authentication capabilities request",
     "OPENSESSION": "the RMCP+ open session request",
     "EXPECTINGRAKP2": "RAKP message 1 (BMCs ignore a user they do not know)",
     "EXPECTINGRAKP4": "RAKP message 3",
 }
-
-DRIVER_INFO_PROPERTIES = {
-    "ipmi_address": "IP address or hostname of the node's BMC. Required.",
-    "ipmi_port": f"UDP port of the BMC's RMCP+ service. Default {DEFAULT_PORT}.",
-    "ipmi_username": "User name for the BMC; empty or absent means the anonymous (NULL) user. Optional.",
-    "ipmi_password": "Password for the BMC (masked on reads, encrypted at rest). Optional.",
-    "ipmi_priv_level": "Privilege level: ADMINISTRATOR (default), OPERATOR, USER or CALLBACK.",
-    "ipmi_cipher_suite": f"RMCP+ cipher suite, 3 (SHA-1) or 17 (SHA-256); the BMC must offer it. "
-    f"Default {DEFAULT_CIPHER_SUITE}.",
-    "ipmi_bridging": "Bridging type: only 'no' (the default) is supported; 'single' and 'dual' are refused.",
-    "ipmi_terminal_port": "Local TCP port of the node's serial console (console interfaces). Optional.",
-    "ipmi_protocol_version": "IPMI protocol version: only '2.0' (the default; RMCP+, lanplus).",
-}
-# Ironic's bridging fields: refused with ``ipmi_bridging`` != no, listed so the refusal names them.
-BRIDGING_FIELDS = (
-    "ipmi_local_address",
-    "ipmi_transit_channel",
-    "ipmi_transit_address",
-    "ipmi_target_channel",
-    "ipmi_target_address",
-)
-
-
-@dataclass(frozen=True)
-class IpmiInfo:
-    """The validated IPMI settings of one node."""
-
-    address: str
-    port: int
-    username: str
-    password: str
-    priv_level: str
-    cipher_suite: int
-    terminal_port: int | None = None
-
-    def cache_key(self) -> tuple[Any, ...]:
-        """Sessions are kept per BMC, credentials, privilege and cipher suite; the
-        password is only hashed, so a changed password gets a fresh session."""
-        digest = hashlib.sha256(self.password.encode()).hexdigest()
-        return (self.address, self.port, self.username, digest, self.priv_level, self.cipher_suite)
-
-    def describe(self) -> str:
-        return f"{self.username + '@' if self.username else ''}{self.where()}"
-
-    def where(self) -> str:
-        host = f"[{self.address}]" if ":" in self.address else self.address
-        return f"{host}:{self.port}"
-
-
-def _port(value: Any, key: str, uuid: str) -> int:
-    if isinstance(value, bool):
-        value = None  # True is not a port
-    try:
-        port = int(str(value).strip()) if value is not None else 0
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535 or (isinstance(value, float) and not value.is_integer()):
-        raise errors.InvalidParameterValue(f"Node {uuid}: {key} must be a port number 1-65535, got {value!r}")
-    return port
-
-
-def _choice(info: Mapping[str, Any], key: str, default: str, allowed: tuple[str, ...], uuid: str) -> str:
-    value = info.get(key)
-    if value is None or value == "":
-        return default
-    text = str(value).strip()
-    match = next((a for a in allowed if a.lower() == text.lower()), None)
-    if match is None:
-        raise errors.InvalidParameterValue(f"Node {uuid}: {key} {value!r} is not one of {', '.join(allowed)}")
-    return match
-
-
-def parse_driver_info(node: Mapping[str, Any]) -> IpmiInfo:
-    """Check the node's IPMI driver_info without touching the network."""
-    uuid = node.get("uuid", "?")
-    info = node.get("driver_info") or {}
-    address = info.get("ipmi_address")
-    if not address or not isinstance(address, str) or not address.strip():
-        raise errors.MissingParameter(f"Node {uuid} is missing driver_info: ipmi_address")
-    address = address.strip()
-    if address.startswith("[") and address.endswith("]"):
-        address = address[1:-1]
-    if any(c.isspace() or c in "/@?#" for c in address) or "://" in address:
-        raise errors.InvalidParameterValue(
-            f"Node {uuid}: ipmi_address {info['ipmi_address']!r} must be a bare IP address or hostname "
-            "(the port goes in ipmi_port)"
-        )
-    if address.count(":") == 1:  # host:port (IPv6 addresses have several colons)
-        raise errors.InvalidParameterValue(
-            f"Node {uuid}: ipmi_address {info['ipmi_address']!r} must not carry a port; set ipmi_port"
-        )
-    port = DEFAULT_PORT if info.get("ipmi_port") in (None, "") else _port(info["ipmi_port"], "ipmi_port", uuid)
-
-    username = info.get("ipmi_username")
-    password = info.get("ipmi_password")
-    for key, value, limit in (("ipmi_username", username, MAX_USERNAME), ("ipmi_password", password, MAX_PASSWORD)):
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise errors.InvalidParameterValue(f"Node {uuid}: {key} must be a string")
-        if len(value.encode()) > limit:
-            raise errors.InvalidParameterValue(f"Node {uuid}: {key} is longer than IPMI allows ({limit} bytes)")
-
-    priv_level = _choice(info, "ipmi_priv_level", "ADMINISTRATOR", tuple(PRIV_LEVELS), uuid)
-
-    suite_value = info.get("ipmi_cipher_suite")
-    if suite_value is None or suite_value == "":
-        suite = DEFAULT_CIPHER_SUITE
-    else:
-        try:
-            suite = int(str(suite_value).strip()) if not isinstance(suite_value, bool) else -1
-        except ValueError:
-            suite = -1
-        if suite not in CIPHER_SUITES:
-            raise errors.InvalidParameterValue(
-                f"Node {uuid}: ipmi_cipher_suite {suite_value!r} is not supported; pyghmi implements cipher "
-                f"suites {' and '.join(str(s) for s in CIPHER_SUITES)} (HMAC-SHA1 or HMAC-SHA256 with AES-CBC-128)"
-            )
-
-    bridging = _choice(info, "ipmi_bridging", "no", BRIDGING, uuid)
-    if bridging != "no":
-        raise errors.InvalidParameterValue(
-            f"Node {uuid}: ipmi_bridging {bridging!r} is not supported by the ipmitool interfaces "
-            "(pyghmi's boot-device commands cannot be bridged, and it has no dual bridging); "
-            f"set ipmi_bridging to 'no' and drop {', '.join(BRIDGING_FIELDS)}"
-        )
-
-    version = _choice(info, "ipmi_protocol_version", "2.0", PROTOCOL_VERSIONS, uuid)
-    if version != "2.0":
-        raise errors.InvalidParameterValue(
-            f"Node {uuid}: ipmi_protocol_version {version!r} is not supported: the ipmitool interfaces speak "
-            "IPMI 2.0 (RMCP+, with integrity and encryption) only"
-        )
-
-    terminal = info.get("ipmi_terminal_port")
-    terminal_port = None if terminal in (None, "") else _port(terminal, "ipmi_terminal_port", uuid)
-    return IpmiInfo(
-        address=address,
-        port=port,
-        username=username or "",
-        password=password or "",
-        priv_level=priv_level,
-        cipher_suite=suite,
-        terminal_port=terminal_port,
-    )
-
 
 # ---- pyghmi's shared socket I/O ----------------------------------------------------------
 
@@ -257,7 +107,13 @@ def patch_pyghmi() -> None:
     keep-alive lock and takes the waiting lock; ``awaitresponse`` holds the
     waiting lock and, when a session gives up, takes the keep-alive one), so
     two threads deadlock. One re-entrant lock for both tables cannot invert;
-    it is only ever held for table updates and non-blocking sends."""
+    it is only ever held for table updates and non-blocking sends.
+
+    And its I/O thread waits with ``poll`` instead of ``select``
+    (:mod:`services.common.pyghmi_poll`): ``select`` fails on a descriptor
+    numbered 1024 or more, which a conductor with many Redfish connections,
+    console proxies and a database pool reaches."""
+    pyghmi_poll.install()
     pyghmi_session._io_sendto = _io_sendto
     pyghmi_session._io_wait = _io_wait
     pyghmi_session.WAITING_SESSIONS = pyghmi_session.KEEPALIVE_SESSIONS

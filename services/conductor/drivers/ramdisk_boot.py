@@ -27,8 +27,11 @@ AGENT_KEYS = (
     "agent_hardware",
     "agent_verify_ca",
     "ramdisk_boot_requested",
+    "agent_cached_deploy_steps",
 )
 BOOT_REQUESTED = "ramdisk_boot_requested"
+# The deploy steps the booted agent offered (direct.py reads them on its first heartbeat).
+CACHED_DEPLOY_STEPS = "agent_cached_deploy_steps"
 
 
 async def forget_agent(task: Task) -> None:
@@ -60,8 +63,17 @@ async def boot_ramdisk(task: Task, *, fresh: bool) -> None:
 
 
 async def power_off_ramdisk(task: Task) -> None:
-    """End a ramdisk boot: power off, undo the boot preparation, forget the agent."""
-    await task.driver.power.set_power_state(task, states.POWER_OFF)
-    await task.save_fields({"power_state": states.POWER_OFF})
+    """End a ramdisk boot: power off, undo the boot preparation, forget the agent.
+
+    A node with ``disable_power_off`` (API 1.95) is rebooted after the boot
+    preparation is undone instead, as Ironic's tear_down_inband_cleaning: the
+    ramdisk stops running and the machine never loses power."""
+    keep_power = bool(task.node.get("disable_power_off"))
+    if not keep_power:
+        await task.driver.power.set_power_state(task, states.POWER_OFF)
+        await task.save_fields({"power_state": states.POWER_OFF})
     await task.driver.boot.clean_up_ramdisk(task)
     await forget_agent(task)
+    if keep_power:
+        await task.driver.power.reboot(task)
+        await task.save_fields({"power_state": states.POWER_ON})

@@ -17,14 +17,13 @@ import asyncio
 import contextvars
 import functools
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import sushy
 
 from services.common import errors, states
-from services.conductor.drivers import base
+from services.conductor.drivers import base, power_change
 from services.conductor.drivers.redfish_client import (
     DRIVER_INFO_PROPERTIES,
     ConnectionCache,
@@ -166,52 +165,31 @@ class RedfishPower(_RedfishBase, base.PowerInterface):
             raise errors.InvalidParameterValue(
                 f"redfish power cannot set {state!r}; supported: {self.get_supported_power_states()}"
             )
-        if state == states.REBOOT:
-            await self.reboot(task, timeout)
-            return
-        info = self.redfish_info(task.node)
-        deadline = time.monotonic() + (timeout or self.power_timeout)
-        current = await self._info_call(info, "read the power state", _read_power)
-        if state == states.SOFT_REBOOT:
-            reset = sushy.ResetType.ON if current == states.POWER_OFF else sushy.ResetType.GRACEFUL_RESTART
-            await self._reset(info, reset)
-            await self._wait_for(info, states.POWER_ON, deadline, task)
-            return
-        wanted = states.POWER_ON if state == states.POWER_ON else states.POWER_OFF
-        if current == wanted:
-            LOG.info("redfish power already in state node_uuid=%s state=%s", task.node.get("uuid"), wanted)
-            return
-        await self._reset(info, SET_POWER_STATE[state])
-        await self._wait_for(info, wanted, deadline, task)
+        await power_change.set_power_state(self._control(task), state, timeout or self.power_timeout)
 
     async def reboot(self, task: base.Task, timeout: float | None = None) -> None:
+        await power_change.reboot(self._control(task), timeout or self.power_timeout)
+
+    def _control(self, task: base.Task) -> power_change.PowerControl:
+        """The node's BMC for power_change: system reads and ComputerSystem.Reset."""
         info = self.redfish_info(task.node)
-        deadline = time.monotonic() + (timeout or self.power_timeout)
-        current = await self._info_call(info, "read the power state", _read_power)
-        if current == states.POWER_ON:
-            await self._reset(info, sushy.ResetType.FORCE_OFF)
-            await self._wait_for(info, states.POWER_OFF, deadline, task)
-        await self._reset(info, sushy.ResetType.ON)
-        await self._wait_for(info, states.POWER_ON, deadline, task)
 
-    async def _reset(self, info: RedfishInfo, reset: sushy.ResetType) -> None:
-        LOG.info("redfish reset address=%s system=%s reset_type=%s", info.address, info.system_id, reset.value)
-        await self._info_call(info, f"reset the system ({reset.value})", lambda system: system.reset_system(reset))
+        async def read() -> str:
+            return await self._info_call(info, "read the power state", _read_power)
 
-    async def _wait_for(self, info: RedfishInfo, wanted: str, deadline: float, task: base.Task) -> None:
-        """Poll until the BMC reports ``wanted``; the BMC applies changes when it likes."""
-        last = None
-        while True:
-            last = await self._info_call(info, "read the power state", _read_power)
-            if last == wanted:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise errors.BMCError(
-                    f"Timed out waiting for node {task.node.get('uuid')} to reach power state {wanted!r} "
-                    f"at {info.address}; it still reports {last!r}"
-                )
-            await asyncio.sleep(min(self.poll_interval, remaining))
+        async def request(state: str) -> None:
+            reset = SET_POWER_STATE[state]
+            LOG.info("redfish reset address=%s system=%s reset_type=%s", info.address, info.system_id, reset.value)
+            await self._info_call(info, f"reset the system ({reset.value})", lambda system: system.reset_system(reset))
+
+        return power_change.PowerControl(
+            node_uuid=str(task.node.get("uuid")),
+            bmc=f"Redfish BMC {info.address}",
+            read=read,
+            request=request,
+            poll_interval=self.poll_interval,
+            graceful_restart=True,
+        )
 
 
 class RedfishManagement(_RedfishBase, base.ManagementInterface):
@@ -372,6 +350,21 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
                     medium.eject_media()
 
         await self._call(task, f"eject virtual {device or 'all'} media", eject)
+
+    async def attach_virtual_media(self, task: base.Task, device_type: str, image_url: str) -> None:
+        """API 1.89: the same insert the virtual-media boot uses, on request."""
+        if device_type not in VIRTUAL_MEDIA_TYPES:
+            raise errors.InvalidParameterValue(
+                f"The redfish management interface cannot attach a virtual {device_type}; "
+                f"it attaches {', '.join(VIRTUAL_MEDIA_TYPES)}"
+            )
+        await self.insert_virtual_media(task, device_type, image_url)
+
+    async def detach_virtual_media(self, task: base.Task, device_types: list[str] | None = None) -> None:
+        for device in device_types or [None]:  # type: ignore[list-item]
+            if device is not None and device not in VIRTUAL_MEDIA_TYPES:
+                continue  # no such slot on a Redfish BMC: nothing is attached there
+            await self.eject_virtual_media(task, device)
 
     async def get_virtual_media(self, task: base.Task) -> list[dict[str, Any]]:
         """What each virtual media slot holds: id, media types, image, inserted."""

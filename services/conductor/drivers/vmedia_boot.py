@@ -271,7 +271,8 @@ class VirtualMediaBoot(base.BootInterface):
         await media.remove_configdrive(task.node["uuid"])
 
     async def before_power_on(self, task: base.Task) -> None:
-        if task.node.get("provision_state") == states.ACTIVE and netboots(task.node):
+        # Servicing reboots a deployed node too (a BIOS step): it must come back to its instance.
+        if task.node.get("provision_state") in (states.ACTIVE, states.SERVICING) and netboots(task.node):
             await self.attach_instance_media(task)
 
     async def attach_instance_media(self, task: base.Task) -> None:
@@ -370,7 +371,7 @@ class VirtualMediaBoot(base.BootInterface):
 
     async def check_bmc(self, task: base.Task) -> set[str]:
         """The virtual media devices the BMC has; a BMC without a virtual CD cannot do this."""
-        slots = await task.driver.management.get_virtual_media(task)  # type: ignore[attr-defined]
+        slots = await task.driver.management.get_virtual_media(task)
         found = set()
         for slot in slots:
             types = {t.lower() for t in slot.get("media_types") or ()}

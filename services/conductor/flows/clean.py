@@ -34,7 +34,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from services.common import errors, states
-from services.conductor import step_plan
+from services.conductor import reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
 
@@ -84,6 +84,9 @@ async def _begin(ctx: FlowContext, task: Task) -> None:
         await _done(ctx, task, note=f"automated cleaning skipped: disabled via {setting}")
         return
     await task.driver.power.validate(task)
+    note = await ctx.cache_firmware(task)
+    if note:
+        await ctx.record_event(node, "firmware", note)
     info = node["driver_internal_info"]
     plan = list(info.get(PLAN) or []) if manual else step_plan.automated(task)
     ramdisk = any(s.get("requires_ramdisk") for s in plan) and not info.get(DISABLE_RAMDISK)
@@ -110,6 +113,12 @@ async def _run_steps(ctx: FlowContext, task: Task, first: int) -> None:
             "clean-step",
             f"clean step {step_plan.step_id(step)} (priority {step['priority']}) started",
         )
+        if reserved_steps.is_reserved(step):
+            if step["step"] == reserved_steps.HOLD:
+                await ctx.transition(task, "hold", note="clean step hold: waiting for unhold")
+                return
+            await reserved_steps.run_power_step(task, step)
+            continue
         result = await getattr(task.driver, step["interface"]).execute_clean_step(task, step)
         if result == states.CLEANWAIT:
             await ctx.transition(task, "wait", note=f"clean step {step_plan.step_id(step)} runs in the ramdisk")
@@ -281,6 +290,18 @@ async def _resume(ctx: FlowContext, task: Task) -> None:
             await _after_callback(ctx, task)
             return
     await _run_steps(ctx, task, int(index))
+
+
+async def unhold(ctx: FlowContext, task: Task) -> None:
+    """After ``unhold`` moved the node from ``clean hold`` to ``clean wait``: the
+    steps after the hold run now (an agent already up gets the in-band ones)."""
+    await _guarded(ctx, task, _after_hold(ctx, task))
+
+
+async def _after_hold(ctx: FlowContext, task: Task) -> None:
+    index = int(task.node["driver_internal_info"].get(INDEX) or 0)
+    await ctx.transition(task, "resume", note="unhold: cleaning goes on after the hold step")
+    await _run_steps(ctx, task, index + 1)
 
 
 def failed_step(node: dict[str, Any]) -> str:

@@ -45,6 +45,10 @@ class FlowContext(Protocol):
 
     async def fail(self, task: Task, message: str) -> None: ...
 
+    async def cache_firmware(self, task: Task) -> str:
+        """Refresh the node's cached firmware components (best effort); a note for the history."""
+        ...
+
     async def record_event(
         self,
         node: Mapping[str, Any],

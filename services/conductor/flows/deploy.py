@@ -26,6 +26,7 @@ from typing import Any
 from services.common import states
 from services.common.db.outage import is_unavailable
 from services.conductor import deploy_steps as steps
+from services.conductor import reserved_steps
 from services.conductor.drivers import ramdisk_boot, volumes
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.direct import AGENT_KEYS
@@ -36,22 +37,33 @@ LOG = logging.getLogger(__name__)
 PHASE = "deploy_phase"
 FINISH_STEP = "finish_step"
 FINISHING = "finishing"
+HELD_AT = "deploy_held_at"
 
 
 async def start(ctx: FlowContext, task: Task) -> None:
     await guarded(ctx, task, "Deploy", _first_half(ctx, task))
 
 
-async def _first_half(ctx: FlowContext, task: Task) -> None:
-    stored = await ctx.configdrives.store(task)
-    if stored is not None and stored != task.node["instance_info"].get("configdrive"):
-        await task.save_fields({"instance_info": {**task.node["instance_info"], "configdrive": stored}})
-    await task.driver.storage.attach_volumes(task)
-    await volumes.record(task)
-    await task.driver.deploy.prepare(task)
+async def _first_half(ctx: FlowContext, task: Task, *, after_hold: int | None = None) -> None:
+    if after_hold is None:
+        stored = await ctx.configdrives.store(task)
+        if stored is not None and stored != task.node["instance_info"].get("configdrive"):
+            await task.save_fields({"instance_info": {**task.node["instance_info"], "configdrive": stored}})
+        await task.driver.storage.attach_volumes(task)
+        await volumes.record(task)
+        await task.driver.deploy.prepare(task)
     planned = task.node["driver_internal_info"].get("deploy_steps") or steps.plan(task, [])
     before, core, after = steps.split_at_deploy(planned)
-    for step in before:
+    for index in range(0 if after_hold is None else after_hold + 1, len(before)):
+        step = before[index]
+        if reserved_steps.is_reserved(step):
+            await steps.mark(ctx, task, step)
+            if step["step"] == reserved_steps.HOLD:
+                await task.save_internal_info({HELD_AT: index})
+                await ctx.transition(task, "hold", note="deploy step hold: waiting for unhold")
+                return
+            await reserved_steps.run_power_step(task, step)
+            continue
         await steps.run_step(ctx, task, step)
     await steps.mark(ctx, task, core)
     result = await task.driver.deploy.deploy(task)
@@ -70,6 +82,15 @@ async def _first_half(ctx: FlowContext, task: Task) -> None:
         await task.driver.boot.prepare_instance(task)
     await volumes.drop_force_deployment(task)
     await ctx.transition(task, "done", changes={"deploy_step": {}})
+
+
+async def unhold(ctx: FlowContext, task: Task) -> None:
+    """After ``unhold`` moved the node from ``deploy hold`` to ``wait call-back``:
+    the deploy goes on with the step after the hold."""
+    index = int(task.node["driver_internal_info"].get(HELD_AT) or 0)
+    await task.save_internal_info({}, remove=(HELD_AT,))
+    await ctx.transition(task, "resume", note="unhold: the deploy goes on after the hold step")
+    await guarded(ctx, task, "Deploy", _first_half(ctx, task, after_hold=index))
 
 
 async def continue_after_callback(ctx: FlowContext, task: Task) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from services.common import states
 from services.common.db.outage import is_unavailable
-from services.conductor import step_plan
+from services.conductor import reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
 
@@ -59,6 +59,12 @@ async def _run(ctx: FlowContext, task: Task, first: int) -> None:
         await ctx.record_event(
             task.node, "service-step", f"service step {step_plan.step_id(step)} started", event_type="service"
         )
+        if reserved_steps.is_reserved(step):
+            if step["step"] == reserved_steps.HOLD:
+                await ctx.transition(task, "hold", note="service step hold: waiting for unhold")
+                return
+            await reserved_steps.run_power_step(task, step)
+            continue
         result = await getattr(task.driver, step["interface"]).execute_service_step(task, step)
         if result == states.SERVICEWAIT:
             await ctx.transition(task, "wait", note=f"service step {step_plan.step_id(step)} finishes later")
@@ -91,14 +97,35 @@ async def timed_out(ctx: FlowContext, task: Task) -> None:
     )
 
 
-async def abort(ctx: FlowContext, task: Task) -> None:
-    """After ``abort`` in ``service wait`` (now ``service failed``): back to ``active``, as Ironic."""
-    step = task.node.get("service_step") or {}
-    message = "By request, the service operation was aborted" + (
+def aborted_message(node: dict[str, Any]) -> str:
+    """Ironic's ``last_error`` after an aborted service, naming the step it stopped at."""
+    step = node.get("service_step") or {}
+    return "By request, the service operation was aborted" + (
         f' during or after the completion of step "{step_plan.step_id(step)}"' if step else ""
     )
+
+
+async def abort(ctx: FlowContext, task: Task) -> None:
+    """After ``abort`` in ``service wait`` (now ``service failed``): back to ``active``, as Ironic."""
+    message = aborted_message(task.node)
     await task.save_internal_info({}, remove=SERVICE_KEYS)
     await ctx.transition(task, "abort", last_error=message, changes={"service_step": {}})
+
+
+async def abort_failed(ctx: FlowContext, task: Task) -> None:
+    """After ``abort`` in ``service failed`` (already ``active``): the step's error gives way to
+    the abort's, and the servicing leftovers go, as Ironic's do_node_service_abort does."""
+    message = aborted_message(task.node)
+    await task.save_internal_info({}, remove=SERVICE_KEYS)
+    await task.save_fields({"service_step": {}, "last_error": message})
+
+
+async def unhold(ctx: FlowContext, task: Task) -> None:
+    """After ``unhold`` moved the node from ``service hold`` to ``service wait``:
+    the steps after the hold run now."""
+    index = int(task.node["driver_internal_info"].get(INDEX) or 0)
+    await ctx.transition(task, "resume", note="unhold: servicing goes on after the hold step")
+    await _guarded(ctx, task, _run(ctx, task, index + 1))
 
 
 async def resume(ctx: FlowContext, task: Task) -> None:
