@@ -22,6 +22,7 @@ from services.common.db.conductors import ConductorRepository
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.hashring import ConductorRings
 from services.common.logs import request_id_var
+from services.common.request_project import metadata as project_metadata
 from services.common.tls import TlsFiles
 
 LOG = logging.getLogger(__name__)
@@ -157,7 +158,11 @@ class ConductorRouter:
             owner = await self.route(node_uuid, driver, group)
             rpc = getattr(self.stub(owner["grpc_address"]), method)
             try:
-                return await rpc(request, timeout=self.timeout, metadata=((REQUEST_ID_KEY, request_id_var.get()),))
+                return await rpc(
+                    request,
+                    timeout=self.timeout,
+                    metadata=((REQUEST_ID_KEY, request_id_var.get()), *project_metadata()),
+                )
             except grpc.aio.AioRpcError as exc:
                 error = errors.from_rpc_error(exc)
                 if type(error) is errors.FerrumError:

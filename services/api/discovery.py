@@ -29,6 +29,7 @@ V1_RESOURCES: tuple[tuple[str, tuple[int, int]], ...] = (
     ("deploy_templates", (1, 55)),
     ("shards", (1, 82)),
     ("continue_inspection", (1, 84)),
+    ("runbooks", (1, 92)),
     ("inspection_rules", (1, 96)),
 )
 

@@ -36,6 +36,7 @@ from services.api.node_values import (
 )
 from services.api.port_values import validate_port_values
 from services.api.provision_params import check_configdrive, check_deploy_steps, check_disable_ramdisk
+from services.api.runbook_use import resolve_runbook
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
 from services.common.config import ApiConfig
@@ -44,7 +45,9 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
+from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps, parse_datetimes
+from services.common.request_project import project_var
 from services.common.secret_masking import mask_text
 
 LOG = logging.getLogger(__name__)
@@ -120,6 +123,8 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
         console_enabled=bool(row.get("console_enabled")),
         service_step=_struct(row.get("service_step")),
         disable_power_off=bool(row.get("disable_power_off")),
+        instance_name=row.get("instance_name") or "",
+        health=row.get("health") or "",
     )
     for name in ("created_at", "updated_at", "provision_updated_at"):
         stamp = _ts(row.get(name))
@@ -138,6 +143,10 @@ def port_message(row: dict[str, Any]) -> cpb.Port:
         local_link_connection=_struct(row["local_link_connection"]),
         physical_network=row["physical_network"] or "",
         name=row["name"] or "",
+        description=row.get("description") or "",
+        vendor=row.get("vendor") or "",
+        category=row.get("category") or "",
+        available_for_dynamic_portgroup=bool(row.get("available_for_dynamic_portgroup", True)),
     )
     for name in ("created_at", "updated_at"):
         stamp = _ts(row.get(name))
@@ -339,8 +348,25 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                     f'while it is in state "{node["provision_state"]}".'
                 )
             steps = clean
+            service_steps = None
+            disable_requested = request.disable_ramdisk or None
+            if request.runbook:  # the same resolution as REST (services/api/runbook_use.py)
+                used = await resolve_runbook(
+                    RunbookRepository(self.pool),
+                    node,
+                    request.runbook,
+                    verb=request.target,
+                    version=LATEST,
+                    project=project_var.get(),
+                    given_steps=clean,
+                )
+                if request.target == "clean":
+                    steps = used.steps
+                else:
+                    service_steps = used.steps
+                disable_requested = used.disable_ramdisk or None
             deploy_steps = check_deploy_steps(deploy, request.target, LATEST)
-            disable_ramdisk = check_disable_ramdisk(request.disable_ramdisk or None, request.target, LATEST)
+            disable_ramdisk = check_disable_ramdisk(disable_requested, request.target, LATEST)
             await self._rpc(
                 node,
                 "DoProvisionAction",
@@ -352,6 +378,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                     rescue_password=request.rescue_password,
                     deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
                     disable_ramdisk=disable_ramdisk,
+                    service_steps_json=json.dumps(service_steps) if service_steps is not None else "",
                 ),
             )
             return await self._get(node["uuid"])

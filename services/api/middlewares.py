@@ -17,6 +17,8 @@ from services.api import versions
 from services.common import errors
 from services.common.basic_auth import BasicAuthVerifier
 from services.common.db.outage import is_unavailable, unavailable
+from services.common.request_project import HEADER as PROJECT_HEADER
+from services.common.request_project import parse_project, project_var
 
 LOG = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -101,6 +103,8 @@ async def version_middleware(request: web.Request, handler: Handler) -> web.Stre
         return refusal
     request["version"] = version
     _reject_nul(request)
+    # The project the caller acts for (services/common/request_project.py); None is system scope.
+    project_var.set(parse_project(request.headers.get(PROJECT_HEADER)))
     response = await handler(request)
     response.headers.update(versions.headers(version))
     return response

@@ -25,10 +25,24 @@ from services.common.secret_masking import mask_text
 SINCE = (1, 78)
 STANDARD_FIELDS = ("uuid", "created_at", "severity", "event")
 DETAIL_FIELDS = ("uuid", "created_at", "severity", "event_type", "event", "conductor", "user")
+PROJECT_SINCE = (1, 113)  # detail gains the project behind the event
+STATE_FIELDS_SINCE = (1, 115)  # detail gains state, target_provision_state, duration_seconds
 
 
-def history_document(row: dict[str, Any], *, base: str, node_uuid: str, detail: bool) -> dict[str, Any]:
-    """One history entry as Ironic renders it."""
+def detail_fields(version: tuple[int, int]) -> tuple[str, ...]:
+    """The fields of a detailed entry at ``version``."""
+    fields: tuple[str, ...] = DETAIL_FIELDS
+    if version >= PROJECT_SINCE:
+        fields += ("project",)
+    if version >= STATE_FIELDS_SINCE:
+        fields += ("state", "target_provision_state", "duration_seconds")
+    return fields
+
+
+def history_document(
+    row: dict[str, Any], *, base: str, node_uuid: str, detail: bool, version: tuple[int, int] = SINCE
+) -> dict[str, Any]:
+    """One history entry as Ironic renders it at ``version``."""
     values = {
         "uuid": row["uuid"],
         "created_at": iso(row["created_at"]),
@@ -37,8 +51,12 @@ def history_document(row: dict[str, Any], *, base: str, node_uuid: str, detail: 
         "event": mask_text(row["event"]) if row["event"] else row["event"],
         "conductor": row["conductor"],
         "user": row["user_id"],
+        "project": row.get("project"),
+        "state": row.get("state"),
+        "target_provision_state": row.get("target_provision_state"),
+        "duration_seconds": row.get("duration_seconds"),
     }
-    doc = {k: values[k] for k in (DETAIL_FIELDS if detail else STANDARD_FIELDS)}
+    doc = {k: values[k] for k in (detail_fields(version) if detail else STANDARD_FIELDS)}
     doc["links"] = views.links(base, f"nodes/{node_uuid}/history", row["uuid"])
     return doc
 
@@ -56,7 +74,10 @@ class NodeHistoryApi:
         rows = await self.repo.list(node["id"], limit=limit, marker=q.get("marker"))
         base = self.ctx.base(request)
         body: dict[str, Any] = {
-            "history": [history_document(r, base=base, node_uuid=node["uuid"], detail=detail) for r in rows]
+            "history": [
+                history_document(r, base=base, node_uuid=node["uuid"], detail=detail, version=request["version"])
+                for r in rows
+            ]
         }
         following = next_link(request, rows, base=base, limit=limit, path=f"/v1/nodes/{node['uuid']}/history")
         if following:
@@ -66,5 +87,7 @@ class NodeHistoryApi:
     async def get_event(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)
         row = await self.repo.get(node["id"], request.match_info["event"])
-        doc = history_document(row, base=self.ctx.base(request), node_uuid=node["uuid"], detail=True)
+        doc = history_document(
+            row, base=self.ctx.base(request), node_uuid=node["uuid"], detail=True, version=request["version"]
+        )
         return web.json_response(doc, dumps=dumps)

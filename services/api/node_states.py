@@ -29,8 +29,11 @@ from services.api.provision_params import (
     check_rescue_password,
     check_service_steps,
 )
+from services.api.runbook_use import STEPS_KEY, resolve_runbook
 from services.common import errors, states
+from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps
+from services.common.request_project import project_var
 
 SOFT_POWER_SINCE = (1, 27)
 PROVISION_KEYS = {
@@ -41,6 +44,7 @@ PROVISION_KEYS = {
     "deploy_steps",
     "disable_ramdisk",
     "service_steps",
+    "runbook",
 }
 # Verbs Ironic checks against the state machine before the version (they are not in
 # its MIN_VERB_VERSIONS): an old client asking one where it cannot apply gets 400, not 406.
@@ -73,6 +77,7 @@ def accepted(base: str, node: dict[str, Any]) -> web.Response:
 class NodeStatesApi:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
+        self.runbooks = RunbookRepository(ctx.pool)
 
     async def get_states(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)
@@ -135,6 +140,18 @@ class NodeStatesApi:
             )
         if verb in STATE_BEFORE_VERSION:
             params.require_version(request, since, f"The provision verb {verb}")
+        if body.get("runbook") is not None:  # 1.92: the runbook's steps instead of the request's
+            used = await resolve_runbook(
+                self.runbooks,
+                node,
+                body["runbook"],
+                verb=verb,
+                version=request["version"],
+                project=project_var.get(),
+                given_steps=body.get(STEPS_KEY.get(verb, "clean_steps")),
+            )
+            # The runbook's disable_ramdisk replaces the request's, and is checked like one (1.70 clean, 1.108 service).
+            body = {**body, STEPS_KEY[verb]: used.steps, "disable_ramdisk": used.disable_ramdisk or None}
         configdrive = body.get("configdrive")
         check_configdrive(configdrive, verb, request["version"])
         await check_configdrive_payload(configdrive)

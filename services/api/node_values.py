@@ -36,6 +36,7 @@ NODE_CREATE_KEYS = {
     "shard",
     "parent_node",
     "disable_power_off",
+    "instance_name",
     *INTERFACE_FIELDS,
 }
 NODE_DICT_FIELDS = ("driver_info", "properties", "instance_info", "extra", "network_data")
@@ -71,6 +72,7 @@ NODE_READONLY = {
     "volume",
     "boot_mode",
     "secure_boot",
+    "health",
 }
 NODE_TIMESTAMPS = (
     "created_at",
@@ -108,7 +110,19 @@ def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[
         )
     for flag in ("protected", "retired"):
         _clear_reason_with_flag(node, values, flag)
+    _sync_instance_name(node, values)
     return values
+
+
+def _sync_instance_name(node: dict[str, Any], values: dict[str, Any]) -> None:
+    """Ironic 1.104: a changed ``instance_info`` with a ``display_name`` (what Nova
+    writes) fills ``instance_name`` when the node has none and the same patch
+    does not set it; a name set on its own is never overwritten this way."""
+    if "instance_info" not in values or "instance_name" in values or node.get("instance_name"):
+        return
+    display = (values["instance_info"] or {}).get("display_name")
+    if isinstance(display, str) and 1 <= len(display) <= 255:
+        values["instance_name"] = display
 
 
 async def linked_parent(nodes: NodeRepository, node: dict[str, Any], ident: str) -> str:
@@ -177,6 +191,7 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         "retired_reason",
         "shard",
         "parent_node",
+        "instance_name",
         *INTERFACE_FIELDS,
     ):
         if key in out and out[key] is not None and not isinstance(out[key], str):
@@ -189,6 +204,8 @@ def validate_node_values(values: dict[str, Any], *, create: bool) -> dict[str, A
         raise errors.InvalidParameterValue("conductor_group is longer than 255 characters")
     if out.get("parent_node") is not None and len(out["parent_node"]) > 36:
         raise errors.InvalidParameterValue("parent_node is longer than 36 characters")
+    if out.get("instance_name") is not None and not 1 <= len(out["instance_name"]) <= 255:
+        raise errors.InvalidParameterValue("instance_name must be 1 to 255 characters long")
     if out.get("shard") is not None and len(out["shard"]) > 255:
         raise errors.InvalidParameterValue("shard is longer than 255 characters")
     if out.get("description") is not None and len(out["description"]) > 4096:

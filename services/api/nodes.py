@@ -41,6 +41,7 @@ RESET_INTERFACES_SINCE = (1, 45)
 RETIRED_FILTER_SINCE = (1, 61)
 SHARD_SINCE = (1, 82)
 CHILDREN_SINCE = (1, 83)
+INSTANCE_NAME_SINCE = (1, 104)
 UNSET_CHASSIS_SINCE = (1, 25)
 # Ironic's faults.VALID_FAULTS: the only values the fault filter takes.
 VALID_FAULTS = ("power failure", "clean failure", "rescue abort failure", "service failure")
@@ -154,6 +155,10 @@ class NodesApi:
                 filters["parent_node"] = q["parent_node"]
             else:
                 filters["is_child"] = False
+        if "instance_name" in q:  # 1.104
+            if request["version"] < INSTANCE_NAME_SINCE:
+                raise errors.NotAcceptable("instance_name is not acceptable in this API version")
+            filters["instance_name"] = q["instance_name"]
         associated = params.optional_bool(request, "associated")
         limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.with_allocations(

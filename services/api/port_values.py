@@ -20,7 +20,14 @@ PORT_CREATE_KEYS = {
     "is_smartnic",
     "portgroup_uuid",
     "name",
+    "description",
+    "vendor",
+    "category",
+    "available_for_dynamic_portgroup",
 }
+# Ironic's PORT_SCHEMA lengths for the free-text fields of 1.97, 1.100 and 1.101.
+PORT_TEXT_LIMITS = {"description": 255, "vendor": 32, "category": 80}
+VTEP_REMOVED = (1, 105)  # Ironic removed the OVN VTEP form again
 LOCAL_LINK_KEYS = ("port_id", "switch_id", "hostname", "switch_info", "network_type")
 # An OVN VTEP switch's port (1.90): port_id with both of these instead of switch_id.
 VTEP_KEYS = ("vtep-logical-switch", "vtep-physical-switch")
@@ -33,6 +40,12 @@ def check_local_link_connection(llc: dict[str, Any], version: tuple[int, int] | 
     empty, port_id with switch_id, port_id with hostname (smart NIC), or
     network_type "unmanaged" (1.64) alone; network_type is "managed" or "unmanaged"."""
     vtep = [k for k in VTEP_KEYS if k in llc]
+    if vtep and (version is None or version >= VTEP_REMOVED):
+        # 1.105 removed what 1.90 added; None is the native gRPC API, which speaks the newest semantics.
+        raise errors.InvalidParameterValue(
+            "Invalid local_link_connection: OVN VTEP switches (vtep-logical-switch, vtep-physical-switch) "
+            "are not supported from API version 1.105"
+        )
     if vtep:
         check_vtep_connection(llc, version)
         return
@@ -93,6 +106,12 @@ def validate_port_values(values: dict[str, Any], version: tuple[int, int] | None
         raise errors.InvalidParameterValue("pxe_enabled must be a boolean")
     if "is_smartnic" in out and not isinstance(out["is_smartnic"], bool):
         raise errors.InvalidParameterValue("is_smartnic must be a boolean")
+    for key, limit in PORT_TEXT_LIMITS.items():
+        value = out.get(key)
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            raise errors.InvalidParameterValue(f"{key} must be a string of at most {limit} characters")
+    if "available_for_dynamic_portgroup" in out and not isinstance(out["available_for_dynamic_portgroup"], bool):
+        raise errors.InvalidParameterValue("available_for_dynamic_portgroup must be a boolean")
     if out.get("physical_network") is not None and not isinstance(out["physical_network"], str):
         raise errors.InvalidParameterValue("physical_network must be a string")
     if "node_uuid" in out and (not isinstance(out["node_uuid"], str) or not is_uuid(out["node_uuid"])):

@@ -20,7 +20,7 @@ from services.api import params, views
 from services.api.collection import next_link
 from services.api.context import ApiContext
 from services.api.json_patch import apply_patch
-from services.api.ports import with_portgroup_uuids
+from services.api.ports import conductor_groups_filter, with_portgroup_uuids
 from services.api.validators import is_valid_name, normalize_mac
 from services.common import errors
 from services.common.db.nodes import is_uuid
@@ -31,6 +31,8 @@ from services.common.jsonutil import dumps
 SINCE = (1, 23)
 SUBRESOURCES = (1, 24)
 DETAIL_PARAM_SINCE = (1, 43)
+SHARD_FILTER_SINCE = (1, 106)
+TEXT_LIMITS = {"physical_network": 64, "category": 80}  # Ironic's PORTGROUP_SCHEMA
 FIELDS: dict[str, tuple[int, int]] = {
     "uuid": SINCE,
     "name": SINCE,
@@ -41,13 +43,27 @@ FIELDS: dict[str, tuple[int, int]] = {
     "extra": SINCE,
     "mode": (1, 26),
     "properties": (1, 26),
+    "physical_network": (1, 102),
+    "category": (1, 103),
+    "dynamic_portgroup": (1, 111),
     "created_at": SINCE,
     "updated_at": SINCE,
     "links": SINCE,
 }
 LIST_FIELDS = ("uuid", "address", "name")
-CREATE_KEYS = {"uuid", "name", "address", "node_uuid", "standalone_ports_supported", "extra", "mode", "properties"}
-READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info", "ports"}
+CREATE_KEYS = {
+    "uuid",
+    "name",
+    "address",
+    "node_uuid",
+    "standalone_ports_supported",
+    "extra",
+    "mode",
+    "properties",
+    "physical_network",
+    "category",
+}
+READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info", "ports", "dynamic_portgroup"}
 DEFAULT_MODE = "active-backup"  # Ironic's [DEFAULT]default_portgroup_mode
 
 
@@ -75,6 +91,9 @@ def validate_portgroup(values: dict[str, Any]) -> dict[str, Any]:
             out["standalone_ports_supported"] = True
         elif not isinstance(out["standalone_ports_supported"], bool):
             raise errors.InvalidParameterValue("standalone_ports_supported must be a boolean")
+    for key, limit in TEXT_LIMITS.items():
+        if out.get(key) is not None and (not isinstance(out[key], str) or len(out[key]) > limit):
+            raise errors.InvalidParameterValue(f"{key} must be a string of at most {limit} characters")
     if out.get("mode") is not None and (not isinstance(out["mode"], str) or not out["mode"] or len(out["mode"]) > 255):
         raise errors.InvalidParameterValue("mode must be a non-empty string of at most 255 characters")
     return out
@@ -131,10 +150,19 @@ class PortgroupsApi:
         if node_id is None and q.get("node"):
             node_id = (await self.ctx.nodes.get_by_ident(q["node"]))["id"]
         address = normalize_mac(q["address"]) if "address" in q else None
+        groups = conductor_groups_filter(request)
+        shards = None
+        if "shard" in q:  # 1.106: the groups of the nodes in these shards
+            params.require_minimal_version(request, SHARD_FILTER_SINCE)
+            shards = [s.strip() for s in q["shard"].split(",") if s.strip()] or None
+        if sum(x is not None for x in (node_id, address, shards, groups)) > 1:
+            raise errors.InvalidParameterValue("Filtering by node, address, or shard simultaneously is not supported.")
         limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.repo.list(
             node_id=node_id,
             address=address,
+            conductor_groups=groups,
+            node_shards=shards,
             limit=limit,
             marker=q.get("marker"),
             sort_key=q.get("sort_key", "id"),
@@ -185,6 +213,8 @@ class PortgroupsApi:
             changes["node_id"] = node["id"]
         if changes:
             row = await self.repo.update(row["uuid"], changes)
+        if "physical_network" in changes:  # 1.102: the group's network is its ports' network, as in Ironic
+            await self.repo.set_member_physical_network(row["id"], changes["physical_network"])
         return web.json_response(
             portgroup_document(row, base=self.ctx.base(request), version=request["version"]), dumps=dumps
         )

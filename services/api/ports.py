@@ -29,6 +29,8 @@ from services.common.jsonutil import dumps
 PORTGROUP_FILTER_SINCE = (1, 24)
 NODE_IDENT_SINCE = (1, 94)  # POST /v1/ports with node_ident: the node's name or UUID
 SHARD_FILTER_SINCE = (1, 82)
+CONDUCTOR_GROUPS_FILTER_SINCE = (1, 99)
+PORTGROUP_PHYSNET_SINCE = (1, 102)
 READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info"}
 
 
@@ -38,6 +40,16 @@ async def with_portgroup_uuids(portgroups: PortgroupRepository, rows: list[dict[
     for row in rows:
         row["portgroup_uuid"] = uuids.get(row.get("portgroup_id"))
     return rows
+
+
+def conductor_groups_filter(request: web.Request) -> list[str] | None:
+    """``?conductor_groups=a,b`` (1.99, ports and port groups): the records of nodes in any of
+    these conductor groups (case-insensitive, as conductor groups are); 406 below 1.99."""
+    raw = request.query.get("conductor_groups")
+    if raw is None:
+        return None
+    params.require_minimal_version(request, CONDUCTOR_GROUPS_FILTER_SINCE)
+    return [g.strip() for g in raw.split(",") if g.strip()] or None
 
 
 class PortsApi:
@@ -76,6 +88,12 @@ class PortsApi:
             shards = [s.strip() for s in q["shard"].split(",") if s.strip()] or None
             if shards and (node_id is not None or q.get("portgroup")):
                 raise errors.Forbidden("Operation not permitted.")  # Ironic: one of node, portgroup, shard
+        groups = conductor_groups_filter(request)
+        if groups is not None and (node_id is not None or q.get("portgroup") or address is not None):
+            raise errors.InvalidParameterValue(
+                "Filtering by conductor_groups cannot be combined with node_ident, portgroup_ident, "
+                "or node address filters."
+            )
         limit = params.page_limit(request, self.ctx.config.max_limit)
         if q.get("portgroup"):  # 1.24: the ports of one group (UUID or name)
             params.require_version(request, PORTGROUP_FILTER_SINCE, "The portgroup filter")
@@ -97,6 +115,7 @@ class PortsApi:
                     node_id=node_id,
                     address=address,
                     node_shards=None if address is not None else shards,  # Ironic: an address wins
+                    conductor_groups=groups,
                     limit=limit,
                     marker=q.get("marker"),
                     sort_key=q.get("sort_key", "id"),
@@ -177,6 +196,14 @@ class PortsApi:
                 "A port in a port group cannot move to another node; remove it from the group first"
             )
         member_of = group_id if group_changed else port.get("portgroup_id")
+        if (
+            request["version"] >= PORTGROUP_PHYSNET_SINCE
+            and "physical_network" in values
+            and port.get("portgroup_id") is not None
+            and not group_changed
+        ):
+            # Ironic 1.102: a member's network follows its group's (PATCH the group instead).
+            raise errors.Invalid("physical_network cannot be changed while the port belongs to a portgroup.")
         if member_of is not None and (group_changed or "physical_network" in values):
             physnet = values.get("physical_network", port.get("physical_network"))
             await self._check_group_physnet(member_of, physnet, port["uuid"])

@@ -119,16 +119,26 @@ def check_rescue_password(password: Any, verb: str) -> None:
         )
 
 
+DISABLE_RAMDISK_SINCE = {"clean": (1, 70), "service": (1, 108)}
+
+
 def check_disable_ramdisk(value: Any, verb: str, version: tuple[int, int]) -> bool:
-    """disable_ramdisk (1.70): a boolean, for manual cleaning only."""
+    """disable_ramdisk: a boolean, for manual cleaning (1.70) or servicing (1.108)
+    only, as Ironic's check_allow_disable_ramdisk: too old a version is a 406,
+    another verb a 400."""
     if value is None:
         return False
     if version < (1, 70):
         raise errors.NotAcceptable("disable_ramdisk is not acceptable in this API version (1.70 or newer)")
     if not isinstance(value, bool):
         raise errors.InvalidParameterValue("disable_ramdisk must be a boolean")
-    if verb != "clean":
-        raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
+    if verb not in DISABLE_RAMDISK_SINCE:
+        raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning or servicing")
+    since = DISABLE_RAMDISK_SINCE[verb]
+    if version < since:
+        raise errors.NotAcceptable(
+            f"disable_ramdisk is not acceptable in this API version ({since[0]}.{since[1]} or newer for {verb})"
+        )
     return value
 
 

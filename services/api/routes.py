@@ -49,6 +49,7 @@ from services.api.openapi import OpenApiDocument
 from services.api.portgroups import PortgroupsApi
 from services.api.ports import PortsApi
 from services.api.ramdisk import RamdiskApi
+from services.api.runbooks import RunbooksApi
 from services.api.shards import ShardsApi
 from services.api.trailing_slash import TrailingSlashRedirect
 from services.api.vendor_passthru import HTTP_METHODS, VendorPassthruApi
@@ -221,6 +222,17 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/inspection_rules/{ident}", InspectionRulesApi, "get_rule", (1, 96)),
     Route("PATCH", "/v1/inspection_rules/{ident}", InspectionRulesApi, "patch_rule", (1, 96), refusal=405),
     Route("DELETE", "/v1/inspection_rules/{ident}", InspectionRulesApi, "delete_rule", (1, 96), refusal=405),
+    # Ironic's runbook controller: 404 for a read and 405 for a write below 1.92; traits 404 below 1.112.
+    Route("GET", "/v1/runbooks", RunbooksApi, "list_runbooks", (1, 92)),
+    Route("POST", "/v1/runbooks", RunbooksApi, "create_runbook", (1, 92), refusal=405),
+    Route("GET", "/v1/runbooks/{ident}", RunbooksApi, "get_runbook", (1, 92)),
+    Route("PATCH", "/v1/runbooks/{ident}", RunbooksApi, "patch_runbook", (1, 92), refusal=405),
+    Route("DELETE", "/v1/runbooks/{ident}", RunbooksApi, "delete_runbook", (1, 92), refusal=405),
+    Route("GET", "/v1/runbooks/{ident}/traits", RunbooksApi, "list_traits", (1, 112)),
+    Route("PUT", "/v1/runbooks/{ident}/traits", RunbooksApi, "set_traits", (1, 112)),
+    Route("DELETE", "/v1/runbooks/{ident}/traits", RunbooksApi, "clear_traits", (1, 112)),
+    Route("PUT", "/v1/runbooks/{ident}/traits/{trait}", RunbooksApi, "add_trait", (1, 112)),
+    Route("DELETE", "/v1/runbooks/{ident}/traits/{trait}", RunbooksApi, "remove_trait", (1, 112)),
     # Before the generic vendor routes: the iSCSI deploy ramdisk's report (seed 002), public, key-checked.
     Route("POST", "/v1/nodes/{ident}/vendor_passthru/pass_deploy_info", RamdiskApi, "pass_deploy_info", head=False),
     *_vendor_routes(),

@@ -9,7 +9,7 @@ from services.common import errors
 MIN_VERSION = (1, 1)
 # The highest microversion whose features Ferrum implements; see docs/api.md
 # for what each version adds and what Ferrum does with it.
-MAX_VERSION = (1, 95)
+MAX_VERSION = (1, 115)
 HEADER = "X-OpenStack-Ironic-API-Version"
 STANDARD_HEADER = "OpenStack-API-Version"
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")

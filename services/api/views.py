@@ -78,6 +78,8 @@ NODE_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "firmware_interface": (1, 86),
     "service_step": (1, 87),
     "disable_power_off": (1, 95),
+    "instance_name": (1, 104),
+    "health": (1, 109),
 }
 NODE_LIST_FIELDS = ("instance_uuid", "maintenance", "power_state", "provision_state", "uuid", "name")
 PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
@@ -95,6 +97,10 @@ PORT_FIELD_VERSIONS: dict[str, tuple[int, int]] = {
     "physical_network": (1, 34),
     "is_smartnic": (1, 53),
     "name": (1, 88),
+    "description": (1, 97),
+    "vendor": (1, 100),
+    "category": (1, 101),
+    "available_for_dynamic_portgroup": (1, 111),
 }
 PORT_LIST_FIELDS = ("uuid", "address")
 _TIMESTAMPS = ("created_at", "updated_at", "provision_updated_at", "inspection_started_at", "inspection_finished_at")

@@ -16,6 +16,8 @@ from grpc_reflection.v1alpha import reflection
 from services.common.grpc_auth import Authenticator, AuthInterceptor, internal_token_metadata
 from services.common.logs import request_id_var
 from services.common.metrics import ServiceMetrics
+from services.common.request_project import METADATA_KEY as PROJECT_KEY
+from services.common.request_project import project_var
 from services.common.tls import TlsFiles, grpc_channel_credentials, grpc_server_credentials
 
 REQUEST_ID_KEY = "x-request-id"
@@ -44,6 +46,7 @@ class ContextInterceptor(grpc.aio.ServerInterceptor):
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             request_id_var.set(str(incoming.get(REQUEST_ID_KEY) or f"req-{uuid.uuid4()}"))
+            project_var.set(str(incoming[PROJECT_KEY]) if incoming.get(PROJECT_KEY) else None)
             started = time.perf_counter()
             code = "OK"
             try:

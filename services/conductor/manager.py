@@ -137,6 +137,7 @@ FLOW_OF_STATE: Mapping[str, Flow] = {
 # What ``abort`` leaves to do, by the state it was asked in: stop the ramdisk
 # that was booted for the operation (the table already moved the node).
 ABORT_FLOWS: Mapping[str, Flow] = {
+    states.DEPLOYWAIT: deploy.abort,  # REST 1.110
     states.CLEANWAIT: clean.abort,
     states.CLEANHOLD: clean.abort,
     states.SERVICEHOLD: service.abort,
@@ -351,8 +352,10 @@ class ConductorManager:
                 raise errors.InvalidParameterValue(
                     '"deploy_steps" is only valid when setting target provision state to active or rebuild'
                 )
-            if disable_ramdisk and event != "clean":
-                raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning")
+            if disable_ramdisk and event not in ("clean", "service"):
+                raise errors.InvalidParameterValue(
+                    "disable_ramdisk is supported only with manual cleaning or servicing"
+                )
             changes: dict[str, Any] = {}
             if event in ("deploy", "rebuild"):
                 planned = steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
@@ -386,10 +389,15 @@ class ConductorManager:
                     task,
                     "service",
                     service_steps or [],
+                    disable_ramdisk=disable_ramdisk,
                     other_kinds={**self._other_steps(task), "clean": step_plan.offered(task, "clean")},
                 )
                 await step_plan.check_arguments(task, "service", plan)
-                changes["driver_internal_info"] = {**node["driver_internal_info"], service.PLAN: plan}
+                info = {k: v for k, v in node["driver_internal_info"].items() if k not in service.SERVICE_KEYS}
+                info[service.PLAN] = plan
+                if disable_ramdisk:
+                    info[service.DISABLE_RAMDISK] = True  # REST 1.108: no step of the plan may need the ramdisk
+                changes["driver_internal_info"] = info
             if event == "rescue":
                 if not (isinstance(rescue_password, str) and rescue_password.strip()):
                     raise errors.InvalidParameterValue(

@@ -172,6 +172,7 @@ class PeriodicWork:
                     raise
                 await self._power_sync_failed(node_uuid, exc)
                 return False
+            await self._sync_health(task)
         self._power_sync_failures.pop(node_uuid, None)
         seen = task.node
         if actual == seen["power_state"] and not (seen["maintenance"] and seen.get("fault") == "power failure"):
@@ -200,6 +201,30 @@ class PeriodicWork:
             )
             return True
         return False
+
+    async def _sync_health(self, task: Task) -> None:
+        """Record the BMC's health report (REST 1.109) when it changed, with a history entry,
+        as Ironic's power sync does. A failed read keeps the last value: the power read
+        just succeeded, so the BMC is there, and one missed report is no news."""
+        node = task.node
+        try:
+            health = await task.driver.management.get_node_health(task)
+        except Exception as exc:
+            if is_unavailable(exc):
+                raise
+            LOG.warning("health read failed node_uuid=%s reason=%s", node["uuid"], exc)
+            return
+        if health == node.get("health"):
+            return
+        saved = await self.manager.nodes.update(node["uuid"], {"health": health})
+        task.node = {**node, "health": health}
+        await self.manager.states.record_event(
+            saved,
+            "health-sync",
+            f"health changed: {node.get('health')} -> {health}",
+            severity="INFO" if health in (None, "OK") else "WARNING",
+            event_type="health",
+        )
 
     async def _power_sync_failed(self, node_uuid: str, exc: Exception) -> None:
         count = self._power_sync_failures.get(node_uuid, 0) + 1

@@ -94,6 +94,7 @@ class Machine:
         self.boot_target = "None"
         self.boot_enabled = "Disabled"
         self.boot_mode = "UEFI"
+        self.health = "OK"  # the System's Status.Health (OK, Warning, Critical); tests change it
         self.status = "off"
         self.boot_count = 0
         self.boot_log: deque[dict[str, Any]] = deque(maxlen=BOOT_LOG_LENGTH)

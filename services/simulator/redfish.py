@@ -275,7 +275,7 @@ class RedfishService:
                 "SystemType": "Physical",
                 "HostName": m.name,
                 "BiosVersion": "ferrum-sim-1",
-                "Status": {"State": "Enabled", "Health": "OK"},
+                "Status": {"State": "Enabled", "Health": m.health},
                 "PowerState": m.power_state,
                 "Boot": {
                     "BootSourceOverrideEnabled": m.boot_enabled,

@@ -91,3 +91,30 @@ async def test_drift_is_recorded_and_a_failing_bmc_goes_into_maintenance_and_bac
     _, node = await call(env, "GET", f"/v1/nodes/{nodes[2]}", expect=200)
     assert node["maintenance"] is False and node["fault"] is None and node["maintenance_reason"] is None
     assert node["power_state"] == "power off"
+
+
+async def test_power_sync_records_the_redfish_health_shown_from_1_109(env: dict[str, Any]) -> None:
+    """Ironic's 1.109: power sync reads the System's Status.Health into the node's ``health``
+    and notes a change in the history; fake hardware has no health to report."""
+    sim, periodic = env["sim"], env["periodic"]
+    status, enrolled = await call(env, "GET", f"/v1/nodes/{sim.machines[0].name}")
+    node_uuid = enrolled["uuid"] if status == 200 else await enroll(env, 0)  # the test above enrolls it too
+    v109 = {"X-OpenStack-Ironic-API-Version": "1.109"}
+
+    async def health() -> Any:
+        async with env["session"].get(f"{env['api']}/v1/nodes/{node_uuid}?fields=health", headers=v109) as r:
+            return (await r.json())["health"]
+
+    await periodic.sync_power_states()
+    assert await health() == "OK"
+    sim.machines[0].health = "Critical"
+    await periodic.sync_power_states()
+    assert await health() == "Critical"
+    async with env["session"].get(
+        f"{env['api']}/v1/nodes/{node_uuid}/history", headers={"X-OpenStack-Ironic-API-Version": "1.78"}
+    ) as r:
+        events = [e["event"] for e in (await r.json())["history"]]
+    assert "health changed: OK -> Critical" in events
+    _, node = await call(env, "GET", f"/v1/nodes/{node_uuid}", expect=200)  # 1.56: no such field
+    assert "health" not in node
+    sim.machines[0].health = "OK"

@@ -118,3 +118,19 @@ async def test_bad_service_steps_are_refused_listing_the_offered_ones(
     after = await manager.nodes.get(node["uuid"])
     assert after["provision_state"] == states.ACTIVE and after["reservation"] is None
     assert after["driver_internal_info"] == node["driver_internal_info"]
+
+
+async def test_service_with_disable_ramdisk_refuses_ramdisk_steps_and_notes_it(manager: ConductorManager) -> None:
+    """REST 1.108: ``disable_ramdisk`` with ``service``. Steps that run in the ramdisk are
+    refused before anything changes; the others run, and the history says so."""
+    node = await active_node(manager)
+    settings = [{"name": "ProcTurbo", "value": "Enabled"}]
+    await manager.do_provision_action(
+        node["uuid"], "service", service_steps=[{**STEP, "args": {"settings": settings}}], disable_ramdisk=True
+    )
+    done = await settled(manager, node["uuid"], states.ACTIVE)
+    assert await bios(manager, node) == {"ProcTurbo": "Enabled"}
+    assert "service_disable_ramdisk" not in done["driver_internal_info"]
+    assert any("servicing finished" in e and "(ramdisk disabled)" in e for e in await history(manager, node["uuid"]))
+    with pytest.raises(errors.InvalidParameterValue, match="disable_ramdisk is supported only with"):
+        await manager.do_provision_action(node["uuid"], "delete", disable_ramdisk=True)

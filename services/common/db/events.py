@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from typing import Any
 
@@ -10,8 +11,16 @@ import asyncpg
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.rows import row_to_dict
+from services.common.request_project import project_var
 
 NOTIFY_CHANNEL = "ferrum_node_events"
+
+
+def seconds_since(moment: Any) -> int | None:
+    """Whole seconds from ``moment`` (an aware datetime) to now; None when unknown."""
+    if not isinstance(moment, datetime.datetime) or moment.tzinfo is None:
+        return None
+    return int((datetime.datetime.now(datetime.UTC) - moment).total_seconds())
 
 
 class EventRepository:
@@ -49,15 +58,22 @@ class EventRepository:
         )
         if history and node.get("id") is not None:
             try:
+                # As Ironic's node_history_record: the node's states as they are now, the
+                # seconds since its last provision change, and the project behind the request.
                 await self._db.execute(
-                    "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity) "
-                    "VALUES ($1, $2, $3, $4, $5, $6)",
+                    "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity, project, "
+                    "state, target_provision_state, duration_seconds) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     uuid.uuid4(),
                     node["id"],
                     conductor,
                     event_type,
                     message or event,
                     severity,
+                    project_var.get(),
+                    node.get("provision_state"),
+                    node.get("target_provision_state"),
+                    seconds_since(node.get("provision_updated_at")),
                 )
             except asyncpg.ForeignKeyViolationError:
                 # The node was deleted by a concurrent request: say so, not 500.

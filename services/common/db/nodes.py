@@ -90,6 +90,8 @@ WRITABLE_FIELDS = frozenset(
         "console_enabled",
         "shard",
         "parent_node",
+        "instance_name",
+        "health",
         "disable_power_off",
     )
 )
@@ -133,6 +135,7 @@ _FILTERS = {
     "sharded": "(shard IS NOT NULL) = ${}",  # REST 1.82: ?sharded=true|false
     "parent_node": "parent_node = ${}",  # REST 1.83: the children of one node (its UUID, as stored)
     "is_child": "(parent_node IS NOT NULL) = ${}",  # REST 1.83: the node list hides children
+    "instance_name": "instance_name = ${}",  # REST 1.104
 }
 
 

@@ -19,7 +19,18 @@ from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "address", "created_at", "updated_at"))
 WRITABLE = frozenset(
-    ("uuid", "node_id", "name", "address", "mode", "properties", "extra", "standalone_ports_supported")
+    (
+        "uuid",
+        "node_id",
+        "name",
+        "address",
+        "mode",
+        "properties",
+        "extra",
+        "standalone_ports_supported",
+        "physical_network",
+        "category",
+    )
 )
 _SELECT = "SELECT g.*, n.uuid AS node_uuid FROM portgroups g JOIN nodes n ON n.id = g.node_id"
 _PORTS = "SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p.node_id"
@@ -117,6 +128,8 @@ class PortgroupRepository:
         *,
         node_id: int | None = None,
         address: str | None = None,
+        conductor_groups: Sequence[str] | None = None,
+        node_shards: Sequence[str] | None = None,
         limit: int,
         marker: str | None = None,
         sort_key: str = "id",
@@ -130,6 +143,12 @@ class PortgroupRepository:
         if address is not None:
             args.append(address)
             where.append(f"g.address = ${len(args)}")
+        if conductor_groups is not None:  # REST 1.99: the groups of the nodes in these conductor groups
+            args.append([g.lower() for g in conductor_groups])
+            where.append(f"lower(n.conductor_group) = ANY(${len(args)}::text[])")
+        if node_shards is not None:  # REST 1.106: the groups of the nodes in these shards
+            args.append(list(node_shards))
+            where.append(f"n.shard = ANY(${len(args)}::text[])")
         return await _page(
             self._db,
             _SELECT,
@@ -192,6 +211,17 @@ class PortgroupRepository:
             sort_dir=sort_dir,
             sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")),
         )
+
+    async def set_member_physical_network(self, portgroup_id: int, physical_network: str | None) -> int:
+        """Give every port of the group ``physical_network`` (REST 1.102, as Ironic's
+        ``Portgroup.update_physical_network``); returns how many ports changed."""
+        result = await self._db.execute(
+            "UPDATE ports SET physical_network = $2, updated_at = now() "
+            "WHERE portgroup_id = $1 AND physical_network IS DISTINCT FROM $2",
+            portgroup_id,
+            physical_network,
+        )
+        return int(result.rsplit(" ", 1)[-1])
 
     async def member_physical_networks(self, portgroup_id: int, *, except_port: str | None = None) -> set[str | None]:
         """The physical networks of the group's ports (``None`` for a port without one), but ``except_port``."""

@@ -26,6 +26,9 @@ WRITABLE_FIELDS = frozenset(
         "physical_network",
         "is_smartnic",
         "description",
+        "vendor",
+        "category",
+        "available_for_dynamic_portgroup",
     )
 )
 SORT_KEYS = frozenset(("id", "uuid", "address", "created_at", "updated_at", "name"))
@@ -73,6 +76,7 @@ class PortRepository:
         node_id: int | None = None,
         address: str | None = None,
         node_shards: Sequence[str] | None = None,
+        conductor_groups: Sequence[str] | None = None,
         limit: int = 1000,
         marker: str | None = None,
         sort_key: str = "id",
@@ -93,6 +97,9 @@ class PortRepository:
         if node_shards is not None:
             args.append(list(node_shards))
             where.append(f"n.shard = ANY(${len(args)}::text[])")
+        if conductor_groups is not None:  # REST 1.99: the ports of the nodes in these groups
+            args.append([g.lower() for g in conductor_groups])
+            where.append(f"lower(n.conductor_group) = ANY(${len(args)}::text[])")
         op = ">" if sort_dir == "asc" else "<"
         if marker:
             row = (

@@ -220,6 +220,12 @@ class ManagementInterface(BaseInterface):
     async def set_secure_boot_state(self, task: Task, state: bool) -> None:
         raise unsupported(self, "secure boot")
 
+    async def get_node_health(self, task: Task) -> str | None:
+        """The machine's health as its BMC reports it (REST 1.109: ``OK``,
+        ``Warning``, ``Critical``), read at each power sync; None where the
+        interface cannot tell, which leaves the node's ``health`` null."""
+        return None
+
     # Virtual media on request (API 1.89/1.93): device types are Ironic's
     # VMEDIA_DEVICES ("cdrom", "floppy", "disk"), the image an http(s) URL.
     async def attach_virtual_media(self, task: Task, device_type: str, image_url: str) -> None:

@@ -229,6 +229,15 @@ class RedfishManagement(_RedfishBase, base.ManagementInterface):
 
         return await self._call(task, "read the boot device", read)
 
+    async def get_node_health(self, task: base.Task) -> str | None:
+        """The System resource's ``Status.Health`` (Ironic's redfish ``get_node_health``)."""
+
+        def read(system: Any) -> str | None:
+            health = getattr(system.status, "health", None) if system.status is not None else None
+            return None if health is None else str(getattr(health, "value", health))
+
+        return await self._call(task, "read the system health", read)
+
     # Boot mode, secure boot (1.76) and the system's indicator LED (1.63), as
     # Ironic's redfish management does them through sushy.
     def get_supported_boot_modes(self, task: base.Task) -> list[str]:

@@ -24,12 +24,13 @@ import logging
 from typing import Any
 
 from services.common import states
+from services.common.db.outage import is_unavailable
 from services.conductor import deploy_steps as steps
 from services.conductor import reserved_steps
-from services.conductor.drivers import volumes
+from services.conductor.drivers import ramdisk_boot, volumes
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.direct import AGENT_KEYS
-from services.conductor.flows.context import FlowContext, guarded
+from services.conductor.flows.context import FlowContext, error_text, guarded
 
 LOG = logging.getLogger(__name__)
 
@@ -123,6 +124,26 @@ async def _finish(ctx: FlowContext, task: Task, *, from_step: str | None) -> Non
     await task.save_internal_info({}, remove=(*(k for k in AGENT_KEYS if k != "deploy_progress"), FINISH_STEP))
     await volumes.drop_force_deployment(task)
     await ctx.transition(task, "done", changes={"deploy_step": {}})
+
+
+async def abort(ctx: FlowContext, task: Task) -> None:
+    """After ``abort`` moved the node from ``wait call-back`` to ``deploy failed`` (REST 1.110):
+    power the ramdisk off and forget its agent, and stop there. As Ironic does, no
+    cleaning follows, so the operator can look at the machine or deploy again."""
+    step = task.node.get("deploy_step") or {}
+    message = "By request, the deploy operation was aborted"
+    if step:
+        message += f' during or after the completion of step "{step.get("interface")}.{step.get("step")}"'
+    try:
+        await ramdisk_boot.power_off_ramdisk(task)
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise
+        LOG.warning("tear down after deploy abort failed node_uuid=%s reason=%s", task.node["uuid"], error_text(exc))
+        message += f". Also tearing down the ramdisk failed: {error_text(exc)}"
+    await task.save_internal_info({}, remove=(PHASE, FINISH_STEP))
+    await task.save_fields({"deploy_step": {}, "last_error": message})
+    await ctx.record_event(task.node, "abort", message, severity="WARNING")
 
 
 async def resume(ctx: FlowContext, task: Task) -> None:

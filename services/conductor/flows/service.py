@@ -30,7 +30,8 @@ from services.conductor.flows.context import FlowContext, error_text
 
 PLAN = "service_steps"
 INDEX = "service_step_index"
-SERVICE_KEYS = (PLAN, INDEX)
+DISABLE_RAMDISK = "service_disable_ramdisk"  # REST 1.108: the plan was checked to need no ramdisk
+SERVICE_KEYS = (PLAN, INDEX, DISABLE_RAMDISK)
 
 
 async def start(ctx: FlowContext, task: Task) -> None:
@@ -71,9 +72,11 @@ async def _run(ctx: FlowContext, task: Task, first: int) -> None:
         await ctx.record_event(
             task.node, "service-step", f"service step {step_plan.step_id(step)} finished", event_type="service"
         )
+    disabled = bool(task.node["driver_internal_info"].get(DISABLE_RAMDISK))
     await task.save_internal_info({}, remove=SERVICE_KEYS)
     names = ", ".join(step_plan.step_id(s) for s in plan) or "none"
-    await ctx.transition(task, "done", changes={"service_step": {}}, note=f"servicing finished (steps: {names})")
+    note = f"servicing finished (steps: {names})" + (" (ramdisk disabled)" if disabled else "")
+    await ctx.transition(task, "done", changes={"service_step": {}}, note=note)
 
 
 async def fail(ctx: FlowContext, task: Task, message: str) -> None:

@@ -24,7 +24,7 @@ async def _run(ctx: FlowContext, task: Task) -> None:
     await task.driver.boot.clean_up_instance(task)
     await ctx.configdrives.remove(task)
     await _detach_volumes(ctx, task)
-    await ctx.transition(task, "clean", changes={"instance_info": {}, "instance_uuid": None})
+    await ctx.transition(task, "clean", changes={"instance_info": {}, "instance_uuid": None, "instance_name": None})
 
 
 async def _detach_volumes(ctx: FlowContext, task: Task) -> None:
