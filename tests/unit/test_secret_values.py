@@ -76,6 +76,8 @@ def test_single_key_from_the_environment() -> None:
         ("bad id:" + key_text(KEY_A), "key id"),
         (f"a:{key_text(KEY_A)}\na:{key_text(KEY_B)}", "appears twice"),
     ],
+    # ids without the random keys: parallel workers (pytest-xdist) must collect the same names
+    ids=["empty", "short-key", "not-base64", "bad-id", "twice"],
 )
 def test_bad_key_files_are_refused_with_the_line(text: str, message: str) -> None:
     with pytest.raises(KeyringError, match=message):
