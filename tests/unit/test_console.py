@@ -14,6 +14,7 @@ import pytest
 from services.api.node_states import boolean_argument
 from services.common import errors
 from services.common.config import ConductorConfig, ConfigError, console_port_range
+from services.common.ports import unused_tcp_port
 from services.conductor.console_proxy import ConsoleProxies, ConsoleSession
 from services.conductor.drivers.console import SolProcess, new_entries, parse_ipmi_info
 from services.conductor.drivers.ipmi_info import parse_driver_info
@@ -99,9 +100,14 @@ async def test_a_failing_source_is_shown_and_started_again() -> None:
 
 
 async def test_ports_come_from_the_range() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        low = probe.getsockname()[1]
+    while True:  # two free neighbours below the ephemeral range, where no client connection lands
+        low = unused_tcp_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", low + 1))
+                break
+            except OSError:
+                continue
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", low))
     blocker.listen()
