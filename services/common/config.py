@@ -262,6 +262,7 @@ class ObjectStoreConfig:
     s3_presign_version: str = "s3v4"
     http_max_connections: int = 4096
     http_header_timeout: float = 10.0
+    direct_io: bool = True  # filesystem backend: uploads bypass the page cache (O_DIRECT) where possible
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,27 +8,38 @@ buffers to the device as they are: the writing thread copies nothing.
 
 ``O_DIRECT`` wants the buffer address, the offset and the length aligned to
 the device's logical block size; ``ALIGN`` (4096) covers 512-byte and 4Kn
-disks. The buffers come from ``aligned_buffer`` (anonymous ``mmap``: page
-aligned), offsets are multiples of the block size, and the one unaligned
-tail (an image whose size is not a multiple of 4096) goes through a second,
-ordinary descriptor. A file system that refuses ``O_DIRECT`` (tmpfs, some
+disks. ``aligned_buffer`` hands out such memory (a view into a slightly
+larger ``bytearray``: the allocator reuses freed blocks, where a fresh
+``mmap`` per buffer cost a page fault per 4 KiB, 1 CPU second per GiB here).
+A write whose memory, offset or length is not aligned (an image's last
+bytes, a gRPC message) goes through a second, ordinary descriptor. A file system that refuses ``O_DIRECT`` (tmpfs, some
 FUSE) refuses it at ``open`` or at the first write with ``EINVAL``; the
 writer then falls back to the page cache for good. Figures: ``docs/agent.md``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
-import mmap
 import os
 
 ALIGN = 4096
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def aligned_buffer(size: int) -> mmap.mmap:
-    """A zero-filled, page-aligned, writable buffer of ``size`` bytes."""
-    return mmap.mmap(-1, size)
+def aligned_buffer(size: int) -> memoryview:
+    """A zero-filled, writable buffer of ``size`` bytes starting on an ``ALIGN`` boundary."""
+    raw = bytearray(size + ALIGN)
+    skip = -address(memoryview(raw)) % ALIGN
+    return memoryview(raw)[skip : skip + size]
+
+
+def address(view: memoryview) -> int:
+    """Where a writable, contiguous buffer's first byte is in memory; -1 when that
+    cannot be known (read-only or empty memory: then it is never sent the direct way)."""
+    if view.readonly or not view.c_contiguous or not view.nbytes:
+        return -1
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
 def pwrite_all(fd: int, block: memoryview, offset: int) -> None:
@@ -61,11 +72,10 @@ class DiskWriter:
     def direct(self) -> bool:
         return self.direct_fd is not None
 
-    def write(self, block: memoryview, offset: int, *, aligned: bool = True) -> None:
-        """Write ``block`` at ``offset``. ``aligned``: the block starts at the start of
-        an ``aligned_buffer`` (only such memory goes the direct way); its length and
-        the offset may be anything, the unaligned parts go through the page cache."""
-        if self.direct_fd is not None and aligned and offset % ALIGN == 0:
+    def write(self, block: memoryview, offset: int) -> None:
+        """Write ``block`` at ``offset``: the aligned part the direct way when the memory
+        and the offset are aligned, everything else through the page cache."""
+        if self.direct_fd is not None and offset % ALIGN == 0 and address(block) % ALIGN == 0:
             head = len(block) - len(block) % ALIGN
             if head:
                 try:

@@ -22,7 +22,7 @@ def test_direct_blocks_and_unaligned_tail_land_byte_exact(tmp_path: Path) -> Non
             piece = data[offset : offset + MiB]
             block[: len(piece)] = piece
             writer.write(memoryview(block)[: len(piece)], offset)
-        writer.write(memoryview(b"tail"), len(data) + 10, aligned=False)  # never sent the direct way
+        writer.write(memoryview(b"tail"), len(data) + 10)  # read-only memory: never sent the direct way
         writer.sync()
     finally:
         writer.close()
@@ -33,18 +33,25 @@ def test_direct_blocks_and_unaligned_tail_land_byte_exact(tmp_path: Path) -> Non
     assert len(content) == 3 * MiB
 
 
-def test_misaligned_memory_falls_back_to_the_page_cache(tmp_path: Path) -> None:
-    """EINVAL from the direct descriptor (here: a bytes object's memory, not page aligned)
-    drops O_DIRECT for good and still writes every byte."""
+def test_unaligned_memory_or_offset_goes_through_the_page_cache(tmp_path: Path) -> None:
     disk = tmp_path / "disk"
-    disk.write_bytes(bytes(2 * MiB))
-    data = b"\x01" + os.urandom(MiB)
+    disk.write_bytes(bytes(3 * MiB))
+    data = os.urandom(MiB)
+    shifted = bytearray(MiB + 1)
+    shifted[1:] = data
+    aligned = direct_write.aligned_buffer(MiB)
+    aligned[:] = data
+    assert direct_write.address(aligned) % direct_write.ALIGN == 0
+    assert direct_write.address(memoryview(shifted)[1:]) % direct_write.ALIGN != 0
     writer = direct_write.DiskWriter(str(disk), direct=True)
     try:
-        writer.write(memoryview(data)[1:], 0)  # claims alignment it does not have
-        assert not writer.direct
-        writer.write(memoryview(data)[1:], MiB)
+        writer.write(memoryview(shifted)[1:], 0)  # memory off the boundary
+        writer.write(aligned[: MiB - 512], MiB + 512)  # offset off the boundary
+        writer.write(aligned, 2 * MiB)
+        assert writer.direct  # neither refusal dropped O_DIRECT
         writer.sync()
     finally:
         writer.close()
-    assert disk.read_bytes() == data[1:] * 2
+    content = disk.read_bytes()
+    assert content[:MiB] == data and content[MiB : MiB + 512] == bytes(512)
+    assert content[MiB + 512 : 2 * MiB] == data[: MiB - 512] and content[2 * MiB :] == data
