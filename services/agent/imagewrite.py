@@ -49,8 +49,8 @@ from services.common.images import qcow2stream
 
 LOG = logging.getLogger(__name__)
 QCOW2_MAGIC = b"QFI\xfb"
-DEFAULT_BLOCK_SIZE = 8 * 1024 * 1024
-DEFAULT_DEPTH = 2
+DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
+DEFAULT_DEPTH = 6
 _QEMU_PROGRESS = re.compile(rb"\((\d+(?:\.\d+)?)/100%\)")
 
 
@@ -129,7 +129,12 @@ class BlockWriter:
         depth: int = DEFAULT_DEPTH,
         expected_total: int | None = None,
         aligned: bool = False,
+        ordered: bool = True,
     ) -> None:
+        """``ordered=False``: blocks may be consumed side by side (positional ``O_DIRECT``
+        writes of a raw image: several in flight keep the disk's queue busy); the hash
+        always takes them in order."""
+        self.ordered = ordered
         self.consume, self.hasher, self.block_size = consume, hasher, block_size
         self._new_buffer: Callable[[int], Any] = direct_write.aligned_buffer if aligned else bytearray
         self.fsync_fd, self.depth, self.expected_total = fsync_fd, max(2, depth), expected_total
@@ -178,7 +183,7 @@ class BlockWriter:
         await asyncio.to_thread(self.hasher.update, block)
 
     async def _consume_lane(self, block: memoryview, offset: int, previous: asyncio.Future[None] | None) -> None:
-        if previous is not None:
+        if previous is not None and self.ordered:
             await previous
         await asyncio.to_thread(self.consume, block, offset)
         if self.on_written is not None:
@@ -322,6 +327,7 @@ class _ImageSink:
                 expected_total=self.progress.download_total,
                 limit_error=f"Image {image_id} is larger than the disk {self.disk.name} ({self.disk.size} bytes)",
                 aligned=disk_writer.direct,
+                ordered=not disk_writer.direct,
             )
         elif header is not None:
             if header.backing_file_offset:

@@ -187,10 +187,14 @@ class FileUpload:
         self._direct = direct
         self._writer: direct_write.DiskWriter | None = None
         self._fd: int | None = None
-        self._offset = 0
         self._hasher: ReadBackHasher | None = None
         self._writeback = EarlyWriteback()
-        self._pipeline = HashingPipeline(self._sink, hash_bytes=direct)
+        self._pipeline = (
+            HashingPipeline(None, positional_sink=self._write_at, hash_bytes=True)
+            if direct
+            else HashingPipeline(self._sink, hash_bytes=False)
+        )
+        self._create_lock = threading.Lock()
         self._done = False
 
     def _create(self) -> int:
@@ -201,14 +205,19 @@ class FileUpload:
             self._hasher = ReadBackHasher(os.dup(fd), label=str(self._tmp))
         return fd
 
+    def _write_at(self, batch: list[bytes], offset: int) -> None:
+        """Direct mode, on one of several writer threads: whole aligned buffers go
+        around the page cache, the rest through it."""
+        with self._create_lock:
+            if self._writer is None:
+                self._create()
+        assert self._writer is not None
+        for piece in batch:
+            self._writer.write(memoryview(piece), offset)
+            offset += len(piece)
+
     def _sink(self, batch: list[bytes]) -> None:
         fd = self._fd if self._fd is not None else self._create()
-        if self._direct:
-            assert self._writer is not None
-            for piece in batch:  # whole aligned buffers go around the page cache, the rest through it
-                self._writer.write(memoryview(piece), self._offset)
-                self._offset += len(piece)
-            return
         written = os.writev(fd, batch)
         total = sum(len(piece) for piece in batch)
         if written < total:  # a short write: finish it piece by piece
