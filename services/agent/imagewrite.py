@@ -1,9 +1,9 @@
 """Writing an image onto the root disk: streamed, hashed on the way, verified.
 
 Raw images go straight from the socket to the disk: bytes are received into
-one of ``depth`` large page-aligned buffers; a full buffer is hashed and
-``pwrite``-n at its offset by two worker threads in parallel while the event
-loop fills the next one. Memory stays at ``depth`` buffers whatever the image
+one of ``depth`` large page-aligned buffers; full buffers are hashed in order
+on one worker thread and ``pwrite``-n at their offsets on others, several at
+once, while the event loop fills the next one. Memory stays at ``depth`` buffers whatever the image
 size, nothing is copied to local storage, and the disk is opened without
 ``O_TRUNC`` (a file-backed disk keeps its size; only the image's bytes
 change). The writes bypass the page cache (``O_DIRECT``,
