@@ -123,7 +123,7 @@ async def bench(args: argparse.Namespace) -> None:
                     fresh_disk(disk, size + 64 * MiB)
                     results["local"].append(await local_run(image, fmt, disk))
                     fresh_disk(disk, size + 64 * MiB)
-                    elapsed, _, _ = await run_agent(api, f"{files}/{image.name}", digests[fmt], disk, workdir)
+                    elapsed, _, _, _ = await run_agent(api, f"{files}/{image.name}", digests[fmt], disk, workdir)
                     results["direct"].append(elapsed)
                 print(f"\n{fmt}:")
                 for name, values in results.items():

@@ -74,6 +74,8 @@ class AgentOptions:
     global_request_id: str = ""  # ipa-global-request-id, sent on lookup/heartbeat
     tmp_dir: str = ""  # qcow2 spool / staging directory (default: system temp)
     write_block_size: int = imagewrite.DEFAULT_BLOCK_SIZE
+    write_depth: int = imagewrite.DEFAULT_DEPTH  # buffers of write_block_size in flight per image
+    direct_io: bool = True  # raw images bypass the page cache (O_DIRECT) where the disk's file system allows
     hostname: str = ""  # reported in the inventory
     # ipa-inspection-callback-url: post the inventory there first (in-band inspection)
     inspection_callback_url: str = ""

@@ -108,6 +108,11 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         help="stage qcow2 images in --tmp-dir and convert them with qemu-img instead of streaming them",
     )
     parser.add_argument(
+        "--no-direct-io",
+        action="store_true",
+        help="write raw images through the page cache instead of O_DIRECT (docs/agent.md has the figures)",
+    )
+    parser.add_argument(
         "--exit-on-power-off",
         action="store_true",
         help="exit the process after standby.power_off / standby.run_image (a stand-in for the machine going down)",
@@ -176,6 +181,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         overrides["auto_tls"] = True
     if args.qcow2_via_qemu_img:
         overrides["qcow2_stream"] = False
+    if args.no_direct_io:
+        overrides["direct_io"] = False
     if "listen_port" not in overrides and "ipa-listen-port" not in text:
         overrides["listen_port"] = 9999
     floppy = None

@@ -34,7 +34,11 @@ What tgtd 1.0.85 (Debian 12) does that shapes this module:
 * ``tgtadm`` sends its options as one ``key=value,key=value`` string that
   tgtd splits on commas, so a comma in a path or a user name would be misread:
   :class:`TargetSpec` refuses them (and everything qemu's option parser or an
-  iSCSI name would not carry).
+  iSCSI name would not carry);
+* its defaults cut a write into 8 KiB data PDUs (``MaxRecvDataSegmentLength``)
+  and 256 KiB bursts, and write through the page cache. :data:`TARGET_PARAMS`
+  and ``bsoflags=direct`` (when the disk takes 512-byte direct I/O) took the
+  conductor's 2 GiB write from 3.4-4.7 s to 1.5-1.9 s (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -53,10 +57,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from services.common import errors
+from services.common import direct_write, errors
 from services.common.child_process import dies_with_parent
 
 LOG = logging.getLogger(__name__)
+# iSCSI session parameters the target offers (RFC 7143 section 13): data PDUs of 256 KiB
+# instead of tgtd's 8 KiB, and bursts as long as the protocol allows, so a large write is
+# a few PDUs and no extra R2T round trips. libiscsi (qemu-img) accepts them as they are.
+TARGET_PARAMS = (
+    ("MaxRecvDataSegmentLength", "262144"),
+    ("MaxBurstLength", "16776192"),
+    ("FirstBurstLength", "16776192"),
+)
 
 # tgtd and tgtadm parse -C into a C short and refuse values above 32767; the
 # high part of that range keeps clear of the default 0 and hand-picked ports.
@@ -99,6 +111,27 @@ _CHAP_SECRET = re.compile(r"[\x21-\x2b\x2d-\x7e]+")
 
 def _refuse(message: str) -> errors.InvalidParameterValue:
     return errors.InvalidParameterValue(message)
+
+
+def takes_direct_io(path: str) -> bool:
+    """Whether tgtd may open ``path`` with O_DIRECT (``bsoflags=direct``): a 512-byte
+    direct read at offset 0 works. The LUN has 512-byte blocks, so an initiator may
+    write 512 bytes (a partition table); a 4Kn disk, or a file system without
+    O_DIRECT (tmpfs before Linux 6.6), would fail those, and keeps the page cache."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | flag)
+    except OSError:
+        return False
+    try:
+        os.preadv(fd, [direct_write.aligned_buffer(512)], 0)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def _check_iscsi_name(value: str, what: str) -> None:
@@ -414,11 +447,22 @@ class IscsiTarget:
         """Target, LUN, CHAP account bound to it, and the initiator ACL, in that order."""
         spec = self.spec
         tid = str(TID)
+        direct = await asyncio.to_thread(takes_direct_io, spec.backing_path)
         steps: list[tuple[str, tuple[str, ...]]] = [
             ("create the target", ("--op", "new", "--mode", "target", "--tid", tid, "-T", spec.iqn)),
+            *(
+                (
+                    f"set {name}",
+                    ("--op", "update", "--mode", "target", "--tid", tid, "--name", name, "--value", value),
+                )
+                for name, value in TARGET_PARAMS
+            ),
             (
                 f"add {spec.backing_path} as LUN {LUN}",
-                ("--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", str(LUN), "-b", spec.backing_path),
+                (
+                    *("--op", "new", "--mode", "logicalunit", "--tid", tid, "--lun", str(LUN), "-b", spec.backing_path),
+                    *(("--bsoflags", "direct") if direct else ()),
+                ),
             ),
             (
                 "create the CHAP account",

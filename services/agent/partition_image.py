@@ -120,6 +120,8 @@ async def write_partition_image(
             allow_md5=agent.allow_md5(),
             tmp_dir=agent.options.tmp_dir,
             block_size=agent.options.write_block_size,
+            depth=agent.options.write_depth,
+            direct_io=agent.options.direct_io,
             conversion_slots=agent.options.conversion_slots,
             qcow2_stream=agent.options.qcow2_stream,
             tls=agent.tls,

@@ -185,6 +185,7 @@ class ConductorConfig:
     image_cache_max_bytes: int = 20 * 1024**3
     iscsi_initiator_iqn: str = ""
     iscsi_callback: str = "pass_deploy_info"
+    iscsi_stall_timeout: float = 60.0  # seconds an iSCSI write may move no data before it fails
     # Serial consoles (docs/console.md): each enabled console is a proxy in the conductor that
     # owns the node, listening on console_host (raw TCP, one port per console: from
     # console_port_range "LOW:HIGH", or ephemeral when empty) and reachable as a WebSocket
@@ -263,6 +264,7 @@ class ObjectStoreConfig:
     s3_presign_version: str = "s3v4"
     http_max_connections: int = 4096
     http_header_timeout: float = 10.0
+    direct_io: bool = True  # filesystem backend: uploads bypass the page cache (O_DIRECT) where possible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -560,6 +562,8 @@ def _validate_conductor(c: ConductorConfig) -> None:
         raise ConfigError(f"{env_name('conductor', 'iscsi_callback')} must be pass_deploy_info or heartbeat")
     if c.image_cache_max_bytes <= 0:
         raise ConfigError(f"{env_name('conductor', 'image_cache_max_bytes')} must be a positive number of bytes")
+    if c.iscsi_stall_timeout <= 0:
+        raise ConfigError(f"{env_name('conductor', 'iscsi_stall_timeout')} must be a positive number of seconds")
     for key in ("erase_devices_metadata_priority", "erase_devices_priority"):
         if getattr(c, key) < 0:
             raise ConfigError(f"{env_name('conductor', key)} must be 0 (manual only) or a positive priority")

@@ -64,6 +64,10 @@ class IscsiLogin:
     password: str
     initiator_iqn: str
     lun: int = 1
+    # A write whose qemu-img moves less than STALL_BYTES for this long is killed and fails:
+    # qemu's iSCSI driver retries a lost connection for ever (tested: a connection cut
+    # midway, refused reconnects, a request timeout set: qemu-img never returned).
+    stall_timeout: float = 60.0
 
     def image_opts(self, secret_id: str, *, offset: int | None = None, size: int | None = None) -> str:
         """qemu's option string for the LUN; with ``offset``/``size``, for that
@@ -95,7 +99,36 @@ class WriteResult:
     seconds: float
 
 
-async def _run(*argv: str, what: str, timeout: float | None = None) -> str:
+STALL_BYTES = 64 * 1024  # qemu's idle loop alone writes 8 bytes to an eventfd every second or so
+
+
+def _io_bytes(pid: int) -> int | None:
+    """Bytes a process has read and written through system calls (sockets and files), or None."""
+    try:
+        fields = dict(line.split(": ", 1) for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        return int(fields["rchar"]) + int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+async def _watch_progress(proc: asyncio.subprocess.Process, stall_timeout: float) -> float:
+    """Returns (the seconds it waited) once ``proc`` has moved less than STALL_BYTES in
+    ``stall_timeout`` seconds; runs until cancelled otherwise, or for ever without /proc."""
+    tick = max(0.05, min(1.0, stall_timeout / 5))
+    mark, since = _io_bytes(proc.pid), time.monotonic()
+    while True:
+        await asyncio.sleep(tick)
+        now = _io_bytes(proc.pid)
+        if now is None or mark is None:
+            mark, since = now, time.monotonic()
+            continue
+        if now - mark >= STALL_BYTES:
+            mark, since = now, time.monotonic()
+        elif time.monotonic() - since >= stall_timeout:
+            return time.monotonic() - since
+
+
+async def _run(*argv: str, what: str, timeout: float | None = None, stall_timeout: float | None = None) -> str:
     proc = await asyncio.create_subprocess_exec(
         *dies_with_parent(),
         *argv,
@@ -103,14 +136,27 @@ async def _run(*argv: str, what: str, timeout: float | None = None) -> str:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+    watch = asyncio.ensure_future(_watch_progress(proc, stall_timeout)) if stall_timeout else None
     try:
         async with asyncio.timeout(timeout):
-            out, err = await proc.communicate()
+            run = asyncio.ensure_future(proc.communicate())
+            done, _ = await asyncio.wait([run, *([watch] if watch else [])], return_when=asyncio.FIRST_COMPLETED)
+            if run not in done:
+                run.cancel()
+                assert watch is not None
+                raise errors.ImageError(
+                    f"{what} failed: it stalled, no progress for {watch.result():.0f} s "
+                    "(the connection to the target was lost?)"
+                )
+            out, err = run.result()
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
         raise
+    finally:
+        if watch is not None:
+            watch.cancel()
     if proc.returncode != 0:
         text = (err or out).decode(errors="replace").strip().splitlines()
         raise errors.ImageError(f"{what} failed: {text[-1] if text else f'exit status {proc.returncode}'}")
@@ -312,6 +358,7 @@ async def convert_into(
             login.image_opts("chap", offset=offset, size=size),
             what=f"Writing the image to the iSCSI target {login.iqn} at {login.address}:{login.port}",
             timeout=timeout,
+            stall_timeout=login.stall_timeout,
         )
 
 

@@ -5,7 +5,9 @@ Why a protocol of its own: aiohttp hands a request body over in 64 KiB
 write (an upload through it reached 0.65-0.78 of a plain copy here). This
 protocol receives a ``PUT /u/...`` body straight into 4 MiB buffers with
 ``recv_into`` (``asyncio.BufferedProtocol``) and hands each full buffer to the
-store, so the event loop does one copy per byte, out of the kernel.
+store, so the event loop does one copy per byte, out of the kernel. The
+buffers start on a 4 KiB boundary, so the filesystem backend can write them
+with ``O_DIRECT`` as they are (``services/common/direct_write.py``).
 
 Any other request (a temp-URL GET, HEAD, /metrics, a chunked PUT) is handed,
 with the bytes already read, to an aiohttp ``RequestHandler`` that takes the
@@ -35,6 +37,7 @@ from urllib.parse import unquote
 
 import httptools
 
+from services.common import direct_write
 from services.common.connection_guard import ConnectionGuard
 from services.common.guarded_protocol import GuardedHttpProtocol
 from services.common.metrics import ServiceMetrics
@@ -125,10 +128,10 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         self._head = bytearray(HEAD_START)
         self._head_fill = 0
         self._scratch: bytearray | None = None
-        self._chunk: bytearray | None = None
+        self._chunk: memoryview | None = None
         self._fill = 0
         self._remaining = 0
-        self._queue: asyncio.Queue[bytearray | BaseException | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[memoryview | BaseException | None] = asyncio.Queue()
         self._paused_for_queue = False
         self._last_activity = self._loop.time()
         self._tick: asyncio.TimerHandle | None = None
@@ -150,9 +153,9 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._state is _State.BODY:
             if self._chunk is None:
-                self._chunk = bytearray(min(BODY_BUFFER, self._remaining))
+                self._chunk = direct_write.aligned_buffer(min(BODY_BUFFER, self._remaining))
                 self._fill = 0
-            return memoryview(self._chunk)[self._fill :]
+            return self._chunk[self._fill :]
         if self._state is _State.HEAD and self._head_fill < HEAD_LIMIT:
             if self._head_fill == len(self._head):
                 self._head += bytes(min(4 * len(self._head), HEAD_LIMIT) - len(self._head))
@@ -287,7 +290,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
             if self._remaining == 0:
                 self._body_complete()
             return
-        self._chunk = bytearray(min(BODY_BUFFER, self._remaining))
+        self._chunk = direct_write.aligned_buffer(min(BODY_BUFFER, self._remaining))
         self._chunk[: len(data)] = data
         self._fill = 0
         self.buffer_updated(len(data))
@@ -297,7 +300,7 @@ class UploadFrontDoor(asyncio.BufferedProtocol):
         self._state = _State.STORE
         self._pause()
 
-    async def _chunks(self) -> AsyncIterator[bytearray]:
+    async def _chunks(self) -> AsyncIterator[memoryview]:
         while True:
             item = await self._queue.get()
             if self._paused_for_queue and self._queue.qsize() < QUEUE_HIGH:

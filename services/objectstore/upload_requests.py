@@ -122,9 +122,9 @@ class HttpUploads:
             raise errors.PayloadTooLarge(f"object is larger than the limit of {limit} bytes")
         return UploadPlan(request, content_length, sha256)
 
-    async def receive(self, plan: UploadPlan, chunks: AsyncIterator[bytes | bytearray]) -> dict[str, Any]:
+    async def receive(self, plan: UploadPlan, chunks: AsyncIterator[bytes | bytearray | memoryview]) -> dict[str, Any]:
         """Store the body; any failure (short body, limits, client gone) stores nothing."""
-        # The store only measures, hashes and writes the chunks, and each bytearray here is a
+        # The store only measures, hashes and writes the chunks, and each buffer here is a
         # fresh one that nothing mutates afterwards: it serves as bytes without a copy.
         as_bytes = cast(AsyncIterator[bytes], chunks)
         return await self.store.put(plan.request, as_bytes, expected=lambda: (plan.expected_size, plan.expected_sha256))

@@ -29,6 +29,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.agent.iscsi_target import IscsiTarget, TargetSpec
+from services.common.iscsi_chap import chap_credentials
 from services.demo_image import build_demo_image
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
 from services.simulator.agents import AgentLaunch, real_agent
@@ -41,7 +43,7 @@ from tests.restclient import call, wait_state
 USER, PASSWORD = "admin", "iscsi-secret"
 MiB = 1024 * 1024
 DISK = 4 * 1024 * MiB  # sparse; room for a partition image's 1 GiB root and ephemeral
-QUIET = {4, 5}  # machines whose first ramdisk boot brings no agent: the test speaks for it
+QUIET = {4, 5, 8}  # machines whose first ramdisk boot brings no agent: the test speaks for it
 
 
 class QuietAgent:
@@ -60,7 +62,12 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
     settings = test_settings(
         database_url,
         tmp / "state",
-        conductor={"hostname": "iscsi-conductor", "deploy_callback_timeout": 120.0, "automated_clean": False},
+        conductor={
+            "hostname": "iscsi-conductor",
+            "deploy_callback_timeout": 120.0,
+            "automated_clean": False,
+            "iscsi_stall_timeout": 4.0,  # the cut write fails this soon; healthy writes here take well under 1 s
+        },
     )
     stack = RunningStack()
     await stack.start(settings, list(ALL_SERVICES_ORDER))
@@ -76,7 +83,7 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
 
     simulator = Simulator(
         SimulatorOptions(
-            machines=8,
+            machines=9,
             state_dir=str(tmp / "machines"),
             boot_url=stack.endpoints["ipxe HTTP"],
             username=USER,
@@ -422,3 +429,111 @@ async def test_a_target_lost_mid_deploy_fails_clearly_and_a_second_deploy_succee
     done = await provision(env, uuid, "active", "active")
     assert done["last_error"] is None
     assert disk_starts_with(machine.disk_path, env["raw"])
+
+
+class CuttingProxy:
+    """A TCP relay to an iSCSI portal that cuts the write midway: the ``cut_at``-th
+    connection (1 = the conductor's size probe, 2 = the partition table, 3 = the root
+    file system) is closed once it has carried ``after`` bytes towards the target,
+    and every connection after that is refused, as when a cable is pulled."""
+
+    def __init__(self, port: int, *, cut_at: int, after: int) -> None:
+        self.port, self.cut_at, self.after = port, cut_at, after
+        self.connections = 0
+        self.cut = False
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        if self.cut:
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, counted: bool) -> None:
+            sent = 0
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+                sent += len(data)
+                if counted and number == self.cut_at and sent >= self.after:
+                    self.cut = True
+                    if self.server is not None:
+                        self.server.close()  # reconnects are refused from now on
+                    return
+            return
+
+        try:
+            await asyncio.wait(
+                [
+                    asyncio.ensure_future(pump(reader, up_writer, True)),
+                    asyncio.ensure_future(pump(up_reader, writer, False)),
+                ],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for w in (writer, up_writer):
+                w.transport.abort()
+
+
+async def test_a_partition_write_cut_midway_fails_the_deploy_and_a_second_deploy_succeeds(
+    env: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 18: the connection carrying the root file system drops midway (the
+    ramdisk's side plays the agent: a real tgtd behind a relay that cuts it). The
+    deploy fails naming the iSCSI write, and a new deploy (a real agent) succeeds."""
+    node = await enroll(
+        env, 8, image="rootfs", instance={**PARTITIONED, "kernel": env["kernel"], "ramdisk": env["kernel"]}
+    )
+    uuid = node["uuid"]
+    await call(env, "PUT", f"/v1/nodes/{uuid}/states/provision", {"target": "active"}, expect=202)
+    await wait_state(env, uuid, "wait call-back", timeout=60)
+    info = await internal_info(env, uuid)
+    user, password = chap_credentials(info["iscsi_deploy_key"], uuid)
+    backing = tmp_path / "ramdisk-disk.img"
+    with open(backing, "wb") as disk:
+        disk.truncate(DISK)
+    target = IscsiTarget(
+        TargetSpec(
+            iqn=info["iscsi_target_iqn"],
+            backing_path=str(backing),
+            chap_username=user,
+            chap_password=password,
+            initiator_iqn="",
+        ),
+        work_dir=str(tmp_path),
+    )
+    portal = await target.start()
+    proxy = CuttingProxy(portal.port, cut_at=3, after=256 * 1024)
+    try:
+        port = await proxy.start()
+        await env["conductor"].manager.nodes.merge_internal_info(
+            uuid, {"agent_url": "http://127.0.0.1:9", "deploy_phase": "iscsi_target"}
+        )
+        got, answer = await pass_deploy_info(
+            env,
+            uuid,
+            {"key": info["iscsi_deploy_key"], "iqn": info["iscsi_target_iqn"], "address": "127.0.0.1", "port": port},
+        )
+        assert got == 200, answer
+        failed = await wait_state(env, uuid, "deploy failed", timeout=90)
+    finally:
+        if proxy.server is not None:
+            proxy.server.close()
+        await target.stop()
+    assert proxy.cut, f"the relay never cut the write ({proxy.connections} connections)"
+    assert "Writing the image to the iSCSI target" in failed["last_error"], failed["last_error"]
+    assert "stalled" in failed["last_error"], failed["last_error"]
+    assert info["iscsi_target_iqn"] in failed["last_error"]
+    assert "iscsi_deploy_key" not in (await internal_info(env, uuid))
+
+    done = await provision(env, uuid, "active", "active")
+    assert done["last_error"] is None, done["last_error"]
+    assert done["driver_internal_info"]["iscsi_write"]["partitions"] == {"ephemeral": 1, "swap": 2, "root": 3}

@@ -147,6 +147,11 @@ async def test_the_conductor_writes_an_image_with_chap_and_its_initiator_name(
     assert target.running
     pid = target.pid
     assert pid is not None and _pid_alive(pid)
+    # The data path's tuning (docs/deploy.md): 256 KiB data PDUs, long bursts, O_DIRECT on this disk.
+    rc, shown, _err = await target._tgtadm("--lld", "iscsi", "--op", "show", "--mode", "target", "--tid", "1")
+    assert rc == 0 and "MaxRecvDataSegmentLength=262144" in shown and "MaxBurstLength=16776192" in shown
+    rc, shown, _err = await target._tgtadm("--lld", "iscsi", "--op", "show", "--mode", "target")
+    assert rc == 0 and "Backing store flags: direct" in shown, shown
 
     user, password = chap_credentials(DEPLOY_KEY, NODE)  # what the conductor computes on its side
     rc, err = await qemu_write(tmp_path, image[0], portal, target.spec.iqn, user, password, CONDUCTOR_IQN)

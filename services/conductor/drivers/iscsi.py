@@ -187,6 +187,7 @@ class IscsiDeploy(DirectDeploy):
             username=username,
             password=password,
             initiator_iqn=initiator_iqn(self.options),
+            stall_timeout=float(self.options.get("iscsi_stall_timeout") or iscsi_writer.IscsiLogin.stall_timeout),
         )
 
     async def _write(self, task: base.Task, client: AgentClient) -> None:

@@ -16,7 +16,7 @@ def make_backend(config: ObjectStoreConfig, state_dir: str) -> Backend:
         return S3Backend(config)
     from services.objectstore.backends.filesystem import FilesystemBackend
 
-    return FilesystemBackend(Path(config.root or Path(state_dir) / "objects"))
+    return FilesystemBackend(Path(config.root or Path(state_dir) / "objects"), direct_io=config.direct_io)
 
 
 __all__ = ["Backend", "Upload", "make_backend"]

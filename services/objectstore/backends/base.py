@@ -75,17 +75,32 @@ class HashingPipeline:
 
     DEPTH = 4
 
-    def __init__(self, sink: Callable[[list[bytes]], None] | None, *, hash_bytes: bool = True) -> None:
+    def __init__(
+        self,
+        sink: Callable[[list[bytes]], None] | None,
+        *,
+        hash_bytes: bool = True,
+        positional_sink: Callable[[list[bytes], int], None] | None = None,
+    ) -> None:
         """``hash_bytes=False``: the sink hashes some other way (see filesystem.ReadBackHasher);
-        :meth:`finish` then returns the digest of nothing."""
+        :meth:`finish` then returns the digest of nothing. ``positional_sink`` (instead of
+        ``sink``) receives each batch with its offset in the object, on ``DEPTH`` threads at
+        once: batches land out of order, so several disk writes are in flight (O_DIRECT
+        writes wait for the device: one 4 MiB write at a time reached about 1 GiB/s on
+        this machine's disk, four at a time about 1.2-1.4)."""
         self._sink = sink
+        self._positional_sink = positional_sink
+        self._submitted = 0
         self._hash_bytes = hash_bytes
         self._hash = hashlib.sha256()
         self._buffer: list[bytes] = []
         self._buffered = 0
         self._inflight: collections.deque[asyncio.Future[Any]] = collections.deque()
         self._hash_thread = ThreadPoolExecutor(1, thread_name_prefix="objectstore-hash")
-        self._sink_thread = ThreadPoolExecutor(1, thread_name_prefix="objectstore-write") if sink else None
+        writers = self.DEPTH if positional_sink is not None else 1
+        self._sink_thread = (
+            ThreadPoolExecutor(writers, thread_name_prefix="objectstore-write") if sink or positional_sink else None
+        )
         self.size = 0
 
     def _hash_batch(self, batch: list[bytes]) -> None:
@@ -110,6 +125,9 @@ class HashingPipeline:
         jobs = [loop.run_in_executor(self._hash_thread, self._hash_batch, batch)] if self._hash_bytes else []
         if self._sink is not None and self._sink_thread is not None:
             jobs.append(loop.run_in_executor(self._sink_thread, self._sink, batch))
+        elif self._positional_sink is not None and self._sink_thread is not None:
+            jobs.append(loop.run_in_executor(self._sink_thread, self._positional_sink, batch, self._submitted))
+        self._submitted += sum(len(piece) for piece in batch)
         self._inflight.append(asyncio.gather(*jobs))
 
     async def write(self, chunk: bytes) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from services.common import errors
+from services.common import direct_write, errors
 from services.objectstore.backends.base import HashingPipeline
 from services.objectstore.backends.download_response import ObjectVersion, answer_download
 
@@ -178,21 +178,43 @@ class FileUpload:
     error, a failed directory fsync) leaves the bytes at ``final``, not ``tmp``.
     """
 
-    def __init__(self, tmp: Path, final: Path) -> None:
+    def __init__(self, tmp: Path, final: Path, *, direct: bool = False) -> None:
+        """``direct``: write with O_DIRECT where the file system takes it, and hash
+        the received bytes on the pipeline's thread (nothing to read back from
+        the page cache). Otherwise the page cache and a ReadBackHasher."""
         self._tmp = tmp
         self._final = final
+        self._direct = direct
+        self._writer: direct_write.DiskWriter | None = None
         self._fd: int | None = None
         self._hasher: ReadBackHasher | None = None
         self._writeback = EarlyWriteback()
-        self._pipeline = HashingPipeline(self._sink, hash_bytes=False)
+        self._pipeline = (
+            HashingPipeline(None, positional_sink=self._write_at, hash_bytes=True)
+            if direct
+            else HashingPipeline(self._sink, hash_bytes=False)
+        )
+        self._create_lock = threading.Lock()
         self._done = False
 
     def _create(self) -> int:
-        fd = os.open(self._tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-        self._fd = fd
-        # A descriptor of its own for the hasher: the file's name changes at commit, the inode does not.
-        self._hasher = ReadBackHasher(os.dup(fd), label=str(self._tmp))
+        writer = self._writer = direct_write.DiskWriter(str(self._tmp), direct=self._direct, create_mode=FILE_MODE)
+        fd = self._fd = writer.fd
+        if not self._direct:
+            # A descriptor of its own for the hasher: the file's name changes at commit, the inode does not.
+            self._hasher = ReadBackHasher(os.dup(fd), label=str(self._tmp))
         return fd
+
+    def _write_at(self, batch: list[bytes], offset: int) -> None:
+        """Direct mode, on one of several writer threads: whole aligned buffers go
+        around the page cache, the rest through it."""
+        with self._create_lock:
+            if self._writer is None:
+                self._create()
+        assert self._writer is not None
+        for piece in batch:
+            self._writer.write(memoryview(piece), offset)
+            offset += len(piece)
 
     def _sink(self, batch: list[bytes]) -> None:
         fd = self._fd if self._fd is not None else self._create()
@@ -209,20 +231,28 @@ class FileUpload:
     async def write(self, chunk: bytes) -> None:
         await self._pipeline.write(chunk)
 
+    def _close_fds(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._fd = None
+
     def _commit_sync(self) -> None:
         assert self._fd is not None
         os.fsync(self._fd)
-        fd, self._fd = self._fd, None
-        os.close(fd)
+        self._close_fds()
         self._final.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         os.rename(self._tmp, self._final)
         _fsync_dir(self._final.parent)
 
     async def commit(self) -> tuple[int, str]:
-        await self._pipeline.finish()
+        received_digest = await self._pipeline.finish()
         if self._fd is None:  # an empty object: no batch created the file
             await asyncio.to_thread(self._create)
-        assert self._hasher is not None
+        if self._hasher is None:  # direct: the pipeline hashed the bytes as they were written
+            await asyncio.to_thread(self._commit_sync)
+            self._done = True
+            return self._pipeline.size, received_digest
         # fsync (disk) and the hash catching up (CPU) overlap. Both finish before
         # commit returns or raises, so abort() never races a rename still running.
         synced, digest = await asyncio.gather(
@@ -236,9 +266,7 @@ class FileUpload:
         return self._pipeline.size, digest
 
     def _abort_sync(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)
+        self._close_fds()
         for path in (self._tmp, self._final):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -256,8 +284,9 @@ class FileUpload:
 class FilesystemBackend:
     name = "filesystem"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, direct_io: bool = False) -> None:
         self.root = root
+        self.direct_io = direct_io
         self._data = root / "data"
         self._tmp = root / "tmp"
 
@@ -280,7 +309,7 @@ class FilesystemBackend:
         return self._data / key[:2] / key
 
     def begin_upload(self, key: str) -> FileUpload:
-        return FileUpload(self._tmp / f"{key}.part", self.path(key))
+        return FileUpload(self._tmp / f"{key}.part", self.path(key), direct=self.direct_io)
 
     async def read(self, key: str, *, offset: int, length: int, chunk_size: int) -> AsyncIterator[bytes]:
         try:
