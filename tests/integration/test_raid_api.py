@@ -102,6 +102,13 @@ async def test_target_raid_config_is_checked_and_stored(api: Client) -> None:
     status, body = await api.call("PUT", path, TARGET)
     assert (status, body) == (204, None)
     assert (await api.node("raid-target"))["target_raid_config"] == TARGET
+    status, states_doc = await api.call("GET", "/v1/nodes/raid-target/states")
+    assert status == 200 and states_doc["target_raid_config"] == TARGET and states_doc["raid_config"] == {}
+    status, old_doc = await api.call("GET", "/v1/nodes/raid-target/states", version="1.11")
+    assert status == 200 and "target_raid_config" not in old_doc
+    # Only this endpoint sets it: a PATCH is refused as for any internal attribute (Ironic alike).
+    ops = [{"op": "replace", "path": "/target_raid_config", "value": {}}]
+    assert "internal attribute" in await api.refused(400, "PATCH", "/v1/nodes/raid-target", ops)
     bad = {
         "no logical_disks": ({}, None),
         "empty list": ({"logical_disks": []}, "non-empty"),
