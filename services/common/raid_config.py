@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from services.common import errors
+from services.common import errors, node_capabilities
 
 RAID_LEVELS = ("JBOD", "0", "1", "2", "5", "6", "1+0", "5+0", "6+0")
 DISK_TYPES = ("hdd", "ssd")
@@ -166,3 +166,22 @@ def as_current(config: Mapping[str, Any], *, now: datetime | None = None) -> dic
     """What ``raid_config`` records once a configuration is built: the logical
     disks and when (Ironic's ``update_raid_info``)."""
     return {**config, "last_updated": str(now or datetime.now(UTC))}
+
+
+def properties_after(properties: Mapping[str, Any], built: Mapping[str, Any]) -> dict[str, Any]:
+    """The node's ``properties`` once ``built`` is its RAID, as Ironic's
+    ``update_raid_info``: the root volume's size becomes ``local_gb`` (unless
+    ``MAX``), its ``root_device_hint`` the ``root_device``, and its level the
+    ``raid_level`` capability, so scheduling and deploying use the new disk."""
+    roots = [d for d in built.get("logical_disks") or () if isinstance(d, dict) and d.get("is_root_volume")]
+    if not roots:
+        return dict(properties)
+    root, updated = roots[0], dict(properties)
+    if _is_int(root.get("size_gb")):
+        updated["local_gb"] = int(root["size_gb"])
+    if "root_device_hint" in root:
+        updated["root_device"] = root["root_device_hint"]
+    updated["capabilities"] = node_capabilities.merged(
+        properties.get("capabilities") or "", f"raid_level:{root.get('raid_level')}"
+    )
+    return updated

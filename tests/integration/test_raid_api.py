@@ -171,7 +171,7 @@ async def test_logical_disk_properties(api: Client) -> None:
 
 
 async def test_manual_cleaning_builds_and_deletes_the_configuration(api: Client) -> None:
-    await api.manageable("raid-clean", raid_interface="fake")
+    await api.manageable("raid-clean", raid_interface="fake", properties={"capabilities": "boot_mode:uefi"})
     # No target yet: the step fails cleaning, naming the missing target.
     assert (await api.clean("raid-clean", {"interface": "raid", "step": "create_configuration"}))[0] == 202
     failed = await api.settle("raid-clean", "clean failed")
@@ -185,6 +185,8 @@ async def test_manual_cleaning_builds_and_deletes_the_configuration(api: Client)
     node = await api.settle("raid-clean", "manageable")
     assert node["raid_config"]["logical_disks"] == TARGET["logical_disks"], node["raid_config"]
     assert node["raid_config"]["last_updated"], node["raid_config"]
+    # As Ironic's update_raid_info: the root volume sizes the disk and is a capability.
+    assert node["properties"] == {"capabilities": "boot_mode:uefi,raid_level:1", "local_gb": 100}, node["properties"]
 
     only_root = {"interface": "raid", "step": "create_configuration", "args": {"create_nonroot_volumes": False}}
     assert (await api.clean("raid-clean", only_root))[0] == 202
@@ -226,3 +228,25 @@ def test_agent_raid_steps_come_from_the_agents_report() -> None:
     assert AgentRAID().get_clean_steps(task) == [{**reported, "requires_ramdisk": True, "argsinfo": None}]
     task.node = {"uuid": "n", "driver_internal_info": {}}
     assert AgentRAID().get_clean_steps(task) == []
+
+
+async def test_the_agents_raid_result_becomes_raid_config() -> None:
+    """After the agent ran a RAID step: what it reports building is recorded (Ironic's post-step
+    hook), a delete empties raid_config, and a create without a result fails the step."""
+    from services.common import errors
+    from services.conductor.drivers.base import Task
+
+    built = {"logical_disks": [ROOT]}
+    done = {"command_status": "SUCCEEDED", "command_result": {"clean_result": built}}
+    step = {"interface": "raid", "step": "create_configuration"}
+    task = Task(node={"uuid": "n", "clean_step": step, "raid_config": {}}, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
+    await agent_steps._record_raid_result(task, done)
+    assert task.node["raid_config"]["logical_disks"] == [ROOT] and task.node["raid_config"]["last_updated"]
+    with pytest.raises(errors.AgentError, match="sent no RAID configuration"):
+        await agent_steps._record_raid_result(task, {"command_status": "SUCCEEDED", "command_result": {}})
+    task.node = {**task.node, "clean_step": {"interface": "raid", "step": "delete_configuration"}}
+    await agent_steps._record_raid_result(task, {"command_status": "SUCCEEDED"})
+    assert task.node["raid_config"] == {}
+    task.node = {**task.node, "clean_step": {"interface": "deploy", "step": "erase_devices"}, "raid_config": built}
+    await agent_steps._record_raid_result(task, done)
+    assert task.node["raid_config"] == built

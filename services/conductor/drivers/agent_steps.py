@@ -153,7 +153,12 @@ async def _record_raid_result(task: Task, result: Mapping[str, Any]) -> None:
             raise errors.AgentError(
                 f"The agent of node {task.node['uuid']} sent no RAID configuration after building it: {result!r:.300}"
             )
-        await task.save_fields({"raid_config": raid_config.as_current(built)})
+        await task.save_fields(
+            {
+                "raid_config": raid_config.as_current(built),
+                "properties": raid_config.properties_after(task.node.get("properties") or {}, built),
+            }
+        )
 
 
 def _raise_if_failed(result: Mapping[str, Any]) -> None:

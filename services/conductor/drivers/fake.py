@@ -323,7 +323,12 @@ class FakeRAID(base.RAIDInterface):
         target = raid_config.filter_target(
             task.node, create_root_volume=create_root_volume, create_nonroot_volumes=create_nonroot_volumes
         )
-        await task.save_fields({"raid_config": raid_config.as_current(target)})
+        await task.save_fields(
+            {
+                "raid_config": raid_config.as_current(target),
+                "properties": raid_config.properties_after(task.node.get("properties") or {}, target),
+            }
+        )
         return None
 
     async def delete_configuration(self, task: base.Task) -> str | None:
