@@ -250,3 +250,22 @@ async def test_the_agents_raid_result_becomes_raid_config() -> None:
     task.node = {**task.node, "clean_step": {"interface": "deploy", "step": "erase_devices"}, "raid_config": built}
     await agent_steps._record_raid_result(task, done)
     assert task.node["raid_config"] == built
+
+
+async def test_python_ironicclient_sets_and_reads_raid(api: Client) -> None:
+    """The unmodified client's RAID calls: set the target, list the logical disk properties."""
+    from ironicclient import client as ironic
+    from ironicclient.common.apiclient import exceptions as ironic_errors
+
+    await api.manageable("raid-client", raid_interface="fake")
+
+    def run() -> dict[str, str]:
+        bm = ironic.get_client(1, endpoint=api.base, auth_type="none", os_ironic_api_version="1.78")
+        bm.node.set_target_raid_config("raid-client", TARGET)
+        with pytest.raises(ironic_errors.BadRequest, match="RAID config validation error"):
+            bm.node.set_target_raid_config("raid-client", {"logical_disks": [{"raid_level": "9", "size_gb": 1}]})
+        return bm.driver.raid_logical_disk_properties("fake-hardware")
+
+    props = await asyncio.to_thread(run)
+    assert props["raid_level"].startswith("RAID level") and "controller" in props
+    assert (await api.node("raid-client"))["target_raid_config"] == TARGET
