@@ -224,7 +224,7 @@ def test_agent_raid_steps_come_from_the_agents_report() -> None:
     reported = {"interface": "raid", "step": "create_configuration", "priority": 0}
     erase = {"interface": "deploy", "step": "erase_devices", "priority": 10}
     node = {"uuid": "n", "driver_internal_info": {agent_steps.CACHED_STEPS: {"raid": [reported], "deploy": [erase]}}}
-    task = Task(node=node, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
+    task = Task(node=node, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]  # no driver: only the node is read
     assert AgentRAID().get_clean_steps(task) == [{**reported, "requires_ramdisk": True, "argsinfo": None}]
     task.node = {"uuid": "n", "driver_internal_info": {}}
     assert AgentRAID().get_clean_steps(task) == []
@@ -239,7 +239,7 @@ async def test_the_agents_raid_result_becomes_raid_config() -> None:
     built = {"logical_disks": [ROOT]}
     done = {"command_status": "SUCCEEDED", "command_result": {"clean_result": built}}
     step = {"interface": "raid", "step": "create_configuration"}
-    task = Task(node={"uuid": "n", "clean_step": step, "raid_config": {}}, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
+    task = Task(node={"uuid": "n", "clean_step": step, "raid_config": {}}, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]  # no driver: only the node is read
     await agent_steps._record_raid_result(task, done)
     assert task.node["raid_config"]["logical_disks"] == [ROOT] and task.node["raid_config"]["last_updated"]
     with pytest.raises(errors.AgentError, match="sent no RAID configuration"):
@@ -260,7 +260,7 @@ async def test_python_ironicclient_sets_and_reads_raid(api: Client) -> None:
     await api.manageable("raid-client", raid_interface="fake")
 
     def run() -> dict[str, str]:
-        bm = ironic.get_client(1, endpoint=api.base, auth_type="none", os_ironic_api_version="1.78")
+        bm = ironic.get_client("1", endpoint=api.base, auth_type="none", os_ironic_api_version="1.78")
         bm.node.set_target_raid_config("raid-client", TARGET)
         with pytest.raises(ironic_errors.BadRequest, match="RAID config validation error"):
             bm.node.set_target_raid_config("raid-client", {"logical_disks": [{"raid_level": "9", "size_gb": 1}]})
