@@ -1,5 +1,6 @@
-"""Drivers (hardware types): ``GET /v1/drivers``, ``GET /v1/drivers/{name}``
-and ``GET /v1/drivers/{name}/properties``.
+"""Drivers (hardware types): ``GET /v1/drivers``, ``GET /v1/drivers/{name}``,
+``GET /v1/drivers/{name}/properties`` and
+``GET /v1/drivers/{name}/raid/logical_disk_properties`` (1.12).
 
 What a driver is and which conductors run it come from the live hash ring
 (conductors register their hardware types and interfaces), so nothing here
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from services.api import params, views
 from services.api.context import ApiContext
-from services.common import errors
+from services.common import errors, raid_config
 
 FIELDS_SINCE = (1, 77)
 DETAIL_SINCE = (1, 30)
@@ -118,6 +119,18 @@ class DriversApi:
         if fields is not None:
             doc = {k: v for k, v in doc.items() if k in fields}
         return web.json_response(doc)
+
+    async def raid_logical_disk_properties(self, request: web.Request) -> web.Response:
+        """What a logical disk of a target RAID config may say (1.12), with a description each.
+
+        Every raid interface Ferrum ships, ``no-raid`` included, reads Ironic's RAID
+        schema (services/common/raid_config.py), so the driver's default raid
+        interface would answer the same: the schema's properties, for any driver a
+        conductor runs. An unknown driver is a 404."""
+        name = request.match_info["driver"]
+        if name not in self.ctx.router.hardware_types():
+            raise errors.NotFound(f"Driver {name} could not be found.")
+        return web.json_response(raid_config.logical_disk_properties())
 
     async def driver_properties(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

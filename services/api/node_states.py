@@ -1,7 +1,7 @@
 """A node's states and the requests that change them:
 ``GET /v1/nodes/{ident}/states``, ``PUT .../states/power``,
-``PUT .../states/provision``, ``PUT|GET .../states/console`` (docs/console.md)
-and ``PUT|DELETE /v1/nodes/{ident}/maintenance``.
+``PUT .../states/provision``, ``PUT|GET .../states/console`` (docs/console.md),
+``PUT .../states/raid`` (the target RAID config, 1.12) and ``PUT|DELETE /v1/nodes/{ident}/maintenance``.
 
 The api checks what it can without the hardware (the verb, the version, the
 body, whether the state machine allows the event now) so that a bad request
@@ -197,6 +197,26 @@ class NodeStatesApi:
         enabled = boolean_argument("enabled", body["enabled"])
         await self.ctx.rpc(node, "SetConsoleMode", cpb.ConsoleModeRequest(node_uuid=node["uuid"], enabled=enabled))
         return accepted(self.ctx.base(request), node)
+
+    async def set_raid(self, request: web.Request) -> web.Response:
+        """The body becomes ``target_raid_config`` (1.12): checked by the node's raid
+        interface under the lock, 204. ``{}`` clears it. As Ironic, a raid interface
+        that cannot take one (``no-raid``) answers 404, RAID being optional."""
+        node = await self.ctx.node_by_ident(request)
+        body = await self.ctx.body(request)
+        if not isinstance(body, dict):
+            raise errors.InvalidParameterValue(
+                f"Invalid target_raid_config: {type(body).__name__} is not a JSON object"
+            )
+        try:
+            await self.ctx.rpc(
+                node,
+                "SetTargetRaidConfig",
+                cpb.TargetRaidConfigRequest(node_uuid=node["uuid"], target_raid_config_json=json.dumps(body)),
+            )
+        except errors.UnsupportedDriverExtension as exc:
+            raise errors.NotFound(exc.message) from None
+        return web.Response(status=204)
 
     async def set_maintenance(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)

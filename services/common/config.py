@@ -89,7 +89,7 @@ class ConductorConfig:
     enabled_vendor_interfaces: tuple[str, ...] = ("no-vendor", "fake")
     enabled_inspect_interfaces: tuple[str, ...] = ("no-inspect", "fake", "agent")
     enabled_console_interfaces: tuple[str, ...] = ("no-console",)
-    enabled_raid_interfaces: tuple[str, ...] = ("no-raid",)
+    enabled_raid_interfaces: tuple[str, ...] = ("no-raid", "agent")
     enabled_bios_interfaces: tuple[str, ...] = ("no-bios", "redfish")
     enabled_rescue_interfaces: tuple[str, ...] = ("no-rescue", "fake", "agent")
     enabled_firmware_interfaces: tuple[str, ...] = ("no-firmware", "fake", "redfish")

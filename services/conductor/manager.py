@@ -50,6 +50,7 @@ from services.conductor.image_cache import ImageCache
 from services.conductor.indicators import Indicators
 from services.conductor.inspection import InventoryProcessing
 from services.conductor.node_states import NodeStates
+from services.conductor.raid_settings import RaidSettings
 from services.conductor.takeover import TakeOver
 from services.conductor.taskmanager import TaskManager
 from services.conductor.vendor_passthru import VendorPassthru
@@ -228,6 +229,7 @@ class ConductorManager:
         self.vendor = VendorPassthru(self.tasks, self.states, registry)
         self.indicators = Indicators(self.tasks, self.states)
         self.boot_settings = BootSettings(self.tasks, self.states)
+        self.raid_settings = RaidSettings(self.tasks, self.states)
         self.virtual_media = VirtualMedia(self.tasks, self.states)
         self._vifs = VifRepository(pool)
         self._ports = PortRepository(pool)

@@ -305,6 +305,13 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
         await self._run(context, request.node_uuid, self.manager.consoles.set_mode(request.node_uuid, request.enabled))
         return pb.Empty()
 
+    async def SetTargetRaidConfig(
+        self, request: pb.TargetRaidConfigRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Empty:
+        target = json.loads(request.target_raid_config_json or "{}")
+        await self._run(context, request.node_uuid, self.manager.raid_settings.set_target(request.node_uuid, target))
+        return pb.Empty()
+
     async def GetConsoleInformation(
         self, request: pb.NodeRef, context: grpc.aio.ServicerContext
     ) -> pb.ConsoleInfoReply:

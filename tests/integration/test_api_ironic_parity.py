@@ -442,6 +442,15 @@ async def test_volume_changes_right_after_a_power_action(api: Client) -> None:
     assert '"volume connector deletion"' in reason
     assert (await api.call("GET", f"/v1/volume/connectors/{connector['uuid']}", expect=200))[1]["extra"] == {}
     await api.call("GET", f"/v1/volume/targets/{target['uuid']}", expect=200)
+    # A volume target alike: right after power off it waits for the lock and is updated (the node is off);
+    # right after power on it is refused, and unchanged.
+    target_path = f"/v1/volume/targets/{target['uuid']}"
+    await api.call("PUT", "/v1/nodes/vol-power/states/power", {"target": "power off"}, expect=202)
+    assert (await api.call("PATCH", target_path, ops, expect=200))[1]["extra"] == {"k": "v"}
+    await api.call("PUT", "/v1/nodes/vol-power/states/power", {"target": "power on"}, expect=202)
+    reason = await api.refused(400, "PATCH", target_path, [{"op": "add", "path": "/extra/k", "value": "w"}])
+    assert '"volume target update"' in reason and '"power on"' in reason, reason
+    assert (await api.call("GET", target_path, expect=200))[1]["extra"] == {"k": "v"}
 
 
 async def test_port_group_members_share_one_physical_network(api: Client) -> None:

@@ -165,8 +165,8 @@ async def test_driver_documents_show_the_new_kinds_defaults(api: Any) -> None:
     _, doc = await api("GET", "/v1/drivers/redfish", expect=200)
     for kind, default in NEW_KINDS.items():
         assert doc[f"default_{kind}_interface"] == default
-        # redfish also offers the agent rescue (the ramdisk), and no-bios; fake implementations never
-        others = {"rescue": ["agent"], "bios": ["no-bios"]}.get(kind, [])
+        # redfish also offers the agent rescue and RAID (the ramdisk), and no-bios; fake implementations never
+        others = {"rescue": ["agent"], "raid": ["agent"], "bios": ["no-bios"]}.get(kind, [])
         assert doc[f"enabled_{kind}_interfaces"] == [default, *others]
     # Firmware interfaces arrive with API 1.86, above Ferrum's maximum: not shown.
     assert not any("firmware" in key for key in doc)

@@ -139,7 +139,7 @@ def test_every_optional_kind_defaults_to_its_noop() -> None:
     # A type that declares a kind keeps its default, and can still be switched to the no-op.
     assert RedfishHardware.supported_names("vendor") == ("no-vendor",)
     assert RedfishHardware.supported_names("storage") == ("noop", "external", "cinder", "fake")
-    assert RedfishHardware.supported_names("raid") == ("no-raid",)
+    assert RedfishHardware.supported_names("raid") == ("no-raid", "agent")
     assert RedfishHardware.supported_names("power") == ("redfish",)  # core kinds get nothing added
     assert registry.resolve_interfaces("minimal", {"rescue_interface": "no-rescue"})["rescue_interface"] == "no-rescue"
     with pytest.raises(errors.InvalidParameterValue, match=r"ferrum\.hardware\.interfaces\.rescue"):
@@ -178,7 +178,8 @@ async def test_no_implementations_refuse_validation_and_every_verb(cls: type[bas
     assert len(verbs) > 1
     for verb in sorted(verbs):
         method = getattr(impl, verb)
-        arity = len(inspect.signature(method).parameters)
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        arity = sum(p.kind in positional for p in inspect.signature(method).parameters.values())
         args = [None] * arity if verb == "call_driver_method" else [task, *[None] * (arity - 1)]
         with pytest.raises(errors.UnsupportedDriverExtension) as caught:
             await method(*args)

@@ -110,6 +110,10 @@ def agent_node(node: dict[str, Any]) -> dict[str, Any]:
         "uuid": node["uuid"],
         "name": node.get("name"),
         "properties": properties,
+        # What a RAID step builds: the target less what its arguments left out (agent_raid.py).
+        "target_raid_config": (node.get("driver_internal_info") or {}).get("target_raid_config")
+        or node.get("target_raid_config")
+        or {},
         "instance_info": {k: v for k, v in (node.get("instance_info") or {}).items() if not is_secret_key(k)},
         "driver_internal_info": {
             k: v for k, v in (node.get("driver_internal_info") or {}).items() if not is_secret_key(k)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from services.common import errors, states
+from services.common import errors, raid_config, states
 from services.conductor.drivers import ramdisk_boot
 from services.conductor.drivers.agent_client import AgentClient, agent_node, agent_port, command_failure
 from services.conductor.drivers.base import Task
@@ -50,8 +50,9 @@ class AgentCleanSteps:
 
     def get_clean_steps(self, task: Task) -> list[dict[str, Any]]:
         cached = task.node["driver_internal_info"].get(CACHED_STEPS)
+        # The agent's steps of other interfaces (raid) are offered by those interfaces, as in Ironic.
         steps = (
-            [dict(s) for group in cached.values() for s in group]
+            [dict(s) for s in cached.get("deploy") or () if isinstance(s, dict)]
             if isinstance(cached, dict)
             else [dict(s) for s in AGENT_CLEAN_STEPS]
         )
@@ -117,7 +118,10 @@ class AgentCleanSteps:
             raise errors.AgentError("no clean step command was recorded for the agent")
         result = await self._client(task).command(command_id)
         _raise_if_failed(result)
-        return "done" if result.get("command_status") == "SUCCEEDED" else None
+        if result.get("command_status") != "SUCCEEDED":
+            return None
+        await _record_raid_result(task, result)
+        return "done"
 
     async def adopt_clean_step(self, task: Task, step: Mapping[str, Any], *, ordinal: int) -> bool:
         """The dead conductor may have sent ``step`` without recording it. The
@@ -132,6 +136,29 @@ class AgentCleanSteps:
             "adopted clean step node_uuid=%s step=%s command=%s", task.node["uuid"], step["step"], sent[-1].get("id")
         )
         return True
+
+
+async def _record_raid_result(task: Task, result: Mapping[str, Any]) -> None:
+    """After a RAID step the agent ran: what it built becomes ``raid_config``
+    (Ironic's post-step hook); a delete leaves none."""
+    step = task.node.get("clean_step") or {}
+    if step.get("interface") != "raid":
+        return
+    if step.get("step") == "delete_configuration":
+        await task.save_fields({"raid_config": {}})
+        return
+    built = (result.get("command_result") or {}).get("clean_result")
+    if step.get("step") == "create_configuration":
+        if not isinstance(built, dict) or not isinstance(built.get("logical_disks"), list):
+            raise errors.AgentError(
+                f"The agent of node {task.node['uuid']} sent no RAID configuration after building it: {result!r:.300}"
+            )
+        await task.save_fields(
+            {
+                "raid_config": raid_config.as_current(built),
+                "properties": raid_config.properties_after(task.node.get("properties") or {}, built),
+            }
+        )
 
 
 def _raise_if_failed(result: Mapping[str, Any]) -> None:

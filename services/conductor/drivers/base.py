@@ -428,16 +428,45 @@ class ConsoleInterface(BaseInterface):
 
 
 class RAIDInterface(BaseInterface):
+    """RAID (API 1.12): ``target_raid_config`` is what the operator wants,
+    checked by ``validate_raid_config`` when it is set (``PUT .../states/raid``);
+    the clean steps ``create_configuration`` and ``delete_configuration`` build
+    it or remove it, and ``raid_config`` records what the machine has."""
+
     kind = "raid"
 
+    async def validate(self, task: Task) -> None:
+        """A target RAID config already on the node must still be one this interface accepts."""
+        target = task.node.get("target_raid_config")
+        if target:
+            await self.validate_raid_config(task, target)
+
     async def validate_raid_config(self, task: Task, raid_config: Mapping[str, Any]) -> None:
-        """Raise errors.InvalidParameterValue when the target RAID config cannot be built."""
+        """Raise errors.InvalidParameterValue when the target RAID config cannot be built
+        (Ironic's RAID schema by default, services/common/raid_config.py)."""
+        from services.common import raid_config as schema
+
+        schema.validate(raid_config)
 
     @abc.abstractmethod
-    async def create_configuration(self, task: Task) -> str | None: ...
+    async def create_configuration(
+        self, task: Task, *, create_root_volume: bool = True, create_nonroot_volumes: bool = True
+    ) -> str | None: ...
 
     @abc.abstractmethod
     async def delete_configuration(self, task: Task) -> str | None: ...
+
+    async def execute_clean_step(self, task: Task, step: Mapping[str, Any]) -> str | None:
+        args = step.get("args") or {}
+        if step.get("step") == "create_configuration":
+            return await self.create_configuration(
+                task,
+                create_root_volume=bool(args.get("create_root_volume", True)),
+                create_nonroot_volumes=bool(args.get("create_nonroot_volumes", True)),
+            )
+        if step.get("step") == "delete_configuration":
+            return await self.delete_configuration(task)
+        raise unsupported(self, f"the clean step {step.get('step')!r}")
 
 
 class BIOSInterface(BaseInterface):

@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from services.common import errors, states
-from services.conductor.drivers import base, bios_steps
+from services.common import errors, raid_config, states
+from services.conductor.drivers import base, bios_steps, raid_steps
 from services.conductor.drivers.delays import parse_delay, sleep_for
 
 
@@ -301,6 +301,38 @@ class FakeBIOS(base.BIOSInterface):
     async def factory_reset(self, task: base.Task) -> str | None:
         if task.save_bios_settings is not None:
             await task.save_bios_settings({}, {})
+        return None
+
+
+class FakeRAID(base.RAIDInterface):
+    """A RAID controller that builds at once whatever the node's target RAID
+    config asks: ``raid.create_configuration`` records the target's logical
+    disks (less those its arguments leave out) as ``raid_config``,
+    ``raid.delete_configuration`` empties it. Ironic's fake RAID does nothing
+    and offers no steps; this one lets clients and tests exercise the whole
+    RAID flow over REST without a controller (docs/drivers.md)."""
+
+    name = "fake"
+
+    def get_clean_steps(self, task: base.Task) -> list[dict[str, Any]]:
+        return raid_steps.steps(requires_ramdisk=False)
+
+    async def create_configuration(
+        self, task: base.Task, *, create_root_volume: bool = True, create_nonroot_volumes: bool = True
+    ) -> str | None:
+        target = raid_config.filter_target(
+            task.node, create_root_volume=create_root_volume, create_nonroot_volumes=create_nonroot_volumes
+        )
+        await task.save_fields(
+            {
+                "raid_config": raid_config.as_current(target),
+                "properties": raid_config.properties_after(task.node.get("properties") or {}, target),
+            }
+        )
+        return None
+
+    async def delete_configuration(self, task: base.Task) -> str | None:
+        await task.save_fields({"raid_config": {}})
         return None
 
 

@@ -49,6 +49,8 @@ class FakeHardware(HardwareType):
         "rescue": ("fake", "agent", "no-rescue"),
         "bios": ("fake", "no-bios"),
         "firmware": ("no-firmware", "fake"),
+        # Ironic's order: fake, then no-raid before agent (fake is enabled per deployment).
+        "raid": ("fake", "no-raid", "agent"),
     }
 
 
@@ -74,6 +76,8 @@ class RedfishHardware(HardwareType):
         "bios": ("redfish", "no-bios"),
         # no-firmware first: reading the firmware inventory is asked for per node (API 1.86).
         "firmware": ("no-firmware", "redfish"),
+        # Software RAID by the ramdisk's agent where it offers it (drivers/agent_raid.py).
+        "raid": ("no-raid", "agent"),
     }
 
 
@@ -93,6 +97,7 @@ class IpmiHardware(HardwareType):
         "rescue": ("no-rescue", "agent"),
         # Serial-over-LAN (Ironic's order); nodes get no-console until an operator enables it.
         "console": ("ipmitool-socat", "no-console"),
+        "raid": ("no-raid", "agent"),
     }
 
 

@@ -78,7 +78,9 @@ class NoRAID(_Refusing, base.RAIDInterface):
     async def validate_raid_config(self, task: base.Task, raid_config: Any) -> None:
         self._refuse("RAID configuration")
 
-    async def create_configuration(self, task: base.Task) -> str | None:
+    async def create_configuration(
+        self, task: base.Task, *, create_root_volume: bool = True, create_nonroot_volumes: bool = True
+    ) -> str | None:
         self._refuse("RAID configuration")
 
     async def delete_configuration(self, task: base.Task) -> str | None:
