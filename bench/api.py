@@ -27,6 +27,13 @@ here passes or fails.
 
     .venv/bin/python bench/api.py                                  # ~1-3 minutes
     .venv/bin/python bench/api.py --nodes 1000 --workers 16 --gets 5000 --big-list 10000
+
+`--raw` runs bench/api_raw.py's workload instead (keep-alive aiohttp, no SDK
+objects) at 1, 8 and 16 workers; with `--ironic` it runs it first against
+Ironic 39 (bench/ironic_peer.py) and then against Ferrum, one server at a time,
+and prints the ratios:
+
+    .venv/bin/python bench/api.py --raw --ironic                  # ~10 minutes
 """
 
 from __future__ import annotations
@@ -93,8 +100,9 @@ PROVISION_STEPS = (
 class Stack:
     """`ferrum stack --ephemeral` in its own state dir; stopped by PID."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, profile: Path | None = None) -> None:
         self.workdir = workdir
+        self.profile = profile  # cProfile output of the stack process, written when it stops
         self.ports_file = workdir / "ports.json"
         self.log = workdir / "stack.log"
         self.process: subprocess.Popen | None = None
@@ -106,6 +114,7 @@ class Stack:
             self.process = subprocess.Popen(
                 [
                     sys.executable,
+                    *(("-m", "cProfile", "-o", str(self.profile)) if self.profile else ()),
                     "-m",
                     "services.cli",
                     "stack",
@@ -586,9 +595,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="skip the client floor (openstacksdk against bench/replay.py)",
     )
+    parser.add_argument("--raw", action="store_true", help="the raw-HTTP client mode (bench/api_raw.py)")
+    parser.add_argument("--ironic", action="store_true", help="with --raw: run Ironic 39 first, print ratios")
+    parser.add_argument("--raw-workers", default="1,8,16", help="with --raw: worker counts (default 1,8,16)")
+    parser.add_argument(
+        "--serial-nodes", type=int, default=30, help="with --raw: nodes cycled by 1 worker (default 30)"
+    )
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the Ferrum stack process here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the stack is stopped on the way out
+    if args.raw:
+        return raw_main(args)
     with tempfile.TemporaryDirectory(prefix="ferrum-bench-api-") as tmp:
         os.chmod(tmp, 0o755)  # the embedded PostgreSQL runs as its own user when we are root
         stack = Stack(Path(tmp))
@@ -600,6 +618,49 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stack.stop()
     return 0
+
+
+def raw_main(args: argparse.Namespace) -> int:
+    """Ironic 39 (with --ironic), then Ferrum, never both at once: the raw workload and the ratios."""
+    import api_raw  # bench/ is on sys.path: this script's own directory
+    from ironic_peer import ironic_peer
+
+    workers = [int(w) for w in args.raw_workers.split(",")]
+    options = {"nodes": args.nodes, "serial_nodes": args.serial_nodes, "workers": workers}
+    options |= {"gets": args.gets, "lists": args.lists}
+    ironic_figures = None
+    with tempfile.TemporaryDirectory(prefix="ferrum-bench-raw-") as tmp:
+        os.chmod(tmp, 0o755)  # the embedded PostgreSQL runs as its own user when we are root
+        if args.ironic:
+            (Path(tmp) / "ironic").mkdir()
+            with ironic_peer(Path(tmp) / "ironic") as (url, pid):
+                print(f"Ironic 39 at {url} (pid {pid})", flush=True)
+                ironic_figures = asyncio.run(api_raw.workload(url, **options))
+                print(f"Ironic RSS {_rss_mib(pid):.0f} MiB", flush=True)
+        (Path(tmp) / "ferrum").mkdir()
+        stack = Stack(Path(tmp) / "ferrum", profile=args.profile)
+        try:
+            stack.start()
+            print(f"Ferrum at {stack.endpoints['api REST (Ironic v1)']}", flush=True)
+            cpu0 = stack.cpu_seconds()
+            figures = asyncio.run(api_raw.workload(stack.endpoints["api REST (Ironic v1)"], **options))
+            print(f"Ferrum RSS {stack.rss_mib():.0f} MiB, {stack.cpu_seconds() - cpu0:.0f} s CPU", flush=True)
+        finally:
+            stack.stop()
+    print()
+    print(
+        f"raw HTTP (aiohttp keep-alive), {args.nodes} nodes per batch ({args.serial_nodes} at 1 worker), "
+        f"{args.gets} GETs and {args.lists} lists per worker count, API {api_raw.VERSION}"
+    )
+    print(api_raw.table(ironic_figures, figures))
+    return 0
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 if __name__ == "__main__":

@@ -256,6 +256,7 @@ class ConductorManager:
         NodeLocked at once, and no operation can start half-way through the
         write); re-resolve interfaces when driver/interfaces change."""
         async with self.tasks.reserved(node_uuid) as node:
+            _refuse_second_instance(node, changes)
             saved = await self.nodes.update(
                 node_uuid, self._resolved_changes(node, changes, reset_interfaces), expect_reservation=self.hostname
             )
@@ -596,3 +597,13 @@ class ConductorManager:
         async with self.tasks.acquire(node_uuid, "VIF detach") as task:
             await vifs.detach(task, vif_id, vifs=self._vifs, ports=self._ports)
             await self.states.record_event(task.node, "vif-detach", f"VIF {vif_id} detached", event_type="network")
+
+
+def _refuse_second_instance(node: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
+    """An instance_uuid is never overwritten by another one, as on Ironic (NodeAssociated, 409):
+    two Nova computes racing for one node both PATCH it (``prepare_for_spawn``), and the
+    loser must learn that it lost rather than take the node from the winner."""
+    new = changes.get("instance_uuid")
+    current = node.get("instance_uuid")
+    if new and current and str(new) != str(current):
+        raise errors.NodeAssociated(f"Node {node['uuid']} is associated with instance {current}.")

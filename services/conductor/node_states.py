@@ -21,6 +21,7 @@ from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
+from services.common.db.vifs import VIF_KEY, VifRepository
 from services.conductor import firmware_cache
 from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
@@ -60,6 +61,16 @@ class NodeStates:
     async def cache_firmware(self, task: Task) -> str:
         """Refresh the node's cached firmware components (services/conductor/firmware_cache.py)."""
         return await firmware_cache.refresh(self.pool, task)
+
+    async def remove_vifs(self, task: Task) -> list[str]:
+        """Tear down forgets the instance's VIF attachments, as Ironic's does
+        (``network.remove_vifs_from_node``): Nova's destroy of an active
+        instance only asks for ``deleted`` and never detaches them itself, so
+        a VIF left behind would hold the port against the next instance."""
+        removed = await VifRepository(self.pool).remove_all(task.node["id"])
+        for port in task.ports:
+            (port.get("internal_info") or {}).pop(VIF_KEY, None)
+        return removed
 
     async def transition(
         self,

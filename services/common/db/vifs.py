@@ -56,3 +56,19 @@ class VifRepository:
             vif_id,
         )
         return None if value is None else str(value)
+
+    async def remove_all(self, node_id: int) -> list[str]:
+        """Take every VIF off the node's ports and port groups (tear down); the VIFs removed."""
+        rows = await self._db.fetch(
+            f"WITH old AS (SELECT id, internal_info->>'{VIF_KEY}' AS vif FROM ports "
+            f"WHERE node_id = $1 AND internal_info ? '{VIF_KEY}' FOR UPDATE), "
+            f"oldg AS (SELECT id, internal_info->>'{VIF_KEY}' AS vif FROM portgroups "
+            f"WHERE node_id = $1 AND internal_info ? '{VIF_KEY}' FOR UPDATE), "
+            f"done AS (UPDATE ports p SET internal_info = p.internal_info - '{VIF_KEY}', updated_at = now() "
+            "FROM old WHERE p.id = old.id), "
+            f"doneg AS (UPDATE portgroups g SET internal_info = g.internal_info - '{VIF_KEY}', updated_at = now() "
+            "FROM oldg WHERE g.id = oldg.id) "
+            "SELECT vif FROM old UNION ALL SELECT vif FROM oldg",
+            node_id,
+        )
+        return [str(r["vif"]) for r in rows]

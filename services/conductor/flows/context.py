@@ -45,6 +45,10 @@ class FlowContext(Protocol):
 
     async def fail(self, task: Task, message: str) -> None: ...
 
+    async def remove_vifs(self, task: Task) -> list[str]:
+        """Forget every VIF attached to the node's ports and port groups; the VIFs forgotten."""
+        ...
+
     async def cache_firmware(self, task: Task) -> str:
         """Refresh the node's cached firmware components (best effort); a note for the history."""
         ...

@@ -3,7 +3,7 @@
 Every step is safe to repeat, so a conductor that adopts a node caught in
 ``deleting`` runs the flow again from the top: power off, clean up the
 instance's boot, remove the config drive object, detach volumes (with an
-event at the start and the end).
+event at the start and the end) and forget the instance's VIFs, as Ironic does.
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ async def _run(ctx: FlowContext, task: Task) -> None:
     await task.driver.boot.clean_up_instance(task)
     await ctx.configdrives.remove(task)
     await _detach_volumes(ctx, task)
-    await ctx.transition(task, "clean", changes={"instance_info": {}, "instance_uuid": None, "instance_name": None})
+    removed = await ctx.remove_vifs(task)
+    note = f"VIFs detached: {', '.join(removed)}" if removed else ""
+    await ctx.transition(
+        task, "clean", changes={"instance_info": {}, "instance_uuid": None, "instance_name": None}, note=note
+    )
 
 
 async def _detach_volumes(ctx: FlowContext, task: Task) -> None:

@@ -1,0 +1,218 @@
+"""The raw-HTTP client mode of bench/api.py (issue 22, "Benchmark").
+
+openstacksdk costs more client CPU per request than Ferrum costs server CPU
+(bench/api.py's "replay floor" rows show it), so with the SDK the client is
+the limit. Here one keep-alive ``aiohttp`` session per server sends the same
+workload as plain JSON, builds no SDK objects, and measures:
+
+- node+port create, nodes/s;
+- GET node, median and p99;
+- list detail of 200 nodes (``/v1/nodes/detail?limit=200``), median and p99;
+- manage, provide (through automated cleaning), deploy (with a Nova-style
+  ``base64(gzip(ISO9660 config-2))`` config drive) and undeploy (through
+  cleaning back to ``available``): nodes/s, each node timed from its request
+  until a 10 ms ``GET`` poll sees the target state, no target and no lock;
+
+at each worker count (default 1, 8 and 16 concurrent coroutines), each count
+on its own batch of freshly created nodes. Every request carries
+``X-OpenStack-Ironic-API-Version: 1.78`` so both servers render the same
+fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import itertools
+import json
+import random
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+VERSION = "1.78"
+POLL = 0.01
+SETTLE_TIMEOUT = 300.0
+STEPS = (
+    ("manage", "manage", "manageable"),
+    ("provide", "provide", "available"),
+    ("deploy", "active", "active"),
+    ("undeploy", "deleted", "available"),
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    metric: str
+    workers: int
+    unit: str  # "nodes/s" (higher is better) or "ms" (lower is better)
+    value: float
+
+
+def config_drive() -> str:
+    """What Nova's ``_generate_configdrive`` sends: genisoimage, label config-2, gzip, base64."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "cd"
+        for version in ("2012-08-10", "latest"):
+            folder = tree / "openstack" / version
+            folder.mkdir(parents=True)
+            (folder / "meta_data.json").write_text(json.dumps({"uuid": "bench", "hostname": "bench"}))
+        iso = Path(tmp) / "cd.iso"
+        subprocess.run(
+            ["genisoimage", "-o", str(iso), "-quiet", "-J", "-r", "-V", "config-2", str(tree)],
+            check=True,
+            capture_output=True,
+        )
+        return base64.b64encode(gzip.compress(iso.read_bytes())).decode()
+
+
+class Client:
+    """Plain JSON over one keep-alive session; a status outside ``expect`` raises."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str) -> None:
+        self.session = session
+        self.base = base.rstrip("/")
+        self.headers = {"X-OpenStack-Ironic-API-Version": VERSION, "Content-Type": "application/json"}
+
+    async def call(self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200,)) -> Any:
+        data = None if body is None else json.dumps(body)
+        async with self.session.request(method, self.base + path, data=data, headers=self.headers) as answer:
+            raw = await answer.read()
+            if answer.status not in expect:
+                raise RuntimeError(f"{method} {path}: {answer.status} {raw[:300]!r}")
+            return json.loads(raw) if raw else None
+
+
+async def run_workers(
+    workers: int, items: Sequence[Any], job: Callable[[Any], Awaitable[Any]]
+) -> tuple[float, list[float], list[Any]]:
+    """``job`` on every item by ``workers`` coroutines: (items/s, seconds each, results)."""
+    source = iter(items)
+    latencies: list[float] = []
+    results: list[Any] = []
+
+    async def worker() -> None:
+        for item in source:
+            started = time.perf_counter()
+            results.append(await job(item))
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(workers)))
+    return len(items) / (time.perf_counter() - started), latencies, results
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] * 1000
+
+
+async def settle(client: Client, node: str, state: str) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while True:
+        got = await client.call("GET", f"/v1/nodes/{node}")
+        if got["provision_state"] == state and got["target_provision_state"] is None and got["reservation"] is None:
+            return
+        if got["provision_state"].endswith("failed") or got["provision_state"] == "error":
+            raise RuntimeError(f"node {node}: {got['provision_state']}: {got['last_error']}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"node {node} still {got['provision_state']} after {SETTLE_TIMEOUT} s")
+        await asyncio.sleep(POLL)
+
+
+async def workload(
+    base: str,
+    *,
+    nodes: int,
+    serial_nodes: int,
+    workers: Sequence[int],
+    gets: int,
+    lists: int,
+    log: Callable[[str], None] = print,
+) -> list[Figure]:
+    """The whole raw workload against one server at ``base``."""
+    drive = config_drive()
+    macs = itertools.count(1)
+    figures: list[Figure] = []
+    connector = aiohttp.TCPConnector(limit=max(workers) + 4, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        client = Client(session, base)
+
+        async def create(index: int) -> str:
+            node = await client.call(
+                "POST", "/v1/nodes", {"driver": "fake-hardware", "name": f"raw-{index}"}, expect=(201,)
+            )
+            mac = "52:54:" + ":".join(f"{b:02x}" for b in next(macs).to_bytes(4, "big"))
+            await client.call("POST", "/v1/ports", {"node_uuid": node["uuid"], "address": mac}, expect=(201,))
+            return str(node["uuid"])
+
+        batches: dict[int, list[str]] = {}
+        counter = itertools.count()
+        for w in workers:
+            size = serial_nodes if w == 1 else nodes
+            rate, _, made = await run_workers(w, [next(counter) for _ in range(size)], create)
+            batches[w] = made
+            figures.append(Figure("create node+port", w, "nodes/s", rate))
+            log(f"  create, {w} workers: {rate:.1f} nodes/s")
+        everyone = [n for batch in batches.values() for n in batch]
+        if len(everyone) < 200:  # the list needs 200 rows
+            _, _, extra = await run_workers(max(workers), [next(counter) for _ in range(200 - len(everyone))], create)
+            everyone += extra
+
+        async def get(node: str) -> None:
+            await client.call("GET", f"/v1/nodes/{node}")
+
+        async def list_detail(_: int) -> None:
+            body = await client.call("GET", "/v1/nodes/detail?limit=200")
+            assert len(body["nodes"]) == 200, len(body["nodes"])
+
+        await run_workers(4, everyone[:50], get)  # warm every path once
+        for w in workers:
+            _, lat, _ = await run_workers(w, [random.choice(everyone) for _ in range(gets)], get)
+            figures += [Figure("GET node median", w, "ms", pct(lat, 50)), Figure("GET node p99", w, "ms", pct(lat, 99))]
+            _, lat, _ = await run_workers(w, list(range(max(lists, 2 * w))), list_detail)
+            figures += [
+                Figure("list detail 200 median", w, "ms", pct(lat, 50)),
+                Figure("list detail 200 p99", w, "ms", pct(lat, 99)),
+            ]
+            log(f"  GET and list, {w} workers: done")
+
+        for w in workers:
+            for name, target, state in STEPS:
+                body: dict[str, Any] = {"target": target}
+                if target == "active":
+                    body["configdrive"] = drive
+
+                async def step(node: str, body: dict[str, Any] = body, state: str = state) -> None:
+                    await client.call("PUT", f"/v1/nodes/{node}/states/provision", body, expect=(202,))
+                    await settle(client, node, state)
+
+                rate, _, _ = await run_workers(w, batches[w], step)
+                figures.append(Figure(name, w, "nodes/s", rate))
+                log(f"  {name}, {w} workers: {rate:.1f} nodes/s")
+    return figures
+
+
+def table(ironic: list[Figure] | None, ferrum: list[Figure]) -> str:
+    """Side by side, with the ratio (>1: Ferrum better) and whether it reaches the issue's 10x."""
+    theirs = {(f.metric, f.workers): f.value for f in ironic or []}
+    lines = [f"{'metric':<26} {'workers':>7} {'unit':<8} {'Ironic 39':>10} {'Ferrum':>10} {'ratio':>8}  10x?"]
+    lines.append("-" * len(lines[0]))
+    for f in ferrum:
+        other = theirs.get((f.metric, f.workers))
+        if other is None:
+            lines.append(f"{f.metric:<26} {f.workers:>7} {f.unit:<8} {'-':>10} {f.value:>10.1f}")
+            continue
+        ratio = f.value / other if f.unit == "nodes/s" else other / f.value
+        lines.append(
+            f"{f.metric:<26} {f.workers:>7} {f.unit:<8} {other:>10.1f} {f.value:>10.1f} {ratio:>7.1f}x  "
+            + ("yes" if ratio >= 10 else "no")
+        )
+    return "\n".join(lines)
