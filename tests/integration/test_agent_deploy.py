@@ -338,7 +338,9 @@ async def test_token_and_request_errors(env):
 async def test_raw_image_streamed_byte_exact_with_progress_in_heartbeats(env):
     tmp, images = env["tmp"], env["images"]
     data = make_raw_image(tmp, "disk.raw", 12 * MiB)
-    images.trickle["disk.raw"] = 0.2  # ~2.4 s for the whole image (4 MiB direct-I/O buffers), so heartbeats see it in flight
+    images.trickle["disk.raw"] = (
+        0.2  # ~2.4 s for the whole image (4 MiB direct-I/O buffers), so heartbeats see it in flight
+    )
     disk = make_disk(tmp, "sda.img", 64 * MiB)
     agent = await started(
         env["make_agent"](Disk(str(disk)), heartbeat_interval=10, progress_heartbeat_interval=0.1), env["ironic"]
