@@ -30,7 +30,7 @@ import pytest
 
 SUITE = Path(openstack.__file__).parent / "tests" / "functional" / "baremetal"
 CLOUD_NAMES = ("devstack", "devstack-alt", "devstack-admin", "devstack-system-admin")
-MICROVERSION_SKIP = "does not provide microversion"
+ALL_TESTS = 96  # openstack/tests/functional/baremetal in openstacksdk 4.x (a newer one may add more)
 
 
 @dataclass
@@ -100,6 +100,6 @@ async def test_openstacksdk_baremetal_functional_suite(stack, tmp_path: Path) ->
         f"{len(report.skipped)} skipped in {elapsed:.0f} s"
     )
     assert not report.failed, "\n".join(report.failed) + "\n" + output.decode()[-4000:]
-    wrong_skips = {name: why for name, why in report.skipped.items() if MICROVERSION_SKIP not in why}
-    assert not wrong_skips, wrong_skips
-    assert report.passed, output.decode()[-4000:]
+    # Ferrum advertises 1.115, Ironic 39's maximum: every test runs, none is skipped for its version.
+    assert not report.skipped, report.skipped
+    assert len(report.passed) >= ALL_TESTS, (len(report.passed), output.decode()[-4000:])
