@@ -44,6 +44,7 @@ from services.api.validators import MAX_TRAITS, is_valid_name, validate_trait
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.nodes import is_uuid
+from services.common.db.records import AllocationRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -90,7 +91,7 @@ RETRY_ON = (errors.NodeLocked, errors.Conflict, errors.ServiceUnavailable, error
 
 
 def allocation_document(
-    row: dict[str, Any], *, base: str, fields: Any = None, version: tuple[int, int] = SINCE
+    row: AllocationRecord, *, base: str, fields: Any = None, version: tuple[int, int] = SINCE
 ) -> dict[str, Any]:
     doc = {
         "uuid": row["uuid"],
@@ -213,7 +214,7 @@ class AllocationsApi:
                 f"not with allocation {values['uuid']}."
             )
 
-    async def _backfill(self, row: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    async def _backfill(self, row: AllocationRecord, node: dict[str, Any]) -> AllocationRecord:
         """Tie the allocation to its already deployed node; on any failure the record goes again."""
         try:
             if node["instance_uuid"] != row["uuid"]:
@@ -256,7 +257,7 @@ class AllocationsApi:
             allocation_document(row, base=self.ctx.base(request), version=request["version"]), dumps=dumps
         )
 
-    async def _allocate_or_fail(self, row: dict[str, Any]) -> None:
+    async def _allocate_or_fail(self, row: AllocationRecord) -> None:
         """The background pick: whatever goes wrong ends the allocation in ``error``, never ``allocating``."""
         try:
             await self._allocate(row)
@@ -267,11 +268,11 @@ class AllocationsApi:
             LOG.exception("allocation %s failed", row["uuid"])
             await self._fail(row, f"Failed to process allocation {row['uuid']}: {exc}")
 
-    async def _fail(self, row: dict[str, Any], message: str) -> None:
+    async def _fail(self, row: AllocationRecord, message: str) -> None:
         with contextlib.suppress(errors.NotFound):  # deleted meanwhile: nothing to record
             await self.repo.finish(row["id"], node_id=None, state="error", last_error=message)
 
-    async def _allocate(self, row: dict[str, Any]) -> None:
+    async def _allocate(self, row: AllocationRecord) -> None:
         """Claim the first candidate the owning conductor lets us update.
 
         A candidate that is locked (a power change is running, say) is tried
@@ -321,7 +322,7 @@ class AllocationsApi:
             where += f" owned or leased by {row['owner']}"
         await self._fail(row, f"No available nodes match the {wanted}{where}")
 
-    async def _finish(self, row: dict[str, Any], node: dict[str, Any]) -> None:
+    async def _finish(self, row: AllocationRecord, node: dict[str, Any]) -> None:
         """Record the claimed node; if the allocation was deleted meanwhile, give the node back."""
         try:
             await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)
@@ -390,7 +391,7 @@ class AllocationsApi:
         await self._release(await self.repo.for_node(node["id"]))
         return web.Response(status=204)
 
-    async def _release(self, row: dict[str, Any]) -> None:
+    async def _release(self, row: AllocationRecord) -> None:
         """Free the node (its instance_uuid, through its conductor), then drop the record."""
         if row["node_uuid"]:
             node = await self.ctx.nodes.get(row["node_uuid"])

@@ -24,6 +24,7 @@ from services.api.json_patch import apply_patch
 from services.common import errors
 from services.common.db.chassis import ChassisRepository
 from services.common.db.nodes import is_uuid
+from services.common.db.records import ChassisRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -50,7 +51,7 @@ def validate_chassis(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def chassis_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
+def chassis_document(row: ChassisRecord, *, base: str, fields: Any = None) -> dict[str, Any]:
     doc = {
         "uuid": row["uuid"],
         "description": row["description"],
@@ -127,7 +128,7 @@ class ChassisApi:
         await self.repo.delete(row["uuid"])
         return web.Response(status=204)
 
-    async def _by_path(self, request: web.Request) -> dict[str, Any]:
+    async def _by_path(self, request: web.Request) -> ChassisRecord:
         """The chassis the path names; a value that is not a UUID is a 400, as in Ironic (args.uuid)."""
         ident = request.match_info["ident"]
         if not is_uuid(ident):

@@ -18,6 +18,7 @@ from services.api.collection import next_link
 from services.api.context import ApiContext
 from services.common import errors
 from services.common.db.conductor_list import ConductorListRepository
+from services.common.db.records import ConductorSummaryRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -35,7 +36,7 @@ SORT_KEYS = {
 }
 
 
-def conductor_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
+def conductor_document(row: ConductorSummaryRecord, *, base: str, fields: Any = None) -> dict[str, Any]:
     doc = {
         "hostname": row["hostname"],
         "conductor_group": row["conductor_group"],

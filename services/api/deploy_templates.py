@@ -24,6 +24,7 @@ from services.api.validators import validate_trait
 from services.common import errors
 from services.common.db.deploy_templates import DeployTemplateRepository
 from services.common.db.nodes import is_uuid
+from services.common.db.records import DeployTemplateRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 from services.common.secret_masking import mask_dict
@@ -85,7 +86,7 @@ def mask_step(step: Any) -> Any:
     return step
 
 
-def template_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
+def template_document(row: DeployTemplateRecord, *, base: str, fields: Any = None) -> dict[str, Any]:
     doc = {
         "uuid": row["uuid"],
         "name": row["name"],

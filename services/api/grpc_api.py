@@ -45,6 +45,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
+from services.common.db.records import NodeEventRecord, PortRecord
 from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps, parse_datetimes
 from services.common.request_project import project_var
@@ -133,7 +134,7 @@ def node_message(row: dict[str, Any]) -> cpb.Node:
     return message
 
 
-def port_message(row: dict[str, Any]) -> cpb.Port:
+def port_message(row: PortRecord) -> cpb.Port:
     message = cpb.Port(
         uuid=row["uuid"],
         node_uuid=row["node_uuid"],
@@ -155,7 +156,7 @@ def port_message(row: dict[str, Any]) -> cpb.Port:
     return message
 
 
-def event_message(row: dict[str, Any]) -> cpb.NodeEvent:
+def event_message(row: NodeEventRecord) -> cpb.NodeEvent:
     message = cpb.NodeEvent(
         sequence=row["sequence"],
         node_uuid=row["node_uuid"],

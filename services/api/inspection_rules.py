@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -31,6 +32,7 @@ from services.api.json_patch import apply_patch
 from services.common import errors
 from services.common.db.inspection_rules import InspectionRuleRepository
 from services.common.db.nodes import is_uuid
+from services.common.db.records import InspectionRuleRecord
 from services.common.db.rows import iso
 from services.common.inspection_rules import validate_rule
 from services.common.jsonutil import dumps
@@ -71,7 +73,7 @@ def _shown_operations(items: Any, *, condition: bool) -> Any:
     return shown
 
 
-def rule_document(row: dict[str, Any], *, base: str, fields: Any = None) -> dict[str, Any]:
+def rule_document(row: InspectionRuleRecord, *, base: str, fields: Any = None) -> dict[str, Any]:
     sensitive = bool(row["sensitive"])
     doc: dict[str, Any] = {
         "uuid": str(row["uuid"]),
@@ -151,7 +153,8 @@ class InspectionRulesApi:
         row = await self.repo.get(_rule_uuid(request))
         patch = await self.ctx.body(request)
         editable = ("uuid", "description", "priority", "sensitive", "phase", "conditions", "actions")
-        current = json.loads(dumps({k: row[k] for k in editable}))
+        columns: Mapping[str, Any] = row
+        current = json.loads(dumps({k: columns[k] for k in editable}))
         changes = apply_patch(current, patch, {"created_at", "updated_at", "links"}, FIELDS, request["version"])
         if row["sensitive"] and "sensitive" in changes and not changes["sensitive"]:
             raise errors.PatchError("Inspection rules cannot have the sensitive flag unset.")

@@ -20,6 +20,7 @@ from services.api import params, views
 from services.api.context import ApiContext
 from services.common import errors
 from services.common.db.bios import BiosRepository
+from services.common.db.records import BiosSettingRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -40,7 +41,7 @@ FIELDS = ("name", "value", "created_at", "updated_at", *REGISTRY_FIELDS)
 
 
 def setting_document(
-    row: dict[str, Any], *, base: str, node_uuid: str, registry: bool = False, fields: list[str] | None = None
+    row: BiosSettingRecord, *, base: str, node_uuid: str, registry: bool = False, fields: list[str] | None = None
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "name": row["name"],

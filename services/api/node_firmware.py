@@ -10,6 +10,7 @@ from the database, as the inventory is. 404 below 1.86 with Ironic's message. As
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -17,6 +18,7 @@ from aiohttp import web
 from services.api.context import ApiContext
 from services.common import errors
 from services.common.db.firmware import IDENTITY, FirmwareRepository
+from services.common.db.records import FirmwareComponentRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -58,7 +60,8 @@ class NodeFirmwareApi:
         return wanted
 
 
-def component_document(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+def component_document(row: FirmwareComponentRecord, fields: tuple[str, ...]) -> dict[str, Any]:
     doc: dict[str, Any] = {"created_at": iso(row["created_at"]), "updated_at": iso(row["updated_at"])}
-    doc.update({name: row[name] for name in fields if name not in doc})
+    columns: Mapping[str, Any] = row
+    doc.update({name: columns[name] for name in fields if name not in doc})
     return doc

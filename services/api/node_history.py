@@ -18,6 +18,7 @@ from services.api import params, views
 from services.api.collection import next_link
 from services.api.context import ApiContext
 from services.common.db.history import HistoryRepository
+from services.common.db.records import NodeHistoryRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 from services.common.secret_masking import mask_text
@@ -40,10 +41,10 @@ def detail_fields(version: tuple[int, int]) -> tuple[str, ...]:
 
 
 def history_document(
-    row: dict[str, Any], *, base: str, node_uuid: str, detail: bool, version: tuple[int, int] = SINCE
+    row: NodeHistoryRecord, *, base: str, node_uuid: str, detail: bool, version: tuple[int, int] = SINCE
 ) -> dict[str, Any]:
     """One history entry as Ironic renders it at ``version``."""
-    values = {
+    values: dict[str, Any] = {
         "uuid": row["uuid"],
         "created_at": iso(row["created_at"]),
         "severity": row["severity"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +26,7 @@ from services.api.validators import is_valid_name, normalize_mac
 from services.common import errors
 from services.common.db.nodes import is_uuid
 from services.common.db.portgroups import PortgroupRepository
+from services.common.db.records import PortgroupRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -100,8 +102,9 @@ def validate_portgroup(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def portgroup_document(
-    row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Any = None, full: bool = True
+    row: PortgroupRecord, *, base: str, version: tuple[int, int], fields: Any = None, full: bool = True
 ) -> dict[str, Any]:
+    columns: Mapping[str, Any] = row  # FIELDS names the keys
     doc: dict[str, Any] = {}
     for key, since in FIELDS.items():
         if since > version:
@@ -109,9 +112,9 @@ def portgroup_document(
         if key == "links":
             doc[key] = views.links(base, "portgroups", row["uuid"])
         elif key in ("created_at", "updated_at"):
-            doc[key] = iso(row[key])
+            doc[key] = iso(columns[key])
         else:
-            doc[key] = row[key]
+            doc[key] = columns[key]
     if full and version >= SUBRESOURCES:
         doc["ports"] = views.links(base, "portgroups", row["uuid"] + "/ports")
     if fields is not None:
@@ -204,7 +207,8 @@ class PortgroupsApi:
     async def patch_portgroup(self, request: web.Request) -> web.Response:
         row = await self.repo.get(request.match_info["ident"])
         patch = await self.ctx.body(request)
-        current = json.loads(dumps({k: row[k] for k in FIELDS if k in row}))
+        columns: Mapping[str, Any] = row
+        current = json.loads(dumps({k: columns[k] for k in FIELDS if k in columns}))
         changes = validate_portgroup(apply_patch(current, patch, READONLY, FIELDS, request["version"]))
         if "node_uuid" in changes:
             node = await self.ctx.nodes.get(changes.pop("node_uuid"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -24,6 +24,7 @@ from services.common import errors
 from services.common.db.nodes import is_uuid
 from services.common.db.portgroups import PortgroupRepository
 from services.common.db.ports import PortRepository
+from services.common.db.records import PortRecord
 from services.common.jsonutil import dumps
 
 PORTGROUP_FILTER_SINCE = (1, 24)
@@ -34,12 +35,19 @@ PORTGROUP_PHYSNET_SINCE = (1, 102)
 READONLY = {"uuid", "created_at", "updated_at", "links", "internal_info"}
 
 
-async def with_portgroup_uuids(portgroups: PortgroupRepository, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Port rows with ``portgroup_uuid`` filled in (one query for the page)."""
-    uuids = await portgroups.uuids_by_id([r.get("portgroup_id") for r in rows])
-    for row in rows:
-        row["portgroup_uuid"] = uuids.get(row.get("portgroup_id"))
-    return rows
+class PortView(PortRecord):
+    """A port as the api renders it: its record and its group's UUID."""
+
+    portgroup_uuid: str | None
+
+
+async def with_portgroup_uuids(portgroups: PortgroupRepository, rows: list[PortRecord]) -> list[PortView]:
+    """The port rows themselves, with ``portgroup_uuid`` filled in (one query for the page)."""
+    uuids = await portgroups.uuids_by_id([r["portgroup_id"] for r in rows])
+    shown = cast(list[PortView], rows)  # filled in place just below: no copy of the page
+    for row in shown:
+        row["portgroup_uuid"] = uuids.get(row["portgroup_id"])
+    return shown
 
 
 def conductor_groups_filter(request: web.Request) -> list[str] | None:
@@ -58,7 +66,7 @@ class PortsApi:
         self.ports = PortRepository(ctx.pool)
         self.portgroups = PortgroupRepository(ctx.pool)
 
-    async def _with_groups(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def _with_groups(self, rows: list[PortRecord]) -> list[PortView]:
         return await with_portgroup_uuids(self.portgroups, rows)
 
     async def node_ports(self, request: web.Request) -> web.Response:
@@ -179,7 +187,7 @@ class PortsApi:
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
     async def patch_port(self, request: web.Request) -> web.Response:
-        port = (await self._with_groups([await self._by_path(request)]))[0]
+        port: PortRecord = (await self._with_groups([await self._by_path(request)]))[0]
         patch = await self.ctx.body(request)
         current = json.loads(dumps({k: port.get(k) for k in views.PORT_FIELD_VERSIONS if k in port}))
         changes = apply_patch(current, patch, READONLY, views.PORT_FIELD_VERSIONS, request["version"])
@@ -229,7 +237,7 @@ class PortsApi:
                 f"which has ports in physical network {theirs}."
             )
 
-    async def _by_path(self, request: web.Request) -> dict[str, Any]:
+    async def _by_path(self, request: web.Request) -> PortRecord:
         """The port the path names by UUID or name; anything that can be neither (a MAC
         address, ``malformed:uuid``) is a 400, as Ironic's ``args.uuid_or_name`` answers."""
         ident = request.match_info["ident"]

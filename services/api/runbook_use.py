@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import errors
+from services.common.db.records import RunbookRecord
 from services.common.db.runbooks import RunbookRepository
 
 SINCE = (1, 92)
@@ -49,11 +50,11 @@ def ordered_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(converted, key=lambda s: int(s["order"]))
 
 
-def check_node_approved(runbook: dict[str, Any], node: dict[str, Any], version: tuple[int, int]) -> None:
+def check_node_approved(runbook: RunbookRecord, node: dict[str, Any], version: tuple[int, int]) -> None:
     """Ironic's trait rule for running ``runbook`` on ``node`` at ``version``."""
     node_traits = set(node.get("traits") or [])
     if version >= TRAITS_SINCE:
-        runbook_traits = set(runbook.get("traits") or [])
+        runbook_traits = set(runbook["traits"])
         if not runbook_traits:
             raise errors.InvalidParameterValue(
                 f"Runbook {runbook['uuid']} has no traits configured. "

@@ -31,6 +31,7 @@ from services.api.json_patch import apply_patch
 from services.api.validators import validate_trait
 from services.common import errors
 from services.common.db.nodes import is_uuid
+from services.common.db.records import RunbookRecord
 from services.common.db.rows import iso
 from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps
@@ -143,7 +144,7 @@ def step_document(step: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def runbook_document(row: dict[str, Any], *, base: str, version: tuple[int, int], fields: Any = None) -> dict[str, Any]:
+def runbook_document(row: RunbookRecord, *, base: str, version: tuple[int, int], fields: Any = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "uuid": str(row["uuid"]),
         "name": row["name"],
@@ -164,17 +165,17 @@ def runbook_document(row: dict[str, Any], *, base: str, version: tuple[int, int]
     return doc
 
 
-def may_read(row: dict[str, Any], project: str | None) -> bool:
+def may_read(row: RunbookRecord, project: str | None) -> bool:
     """System scope reads every runbook; a project its own and the public ones."""
     return project is None or row["owner"] == project or bool(row["public"])
 
 
-def may_change(row: dict[str, Any], project: str | None) -> bool:
+def may_change(row: RunbookRecord, project: str | None) -> bool:
     """System scope changes every runbook; a project only its own (Ironic's RUNBOOK_ADMIN)."""
     return project is None or row["owner"] == project
 
 
-def forbidden(row: dict[str, Any]) -> errors.Forbidden:
+def forbidden(row: RunbookRecord) -> errors.Forbidden:
     return errors.Forbidden(f"Access was denied to runbook {row['uuid']}.")
 
 
@@ -183,13 +184,13 @@ class RunbooksApi:
         self.ctx = ctx
         self.repo = RunbookRepository(ctx.pool)
 
-    async def _readable(self, request: web.Request) -> dict[str, Any]:
+    async def _readable(self, request: web.Request) -> RunbookRecord:
         row = await self.repo.get(request.match_info["ident"])
         if not may_read(row, project_var.get()):
             raise forbidden(row)
         return row
 
-    async def _changeable(self, request: web.Request) -> dict[str, Any]:
+    async def _changeable(self, request: web.Request) -> RunbookRecord:
         row = await self.repo.get(request.match_info["ident"])
         if not may_change(row, project_var.get()):
             raise forbidden(row)

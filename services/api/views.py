@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from services.common import errors, states
@@ -227,7 +227,7 @@ def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[
 
 
 def port_document(
-    row: dict[str, Any],
+    row: Mapping[str, Any],  # a PortRecord, with portgroup_uuid where ports.with_portgroup_uuids added it
     *,
     base: str,
     version: tuple[int, int],

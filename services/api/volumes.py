@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid as uuidlib
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -25,7 +26,7 @@ from services.common import errors, states
 from services.common.boot_values import UnsafeValue, check_volume_connector_values, check_volume_target_values
 from services.common.db.nodes import is_uuid
 from services.common.db.rows import iso
-from services.common.db.volumes import VolumeRepository
+from services.common.db.volumes import VolumeRecord, VolumeRepository
 from services.common.jsonutil import dumps
 from services.common.secret_masking import mask_value
 
@@ -91,9 +92,10 @@ class VolumeRecordsApi:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
         self.kind = self.KIND
-        self.repo = VolumeRepository(ctx.pool, self.kind)
+        self.repo: VolumeRepository[VolumeRecord] = VolumeRepository(ctx.pool, self.kind)
 
-    def doc(self, request: web.Request, row: dict[str, Any], fields: Any = None) -> dict[str, Any]:
+    def doc(self, request: web.Request, row: Mapping[str, Any], fields: Any = None) -> dict[str, Any]:
+        """Either kind's record (the kind's FIELDS pick its keys) as Ironic renders it."""
         base = self.ctx.base(request)
         doc = {
             k: (iso(row.get(k)) if k in ("created_at", "updated_at") else row.get(k))
@@ -194,7 +196,7 @@ class VolumeRecordsApi:
             )
         return node
 
-    async def _by_path(self, request: web.Request) -> dict[str, Any]:
+    async def _by_path(self, request: web.Request) -> VolumeRecord:
         """The record the path names: a UUID, else a 400 (Ironic's ``args.uuid``), never a 404."""
         ident = request.match_info["ident"]
         if not is_uuid(ident):
@@ -229,7 +231,8 @@ class VolumeRecordsApi:
         kind = self.kind
         row = await self._by_path(request)
         patch = await self.ctx.body(request)
-        current = json.loads(dumps({k: row.get(k) for k in FIELDS[kind] if k in row}))
+        columns: Mapping[str, Any] = row
+        current = json.loads(dumps({k: columns.get(k) for k in FIELDS[kind] if k in columns}))
         changes = apply_patch(
             current, patch, {"uuid", "created_at", "updated_at", "links"}, FIELDS[kind], request["version"]
         )

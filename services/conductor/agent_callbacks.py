@@ -21,6 +21,7 @@ from typing import Any
 from services.common import errors, states
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
+from services.common.db.records import ConductorRecord
 from services.conductor.drivers import iscsi
 from services.conductor.drivers.base import Task
 from services.conductor.flows import clean, deploy, rescue
@@ -60,7 +61,7 @@ class AgentCallbacks:
         tasks: TaskManager,
         node_states: NodeStates,
         *,
-        alive_conductors: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        alive_conductors: Callable[[], Awaitable[list[ConductorRecord]]] | None = None,
     ) -> None:
         self.tasks = tasks
         self.states = node_states

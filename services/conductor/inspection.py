@@ -109,7 +109,7 @@ class InventoryProcessing:
             node=node,
             inventory=inventory,
             plugin_data=copy.deepcopy(plugin_data),
-            ports=copy.deepcopy(ports),
+            ports={uuid: copy.deepcopy(dict(port)) for uuid, port in ports.items()},  # documents rules edit by path
             traits=node["traits"],
         )
         applied = await apply_rules(rules, target, mask_secrets=self.mask_secrets)

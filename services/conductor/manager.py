@@ -30,6 +30,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
+from services.common.db.records import NodeInventoryRecord
 from services.common.db.vifs import VifRepository
 from services.common.inspection_rules.built_in import load_built_in_rules
 from services.common.password_hash import hash_password
@@ -439,7 +440,7 @@ class ConductorManager:
             await self.states.transition(task, "resume", note="the agent posted its inventory")
             task.spawn(lambda t: inspect.process(self.states, t), name="inspection")
 
-    async def get_inventory(self, node_uuid: str) -> dict[str, Any]:
+    async def get_inventory(self, node_uuid: str) -> NodeInventoryRecord:
         """What the last inspection stored: ``{"inventory", "plugin_data"}`` (API 1.81)."""
         node = await self.nodes.get(node_uuid)
         return await self.inspection.inventories.get(node["id"], node["uuid"])

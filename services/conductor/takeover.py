@@ -28,6 +28,7 @@ from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.conductors import ConductorRepository
 from services.common.db.nodes import NodeRepository
+from services.common.db.records import ConductorRecord
 from services.common.hashring import ConductorRings
 from services.conductor.drivers.base import Task
 from services.conductor.flows import resume
@@ -51,7 +52,7 @@ class TakeOver:
         # (the console proxies of nodes with console_enabled start here: consoles.py).
         self.on_adopted: Callable[[], Awaitable[Any]] | None = None
 
-    async def alive(self) -> list[dict[str, Any]]:
+    async def alive(self) -> list[ConductorRecord]:
         return await self.conductors.list_alive(
             self.config.heartbeat_timeout, restart_grace=self.config.liveness_restart_grace
         )
@@ -112,7 +113,7 @@ class TakeOver:
             LOG.error("cannot resume node_uuid=%s reason=%s", node["uuid"], exc.message)
             await self.nodes.update(node["uuid"], {"last_error": f"{reason}; resuming failed: {exc.message}"})
 
-    async def _adopt_unlocked(self, dead: set[str], alive: list[dict[str, Any]]) -> None:
+    async def _adopt_unlocked(self, dead: set[str], alive: list[ConductorRecord]) -> None:
         """Nodes the dead conductors owned without a lock that now map to us."""
         everyone = await self.conductors.list_all()
         before = ConductorRings([c for c in everyone if c["online"] or c["hostname"] in dead])

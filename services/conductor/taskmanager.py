@@ -29,6 +29,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
+from services.common.db.records import NodeVolumeConnector, NodeVolumeTarget, PortRecord, VolumeTargetRecord
 from services.common.db.volumes import VolumeRepository, node_volumes, nodes_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.console_proxy import ConsoleProxies
@@ -193,7 +194,7 @@ class TaskManager:
         their number (the power sync reads thousands of nodes a cycle). A node whose driver
         cannot be composed (an interface no longer enabled) gets its error in its place."""
         ids = [node["id"] for node in nodes]
-        ports: dict[int, list[dict[str, Any]]] = {i: [] for i in ids}
+        ports: dict[int, list[PortRecord]] = {i: [] for i in ids}
         for port in await self.ports.list_for_node_ids(ids):
             ports[port["node_id"]].append(port)
         volumes = await nodes_volumes(self.pool, ids)
@@ -213,9 +214,9 @@ class TaskManager:
     def _task(
         self,
         node: dict[str, Any],
-        ports: list[dict[str, Any]],
-        targets: list[dict[str, Any]],
-        connectors: list[dict[str, Any]],
+        ports: list[PortRecord],
+        targets: list[NodeVolumeTarget],
+        connectors: list[NodeVolumeConnector],
         *,
         purpose: str = "",
     ) -> Task:
@@ -242,7 +243,9 @@ class TaskManager:
         )
 
     async def _save_volume_target_properties(self, target_uuid: str, properties: Any) -> None:
-        await VolumeRepository(self.pool, "target").update(target_uuid, {"properties": dict(properties)})
+        await VolumeRepository[VolumeTargetRecord](self.pool, "target").update(
+            target_uuid, {"properties": dict(properties)}
+        )
 
     async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
         return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)

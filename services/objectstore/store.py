@@ -23,6 +23,7 @@ from aiohttp import web
 from services.common import errors
 from services.common.config import ObjectStoreConfig
 from services.common.db.objects import ObjectRepository
+from services.common.db.records import ObjectRecord
 from services.objectstore import names, tempurl
 from services.objectstore.backends import Backend, Upload
 from services.objectstore.backends.download_response import ObjectVersion, answer_download
@@ -50,7 +51,7 @@ class TempUrlCheck:
     """Outcome of checking a temp-URL request: an HTTP status and, for 200, the row."""
 
     status: int
-    row: dict[str, Any] | None = None
+    row: ObjectRecord | None = None
     expires: int = 0
 
 
@@ -81,7 +82,7 @@ class ObjectStore:
         chunks: AsyncIterator[bytes],
         *,
         expected: Callable[[], tuple[int | None, str]] = lambda: (None, ""),
-    ) -> dict[str, Any]:
+    ) -> ObjectRecord:
         """Stream ``chunks`` into a new backend key, then publish the row.
 
         ``expected()`` is asked once the chunks are exhausted: the size (None =
@@ -148,7 +149,7 @@ class ObjectStore:
 
     async def _commit_and_publish(
         self, upload: Upload, values: dict[str, Any], delete_after: int, expected_sha256: str
-    ) -> dict[str, Any]:
+    ) -> ObjectRecord:
         key = values["backend_key"]
         committed = False
         try:
@@ -217,7 +218,7 @@ class ObjectStore:
         usage_delta: int = 0,
         expected_usage: int | None = None,
         set_metadata: Mapping[str, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ObjectRecord:
         """Counter change and metadata merge in one statement; an empty value removes a key."""
         names.check_container(container)
         names.check_name(name)
@@ -244,7 +245,7 @@ class ObjectStore:
 
     # -- reads --------------------------------------------------------------------------------
 
-    async def stat(self, container: str, name: str) -> dict[str, Any]:
+    async def stat(self, container: str, name: str) -> ObjectRecord:
         names.check_container(container)
         names.check_name(name)
         row = await self.repo.get(container, name)
@@ -252,7 +253,7 @@ class ObjectStore:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
         return row
 
-    async def list(self, container: str, prefix: str = "") -> builtins.list[dict[str, Any]]:
+    async def list(self, container: str, prefix: str = "") -> builtins.list[ObjectRecord]:
         """Objects of a container by name; a container exists while it holds an object."""
         names.check_container(container)
         rows = await self.repo.list(container, prefix)
@@ -262,7 +263,7 @@ class ObjectStore:
 
     async def open_read(
         self, container: str, name: str, *, offset: int = 0, length: int = 0
-    ) -> tuple[dict[str, Any], AsyncIterator[bytes]]:
+    ) -> tuple[ObjectRecord, AsyncIterator[bytes]]:
         """The row and its bytes [offset, offset+length) (length 0 = to the end)."""
         row = await self.stat(container, name)
         size = int(row["size"])

@@ -30,6 +30,7 @@ from typing import Any, cast
 import asyncpg
 
 from services.common import errors
+from services.common.db.records import ObjectRecord
 from services.objectstore.store import ObjectStore, PutRequest
 
 MAX_METADATA_HEADER = 8000
@@ -122,7 +123,7 @@ class HttpUploads:
             raise errors.PayloadTooLarge(f"object is larger than the limit of {limit} bytes")
         return UploadPlan(request, content_length, sha256)
 
-    async def receive(self, plan: UploadPlan, chunks: AsyncIterator[bytes | bytearray | memoryview]) -> dict[str, Any]:
+    async def receive(self, plan: UploadPlan, chunks: AsyncIterator[bytes | bytearray | memoryview]) -> ObjectRecord:
         """Store the body; any failure (short body, limits, client gone) stores nothing."""
         # The store only measures, hashes and writes the chunks, and each buffer here is a
         # fresh one that nothing mutates afterwards: it serves as bytes without a copy.

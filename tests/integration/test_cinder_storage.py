@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 
 from services.common import errors
+from services.common.db.records import NodeVolumeTarget
 from services.conductor.drivers import base
 from services.conductor.drivers.cinder import IN_USE, CinderStorage
 from services.runtime import ALL_SERVICES_ORDER, RunningStack
@@ -76,7 +77,7 @@ def make_task(
     volume_ids: list[str], *, provision_state: str = "deploying", instance_uuid: str | None = None, **instance_info: Any
 ) -> tuple[base.Task, dict[str, dict[str, Any]]]:
     node_uuid = str(uuid.uuid4())
-    targets = [
+    targets: list[NodeVolumeTarget] = [
         {
             "uuid": str(uuid.uuid4()),
             "volume_type": "iscsi",
@@ -101,8 +102,8 @@ def make_task(
         conductor="test",
         volume_targets=targets,
         volume_connectors=[
-            {"uuid": str(uuid.uuid4()), "type": "iqn", "connector_id": INITIATOR},
-            {"uuid": str(uuid.uuid4()), "type": "ip", "connector_id": "127.0.0.1"},
+            {"uuid": str(uuid.uuid4()), "type": "iqn", "connector_id": INITIATOR, "extra": {}},
+            {"uuid": str(uuid.uuid4()), "type": "ip", "connector_id": "127.0.0.1", "extra": {}},
         ],
     )
     saved: dict[str, dict[str, Any]] = {}

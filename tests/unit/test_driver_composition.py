@@ -16,6 +16,7 @@ import pytest
 from services.common import errors
 from services.common.config import ConductorConfig
 from services.common.db.nodes import INTERFACE_FIELDS
+from services.common.db.records import NodeVolumeTarget
 from services.conductor.drivers import base, capabilities, fake, noop
 from services.conductor.drivers.hardware import HardwareType, RedfishHardware
 from services.conductor.drivers.installed import Installed
@@ -213,15 +214,19 @@ def test_ipxe_declares_what_the_renderer_boots() -> None:
     assert {"iscsi_volume_boot", "fibre_channel_volume_boot", "nfs_volume_boot"} <= IpxeBoot.capabilities
 
 
-def _task(registry: DriverRegistry, boot: str, targets: list[dict[str, Any]]) -> base.Task:
+def _task(registry: DriverRegistry, boot: str, targets: list[NodeVolumeTarget]) -> base.Task:
     node = {"uuid": "n-2", "driver": "fake-hardware", "boot_interface": boot}
     return base.Task(node=node, ports=[], driver=registry.compose(node), conductor="c", volume_targets=targets)
 
 
 def test_a_boot_volume_needs_the_boot_interface_to_boot_its_type() -> None:
     registry = DriverRegistry(CONFIG)
-    boot_volume = {"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}
-    data_volume = {"uuid": "t-1", "volume_type": "rbd", "boot_index": 1}
+    boot_volume = NodeVolumeTarget(
+        uuid="t-0", volume_type="iscsi", boot_index=0, volume_id="v-0", properties={}, extra={}
+    )
+    data_volume = NodeVolumeTarget(
+        uuid="t-1", volume_type="rbd", boot_index=1, volume_id="v-1", properties={}, extra={}
+    )
 
     def alternatives(kind: str, capability: str) -> list[str]:
         return registry.offering("fake-hardware", kind, capability)

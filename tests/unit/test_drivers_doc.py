@@ -139,7 +139,9 @@ async def test_the_example_drives_a_real_pdu(registry: DriverRegistry, pdu: dict
 
 async def test_the_example_meets_the_boot_volume_rule_through_ipxe(registry: DriverRegistry) -> None:
     t = task(registry, {"pdu_address": "http://192.0.2.1", "pdu_outlet": 1})
-    t.volume_targets = [{"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}]
+    t.volume_targets = [
+        {"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0, "volume_id": "v-0", "properties": {}, "extra": {}}
+    ]
     assert not capabilities.check_capability(t.driver.power, "iscsi_volume_boot")
     capabilities.check(t)  # ipxe boots iSCSI volumes
 
@@ -153,7 +155,9 @@ def test_the_documented_boot_from_volume_rule_runs() -> None:
     registry = DriverRegistry(load_settings({"FERRUM_CONDUCTOR_ENABLED_DEPLOY_INTERFACES": "direct,ramdisk"}).conductor)
     record = {"uuid": "bfv", "driver": "redfish", "deploy_interface": "ramdisk", "instance_info": {}}
     t = base.Task(node=record, ports=[], driver=registry.compose(record), conductor="c")
-    t.volume_targets = [{"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}]
+    t.volume_targets = [
+        {"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0, "volume_id": "v-0", "properties": {}, "extra": {}}
+    ]
     (missing,) = capabilities.unmet(t, rules=[rule])
     assert (missing.need.kind, missing.need.capability, missing.interface.name) == (
         "deploy",
@@ -162,6 +166,8 @@ def test_the_documented_boot_from_volume_rule_runs() -> None:
     )
     forced = {**record, "deploy_interface": "direct", "instance_info": {"force_deployment": True}}
     t = base.Task(node=forced, ports=[], driver=registry.compose(forced), conductor="c")
-    t.volume_targets = [{"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0}]
+    t.volume_targets = [
+        {"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0, "volume_id": "v-0", "properties": {}, "extra": {}}
+    ]
     assert list(rule(t))[1].capability == "iscsi_volume_deploy"
     assert capabilities.unmet(t, rules=[rule]) == []

@@ -4,12 +4,13 @@ conductor that does not know the api URL refuses the deploy up front."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from services.common import errors
 from services.common.config import load_settings
+from services.common.db.records import PortRecord
 from services.conductor.drivers import base
 from services.conductor.drivers.registry import DriverRegistry
 
@@ -47,7 +48,8 @@ def task(boot: str, media: Any) -> base.Task:
         "driver_internal_info": {},
         "properties": {},
     }
-    ports = [{"uuid": "p", "address": "52:54:00:00:00:01", "pxe_enabled": True}]
+    # The deploy reads only these keys of a port.
+    ports = [cast(PortRecord, {"uuid": "p", "address": "52:54:00:00:00:01", "pxe_enabled": True})]
     return base.Task(node=node, ports=ports, driver=registry.compose(node), conductor="c", media=media)
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import AllocationRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "state", "resource_class", "created_at", "updated_at"))
@@ -47,7 +48,7 @@ class AllocationRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> AllocationRecord:
         columns = list(values)
         if set(columns) - WRITABLE:
             raise errors.InvalidParameterValue(f"unknown allocation fields: {sorted(set(columns) - WRITABLE)}")
@@ -60,9 +61,9 @@ class AllocationRepository:
             )
         except asyncpg.UniqueViolationError as exc:
             raise _conflict(exc, values) from None
-        return row_to_dict(row)  # type: ignore[return-value]
+        return cast(AllocationRecord, row_to_dict(row))
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> AllocationRecord:
         """By UUID or name."""
         if is_uuid(ident):
             row = await self._db.fetchrow(_SELECT + " WHERE a.uuid = $1::uuid", ident)
@@ -70,13 +71,13 @@ class AllocationRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE a.name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Allocation {ident} could not be found.")
-        return row_to_dict(row)
+        return cast(AllocationRecord, row_to_dict(row))
 
-    async def for_node(self, node_id: int) -> dict[str, Any]:
+    async def for_node(self, node_id: int) -> AllocationRecord:
         row = await self._db.fetchrow(_SELECT + " WHERE a.node_id = $1", node_id)
         if row is None:
             raise errors.NotFound("The node has no allocation.")
-        return row_to_dict(row)
+        return cast(AllocationRecord, row_to_dict(row))
 
     async def list(
         self,
@@ -86,7 +87,7 @@ class AllocationRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[AllocationRecord]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -118,11 +119,11 @@ class AllocationRepository:
         rows = await self._db.fetch(
             f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} LIMIT ${len(args)}", *args
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(AllocationRecord, row_to_dict(r)) for r in rows]
 
     async def finish(
         self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None
-    ) -> dict[str, Any]:
+    ) -> AllocationRecord:
         try:
             row = await self._db.fetchrow(
                 "WITH a AS (UPDATE allocations SET node_id = $2, state = $3, last_error = $4, updated_at = now() "
@@ -136,9 +137,9 @@ class AllocationRepository:
             raise _conflict(exc, {}) from None
         if row is None:  # deleted while it was being processed
             raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
-        return row_to_dict(row)
+        return cast(AllocationRecord, row_to_dict(row))
 
-    async def update(self, allocation_id: int, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, allocation_id: int, changes: Mapping[str, Any]) -> AllocationRecord:
         """Change an allocation's ``name`` and/or ``extra`` (the only patchable fields)."""
         columns = list(changes)
         if set(columns) - PATCHABLE:
@@ -157,7 +158,7 @@ class AllocationRepository:
             raise _conflict(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Allocation {allocation_id} could not be found.")
-        return row_to_dict(row)
+        return cast(AllocationRecord, row_to_dict(row))
 
     async def delete(self, allocation_id: int) -> None:
         await self._db.execute("DELETE FROM allocations WHERE id = $1", allocation_id)
@@ -165,7 +166,7 @@ class AllocationRepository:
     async def candidates(
         self,
         *,
-        resource_class: str,
+        resource_class: str | None,
         traits: Sequence[str],
         node_uuids: Sequence[str] | None,
         owner: str | None = None,

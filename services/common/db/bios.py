@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.records import BiosSettingRecord
 from services.common.db.rows import row_to_dict
 
 REGISTRY_COLUMNS = (
@@ -31,16 +32,16 @@ class BiosRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def list(self, node_id: int) -> builtins.list[dict[str, Any]]:
+    async def list(self, node_id: int) -> builtins.list[BiosSettingRecord]:
         """Every cached setting of a node, by name (a machine has hundreds at most)."""
         rows = await self._db.fetch("SELECT * FROM bios_settings WHERE node_id = $1 ORDER BY name", node_id)
-        return [row_to_dict(r) for r in rows]
+        return [cast(BiosSettingRecord, row_to_dict(r)) for r in rows]
 
-    async def get(self, node_id: int, name: str) -> dict[str, Any]:
+    async def get(self, node_id: int, name: str) -> BiosSettingRecord:
         row = await self._db.fetchrow("SELECT * FROM bios_settings WHERE node_id = $1 AND name = $2", node_id, name)
         if row is None:
             raise errors.NotFound(f"BIOS setting {name} could not be found.")
-        return row_to_dict(row)
+        return cast(BiosSettingRecord, row_to_dict(row))
 
     async def replace(
         self, node_id: int, settings: Mapping[str, str | None], registry: Mapping[str, Mapping[str, Any]] | None = None

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import ChassisRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "description", "created_at", "updated_at"))
@@ -28,7 +29,7 @@ class ChassisRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> ChassisRecord:
         try:
             row = await self._db.fetchrow(
                 "INSERT INTO chassis (uuid, description, extra) VALUES ($1::uuid, $2, $3::jsonb) RETURNING *",
@@ -38,18 +39,18 @@ class ChassisRepository:
             )
         except asyncpg.UniqueViolationError:
             raise errors.Conflict(f"A chassis with UUID {values['uuid']} already exists.") from None
-        return row_to_dict(row)  # type: ignore[return-value]
+        return cast(ChassisRecord, row_to_dict(row))
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> ChassisRecord:
         """By UUID only: chassis have no names."""
         row = await self._db.fetchrow("SELECT * FROM chassis WHERE uuid = $1::uuid", ident) if is_uuid(ident) else None
         if row is None:
             raise _not_found(ident)
-        return row_to_dict(row)
+        return cast(ChassisRecord, row_to_dict(row))
 
     async def list(
         self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[ChassisRecord]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -78,9 +79,9 @@ class ChassisRepository:
             f"SELECT * FROM chassis{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} LIMIT ${len(args)}",
             *args,
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(ChassisRecord, row_to_dict(r)) for r in rows]
 
-    async def update(self, chassis_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, chassis_uuid: str, changes: Mapping[str, Any]) -> ChassisRecord:
         unknown = set(changes) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown chassis fields: {', '.join(sorted(unknown))}")
@@ -99,7 +100,7 @@ class ChassisRepository:
             raise errors.Conflict(f"A chassis with UUID {changes.get('uuid')} already exists.") from None
         if row is None:
             raise _not_found(chassis_uuid)
-        return row_to_dict(row)
+        return cast(ChassisRecord, row_to_dict(row))
 
     async def delete(self, chassis_uuid: str) -> None:
         try:

@@ -7,10 +7,11 @@ heartbeating within ``heartbeat_timeout`` seconds.
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import Any, cast
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.records import ConductorSummaryRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "hostname", "conductor_group", "created_at", "heartbeat_at"))
@@ -32,7 +33,7 @@ class ConductorListRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[ConductorSummaryRecord]:
         """One page, keyset-paginated on (sort_key, id); ``marker`` is a hostname."""
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
@@ -53,10 +54,10 @@ class ConductorListRepository:
         rows = await self._db.fetch(
             f"{_SELECT}{where} ORDER BY {sort_key} {sort_dir}, id {sort_dir} LIMIT ${len(args)}", *args
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(ConductorSummaryRecord, row_to_dict(r)) for r in rows]
 
-    async def get(self, hostname: str, *, heartbeat_timeout: float) -> dict[str, Any]:
+    async def get(self, hostname: str, *, heartbeat_timeout: float) -> ConductorSummaryRecord:
         row = await self._db.fetchrow(f"{_SELECT} WHERE hostname = $2", heartbeat_timeout, hostname)
         if row is None:
             raise errors.NotFound(f"Conductor {hostname} could not be found.")
-        return row_to_dict(row)
+        return cast(ConductorSummaryRecord, row_to_dict(row))

@@ -12,9 +12,10 @@ the heartbeat counts.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from services.common.db.handles import Database
+from services.common.db.records import ConductorRecord
 from services.common.db.rows import row_to_dict
 
 LIVENESS_LOCK_CLASS = 0x46455243  # "FERC": the first key of pg_try_advisory_lock(int, int)
@@ -41,7 +42,7 @@ class ConductorRepository:
         hardware_types: Sequence[str],
         interfaces: Mapping[str, Any],
         liveness_lock: bool = False,
-    ) -> dict[str, Any]:
+    ) -> ConductorRecord:
         """Insert or refresh this conductor's row and mark it online."""
         row = await self._db.fetchrow(
             "INSERT INTO conductors (hostname, grpc_address, conductor_group, hardware_types, interfaces, "
@@ -56,7 +57,7 @@ class ConductorRepository:
             dict(interfaces),
             liveness_lock,
         )
-        return row_to_dict(row)  # type: ignore[return-value]
+        return cast(ConductorRecord, row_to_dict(row))
 
     async def row_id(self, hostname: str) -> int:
         """This hostname's row id (the key of its liveness lock), creating an
@@ -89,21 +90,24 @@ class ConductorRepository:
     async def unregister(self, hostname: str) -> None:
         await self._db.execute("UPDATE conductors SET online = false WHERE hostname = $1", hostname)
 
-    async def list_alive(self, timeout: float, *, restart_grace: float = 10.0) -> list[dict[str, Any]]:
+    async def list_alive(self, timeout: float, *, restart_grace: float = 10.0) -> list[ConductorRecord]:
         rows = await self._db.fetch(
             f"SELECT c.* FROM conductors c WHERE {_ALIVE} ORDER BY c.hostname", timeout, restart_grace
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(ConductorRecord, row_to_dict(r)) for r in rows]
 
-    async def list_dead(self, timeout: float, *, restart_grace: float = 10.0) -> list[dict[str, Any]]:
+    async def list_dead(self, timeout: float, *, restart_grace: float = 10.0) -> list[ConductorRecord]:
         """Conductors that went offline, stopped heartbeating or lost their session, but still exist."""
         rows = await self._db.fetch(
             f"SELECT c.* FROM conductors c WHERE NOT {_ALIVE} ORDER BY c.hostname", timeout, restart_grace
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(ConductorRecord, row_to_dict(r)) for r in rows]
 
     async def mark_offline(self, hostname: str) -> None:
         await self._db.execute("UPDATE conductors SET online = false WHERE hostname = $1", hostname)
 
-    async def list_all(self) -> list[dict[str, Any]]:
-        return [row_to_dict(r) for r in await self._db.fetch("SELECT * FROM conductors ORDER BY hostname")]
+    async def list_all(self) -> list[ConductorRecord]:
+        return [
+            cast(ConductorRecord, row_to_dict(r))
+            for r in await self._db.fetch("SELECT * FROM conductors ORDER BY hostname")
+        ]

@@ -6,25 +6,22 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any, overload
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import DeployTemplateRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "created_at", "updated_at"))
 WRITABLE = frozenset(("uuid", "name", "steps", "extra"))
 
 
-@overload
-def _row(record: asyncpg.Record) -> dict[str, Any]: ...
-@overload
-def _row(record: asyncpg.Record | None) -> dict[str, Any] | None: ...
-def _row(record: asyncpg.Record | None) -> dict[str, Any] | None:
-    return row_to_dict(record)  # the pool's codec turns jsonb into Python values
+def _row(record: asyncpg.Record) -> DeployTemplateRecord:
+    return cast(DeployTemplateRecord, row_to_dict(record))  # the pool's codec turns jsonb into Python values
 
 
 def _duplicate(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> errors.Conflict:
@@ -37,7 +34,7 @@ class DeployTemplateRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> DeployTemplateRecord:
         try:
             row = await self._db.fetchrow(
                 "INSERT INTO deploy_templates (uuid, name, steps, extra) VALUES ($1::uuid, $2, $3::jsonb, $4::jsonb) "
@@ -49,9 +46,10 @@ class DeployTemplateRepository:
             )
         except asyncpg.UniqueViolationError as exc:
             raise _duplicate(exc, values) from None
-        return _row(row)  # type: ignore[return-value]
+        assert row is not None  # INSERT ... RETURNING always returns its row
+        return _row(row)
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> DeployTemplateRecord:
         """By UUID or name."""
         if is_uuid(ident):
             row = await self._db.fetchrow("SELECT * FROM deploy_templates WHERE uuid = $1::uuid", ident)
@@ -63,7 +61,7 @@ class DeployTemplateRepository:
 
     async def list(
         self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[DeployTemplateRecord]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -97,7 +95,7 @@ class DeployTemplateRepository:
         )
         return [_row(r) for r in rows]
 
-    async def update(self, template_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, template_uuid: str, changes: Mapping[str, Any]) -> DeployTemplateRecord:
         unknown = set(changes) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown deploy template fields: {', '.join(sorted(unknown))}")

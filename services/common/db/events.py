@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.records import NodeEventRecord, NodeHistoryRecord
 from services.common.db.rows import row_to_dict
 from services.common.request_project import project_var
 
@@ -29,7 +31,7 @@ class EventRepository:
 
     async def record(
         self,
-        node: dict[str, Any],
+        node: Mapping[str, Any],
         *,
         event: str,
         message: str = "",
@@ -82,7 +84,7 @@ class EventRepository:
 
     async def events_after(
         self, sequence: int, *, node_uuid: str | None = None, limit: int = 1000
-    ) -> list[dict[str, Any]]:
+    ) -> list[NodeEventRecord]:
         if node_uuid:
             rows = await self._db.fetch(
                 "SELECT * FROM node_events WHERE sequence > $1 AND node_uuid = $2::uuid ORDER BY sequence LIMIT $3",
@@ -94,12 +96,12 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_events WHERE sequence > $1 ORDER BY sequence LIMIT $2", sequence, limit
             )
-        return [row_to_dict(r) for r in rows]
+        return [cast(NodeEventRecord, row_to_dict(r)) for r in rows]
 
     async def latest_sequence(self) -> int:
         return int(await self._db.fetchval("SELECT coalesce(max(sequence), 0) FROM node_events"))
 
-    async def history(self, node_id: int, *, limit: int = 1000, marker: str | None = None) -> list[dict[str, Any]]:
+    async def history(self, node_id: int, *, limit: int = 1000, marker: str | None = None) -> list[NodeHistoryRecord]:
         if marker:
             rows = await self._db.fetch(
                 "SELECT * FROM node_history WHERE node_id = $1 AND id > "
@@ -112,11 +114,10 @@ class EventRepository:
             rows = await self._db.fetch(
                 "SELECT * FROM node_history WHERE node_id = $1 ORDER BY id LIMIT $2", node_id, limit
             )
-        return [row_to_dict(r) for r in rows]
+        return [cast(NodeHistoryRecord, row_to_dict(r)) for r in rows]
 
-    async def history_entry(self, node_id: int, entry_uuid: str) -> dict[str, Any] | None:
-        return row_to_dict(
-            await self._db.fetchrow(
-                "SELECT * FROM node_history WHERE node_id = $1 AND uuid = $2::uuid", node_id, entry_uuid
-            )
+    async def history_entry(self, node_id: int, entry_uuid: str) -> NodeHistoryRecord | None:
+        row = await self._db.fetchrow(
+            "SELECT * FROM node_history WHERE node_id = $1 AND uuid = $2::uuid", node_id, entry_uuid
         )
+        return cast(NodeHistoryRecord | None, row_to_dict(row))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+from services.common.db.records import FirmwareComponentRecord
 from services.common.db.rows import row_to_dict
 
 IDENTITY = ("vendor", "model", "serial_number")
@@ -17,10 +18,10 @@ class FirmwareRepository:
     def __init__(self, db: Any) -> None:
         self._db = db  # a pool or a connection
 
-    async def list(self, node_id: int) -> builtins.list[dict[str, Any]]:
+    async def list(self, node_id: int) -> builtins.list[FirmwareComponentRecord]:
         """A node's components by name (a machine has a handful)."""
         rows = await self._db.fetch("SELECT * FROM firmware_components WHERE node_id = $1 ORDER BY component", node_id)
-        return [row_to_dict(r) for r in rows]
+        return [cast(FirmwareComponentRecord, row_to_dict(r)) for r in rows]
 
     async def sync(self, node_id: int, components: Sequence[Mapping[str, Any]]) -> None:
         """Make the cache what the BMC reports, as Ironic's sync: a new

@@ -8,11 +8,12 @@ long history is never loaded whole.
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import cast
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import NodeHistoryRecord
 from services.common.db.rows import row_to_dict
 
 
@@ -20,7 +21,7 @@ class HistoryRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def list(self, node_id: int, *, limit: int, marker: str | None = None) -> builtins.list[dict[str, Any]]:
+    async def list(self, node_id: int, *, limit: int, marker: str | None = None) -> builtins.list[NodeHistoryRecord]:
         """One page of a node's history, oldest first, after ``marker`` (an entry UUID)."""
         if marker is None:
             rows = await self._db.fetch(
@@ -40,9 +41,9 @@ class HistoryRepository:
                 after,
                 limit,
             )
-        return [row_to_dict(r) for r in rows]
+        return [cast(NodeHistoryRecord, row_to_dict(r)) for r in rows]
 
-    async def get(self, node_id: int, entry_uuid: str) -> dict[str, Any]:
+    async def get(self, node_id: int, entry_uuid: str) -> NodeHistoryRecord:
         """One entry of this node's history; 404 if it is not this node's."""
         row = None
         if is_uuid(entry_uuid):
@@ -51,4 +52,4 @@ class HistoryRepository:
             )
         if row is None:
             raise errors.NotFound(f"Node history record {entry_uuid} could not be found.")
-        return row_to_dict(row)
+        return cast(NodeHistoryRecord, row_to_dict(row))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import InspectionRuleRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "priority", "phase", "description", "sensitive", "created_at", "updated_at"))
@@ -22,9 +23,9 @@ WRITABLE = frozenset(("uuid", "description", "priority", "sensitive", "phase", "
 _CASTS = {"uuid": "::uuid", "conditions": "::jsonb", "actions": "::jsonb"}
 
 
-def _row(record: asyncpg.Record | None) -> dict[str, Any]:
+def _row(record: asyncpg.Record | None) -> InspectionRuleRecord:
     """A returned row; callers pass None only where a row always comes back (INSERT ... RETURNING)."""
-    row = row_to_dict(record)
+    row = cast(InspectionRuleRecord, row_to_dict(record))
     if row is None:
         raise errors.NotFound("The inspection rule could not be found.")
     return row
@@ -38,7 +39,7 @@ class InspectionRuleRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> InspectionRuleRecord:
         try:
             row = await self._db.fetchrow(
                 "INSERT INTO inspection_rules (uuid, description, priority, sensitive, phase, conditions, actions) "
@@ -55,13 +56,13 @@ class InspectionRuleRepository:
             raise errors.Conflict(f"A rule with UUID {values['uuid']} already exists.") from None
         return _row(row)
 
-    async def get(self, rule_uuid: str) -> dict[str, Any]:
+    async def get(self, rule_uuid: str) -> InspectionRuleRecord:
         row = await self._db.fetchrow("SELECT * FROM inspection_rules WHERE uuid = $1::uuid", rule_uuid)
         if row is None:
             raise _not_found(rule_uuid)
         return _row(row)
 
-    async def for_phase(self, phase: str) -> builtins.list[dict[str, Any]]:
+    async def for_phase(self, phase: str) -> builtins.list[InspectionRuleRecord]:
         """The rules an inspection runs in ``phase``, highest priority first (ties: oldest first)."""
         rows = await self._db.fetch("SELECT * FROM inspection_rules WHERE phase = $1 ORDER BY priority DESC, id", phase)
         return [_row(r) for r in rows]
@@ -74,7 +75,7 @@ class InspectionRuleRepository:
         sort_key: str = "id",
         sort_dir: str = "asc",
         phase: str | None = None,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[InspectionRuleRecord]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -112,7 +113,7 @@ class InspectionRuleRepository:
         )
         return [_row(r) for r in rows]
 
-    async def update(self, rule_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, rule_uuid: str, changes: Mapping[str, Any]) -> InspectionRuleRecord:
         unknown = set(changes) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown inspection rule fields: {', '.join(sorted(unknown))}")

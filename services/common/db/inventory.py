@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.common import errors
+from services.common.db.records import NodeInventoryRecord
 
 
 class InventoryRepository:
@@ -22,7 +23,7 @@ class InventoryRepository:
             plugin_data,
         )
 
-    async def get(self, node_id: int, node_uuid: str) -> dict[str, Any]:
+    async def get(self, node_id: int, node_uuid: str) -> NodeInventoryRecord:
         """``{"inventory", "plugin_data"}``; NotFound with Ironic's message when none is stored."""
         row = await self._db.fetchrow(
             "SELECT inventory, plugin_data FROM node_inventory WHERE node_id = $1",

@@ -13,11 +13,12 @@ from __future__ import annotations
 import builtins
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
+from services.common.db.records import ObjectRecord
 from services.common.db.rows import row_to_dict
 
 _LIVE = "(delete_at IS NULL OR delete_at > now())"
@@ -31,17 +32,23 @@ class ObjectRepository:
     def __init__(self, db: asyncpg.Pool) -> None:
         self._db = db
 
-    async def get(self, container: str, name: str) -> dict[str, Any] | None:
+    async def get(self, container: str, name: str) -> ObjectRecord | None:
         """The live object, or None when it is unknown or expired."""
-        return row_to_dict(
-            await self._db.fetchrow(
-                f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND name = $2 AND {_LIVE}", container, name
-            )
+        return cast(
+            ObjectRecord | None,
+            row_to_dict(
+                await self._db.fetchrow(
+                    f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND name = $2 AND {_LIVE}", container, name
+                )
+            ),
         )
 
-    async def get_by_id(self, object_id: int) -> dict[str, Any] | None:
-        return row_to_dict(
-            await self._db.fetchrow(f"SELECT {_COLUMNS} FROM objects WHERE id = $1 AND {_LIVE}", object_id)
+    async def get_by_id(self, object_id: int) -> ObjectRecord | None:
+        return cast(
+            ObjectRecord | None,
+            row_to_dict(
+                await self._db.fetchrow(f"SELECT {_COLUMNS} FROM objects WHERE id = $1 AND {_LIVE}", object_id)
+            ),
         )
 
     async def container_exists(self, container: str) -> bool:
@@ -51,7 +58,7 @@ class ObjectRepository:
             )
         )
 
-    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> builtins.list[dict[str, Any]]:
+    async def list(self, container: str, prefix: str = "", *, limit: int = 10000) -> builtins.list[ObjectRecord]:
         rows = await self._db.fetch(
             f"SELECT {_COLUMNS} FROM objects WHERE container = $1 AND starts_with(name, $2) AND {_LIVE} "
             "ORDER BY name LIMIT $3",
@@ -59,7 +66,7 @@ class ObjectRepository:
             prefix,
             limit,
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(ObjectRecord, row_to_dict(r)) for r in rows]
 
     async def container_usage(self, container: str, *, excluding: str = "") -> int:
         """Bytes held by the live objects of a container, not counting ``excluding``
@@ -78,7 +85,7 @@ class ObjectRepository:
         *,
         delete_after: int,
         max_container_size: int,
-    ) -> tuple[dict[str, Any], str | None]:
+    ) -> tuple[ObjectRecord, str | None]:
         """Insert or replace an object; returns the row and the replaced backend key.
 
         A per-container advisory lock serialises the quota check with the
@@ -124,7 +131,7 @@ class ObjectRepository:
                 dict(values["metadata"]),
                 values.get("sealed_key_id"),
             )
-        return row_to_dict(row), old  # type: ignore[return-value]
+        return cast(ObjectRecord, row_to_dict(row)), old
 
     async def delete(self, container: str, name: str) -> tuple[str | None, bool]:
         """Remove a row; returns (its backend key or None, whether it was live)."""
@@ -146,7 +153,7 @@ class ObjectRepository:
         expected_usage: int | None = None,
         set_metadata: Mapping[str, str] | None = None,
         remove_keys: Sequence[str] = (),
-    ) -> dict[str, Any]:
+    ) -> ObjectRecord:
         """Add to usage_count and merge metadata in one statement.
 
         With ``expected_usage`` the change applies only when the counter still
@@ -170,7 +177,7 @@ class ObjectRepository:
         except asyncpg.CheckViolationError:
             raise errors.InvalidParameterValue(f"usage_count of {container}/{name} cannot go below zero") from None
         if row is not None:
-            return row_to_dict(row)
+            return cast(ObjectRecord, row_to_dict(row))
         current = await self.get(container, name)
         if current is None:
             raise errors.ObjectNotFound(f"object {container}/{name} not found")
@@ -223,7 +230,7 @@ class ObjectRepository:
 
     async def reseal_candidates(
         self, *, after_id: int, limit: int, current_key_id: str, containers: Sequence[str], flag: str
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[ObjectRecord]:
         """Live objects after ``after_id`` (by id) whose bytes are sealed under
         another key, or plain although they should be sealed (in one of
         ``containers`` or with metadata ``flag`` = "true"): what
@@ -239,7 +246,7 @@ class ObjectRepository:
             list(containers),
             flag,
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(ObjectRecord, row_to_dict(r)) for r in rows]
 
     async def swap_bytes(self, object_id: int, *, old_key: str, new_key: str, sealed_key_id: str | None) -> bool:
         """Point a row at re-encrypted bytes, only if it still points at

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import PortgroupRecord, PortRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "address", "created_at", "updated_at"))
@@ -58,8 +59,8 @@ async def _page(
     sort_key: str,
     sort_dir: str,
     sort_keys: frozenset[str],
-) -> list[dict[str, Any]]:
-    """Keyset page of ``select`` (``table`` aliased ``alias``), NULL sort values last in both directions."""
+) -> list[asyncpg.Record]:
+    """Keyset page (the raw rows) of ``select`` (``table`` aliased ``alias``), NULL sort values last in both directions."""
     if sort_key not in sort_keys:
         raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
     if sort_dir not in ("asc", "desc"):
@@ -88,14 +89,14 @@ async def _page(
         f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, {alias}.id {sort_dir} LIMIT ${len(args)}",
         *args,
     )
-    return [row_to_dict(r) for r in rows]
+    return list(rows)
 
 
 class PortgroupRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> PortgroupRecord:
         unknown = set(values) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown port group fields: {', '.join(sorted(unknown))}")
@@ -111,9 +112,9 @@ class PortgroupRepository:
             raise _conflict(exc, values) from None
         except asyncpg.ForeignKeyViolationError:
             raise errors.NodeNotFound("The port group's node could not be found.") from None
-        return row_to_dict(row)  # type: ignore[return-value]
+        return cast(PortgroupRecord, row_to_dict(row))
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> PortgroupRecord:
         """By UUID or name."""
         if is_uuid(ident):
             row = await self._db.fetchrow(_SELECT + " WHERE g.uuid = $1::uuid", ident)
@@ -121,7 +122,7 @@ class PortgroupRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE g.name = $1", ident)
         if row is None:
             raise errors.NotFound(f"Port group {ident} could not be found.")
-        return row_to_dict(row)
+        return cast(PortgroupRecord, row_to_dict(row))
 
     async def list(
         self,
@@ -134,7 +135,7 @@ class PortgroupRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[PortgroupRecord]:
         where: list[str] = []
         args: list[Any] = []
         if node_id is not None:
@@ -149,7 +150,7 @@ class PortgroupRepository:
         if node_shards is not None:  # REST 1.106: the groups of the nodes in these shards
             args.append(list(node_shards))
             where.append(f"n.shard = ANY(${len(args)}::text[])")
-        return await _page(
+        rows = await _page(
             self._db,
             _SELECT,
             "portgroups",
@@ -162,8 +163,9 @@ class PortgroupRepository:
             sort_dir=sort_dir,
             sort_keys=SORT_KEYS,
         )
+        return [cast(PortgroupRecord, row_to_dict(r)) for r in rows]
 
-    async def update(self, portgroup_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, portgroup_uuid: str, changes: Mapping[str, Any]) -> PortgroupRecord:
         unknown = set(changes) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown port group fields: {', '.join(sorted(unknown))}")
@@ -180,7 +182,7 @@ class PortgroupRepository:
             raise _conflict(exc, changes) from None
         if row is None:
             raise errors.NotFound(f"Port group {portgroup_uuid} could not be found.")
-        return row_to_dict(row)
+        return cast(PortgroupRecord, row_to_dict(row))
 
     async def delete_if_empty(self, portgroup_uuid: str) -> None:
         """Delete a group that has no ports; one with ports is a 409, as in Ironic."""
@@ -196,9 +198,9 @@ class PortgroupRepository:
 
     async def ports(
         self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[PortRecord]:
         """A page of the group's ports, as the ports API renders them."""
-        return await _page(
+        rows = await _page(
             self._db,
             _PORTS,
             "ports",
@@ -211,6 +213,7 @@ class PortgroupRepository:
             sort_dir=sort_dir,
             sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")),
         )
+        return [cast(PortRecord, row_to_dict(r)) for r in rows]
 
     async def set_member_physical_network(self, portgroup_id: int, physical_network: str | None) -> int:
         """Give every port of the group ``physical_network`` (REST 1.102, as Ironic's

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import PortRecord
 from services.common.db.rows import row_to_dict
 
 WRITABLE_FIELDS = frozenset(
@@ -39,7 +40,7 @@ class PortRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> PortRecord:
         unknown = set(values) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown port fields: {', '.join(sorted(unknown))}")
@@ -55,20 +56,20 @@ class PortRepository:
             raise _unique_error(exc, values) from None
         except asyncpg.ForeignKeyViolationError:
             raise errors.NodeNotFound("The port's node could not be found.") from None
-        return row_to_dict(row)  # type: ignore[return-value]
+        return cast(PortRecord, row_to_dict(row))
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> PortRecord:
         if is_uuid(ident):
             row = await self._db.fetchrow(_SELECT + " WHERE p.uuid = $1::uuid", ident)
         else:
             row = await self._db.fetchrow(_SELECT + " WHERE p.name = $1", ident)
-        port = row_to_dict(row)
+        port = cast(PortRecord, row_to_dict(row))
         if port is None:
             raise errors.PortNotFound(f"Port {ident} could not be found.")
         return port
 
-    async def get_by_address(self, address: str) -> dict[str, Any] | None:
-        return row_to_dict(await self._db.fetchrow(_SELECT + " WHERE p.address = $1", address))
+    async def get_by_address(self, address: str) -> PortRecord | None:
+        return cast(PortRecord | None, row_to_dict(await self._db.fetchrow(_SELECT + " WHERE p.address = $1", address)))
 
     async def list(
         self,
@@ -81,7 +82,7 @@ class PortRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[PortRecord]:
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -121,13 +122,13 @@ class PortRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY p.{sort_key} {sort_dir.upper()}, p.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]
+        return [cast(PortRecord, row_to_dict(r)) for r in await self._db.fetch(sql, *args)]
 
-    async def list_for_node_ids(self, node_ids: Sequence[int]) -> builtins.list[dict[str, Any]]:
+    async def list_for_node_ids(self, node_ids: Sequence[int]) -> builtins.list[PortRecord]:
         rows = await self._db.fetch(_SELECT + " WHERE p.node_id = ANY($1::bigint[]) ORDER BY p.id", list(node_ids))
-        return [row_to_dict(r) for r in rows]
+        return [cast(PortRecord, row_to_dict(r)) for r in rows]
 
-    async def update(self, port_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, port_uuid: str, changes: Mapping[str, Any]) -> PortRecord:
         unknown = set(changes) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown port fields: {', '.join(sorted(unknown))}")
@@ -146,7 +147,7 @@ class PortRepository:
             raise errors.NodeNotFound("The port's node could not be found.") from None
         if row is None:
             raise errors.PortNotFound(f"Port {port_uuid} could not be found.")
-        return row_to_dict(row)
+        return cast(PortRecord, row_to_dict(row))
 
     async def delete(self, port_uuid: str) -> None:
         result = await self._db.execute("DELETE FROM ports WHERE uuid = $1::uuid", port_uuid)

@@ -14,3 +14,334 @@ columns (``extra``, ``driver_info``, ``properties`` ...) stay
 """
 
 from __future__ import annotations
+
+import datetime
+from typing import Any, TypedDict
+
+# --- ports (ports.py; portgroups.py ports()) ---------------------------------
+
+
+class PortRecord(TypedDict):
+    """A ``ports`` row with its node's UUID."""
+
+    id: int
+    uuid: str
+    node_id: int
+    address: str
+    name: str | None
+    pxe_enabled: bool
+    extra: dict[str, Any]
+    internal_info: dict[str, Any]
+    local_link_connection: dict[str, Any]
+    physical_network: str | None
+    is_smartnic: bool
+    description: str | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    portgroup_id: int | None
+    vendor: str | None
+    category: str | None
+    available_for_dynamic_portgroup: bool
+    node_uuid: str
+
+
+# --- portgroups (portgroups.py) ----------------------------------------------
+
+
+class PortgroupRecord(TypedDict):
+    """A ``portgroups`` row with its node's UUID."""
+
+    id: int
+    uuid: str
+    node_id: int
+    name: str | None
+    address: str | None
+    mode: str | None
+    properties: dict[str, Any]
+    extra: dict[str, Any]
+    internal_info: dict[str, Any]
+    standalone_ports_supported: bool
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    physical_network: str | None
+    category: str | None
+    dynamic_portgroup: bool
+    node_uuid: str
+
+
+# --- portgroups as the VIF code reads them (vifs.py) -------------------------
+
+
+class VifPortgroupRecord(TypedDict):
+    """The columns of a port group that say which VIF it carries."""
+
+    id: int
+    uuid: str
+    node_id: int
+    internal_info: dict[str, Any]
+
+
+# --- volume_connectors, volume_targets (volumes.py) --------------------------
+
+
+class VolumeConnectorRecord(TypedDict):
+    """A ``volume_connectors`` row with its node's UUID."""
+
+    id: int
+    uuid: str
+    node_id: int
+    type: str
+    connector_id: str
+    extra: dict[str, Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    node_uuid: str
+
+
+class VolumeTargetRecord(TypedDict):
+    """A ``volume_targets`` row with its node's UUID."""
+
+    id: int
+    uuid: str
+    node_id: int
+    volume_type: str
+    boot_index: int
+    volume_id: str
+    properties: dict[str, Any]
+    extra: dict[str, Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    node_uuid: str
+
+
+class NodeVolumeTarget(TypedDict):
+    """A volume target as a locked task carries it (``volumes.node_volumes``)."""
+
+    uuid: str
+    volume_type: str
+    boot_index: int
+    volume_id: str
+    properties: dict[str, Any]
+    extra: dict[str, Any]
+
+
+class NodeVolumeConnector(TypedDict):
+    """A volume connector as a locked task carries it (``volumes.node_volumes``)."""
+
+    uuid: str
+    type: str
+    connector_id: str
+    extra: dict[str, Any]
+
+
+# --- chassis (chassis.py) ----------------------------------------------------
+
+
+class ChassisRecord(TypedDict):
+    id: int
+    uuid: str
+    description: str | None
+    extra: dict[str, Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+
+
+# --- allocations (allocations.py) --------------------------------------------
+
+
+class AllocationRecord(TypedDict):
+    """An ``allocations`` row with its node's UUID (None while it has no node)."""
+
+    id: int
+    uuid: str
+    name: str | None
+    node_id: int | None
+    state: str
+    last_error: str | None
+    resource_class: str | None
+    traits: list[str]
+    candidate_nodes: list[str]
+    extra: dict[str, Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    owner: str | None
+    node_uuid: str | None
+
+
+# --- deploy_templates (deploy_templates.py) ----------------------------------
+
+
+class DeployTemplateRecord(TypedDict):
+    id: int
+    uuid: str
+    name: str
+    steps: list[dict[str, Any]]  # the user's steps as validated: interface, step, args, priority
+    extra: dict[str, Any]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+
+
+# --- runbooks, runbook_traits (runbooks.py) ----------------------------------
+
+
+class RunbookRecord(TypedDict):
+    """A ``runbooks`` row with its trait names, sorted."""
+
+    id: int
+    uuid: str
+    name: str
+    description: str | None
+    steps: list[dict[str, Any]]  # the user's steps as validated: interface, step, args, order
+    disable_ramdisk: bool
+    extra: dict[str, Any]
+    public: bool
+    owner: str | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    traits: list[str]
+
+
+# --- inspection_rules (inspection_rules.py) ----------------------------------
+
+
+class InspectionRuleRecord(TypedDict):
+    id: int
+    uuid: str
+    description: str | None
+    priority: int
+    sensitive: bool
+    phase: str
+    conditions: list[dict[str, Any]]  # the user's documents: op, args, invert, loop, multiple
+    actions: list[dict[str, Any]]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+
+
+# --- node_events (events.py) -------------------------------------------------
+
+
+class NodeEventRecord(TypedDict):
+    sequence: int
+    node_uuid: str
+    event: str
+    provision_state: str | None
+    target_provision_state: str | None
+    power_state: str | None
+    severity: str
+    message: str
+    conductor: str | None
+    created_at: datetime.datetime
+
+
+# --- node_history (events.py, history.py) ------------------------------------
+
+
+class NodeHistoryRecord(TypedDict):
+    id: int
+    uuid: str
+    node_id: int
+    conductor: str | None
+    event_type: str
+    event: str
+    severity: str
+    user_id: str | None
+    created_at: datetime.datetime
+    project: str | None
+    state: str | None
+    target_provision_state: str | None
+    duration_seconds: int | None
+
+
+# --- conductors (conductors.py, conductor_list.py) ---------------------------
+
+
+class ConductorRecord(TypedDict):
+    id: int
+    hostname: str
+    grpc_address: str
+    conductor_group: str
+    hardware_types: list[str]
+    interfaces: dict[str, dict[str, list[str]]]  # hardware type -> interface kind -> implementations
+    online: bool
+    heartbeat_at: datetime.datetime
+    created_at: datetime.datetime
+    liveness_lock: bool
+
+
+class ConductorSummaryRecord(TypedDict):
+    """What the REST conductors API reads, with ``alive`` computed by the query."""
+
+    id: int
+    hostname: str
+    conductor_group: str
+    hardware_types: list[str]
+    created_at: datetime.datetime
+    heartbeat_at: datetime.datetime
+    alive: bool
+
+
+# --- bios_settings (bios.py) -------------------------------------------------
+
+
+class BiosSettingRecord(TypedDict):
+    id: int
+    node_id: int
+    name: str
+    value: str | None
+    attribute_type: str | None
+    allowable_values: list[str] | None
+    lower_bound: int | None
+    upper_bound: int | None
+    min_length: int | None
+    max_length: int | None
+    read_only: bool | None
+    reset_required: bool | None
+    unique: bool | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+
+
+# --- firmware_components (firmware.py) ---------------------------------------
+
+
+class FirmwareComponentRecord(TypedDict):
+    id: int
+    node_id: int
+    component: str
+    initial_version: str
+    current_version: str
+    last_version_flashed: str | None
+    vendor: str | None
+    model: str | None
+    serial_number: str | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+
+
+# --- node_inventory (inventory.py) -------------------------------------------
+
+
+class NodeInventoryRecord(TypedDict):
+    """What inspection stored; both documents come from the ramdisk and plugins."""
+
+    inventory: dict[str, Any]
+    plugin_data: dict[str, Any]
+
+
+# --- objects (objects.py) ----------------------------------------------------
+
+
+class ObjectRecord(TypedDict):
+    id: int
+    container: str
+    name: str
+    size: int
+    sha256: str
+    content_type: str
+    backend_key: str
+    delete_at: datetime.datetime | None
+    usage_count: int
+    metadata: dict[str, str]
+    created_at: datetime.datetime
+    updated_at: datetime.datetime | None
+    sealed_key_id: str | None

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import RunbookRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "created_at", "updated_at", "owner", "public", "description"))
@@ -24,10 +25,9 @@ _SELECT = (
 )
 
 
-def _row(record: asyncpg.Record | None) -> dict[str, Any] | None:
-    row = row_to_dict(record)
-    if row is not None:
-        row["traits"] = list(row.get("traits") or [])
+def _row(record: asyncpg.Record) -> RunbookRecord:
+    row = cast(RunbookRecord, row_to_dict(record))
+    row["traits"] = list(row["traits"] or [])
     return row
 
 
@@ -45,7 +45,7 @@ class RunbookRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> RunbookRecord:
         unknown = set(values) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown runbook fields: {', '.join(sorted(unknown))}")
@@ -62,9 +62,10 @@ class RunbookRepository:
             )
         except asyncpg.UniqueViolationError as exc:
             raise _duplicate(exc, values) from None
-        return _row(row)  # type: ignore[return-value]
+        assert row is not None  # INSERT ... RETURNING always returns its row
+        return _row(row)
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> RunbookRecord:
         """By UUID or name."""
         if is_uuid(ident):
             row = await self._db.fetchrow(_SELECT + " WHERE r.uuid = $1::uuid", ident)
@@ -72,7 +73,7 @@ class RunbookRepository:
             row = await self._db.fetchrow(_SELECT + " WHERE r.name = $1", ident)
         if row is None:
             raise _not_found(ident)
-        return _row(row)  # type: ignore[return-value]
+        return _row(row)
 
     async def list(
         self,
@@ -82,7 +83,7 @@ class RunbookRepository:
         sort_key: str = "id",
         sort_dir: str = "asc",
         visible_to: str | None = None,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[RunbookRecord]:
         """One page; ``visible_to`` (a project) keeps the runbooks it owns and the public ones."""
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key} is an invalid field for sorting")
@@ -117,9 +118,9 @@ class RunbookRepository:
             + f" ORDER BY r.{sort_key} {sort_dir} NULLS LAST, r.id {sort_dir} LIMIT ${len(args)}",
             *args,
         )
-        return [_row(r) for r in rows]  # type: ignore[misc]
+        return [_row(r) for r in rows]
 
-    async def update(self, runbook_uuid: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, runbook_uuid: str, changes: Mapping[str, Any]) -> RunbookRecord:
         unknown = set(changes) - WRITABLE
         if unknown:
             raise errors.InvalidParameterValue(f"unknown runbook fields: {', '.join(sorted(unknown))}")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import asyncpg
 
+from services.common.db.records import VifPortgroupRecord
 from services.common.db.rows import row_to_dict
 
 VIF_KEY = "tenant_vif_port_id"
@@ -26,17 +27,17 @@ class VifRepository:
         )
         return None if value is None else str(value)
 
-    async def portgroups_of(self, node_id: int) -> list[dict[str, Any]]:
+    async def portgroups_of(self, node_id: int) -> list[VifPortgroupRecord]:
         rows = await self._db.fetch(
             "SELECT id, uuid, node_id, internal_info FROM portgroups WHERE node_id = $1 ORDER BY id", node_id
         )
-        return [row_to_dict(r) for r in rows]
+        return [cast(VifPortgroupRecord, row_to_dict(r)) for r in rows]
 
-    async def portgroup(self, portgroup_uuid: str) -> dict[str, Any] | None:
+    async def portgroup(self, portgroup_uuid: str) -> VifPortgroupRecord | None:
         row = await self._db.fetchrow(
             "SELECT id, uuid, node_id, internal_info FROM portgroups WHERE uuid = $1::uuid", portgroup_uuid
         )
-        return row_to_dict(row)
+        return cast(VifPortgroupRecord, row_to_dict(row))
 
     async def set_on_portgroup(self, portgroup_id: int, vif_id: str) -> None:
         await self._db.execute(

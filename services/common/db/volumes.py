@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.records import (
+    NodeVolumeConnector,
+    NodeVolumeTarget,
+    VolumeConnectorRecord,
+    VolumeTargetRecord,
+)
 from services.common.db.rows import row_to_dict
+
+VolumeRecord = VolumeConnectorRecord | VolumeTargetRecord
+VolumeT = TypeVar("VolumeT", bound=VolumeRecord)
 
 _SPECS = {
     "connector": ("volume_connectors", frozenset(("uuid", "node_id", "type", "connector_id", "extra"))),
@@ -22,8 +31,13 @@ _SPECS = {
 }
 
 
-class VolumeRepository:
-    """One repository for both kinds; ``kind`` is ``connector`` or ``target``."""
+class VolumeRepository(Generic[VolumeT]):
+    """One repository for both kinds; ``kind`` is ``connector`` or ``target``.
+
+    The caller names the record type with the kind, e.g.
+    ``VolumeRepository[VolumeTargetRecord](pool, "target")``: the kind is a
+    runtime value (the api picks it per route), so the pairing is the caller's.
+    """
 
     def __init__(self, db: Database, kind: str) -> None:
         self._db = db
@@ -40,7 +54,7 @@ class VolumeRepository:
             f"A volume target with boot index '{values.get('boot_index')}' for the same node already exists."
         )
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> VolumeT:
         columns = [c for c in values if c in self.writable]
         placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
         try:
@@ -53,17 +67,17 @@ class VolumeRepository:
             raise self._conflict(values) from None
         except asyncpg.CheckViolationError as exc:
             raise errors.InvalidParameterValue(f"invalid volume {self.kind}: {exc.constraint_name}") from None
-        return row_to_dict(row)  # type: ignore[return-value]
+        return cast(VolumeT, row_to_dict(row))
 
-    async def get(self, ident: str) -> dict[str, Any]:
+    async def get(self, ident: str) -> VolumeT:
         row = await self._db.fetchrow(self._select + " WHERE v.uuid = $1::uuid", ident) if is_uuid(ident) else None
         if row is None:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
-        return row_to_dict(row)
+        return cast(VolumeT, row_to_dict(row))
 
     async def list(
         self, *, node_id: int | None = None, limit: int = 1000, marker: str | None = None, sort_dir: str = "asc"
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[VolumeT]:
         if sort_dir not in ("asc", "desc"):
             raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}.")
         where, args = [], []
@@ -86,9 +100,9 @@ class VolumeRepository:
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY v.id {sort_dir.upper()} LIMIT ${len(args)}"
         )
-        return [row_to_dict(r) for r in await self._db.fetch(sql, *args)]
+        return [cast(VolumeT, row_to_dict(r)) for r in await self._db.fetch(sql, *args)]
 
-    async def update(self, ident: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    async def update(self, ident: str, changes: Mapping[str, Any]) -> VolumeT:
         columns = [c for c in changes if c in self.writable and c != "uuid"]
         sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
         try:
@@ -102,7 +116,7 @@ class VolumeRepository:
             raise self._conflict(changes) from None
         if row is None:
             raise errors.VolumeNotFound(f"Volume {self.kind} {ident} could not be found.")
-        return row_to_dict(row)
+        return cast(VolumeT, row_to_dict(row))
 
     async def delete(self, ident: str) -> None:
         result = await self._db.execute(f"DELETE FROM {self.table} WHERE uuid = $1::uuid", ident)
@@ -146,7 +160,7 @@ FROM unnest($1::bigint[]) AS n(id)
 
 async def nodes_volumes(
     db: asyncpg.Pool | asyncpg.Connection, node_ids: list[int]
-) -> dict[int, tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+) -> dict[int, tuple[list[NodeVolumeTarget], list[NodeVolumeConnector]]]:
     """``node_volumes`` of many nodes in one round trip, by node id."""
     rows = await db.fetch(_NODES_VOLUMES, node_ids)
     return {row["id"]: (list(row["targets"]), list(row["connectors"])) for row in rows}
@@ -154,7 +168,7 @@ async def nodes_volumes(
 
 async def node_volumes(
     db: asyncpg.Pool | asyncpg.Connection, node_id: int
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[NodeVolumeTarget], list[NodeVolumeConnector]]:
     """(volume targets, volume connectors) of one node, as plain dicts."""
     row = await db.fetchrow(_NODE_VOLUMES, node_id)
     assert row is not None  # an aggregate-only SELECT always returns its row

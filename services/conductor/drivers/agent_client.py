@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from services.common import errors
+from services.common.db.records import PortRecord
 from services.common.secret_keys import is_secret_key
 from services.conductor.drivers import volumes
 
@@ -121,7 +122,7 @@ def agent_node(node: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def agent_port(port: dict[str, Any]) -> dict[str, Any]:
+def agent_port(port: PortRecord) -> dict[str, Any]:
     return {"uuid": port["uuid"], "address": port["address"], "pxe_enabled": port.get("pxe_enabled", True)}
 
 

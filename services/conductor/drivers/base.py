@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from services.common.db.records import BiosSettingRecord, NodeVolumeConnector, NodeVolumeTarget, PortRecord
     from services.conductor.console_proxy import ConsoleProxies
     from services.conductor.drivers.media import MediaImages
     from services.conductor.image_cache import ImageCache
@@ -49,11 +50,11 @@ class Task:
     """What one locked operation works on. ``node`` is refreshed as it changes."""
 
     node: dict[str, Any]
-    ports: list[dict[str, Any]]
+    ports: list[PortRecord]
     driver: ComposedDriver
     conductor: str
-    volume_targets: list[dict[str, Any]] = field(default_factory=list)
-    volume_connectors: list[dict[str, Any]] = field(default_factory=list)
+    volume_targets: list[NodeVolumeTarget] = field(default_factory=list)
+    volume_connectors: list[NodeVolumeConnector] = field(default_factory=list)
     # Set by the conductor: merges keys into driver_internal_info (and refreshes
     # ``node``), so interfaces can keep step bookkeeping without SQL.
     merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
@@ -70,7 +71,7 @@ class Task:
     save_volume_target_properties: Callable[[str, Mapping[str, Any]], Awaitable[None]] | None = None
     # Set by the conductor: the node's cached BIOS settings (REST 1.40), read and replaced by a
     # BIOS interface: ``save_bios_settings(settings, registry)`` as BiosRepository.replace.
-    read_bios_settings: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    read_bios_settings: Callable[[], Awaitable[list[BiosSettingRecord]]] | None = None
     save_bios_settings: Callable[[Mapping[str, Any], Mapping[str, Mapping[str, Any]]], Awaitable[None]] | None = None
     # Set by the conductor: its console proxies (services/conductor/console_proxy.py), which a
     # console interface hands the source of a node's console to.

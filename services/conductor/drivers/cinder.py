@@ -57,6 +57,7 @@ from typing import Any
 import aiohttp
 
 from services.common import errors, states
+from services.common.db.records import NodeVolumeTarget
 from services.conductor.drivers import base
 from services.conductor.drivers.storage import VolumeStorage
 
@@ -531,7 +532,7 @@ class CinderStorage(VolumeStorage):
                     await save(target["uuid"], properties)
 
     async def _attach_one(
-        self, client: CinderClient, task: base.Task, target: dict[str, Any], connector: Mapping[str, Any]
+        self, client: CinderClient, task: base.Task, target: NodeVolumeTarget, connector: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         node = task.node
         volume_id = target["volume_id"]

@@ -28,6 +28,7 @@ from typing import Any
 
 from services.common import errors, node_capabilities
 from services.common.boot_values import UnsafeValue, check_nfs, check_nfs_root
+from services.common.db.records import NodeVolumeTarget
 from services.conductor.drivers.base import Task
 
 # The node capability that allows booting a volume of each type through the
@@ -49,7 +50,7 @@ ROOT_DEVICE_HINT = "volume_root_device"  # the hint the agent gets instead of pr
 INTERNAL_KEYS = (BOOT_FROM_VOLUME, BOOT_FROM_VOLUME_DEPLOY, ROOT_DEVICE_HINT)
 
 
-def boot_volume(task: Task) -> dict[str, Any] | None:
+def boot_volume(task: Task) -> NodeVolumeTarget | None:
     """The volume target with boot_index 0, if any."""
     return next((t for t in task.volume_targets if t.get("boot_index") == 0), None)
 
