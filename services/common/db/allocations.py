@@ -16,6 +16,7 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
 from services.common.db.records import AllocationRecord
 from services.common.db.rows import row_to_dict
@@ -42,6 +43,10 @@ def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> e
     if "node_id" in (exc.constraint_name or ""):
         return errors.Conflict("The node already has an allocation.")
     return errors.Conflict(f"An allocation with UUID {values.get('uuid')} already exists.")
+
+
+def _record(row: asyncpg.Record) -> AllocationRecord:
+    return cast(AllocationRecord, row_to_dict(row))
 
 
 class AllocationRepository:
@@ -88,38 +93,26 @@ class AllocationRepository:
         sort_key: str = "id",
         sort_dir: str = "asc",
     ) -> builtins.list[AllocationRecord]:
-        if sort_key not in SORT_KEYS:
-            raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
-        if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(
-                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
-            )
-        where: list[str] = []
-        args: list[Any] = []
+        """One page; ``filters`` maps names of FILTERS to the values they must have."""
+        where: builtins.list[str] = []
+        args: builtins.list[Any] = []
         for name, value in filters.items():
             args.append(value)
             where.append(FILTERS[name].format(len(args)))
-        op = ">" if sort_dir == "asc" else "<"
-        if marker is not None:
-            row = (
-                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM allocations WHERE uuid = $1::uuid", marker)
-                if is_uuid(marker)
-                else None
-            )
-            if row is None:
-                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
-            if row["k"] is None:
-                args.append(row["id"])
-                where.append(f"(a.{sort_key} IS NULL AND a.id {op} ${len(args)})")
-            else:
-                args += [row["k"], row["id"]]
-                where.append(f"((a.{sort_key}, a.id) {op} (${len(args) - 1}, ${len(args)}) OR a.{sort_key} IS NULL)")
-        args.append(limit)
-        clause = (" WHERE " + " AND ".join(where)) if where else ""
-        rows = await self._db.fetch(
-            f"{_SELECT}{clause} ORDER BY a.{sort_key} {sort_dir} NULLS LAST, a.id {sort_dir} LIMIT ${len(args)}", *args
+        return await keyset_page(
+            self._db,
+            _SELECT,
+            table="allocations",
+            alias="a",
+            record=_record,
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=SORT_KEYS,
+            where=where,
+            args=args,
         )
-        return [cast(AllocationRecord, row_to_dict(r)) for r in rows]
 
     async def finish(
         self, allocation_id: int, *, node_id: int | None, state: str, last_error: str | None

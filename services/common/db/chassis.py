@@ -13,12 +13,17 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
 from services.common.db.records import ChassisRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "description", "created_at", "updated_at"))
 WRITABLE = frozenset(("uuid", "description", "extra"))
+
+
+def _record(row: asyncpg.Record) -> ChassisRecord:
+    return cast(ChassisRecord, row_to_dict(row))
 
 
 def _not_found(ident: str) -> errors.NotFound:
@@ -51,35 +56,20 @@ class ChassisRepository:
     async def list(
         self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
     ) -> builtins.list[ChassisRecord]:
-        if sort_key not in SORT_KEYS:
+        if sort_key not in SORT_KEYS:  # checked here for Ironic's wording (the key unquoted)
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key} is an invalid field for sorting")
-        if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(
-                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
-            )
-        op = ">" if sort_dir == "asc" else "<"
-        args: list[Any] = []
-        where = ""
-        if marker is not None:
-            row = (
-                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM chassis WHERE uuid = $1::uuid", marker)
-                if is_uuid(marker)
-                else None
-            )
-            if row is None:
-                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
-            if row["k"] is None:  # NULLS LAST in both directions: after a NULL only NULLs follow
-                args = [row["id"]]
-                where = f" WHERE {sort_key} IS NULL AND id {op} $1"
-            else:
-                args = [row["k"], row["id"]]
-                where = f" WHERE ({sort_key}, id) {op} ($1, $2) OR {sort_key} IS NULL"
-        args.append(limit)
-        rows = await self._db.fetch(
-            f"SELECT * FROM chassis{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} LIMIT ${len(args)}",
-            *args,
+        return await keyset_page(
+            self._db,
+            "SELECT * FROM chassis",
+            table="chassis",
+            alias="chassis",
+            record=_record,
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=SORT_KEYS,
         )
-        return [cast(ChassisRecord, row_to_dict(r)) for r in rows]
 
     async def update(self, chassis_uuid: str, changes: Mapping[str, Any]) -> ChassisRecord:
         unknown = set(changes) - WRITABLE

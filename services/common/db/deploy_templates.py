@@ -12,6 +12,7 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
 from services.common.db.records import DeployTemplateRecord
 from services.common.db.rows import row_to_dict
@@ -62,38 +63,18 @@ class DeployTemplateRepository:
     async def list(
         self, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
     ) -> builtins.list[DeployTemplateRecord]:
-        if sort_key not in SORT_KEYS:
-            raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
-        if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(
-                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
-            )
-        op = ">" if sort_dir == "asc" else "<"
-        args: list[Any] = []
-        where = ""
-        if marker is not None:
-            row = (
-                await self._db.fetchrow(
-                    f"SELECT id, {sort_key} AS k FROM deploy_templates WHERE uuid = $1::uuid", marker
-                )
-                if is_uuid(marker)
-                else None
-            )
-            if row is None:
-                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
-            if row["k"] is None:  # only updated_at can be NULL; NULLS LAST in both directions
-                args = [row["id"]]
-                where = f" WHERE {sort_key} IS NULL AND id {op} $1"
-            else:
-                args = [row["k"], row["id"]]
-                where = f" WHERE ({sort_key}, id) {op} ($1, $2) OR {sort_key} IS NULL"
-        args.append(limit)
-        rows = await self._db.fetch(
-            f"SELECT * FROM deploy_templates{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} "
-            f"LIMIT ${len(args)}",
-            *args,
+        return await keyset_page(
+            self._db,
+            "SELECT * FROM deploy_templates",
+            table="deploy_templates",
+            alias="deploy_templates",
+            record=_row,
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=SORT_KEYS,
         )
-        return [_row(r) for r in rows]
 
     async def update(self, template_uuid: str, changes: Mapping[str, Any]) -> DeployTemplateRecord:
         unknown = set(changes) - WRITABLE

@@ -14,7 +14,7 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
-from services.common.db.nodes import is_uuid
+from services.common.db.keyset import keyset_page
 from services.common.db.records import InspectionRuleRecord
 from services.common.db.rows import row_to_dict
 
@@ -76,42 +76,20 @@ class InspectionRuleRepository:
         sort_dir: str = "asc",
         phase: str | None = None,
     ) -> builtins.list[InspectionRuleRecord]:
-        if sort_key not in SORT_KEYS:
-            raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
-        if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(
-                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
-            )
-        op = ">" if sort_dir == "asc" else "<"
-        args: builtins.list[Any] = []
-        conditions: builtins.list[str] = []
-        if phase is not None:
-            args.append(phase)
-            conditions.append(f"phase = ${len(args)}")
-        if marker is not None:
-            found = (
-                await self._db.fetchrow(
-                    f"SELECT id, {sort_key} AS k FROM inspection_rules WHERE uuid = $1::uuid", marker
-                )
-                if is_uuid(marker)
-                else None
-            )
-            if found is None:
-                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
-            if found["k"] is None:  # description and updated_at can be NULL: NULLS LAST both ways
-                args.append(found["id"])
-                conditions.append(f"({sort_key} IS NULL AND id {op} ${len(args)})")
-            else:
-                args.extend((found["k"], found["id"]))
-                conditions.append(f"(({sort_key}, id) {op} (${len(args) - 1}, ${len(args)}) OR {sort_key} IS NULL)")
-        where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
-        args.append(limit)
-        rows = await self._db.fetch(
-            f"SELECT * FROM inspection_rules{where} ORDER BY {sort_key} {sort_dir} NULLS LAST, id {sort_dir} "
-            f"LIMIT ${len(args)}",
-            *args,
+        return await keyset_page(
+            self._db,
+            "SELECT * FROM inspection_rules",
+            table="inspection_rules",
+            alias="inspection_rules",
+            record=_row,
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=SORT_KEYS,
+            where=["phase = $1"] if phase is not None else [],
+            args=[phase] if phase is not None else [],
         )
-        return [_row(r) for r in rows]
 
     async def update(self, rule_uuid: str, changes: Mapping[str, Any]) -> InspectionRuleRecord:
         unknown = set(changes) - WRITABLE

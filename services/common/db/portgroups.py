@@ -14,7 +14,9 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
+from services.common.db.ports import SORT_KEYS as PORT_SORT_KEYS
 from services.common.db.records import PortgroupRecord, PortRecord
 from services.common.db.rows import row_to_dict
 
@@ -46,50 +48,12 @@ def _conflict(exc: asyncpg.UniqueViolationError, values: Mapping[str, Any]) -> e
     return errors.Conflict(f"A port group with UUID {values.get('uuid')} already exists.")
 
 
-async def _page(
-    db: Any,
-    select: str,
-    table: str,
-    alias: str,
-    where: list[str],
-    args: list[Any],
-    *,
-    limit: int,
-    marker: str | None,
-    sort_key: str,
-    sort_dir: str,
-    sort_keys: frozenset[str],
-) -> list[asyncpg.Record]:
-    """Keyset page (the raw rows) of ``select`` (``table`` aliased ``alias``), NULL sort values last in both directions."""
-    if sort_key not in sort_keys:
-        raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
-    if sort_dir not in ("asc", "desc"):
-        raise errors.InvalidParameterValue(f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'")
-    op = ">" if sort_dir == "asc" else "<"
-    if marker is not None:
-        row = (
-            await db.fetchrow(f"SELECT id, {sort_key} AS k FROM {table} WHERE uuid = $1::uuid", marker)
-            if is_uuid(marker)
-            else None
-        )
-        if row is None:
-            raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
-        if row["k"] is None:
-            args.append(row["id"])
-            where.append(f"({alias}.{sort_key} IS NULL AND {alias}.id {op} ${len(args)})")
-        else:
-            args += [row["k"], row["id"]]
-            where.append(
-                f"(({alias}.{sort_key}, {alias}.id) {op} (${len(args) - 1}, ${len(args)}) "
-                f"OR {alias}.{sort_key} IS NULL)"
-            )
-    args.append(limit)
-    clause = (" WHERE " + " AND ".join(where)) if where else ""
-    rows = await db.fetch(
-        f"{select}{clause} ORDER BY {alias}.{sort_key} {sort_dir} NULLS LAST, {alias}.id {sort_dir} LIMIT ${len(args)}",
-        *args,
-    )
-    return list(rows)
+def _group(row: asyncpg.Record) -> PortgroupRecord:
+    return cast(PortgroupRecord, row_to_dict(row))
+
+
+def _port(row: asyncpg.Record) -> PortRecord:
+    return cast(PortRecord, row_to_dict(row))
 
 
 class PortgroupRepository:
@@ -150,20 +114,20 @@ class PortgroupRepository:
         if node_shards is not None:  # REST 1.106: the groups of the nodes in these shards
             args.append(list(node_shards))
             where.append(f"n.shard = ANY(${len(args)}::text[])")
-        rows = await _page(
+        return await keyset_page(
             self._db,
             _SELECT,
-            "portgroups",
-            "g",
-            where,
-            args,
+            table="portgroups",
+            alias="g",
+            record=_group,
             limit=limit,
             marker=marker,
             sort_key=sort_key,
             sort_dir=sort_dir,
             sort_keys=SORT_KEYS,
+            where=where,
+            args=args,
         )
-        return [cast(PortgroupRecord, row_to_dict(r)) for r in rows]
 
     async def update(self, portgroup_uuid: str, changes: Mapping[str, Any]) -> PortgroupRecord:
         unknown = set(changes) - WRITABLE
@@ -200,20 +164,20 @@ class PortgroupRepository:
         self, portgroup_id: int, *, limit: int, marker: str | None = None, sort_key: str = "id", sort_dir: str = "asc"
     ) -> builtins.list[PortRecord]:
         """A page of the group's ports, as the ports API renders them."""
-        rows = await _page(
+        return await keyset_page(
             self._db,
             _PORTS,
-            "ports",
-            "p",
-            ["p.portgroup_id = $1"],
-            [portgroup_id],
+            table="ports",
+            alias="p",
+            record=_port,
             limit=limit,
             marker=marker,
             sort_key=sort_key,
             sort_dir=sort_dir,
-            sort_keys=frozenset(("id", "uuid", "address", "created_at", "updated_at", "name")),
+            sort_keys=PORT_SORT_KEYS,
+            where=["p.portgroup_id = $1"],
+            args=[portgroup_id],
         )
-        return [cast(PortRecord, row_to_dict(r)) for r in rows]
 
     async def set_member_physical_network(self, portgroup_id: int, physical_network: str | None) -> int:
         """Give every port of the group ``physical_network`` (REST 1.102, as Ironic's

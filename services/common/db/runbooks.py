@@ -12,6 +12,7 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
 from services.common.db.records import RunbookRecord
 from services.common.db.rows import row_to_dict
@@ -85,40 +86,22 @@ class RunbookRepository:
         visible_to: str | None = None,
     ) -> builtins.list[RunbookRecord]:
         """One page; ``visible_to`` (a project) keeps the runbooks it owns and the public ones."""
-        if sort_key not in SORT_KEYS:
+        if sort_key not in SORT_KEYS:  # checked here for Ironic's wording (the key unquoted)
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key} is an invalid field for sorting")
-        if sort_dir not in ("asc", "desc"):
-            raise errors.InvalidParameterValue(
-                f"Invalid sort direction: {sort_dir}. Acceptable values are 'asc' or 'desc'"
-            )
-        op = ">" if sort_dir == "asc" else "<"
-        where: builtins.list[str] = []
-        args: builtins.list[Any] = []
-        if visible_to is not None:
-            args.append(visible_to)
-            where.append(f"(r.public OR r.owner = ${len(args)})")
-        if marker is not None:
-            row = (
-                await self._db.fetchrow(f"SELECT id, {sort_key} AS k FROM runbooks WHERE uuid = $1::uuid", marker)
-                if is_uuid(marker)
-                else None
-            )
-            if row is None:
-                raise errors.InvalidParameterValue(f"Marker {marker} could not be found.")
-            if row["k"] is None:
-                args.append(row["id"])
-                where.append(f"(r.{sort_key} IS NULL AND r.id {op} ${len(args)})")
-            else:
-                args += [row["k"], row["id"]]
-                where.append(f"((r.{sort_key}, r.id) {op} (${len(args) - 1}, ${len(args)}) OR r.{sort_key} IS NULL)")
-        args.append(limit)
-        rows = await self._db.fetch(
-            _SELECT
-            + (f" WHERE {' AND '.join(where)}" if where else "")
-            + f" ORDER BY r.{sort_key} {sort_dir} NULLS LAST, r.id {sort_dir} LIMIT ${len(args)}",
-            *args,
+        return await keyset_page(
+            self._db,
+            _SELECT,
+            table="runbooks",
+            alias="r",
+            record=_row,
+            limit=limit,
+            marker=marker,
+            sort_key=sort_key,
+            sort_dir=sort_dir,
+            sort_keys=SORT_KEYS,
+            where=["(r.public OR r.owner = $1)"] if visible_to is not None else [],
+            args=[visible_to] if visible_to is not None else [],
         )
-        return [_row(r) for r in rows]
 
     async def update(self, runbook_uuid: str, changes: Mapping[str, Any]) -> RunbookRecord:
         unknown = set(changes) - WRITABLE
