@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import errors
-from services.common.db.records import RunbookRecord
+from services.common.db.records import RunbookRecord, RunbookStep
 from services.common.db.runbooks import RunbookRepository
 
 SINCE = (1, 92)
@@ -41,7 +41,7 @@ class RunbookSteps:
     runbook_uuid: str
 
 
-def ordered_steps(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ordered_steps(steps: list[RunbookStep]) -> list[dict[str, Any]]:
     """The runbook's steps as requested steps, sorted by ``order`` (stable)."""
     converted = [
         {"interface": s["interface"], "step": s["step"], "args": dict(s.get("args") or {}), "order": s["order"]}

@@ -31,7 +31,7 @@ from services.api.json_patch import apply_patch
 from services.api.validators import validate_trait
 from services.common import errors
 from services.common.db.nodes import is_uuid
-from services.common.db.records import RunbookRecord
+from services.common.db.records import RunbookRecord, RunbookStep
 from services.common.db.rows import iso
 from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps
@@ -136,9 +136,13 @@ def validate_runbook(values: dict[str, Any], version: tuple[int, int]) -> dict[s
     return out
 
 
-def step_document(step: dict[str, Any]) -> dict[str, Any]:
+def step_document(step: RunbookStep) -> dict[str, Any]:
     """Ironic's convert_steps, with secrets in the arguments masked."""
-    doc = {"interface": step["interface"], "step": step["step"], "args": mask_dict(step.get("args") or {})}
+    doc: dict[str, Any] = {
+        "interface": step["interface"],
+        "step": step["step"],
+        "args": mask_dict(step.get("args") or {}),
+    }
     if "order" in step:
         doc["order"] = step["order"]
     return doc

@@ -171,17 +171,35 @@ class AllocationRecord(TypedDict):
 # --- deploy_templates (deploy_templates.py) ----------------------------------
 
 
+class DeployTemplateStep(TypedDict):
+    """A deploy template's step, exactly these keys (``api/deploy_templates.validate_steps``)."""
+
+    interface: str
+    step: str
+    args: dict[str, Any]  # the step's own arguments, free-form
+    priority: int
+
+
 class DeployTemplateRecord(TypedDict):
     id: int
     uuid: str
     name: str
-    steps: list[dict[str, Any]]  # the user's steps as validated: interface, step, args, priority
+    steps: list[DeployTemplateStep]
     extra: dict[str, Any]
     created_at: datetime.datetime
     updated_at: datetime.datetime | None
 
 
 # --- runbooks, runbook_traits (runbooks.py) ----------------------------------
+
+
+class RunbookStep(TypedDict):
+    """A runbook's step as ``api/runbooks.validate_steps`` stores it (``args`` filled in)."""
+
+    interface: str
+    step: str
+    args: dict[str, Any]  # the step's own arguments, free-form
+    order: int | str  # an integer or a string of digits, as Ironic accepts
 
 
 class RunbookRecord(TypedDict):
@@ -191,7 +209,7 @@ class RunbookRecord(TypedDict):
     uuid: str
     name: str
     description: str | None
-    steps: list[dict[str, Any]]  # the user's steps as validated: interface, step, args, order
+    steps: list[RunbookStep]
     disable_ramdisk: bool
     extra: dict[str, Any]
     public: bool
