@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator
 
 import asyncpg
 import grpc
@@ -15,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common import errors
+from services.common.db.records import ObjectRecord
 from services.common.metrics import ServiceMetrics
 from services.objectstore.store import ObjectStore, PutRequest, utc_from_unix
 
@@ -27,7 +27,7 @@ def _timestamp(value: datetime.datetime) -> Timestamp:
     return stamp
 
 
-def info_message(row: Mapping[str, Any]) -> pb.ObjectInfo:
+def info_message(row: ObjectRecord) -> pb.ObjectInfo:
     message = pb.ObjectInfo(
         container=row["container"],
         name=row["name"],

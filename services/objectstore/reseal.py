@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
-from typing import Any
 
 from services.common import errors
 from services.common.db.objects import ObjectRepository
+from services.common.db.records import ObjectRecord
 from services.objectstore.backends import Backend
 from services.objectstore.sealed_objects import READ_CHUNK, SEAL_METADATA_KEY, ObjectSealing
 
 LOG = logging.getLogger(__name__)
 
 
-async def reseal_object(
-    repo: ObjectRepository, backend: Backend, sealing: ObjectSealing, row: Mapping[str, Any]
-) -> bool:
+async def reseal_object(repo: ObjectRepository, backend: Backend, sealing: ObjectSealing, row: ObjectRecord) -> bool:
     """Rewrite one object's bytes under the current key; False when the object
     changed or went away meanwhile (nothing to do then)."""
     new_key = uuid.uuid4().hex

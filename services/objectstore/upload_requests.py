@@ -131,7 +131,7 @@ class HttpUploads:
         return await self.store.put(plan.request, as_bytes, expected=lambda: (plan.expected_size, plan.expected_sha256))
 
     @staticmethod
-    def created(row: Mapping[str, Any]) -> Reply:
+    def created(row: ObjectRecord) -> Reply:
         delete_at = row["delete_at"]
         body = _json(
             {

@@ -12,11 +12,13 @@ import asyncio
 import collections
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from aiohttp import web
+
+from services.common.db.records import ObjectRecord
 
 COALESCE_BYTES = 4 * 1024 * 1024
 MAX_BATCH_PIECES = 64  # well under IOV_MAX for writev()
@@ -57,7 +59,7 @@ class Backend(Protocol):
         also drops abandoned partial uploads older than that."""
         ...
 
-    async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
+    async def serve(self, request: web.Request, obj: ObjectRecord, *, expires: int) -> web.StreamResponse:
         """Answer a verified temp-URL GET or HEAD for this object row."""
         ...
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from email.utils import format_datetime
-from typing import Any
 
 from aiohttp import web
 
+from services.common.db.records import ObjectRecord
 from services.objectstore.backends.byte_ranges import Span, plan_ranges
 from services.objectstore.backends.preconditions import precondition_status
 
@@ -37,7 +37,7 @@ class ObjectVersion:
     created_at: datetime.datetime
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> ObjectVersion:
+    def from_row(cls, row: ObjectRecord) -> ObjectVersion:
         return cls(int(row["size"]), row["content_type"], row["sha256"], row["created_at"])
 
     @property

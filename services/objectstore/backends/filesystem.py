@@ -21,13 +21,13 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
 from services.common import direct_write, errors
+from services.common.db.records import ObjectRecord
 from services.objectstore.backends.base import HashingPipeline
 from services.objectstore.backends.download_response import ObjectVersion, answer_download
 
@@ -354,7 +354,7 @@ class FilesystemBackend:
 
         return await asyncio.to_thread(scan)
 
-    async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
+    async def serve(self, request: web.Request, obj: ObjectRecord, *, expires: int) -> web.StreamResponse:
         try:
             handle = await asyncio.to_thread(open, self.path(obj["backend_key"]), "rb")
         except FileNotFoundError:  # deleted or replaced since the row was read

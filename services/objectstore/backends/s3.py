@@ -17,7 +17,7 @@ import contextlib
 import datetime
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -28,6 +28,7 @@ from botocore.exceptions import ClientError
 
 from services.common import errors
 from services.common.config import ObjectStoreConfig
+from services.common.db.records import ObjectRecord
 from services.objectstore.backends.base import HashingPipeline
 from services.objectstore.backends.download_response import ObjectVersion, answer_download
 
@@ -261,7 +262,7 @@ class S3Backend:
             "get_object", Params={"Bucket": self.bucket, "Key": self.full_key(key)}, ExpiresIn=max(lifetime, 1)
         )
 
-    async def serve(self, request: web.Request, obj: Mapping[str, Any], *, expires: int) -> web.StreamResponse:
+    async def serve(self, request: web.Request, obj: ObjectRecord, *, expires: int) -> web.StreamResponse:
         if self.presigned and request.method == "GET":
             # The presigned URL dies with the temp URL or the object, whichever goes first.
             until = float(expires)
