@@ -19,6 +19,7 @@ import grpc
 from ferrum.v1 import conductor_pb2_grpc
 from services.common import errors
 from services.common.db.conductors import ConductorRepository
+from services.common.db.records import ConductorRecord
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.hashring import ConductorRings
 from services.common.logs import request_id_var
@@ -111,7 +112,7 @@ class ConductorRouter:
     def hardware_types(self) -> dict[str, list[str]]:
         return self.rings.drivers()
 
-    async def route(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+    async def route(self, node_uuid: str, driver: str, group: str = "") -> ConductorRecord:
         """The node's conductor. A ring that has none for it is read again first,
         so a conductor that has just registered again (after a restart, or an
         event-loop stall that outlasted its heartbeat) is routed to at once,
@@ -121,7 +122,7 @@ class ConductorRouter:
             await self.refresh()
         return self.conductor_for(node_uuid, driver, group)
 
-    async def require_served(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+    async def require_served(self, node_uuid: str, driver: str, group: str = "") -> ConductorRecord:
         """The conductor a node with this driver and conductor group would have.
 
         For values a client is about to set (a new node, a patched driver or
@@ -134,9 +135,9 @@ class ConductorRouter:
         if owner is None:
             error = errors.DriverNotFound if driver not in self.rings.drivers() else errors.NoValidHost
             raise error(no_valid_host(driver, group))
-        return dict(owner)
+        return owner.copy()
 
-    def conductor_for(self, node_uuid: str, driver: str, group: str = "") -> dict[str, Any]:
+    def conductor_for(self, node_uuid: str, driver: str, group: str = "") -> ConductorRecord:
         owner = self.rings.owner(node_uuid, driver, group)
         if owner is None:
             if driver not in self.rings.drivers():
@@ -144,7 +145,7 @@ class ConductorRouter:
             raise errors.NoConductorAvailable(
                 f'No conductor of conductor group "{group}" is available for driver {driver}.'
             )
-        return dict(owner)
+        return owner.copy()
 
     def stub(self, address: str) -> conductor_pb2_grpc.ConductorServiceAsyncStub:
         channel = self._channels.get(address)

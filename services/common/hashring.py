@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+
+from services.common.db.records import ConductorRecord
 
 POINTS_PER_MEMBER = 64
 
@@ -36,11 +37,11 @@ class HashRing:
 class ConductorRings:
     """One ring per (hardware type, conductor group), built from registry rows."""
 
-    def __init__(self, conductors: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(self, conductors: Sequence[ConductorRecord]) -> None:
         self.conductors = {c["hostname"]: c for c in conductors}
         self._rings: dict[tuple[str, str], HashRing] = {}
 
-    def owner(self, node_uuid: str, driver: str, conductor_group: str = "") -> Mapping[str, Any] | None:
+    def owner(self, node_uuid: str, driver: str, conductor_group: str = "") -> ConductorRecord | None:
         key = (driver, (conductor_group or "").lower())
         ring = self._rings.get(key)
         if ring is None:

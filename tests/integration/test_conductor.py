@@ -218,7 +218,9 @@ async def test_active_nodes_of_a_dead_conductor_are_taken_over(pool) -> None:
     nodes = [await new_node(survivor, states.ACTIVE) for _ in range(30)]
     before = ConductorRings(await conductors.list_alive(5))
     owned_by_b = [
-        n["uuid"] for n in nodes if (before.owner(n["uuid"], "fake-hardware", "") or {}).get("hostname") == "to-b"
+        n["uuid"]
+        for n in nodes
+        if (owner := before.owner(n["uuid"], "fake-hardware", "")) is not None and owner["hostname"] == "to-b"
     ]
     assert owned_by_b, "the ring gave to-b nothing: the test proves nothing"
     await pool.execute("UPDATE conductors SET heartbeat_at = now() - interval '1 hour' WHERE hostname = 'to-b'")
