@@ -39,6 +39,7 @@ from services.api.provision_params import check_configdrive, check_deploy_steps,
 from services.api.runbook_use import resolve_runbook
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
+from services.common.conductor_messages import step_messages
 from services.common.config import ApiConfig
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
@@ -375,11 +376,11 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                     node_uuid=node["uuid"],
                     event=event,
                     configdrive_json=json.dumps(configdrive) if configdrive else "",
-                    clean_steps_json=json.dumps(steps) if steps is not None else "",
+                    clean_steps=step_messages("clean", steps),
                     rescue_password=request.rescue_password,
-                    deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
+                    deploy_steps=step_messages("deploy", deploy_steps),
                     disable_ramdisk=disable_ramdisk,
-                    service_steps_json=json.dumps(service_steps) if service_steps is not None else "",
+                    service_steps=step_messages("service", service_steps),
                 ),
             )
             return await self._get(node["uuid"])

@@ -31,6 +31,7 @@ from services.api.provision_params import (
 )
 from services.api.runbook_use import STEPS_KEY, resolve_runbook
 from services.common import errors, states
+from services.common.conductor_messages import step_messages
 from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps
 from services.common.request_project import project_var
@@ -167,11 +168,11 @@ class NodeStatesApi:
                 node_uuid=node["uuid"],
                 event=event,
                 configdrive_json=json.dumps(configdrive) if configdrive else "",
-                clean_steps_json=json.dumps(clean_steps) if clean_steps is not None else "",
+                clean_steps=step_messages("clean", clean_steps),
                 rescue_password=body.get("rescue_password") or "",
-                deploy_steps_json=json.dumps(deploy_steps) if deploy_steps else "",
+                deploy_steps=step_messages("deploy", deploy_steps),
                 disable_ramdisk=disable_ramdisk,
-                service_steps_json=json.dumps(service_steps) if service_steps is not None else "",
+                service_steps=step_messages("service", service_steps),
             ),
         )
         return accepted(self.ctx.base(request), node)

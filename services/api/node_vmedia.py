@@ -13,7 +13,6 @@ that names no source gets ``http`` (Ironic's default is ``local``).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlparse
 
@@ -22,6 +21,7 @@ from aiohttp import web
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api.context import ApiContext
 from services.common import errors
+from services.common.conductor_messages import virtual_media_list
 from services.common.jsonutil import dumps
 
 ATTACH_SINCE = (1, 89)
@@ -92,4 +92,4 @@ class NodeVmediaApi:
     async def list_media(self, request: web.Request) -> web.Response:
         node = await self.ctx.node_by_ident(request)
         reply = await self.ctx.rpc(node, "GetVirtualMedia", cpb.NodeRef(node_uuid=node["uuid"]))
-        return web.json_response(json.loads(reply.media_json), dumps=dumps)
+        return web.json_response(virtual_media_list(reply), dumps=dumps)

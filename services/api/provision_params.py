@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from services.common import errors
+from services.common.conductor_messages import is_step_order
 
 DEPLOY_STEP_INTERFACES = ("bios", "deploy", "firmware", "management", "power", "raid")
 
@@ -51,7 +52,8 @@ def check_deploy_steps(deploy_steps: Any, verb: str, version: tuple[int, int]) -
 
 def check_clean_steps(clean_steps: Any, verb: str) -> list[dict[str, Any]] | None:
     """clean_steps: required with ``clean`` and refused with any other verb;
-    each step names its interface and step (args and order optional)."""
+    each step names its interface and step (args and order optional; order as
+    Ironic's step schema has it: an integer >= 0 or a string of digits)."""
     if clean_steps is not None and verb != "clean":
         raise errors.InvalidParameterValue('"clean_steps" is only valid when setting target provision state to clean')
     if verb == "clean" and not isinstance(clean_steps, list):
@@ -63,9 +65,10 @@ def check_clean_steps(clean_steps: Any, verb: str) -> list[dict[str, Any]] | Non
             or not isinstance(step.get("step"), str)
             or not isinstance(step.get("args", {}), dict)
             or set(step) - {"interface", "step", "args", "order"}
+            or not is_step_order(step.get("order", 0))
         ):
             raise errors.InvalidParameterValue(
-                f'Invalid clean step {step!r}: expected {{"interface", "step", "args"?, "order"?}}'
+                f'Invalid clean step {step!r}: expected {{"interface", "step", "args"?, "order"?: integer >= 0}}'
             )
     return clean_steps
 
@@ -74,9 +77,14 @@ SERVICE_STEP_INTERFACES = ("vendor", "power", "management", "firmware", "deploy"
 SERVICE_STEP_KEYS = {"interface", "step", "args", "order", "execute_on_child_nodes", "limit_child_node_execution"}
 
 
+def _is_string_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 def check_service_steps(service_steps: Any, verb: str) -> list[dict[str, Any]] | None:
     """service_steps (1.87): required with ``service`` and refused with any other
-    verb; Ironic's step schema (interface, step, args, order; nothing else, so
+    verb; Ironic's step schema (interface, step, args, order,
+    execute_on_child_nodes, limit_child_node_execution; nothing else, so
     ``priority`` is refused). Whether the node offers each step is the
     conductor's check (400 there too)."""
     if service_steps is not None and verb != "service":
@@ -88,7 +96,6 @@ def check_service_steps(service_steps: Any, verb: str) -> list[dict[str, Any]] |
     if not isinstance(service_steps, list) or not service_steps:
         raise errors.InvalidParameterValue('"service_steps" is required when setting target provision state to service')
     for step in service_steps:
-        order = step.get("order", 0) if isinstance(step, dict) else None
         if (
             not isinstance(step, dict)
             or step.get("interface") not in SERVICE_STEP_INTERFACES
@@ -96,13 +103,15 @@ def check_service_steps(service_steps: Any, verb: str) -> list[dict[str, Any]] |
             or not step["step"]
             or not isinstance(step.get("args", {}), dict)
             or set(step) - SERVICE_STEP_KEYS
-            or isinstance(order, bool)
-            or not ((isinstance(order, int) and order >= 0) or (isinstance(order, str) and order.isdigit()))
+            or not is_step_order(step.get("order", 0))
+            or not isinstance(step.get("execute_on_child_nodes", False), bool)
+            or not _is_string_list(step.get("limit_child_node_execution", []))
         ):
             raise errors.InvalidParameterValue(
                 f"Invalid service_steps: {step!r} is not a step: expected "
                 f'{{"interface": one of {", ".join(SERVICE_STEP_INTERFACES)}, "step": name, "args"?: object, '
-                '"order"?: integer >= 0}'
+                '"order"?: integer >= 0, "execute_on_child_nodes"?: boolean, '
+                '"limit_child_node_execution"?: list of node UUIDs or names}'
             )
     return service_steps
 

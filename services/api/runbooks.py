@@ -30,6 +30,7 @@ from services.api.context import ApiContext
 from services.api.json_patch import apply_patch
 from services.api.validators import validate_trait
 from services.common import errors
+from services.common.conductor_messages import is_step_order
 from services.common.db.nodes import is_uuid
 from services.common.db.records import RunbookRecord, RunbookStep
 from services.common.db.rows import iso
@@ -75,7 +76,6 @@ def validate_steps(steps: Any) -> list[dict[str, Any]]:
         raise errors.InvalidParameterValue("steps must be a non-empty list")
     seen: set[tuple[str, str]] = set()
     for step in steps:
-        order = step.get("order") if isinstance(step, dict) else None
         if (
             not isinstance(step, dict)
             or set(step) - STEP_KEYS
@@ -84,8 +84,7 @@ def validate_steps(steps: Any) -> list[dict[str, Any]]:
             or not isinstance(step["step"], str)
             or not step["step"]
             or not isinstance(step.get("args", {}), dict)
-            or isinstance(order, bool)
-            or not ((isinstance(order, int) and order >= 0) or (isinstance(order, str) and order.isdigit()))
+            or not is_step_order(step["order"])
         ):
             raise errors.InvalidParameterValue(
                 f'Invalid runbook step {step!r}: expected {{"interface": one of {", ".join(STEP_INTERFACES)}, '

@@ -9,11 +9,13 @@ protobuf constructor with an opaque TypeError.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ferrum.v1 import conductor_pb2 as pb
 from services.common import errors
+from services.common.jsonutil import dumps
 
 _PROGRESS_STRINGS = ("image_id", "stage", "method")
 _PROGRESS_INTEGERS = ("bytes_written", "bytes_downloaded")
@@ -121,3 +123,129 @@ def deploy_info_dict(message: pb.DeployInfo) -> dict[str, Any]:
         "iqn": message.iqn or None,
         "error": message.error or None,
     }
+
+
+# The keys each step kind accepts (services/api/provision_params.py checks them
+# on REST bodies); the conversion refuses any other, so nothing is dropped.
+STEP_KEYS: Mapping[str, frozenset[str]] = {
+    "clean": frozenset({"interface", "step", "args", "order"}),
+    "deploy": frozenset({"interface", "step", "args", "priority"}),
+    "service": frozenset(
+        {"interface", "step", "args", "order", "execute_on_child_nodes", "limit_child_node_execution"}
+    ),
+}
+_UINT64_LIMIT = 2**64
+_INT32_LIMIT = 2**31
+
+
+def is_step_order(value: Any) -> bool:
+    """A runbook step's ``order`` as Ironic's step schema takes it (an integer >= 0
+    or a string of digits) and as :class:`pb.Step` carries it (below 2**64)."""
+    if _is_integer(value):
+        return bool(0 <= value < _UINT64_LIMIT)
+    return isinstance(value, str) and value.isascii() and value.isdigit()
+
+
+def _step_message(kind: str, step: Any) -> pb.Step:
+    if not isinstance(step, Mapping):
+        raise ValueError("not an object")
+    unknown = sorted(set(step) - STEP_KEYS[kind])
+    if unknown:
+        raise ValueError(f"unexpected keys {', '.join(unknown)}")
+    interface, name = step.get("interface"), step.get("step")
+    if not isinstance(interface, str) or not isinstance(name, str):
+        raise ValueError("interface and step must be strings")
+    message = pb.Step(interface=interface, step=name)
+    if "args" in step:
+        if not isinstance(step["args"], Mapping):
+            raise ValueError("args must be an object")
+        message.args_json = dumps(step["args"])
+    if "priority" in step:
+        priority = step["priority"]
+        if not (_is_integer(priority) and 0 <= priority < _INT32_LIMIT):
+            raise ValueError("priority must be an integer from 0 to 2147483647")
+        message.priority = priority
+    if "order" in step:
+        order = step["order"]
+        if not is_step_order(order):
+            raise ValueError("order must be an integer >= 0 or a string of digits")
+        if isinstance(order, str):
+            message.order_digits = order
+        else:
+            message.order_number = order
+    if "execute_on_child_nodes" in step:
+        if not isinstance(step["execute_on_child_nodes"], bool):
+            raise ValueError("execute_on_child_nodes must be a boolean")
+        message.execute_on_child_nodes = step["execute_on_child_nodes"]
+    if "limit_child_node_execution" in step:
+        idents = step["limit_child_node_execution"]
+        if not isinstance(idents, list) or not all(isinstance(i, str) for i in idents):
+            raise ValueError("limit_child_node_execution must be a list of node UUIDs or names")
+        message.limit_child_node_execution.SetInParent()
+        message.limit_child_node_execution.idents.extend(idents)
+    return message
+
+
+def step_messages(kind: str, steps: Sequence[Any] | None) -> list[pb.Step]:
+    """Requested ``kind`` steps (clean, deploy or service) as messages.
+
+    The REST checks have already refused malformed steps with their own 400s;
+    this is the guard for every other caller (the public gRPC API's free-form
+    ``ListValue``): a step the message cannot carry exactly is a 400 here,
+    never silently trimmed."""
+    if kind not in STEP_KEYS:
+        raise ValueError(f"unknown step kind {kind!r}")
+    messages = []
+    for position, step in enumerate(steps or (), 1):
+        try:
+            messages.append(_step_message(kind, step))
+        except ValueError as exc:
+            raise errors.InvalidParameterValue(f"Invalid {kind} step {position} {step!r}: {exc}") from None
+    return messages
+
+
+def step_dicts(messages: Iterable[pb.Step]) -> list[dict[str, Any]]:
+    """The steps as the api received them: the same keys, the same values."""
+    steps = []
+    for message in messages:
+        step: dict[str, Any] = {"interface": message.interface, "step": message.step}
+        if message.HasField("args_json"):
+            step["args"] = json.loads(message.args_json)
+        if message.HasField("priority"):
+            step["priority"] = message.priority
+        which = message.WhichOneof("order")
+        if which is not None:
+            step["order"] = getattr(message, which)
+        if message.HasField("execute_on_child_nodes"):
+            step["execute_on_child_nodes"] = message.execute_on_child_nodes
+        if message.HasField("limit_child_node_execution"):
+            step["limit_child_node_execution"] = list(message.limit_child_node_execution.idents)
+        steps.append(step)
+    return steps
+
+
+def virtual_media_reply(slots: Iterable[Mapping[str, Any]]) -> pb.VirtualMediaReply:
+    """A management interface's ``get_virtual_media`` list as a reply."""
+    reply = pb.VirtualMediaReply()
+    for slot in slots:
+        message = reply.slots.add(media_types=list(slot.get("media_types") or ()), inserted=bool(slot.get("inserted")))
+        if slot.get("id") is not None:
+            message.id = str(slot["id"])
+        if slot.get("image") is not None:
+            message.image = str(slot["image"])
+    return reply
+
+
+def virtual_media_list(reply: pb.VirtualMediaReply) -> list[dict[str, Any]]:
+    """Ironic's body for GET .../vmedia (1.93): each slot's id (where the BMC has
+    one), media types, image (null when empty) and whether it is inserted."""
+    slots = []
+    for message in reply.slots:
+        slot: dict[str, Any] = {"id": message.id} if message.HasField("id") else {}
+        slot.update(
+            media_types=list(message.media_types),
+            image=message.image if message.HasField("image") else None,
+            inserted=message.inserted,
+        )
+        slots.append(slot)
+    return slots

@@ -20,7 +20,9 @@ from services.common.conductor_messages import (
     deploy_info_dict,
     deploy_progress_dict,
     indicators_message,
+    step_dicts,
     vendor_method_message,
+    virtual_media_reply,
 )
 from services.common.config import Settings
 from services.common.db.conductors import ConductorRepository
@@ -108,11 +110,11 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
                 request.node_uuid,
                 request.event,
                 configdrive=_json_or(request.configdrive_json, None),
-                clean_steps=_json_or(request.clean_steps_json, None),
+                clean_steps=step_dicts(request.clean_steps),
                 rescue_password=request.rescue_password or None,
-                deploy_steps=_json_or(request.deploy_steps_json, None),
+                deploy_steps=step_dicts(request.deploy_steps),
                 disable_ramdisk=request.disable_ramdisk,
-                service_steps=_json_or(request.service_steps_json, None),
+                service_steps=step_dicts(request.service_steps),
             ),
         )
         return pb.Empty()
@@ -232,7 +234,7 @@ class ConductorServicer(pb_grpc.ConductorServiceServicer):
 
     async def GetVirtualMedia(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.VirtualMediaReply:
         media = await self._run(context, request.node_uuid, self.manager.virtual_media.list(request.node_uuid))
-        return pb.VirtualMediaReply(media_json=dumps(media))
+        return virtual_media_reply(media)
 
     async def LookupToken(self, request: pb.NodeRef, context: grpc.aio.ServicerContext) -> pb.LookupTokenReply:
         result = await self._run(context, request.node_uuid, self.manager.agents.lookup_token(request.node_uuid))

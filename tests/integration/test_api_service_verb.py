@@ -77,6 +77,11 @@ async def test_service_is_checked_in_ironics_order(api: VersionedApi) -> None:
         ({"target": "service", "service_steps": [{**STEP, "priority": 10}]}, "Invalid service_steps"),
         ({"target": "service", "service_steps": [{**STEP, "interface": "network"}]}, "Invalid service_steps"),
         ({"target": "service", "service_steps": [{**STEP, "order": -1}]}, "Invalid service_steps"),
+        ({"target": "service", "service_steps": [{**STEP, "execute_on_child_nodes": "yes"}]}, "Invalid service_steps"),
+        (
+            {"target": "service", "service_steps": [{**STEP, "limit_child_node_execution": "c1"}]},
+            "Invalid service_steps",
+        ),
         ({"target": "deleted", "service_steps": [STEP]}, '"service_steps" is only valid'),
         ({"target": "service", "service_steps": [STEP]}, "no interface of the node offers this service step"),
     ],

@@ -179,6 +179,19 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
     await wait_state(nodes, "grpc-new", "available")
     await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="manage"))
     await wait_state(nodes, "grpc-new", "manageable")
+    # A step the conductor's Step message cannot carry (not an object, a key clean steps do not take) is
+    # refused by the api with the step named, before any conductor sees it.
+    bad_cases: list[list[Any]] = [["erase"], [{"interface": "deploy", "step": "erase_devices_metadata", "priority": 5}]]
+    for bad_steps in bad_cases:
+        listed = struct_pb2.ListValue()
+        listed.extend(bad_steps)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await nodes.SetProvisionState(
+                pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=listed)
+            )
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+        assert "Invalid clean step 1" in (caught.value.details() or "")
+    assert (await nodes.GetNode(pb.GetNodeRequest(ident="grpc-new"))).provision_state == "manageable"
     clean_steps = list_value([{"interface": "deploy", "step": "erase_devices_metadata"}])
     await nodes.SetProvisionState(
         pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=clean_steps, disable_ramdisk=True)

@@ -40,7 +40,6 @@ sequence against it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -59,12 +58,13 @@ from pathlib import Path
 from typing import Any
 
 from services.common.ports import unused_tcp_port
+from tests.support.peer_venv import ensure_peer_venv, venv_path
 
 LOG = logging.getLogger(__name__)
 
 CINDER_VERSION = "29.0.0"
 REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".ferrum" / "cache" / "cinder-venv"
+VENV = venv_path("cinder")
 APT_PACKAGES = {  # Debian package: a file it installs
     "rabbitmq-server": "/usr/lib/rabbitmq/bin/rabbitmq-server",
     "lvm2": "/sbin/lvcreate",
@@ -142,24 +142,8 @@ def ensure_apt_packages() -> None:
 
 
 def ensure_cinder_venv() -> Path:
-    """``<repo>/.ferrum/cache/cinder-venv`` with cinder==CINDER_VERSION; its python. Reused when present."""
-    marker = VENV / "ferrum-cinder-version"
-    python = VENV / "bin" / "python"
-    VENV.parent.mkdir(parents=True, exist_ok=True)
-    with open(VENV.parent / "cinder-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time across test processes
-        if marker.exists() and marker.read_text().split()[0] == CINDER_VERSION and python.exists():
-            return python
-        started = time.monotonic()
-        shutil.rmtree(VENV, ignore_errors=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        _run(base, "-m", "venv", str(VENV), timeout=300)
-        _run(str(python), "-m", "pip", "install", "-q", f"cinder=={CINDER_VERSION}", timeout=1800)
-        took = time.monotonic() - started
-        marker.write_text(f"{CINDER_VERSION} installed in {took:.1f}s\n")
-        LOG.warning("installed cinder %s into %s in %.1fs", CINDER_VERSION, VENV, took)
-        print(f"cinder_service: installed cinder {CINDER_VERSION} in {took:.1f}s", file=sys.stderr)
-    return python
+    """A virtualenv with cinder ``CINDER_VERSION``; its python. Reused when present."""
+    return ensure_peer_venv("cinder", f"cinder=={CINDER_VERSION}")
 
 
 # -- leftovers of crashed runs -----------------------------------------------------------------

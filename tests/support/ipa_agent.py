@@ -16,55 +16,28 @@ down"); IPA itself keeps running until the test stops it, by its PID.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
-import shutil
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.ports import unused_tcp_port
+from tests.support.peer_venv import ensure_peer_venv
 
 LOG = logging.getLogger(__name__)
 
 IPA_VERSION = "13.0.0"
 REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".ferrum" / "cache" / "ipa-venv"
 MACHINE = REPO / "tests" / "interop" / "ipa_machine.py"
 STOP_TIMEOUT = 10.0
 
 
-def ensure_ipa_venv(venv: Path = VENV, version: str = IPA_VERSION) -> Path:
-    """``venv`` with ironic-python-agent ``version``; its python. Reused when present."""
-    marker = venv / "ferrum-ipa-version"
-    python = venv / "bin" / "python"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time across test processes
-        if marker.exists() and marker.read_text().split()[0] == version and python.exists():
-            return python
-        started = time.monotonic()
-        shutil.rmtree(venv, ignore_errors=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-        done = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"ironic-python-agent=={version}"],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"installing ironic-python-agent {version} failed: {done.stderr[-2000:]}")
-        took = time.monotonic() - started
-        marker.write_text(f"{version} installed in {took:.1f}s\n")
-        print(f"ipa_agent: installed ironic-python-agent {version} in {took:.1f}s", file=sys.stderr)
-    return python
+def ensure_ipa_venv(version: str = IPA_VERSION) -> Path:
+    """A virtualenv with ironic-python-agent ``version``; its python. Reused when present."""
+    return ensure_peer_venv("ipa", f"ironic-python-agent=={version}")
 
 
 @dataclass

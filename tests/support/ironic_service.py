@@ -24,7 +24,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -33,40 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.ports import unused_tcp_port
+from tests.support.peer_venv import ensure_peer_venv
 
 IRONIC_VERSION = "39.0.0"
 REPO = Path(__file__).resolve().parents[2]
-VENV = REPO / ".ferrum" / "cache" / "ironic-venv"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 10.0
 
 
-def ensure_ironic_venv(venv: Path = VENV, version: str = IRONIC_VERSION) -> Path:
-    """``venv`` with ironic ``version``; its bin directory. Reused when present."""
-    marker = venv / "ferrum-ironic-version"
-    python = venv / "bin" / "python"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time across test processes
-        if marker.exists() and marker.read_text().split()[0] == version and python.exists():
-            return python.parent
-        started = time.monotonic()
-        shutil.rmtree(venv, ignore_errors=True)
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
-        done = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"ironic=={version}"],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"installing ironic {version} failed: {done.stderr[-2000:]}")
-        took = time.monotonic() - started
-        marker.write_text(f"{version} installed in {took:.1f}s\n")
-        print(f"ironic_service: installed ironic {version} in {took:.1f}s", file=sys.stderr)
-    return python.parent
+def ensure_ironic_venv(version: str = IRONIC_VERSION) -> Path:
+    """A virtualenv with ironic ``version``; its bin directory. Reused when present."""
+    return ensure_peer_venv("ironic", f"ironic=={version}").parent
 
 
 def schema_template(bin_dir: Path) -> Path:

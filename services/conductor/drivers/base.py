@@ -236,7 +236,8 @@ class ManagementInterface(BaseInterface):
         raise unsupported(self, "detaching virtual media")
 
     async def get_virtual_media(self, task: Task) -> list[dict[str, Any]]:
-        """Every virtual media slot: ``{"media_types", "image", "inserted"}`` (more keys allowed)."""
+        """Every virtual media slot: ``{"id"?, "media_types", "image", "inserted"}``,
+        the shape conductor.proto's ``VirtualMediaSlot`` carries to the api (other keys are not sent)."""
         raise unsupported(self, "reading virtual media")
 
     async def get_console_tail(self, task: Task, lines: int = 20) -> list[str]:
