@@ -106,6 +106,26 @@ class ConsoleNodeRecord(TypedDict):
     conductor_group: str
 
 
+class BootNodeRecord(TypedDict):
+    """The node columns the iPXE renderer reads (``BootDataRepository``, ``bootdata._COLUMNS``).
+
+    Secrets stay sealed here: nothing the renderer reads is a secret."""
+
+    uuid: str
+    name: str | None
+    driver: str
+    boot_interface: str | None
+    deploy_interface: str | None
+    storage_interface: str | None
+    driver_info: dict[str, Any]
+    driver_internal_info: dict[str, Any]
+    instance_info: dict[str, Any]
+    properties: dict[str, Any]
+    provision_state: str
+    target_provision_state: str | None
+    boot_mode: str | None
+
+
 def node_with(node: NodeRecord, changes: Mapping[str, Any]) -> NodeRecord:
     """A copy of ``node`` with ``changes`` (node columns, as ``NodeRepository.update``
     takes them) applied, for code that changes a node without writing it (a task
