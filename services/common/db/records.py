@@ -23,7 +23,9 @@ from typing import Any, TypedDict, cast
 
 
 class NodeRecord(TypedDict):
-    """A whole row of ``nodes`` (``SELECT *``), its secrets opened by ``NodeSecrets``.
+    """A whole row of ``nodes`` (``SELECT *``), its secrets opened by ``NodeSecrets``
+    (``AllocationRepository.candidates`` hands out whole rows with them still sealed:
+    its caller reads only uuid, driver and conductor_group).
 
     The JSON columns stay ``dict[str, Any]``: driver_info, properties,
     instance_info and extra belong to the user and the driver;
