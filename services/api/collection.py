@@ -11,7 +11,7 @@ a space or non-ASCII text cannot change or cut the query; ``limit`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -22,7 +22,7 @@ PAGING_PARAMS = ("limit", "marker")
 
 def next_link(
     request: web.Request,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
     *,
     base: str,
     limit: int,

@@ -10,6 +10,7 @@ import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
+from services.common.db.records import NodeRecord
 from services.common.db.rows import row_to_dict
 from services.common.request_project import project_var
 
@@ -29,7 +30,7 @@ class EventRepository:
 
     async def record(
         self,
-        node: dict[str, Any],
+        node: NodeRecord,
         *,
         event: str,
         message: str = "",
