@@ -236,8 +236,9 @@ class NodesApi:
                 await self.existing_chassis(values["chassis_uuid"])
         if values.get("parent_node"):
             values["parent_node"] = await linked_parent(self.ctx.nodes, node, values["parent_node"])
-        if not values:
-            return web.json_response(self.node_doc(request, node), dumps=dumps)
+        if not values:  # nothing changes, but the answer is the same full view a change gets
+            unchanged = (await self.with_allocations([node]))[0]
+            return web.json_response(self.node_doc(request, unchanged), dumps=dumps)
         # A new driver or conductor group must have a conductor, or the node could
         # never be reached again; the change goes to that conductor, as in Ironic.
         driver = values.get("driver", node["driver"])
