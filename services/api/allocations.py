@@ -44,7 +44,7 @@ from services.api.validators import MAX_TRAITS, is_valid_name, validate_trait
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.nodes import is_uuid
-from services.common.db.records import AllocationRecord
+from services.common.db.records import AllocationRecord, NodeRecord
 from services.common.db.rows import iso
 from services.common.jsonutil import dumps
 
@@ -178,7 +178,7 @@ class AllocationsApi:
             values.setdefault("resource_class", node["resource_class"])
             self._check_backfill(values, node)
         if values.get("uuid") is None:
-            values["uuid"] = (node or {}).get("instance_uuid") or str(uuidlib.uuid4())
+            values["uuid"] = (node["instance_uuid"] if node is not None else None) or str(uuidlib.uuid4())
         row = await self.repo.create({**values, "state": "allocating"})
         if node is None:
             # Ironic answers at once with the allocation ``allocating`` and picks in the background.
@@ -189,7 +189,7 @@ class AllocationsApi:
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
     @staticmethod
-    def _check_backfill(values: dict[str, Any], node: dict[str, Any]) -> None:
+    def _check_backfill(values: dict[str, Any], node: NodeRecord) -> None:
         """Ironic's backfill_allocation checks: a deployed node that still fits the request."""
         problems = []
         if node["provision_state"] != states.ACTIVE:
@@ -214,7 +214,7 @@ class AllocationsApi:
                 f"not with allocation {values['uuid']}."
             )
 
-    async def _backfill(self, row: AllocationRecord, node: dict[str, Any]) -> AllocationRecord:
+    async def _backfill(self, row: AllocationRecord, node: NodeRecord) -> AllocationRecord:
         """Tie the allocation to its already deployed node; on any failure the record goes again."""
         try:
             if node["instance_uuid"] != row["uuid"]:
@@ -322,7 +322,7 @@ class AllocationsApi:
             where += f" owned or leased by {row['owner']}"
         await self._fail(row, f"No available nodes match the {wanted}{where}")
 
-    async def _finish(self, row: AllocationRecord, node: dict[str, Any]) -> None:
+    async def _finish(self, row: AllocationRecord, node: NodeRecord) -> None:
         """Record the claimed node; if the allocation was deleted meanwhile, give the node back."""
         try:
             await self.repo.finish(row["id"], node_id=node["id"], state="active", last_error=None)

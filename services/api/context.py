@@ -21,6 +21,7 @@ from services.common import errors
 from services.common.config import ApiConfig, Settings
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository, is_uuid
+from services.common.db.records import NodeRecord
 from services.common.endpoints import Endpoints
 from services.common.keyring import Keyring
 
@@ -76,11 +77,11 @@ class ApiContext:
                 raise errors.NotAcceptable(f"Field {key} is not supported at this API version")
         return body
 
-    async def rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
+    async def rpc(self, node: NodeRecord, method: str, message: Any) -> Any:
         """Call ``method`` on the conductor that owns ``node`` on the hash ring."""
         return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)
 
-    async def node_by_ident(self, request: web.Request) -> dict[str, Any]:
+    async def node_by_ident(self, request: web.Request) -> NodeRecord:
         """The node the path's ``{ident}`` names; names only count from 1.5, as in Ironic."""
         ident = request.match_info["ident"]
         if not is_uuid(ident) and request["version"] < NAMES_SINCE:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid as uuidlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import asyncpg
@@ -29,9 +29,9 @@ from services.api.json_patch import apply_patch
 from services.api.node_values import (
     NODE_CREATE_KEYS,
     NODE_READONLY,
-    NODE_TIMESTAMPS,
     checked_node_changes,
     linked_parent,
+    node_from_json,
     validate_node_values,
 )
 from services.api.port_values import validate_port_values
@@ -46,9 +46,9 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
-from services.common.db.records import NodeEventRecord, PortRecord
+from services.common.db.records import NodeEventRecord, NodeRecord, PortRecord
 from services.common.db.runbooks import RunbookRepository
-from services.common.jsonutil import dumps, parse_datetimes
+from services.common.jsonutil import dumps
 from services.common.request_project import project_var
 from services.common.secret_masking import mask_text
 
@@ -84,13 +84,14 @@ def _ts(value: Any) -> timestamp_pb2.Timestamp | None:
     return stamp
 
 
-def node_message(row: dict[str, Any]) -> cpb.Node:
+def node_message(row: NodeRecord) -> cpb.Node:
     masked = views.node_document(row, base="", version=LATEST, full=False)
+    columns: Mapping[str, Any] = row  # the interface columns, read by name
     message = cpb.Node(
         uuid=row["uuid"],
         name=row["name"] or "",
         driver=row["driver"],
-        interfaces={f.removesuffix("_interface"): row[f] for f in INTERFACE_FIELDS if row.get(f)},
+        interfaces={f.removesuffix("_interface"): columns[f] for f in INTERFACE_FIELDS if columns.get(f)},
         driver_info=_struct(masked["driver_info"]),
         driver_internal_info=_struct(masked["driver_internal_info"]),
         instance_info=_struct(masked["instance_info"]),
@@ -223,7 +224,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
     def _json(self, request: Any, name: str) -> Any:
         return json_field(request, name, depth=self.config.max_json_body_depth)
 
-    async def _rpc(self, node: dict[str, Any], method: str, message: Any) -> Any:
+    async def _rpc(self, node: NodeRecord, method: str, message: Any) -> Any:
         return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)
 
     async def CreateNode(self, request: pb.CreateNodeRequest, context: grpc.aio.ServicerContext) -> cpb.Node:
@@ -251,7 +252,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 "CreateNode",
                 conductor_pb.ConductorCreateNodeRequest(node_json=dumps(values)),
             )
-            return node_message(parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS))
+            return node_message(node_from_json(reply.node_json))
 
         return await self._guard(context, run(), request)
 
@@ -307,7 +308,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 "UpdateNode",
                 conductor_pb.ConductorUpdateNodeRequest(node_uuid=node["uuid"], changes_json=dumps(changes)),
             )
-            return node_message(parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS))
+            return node_message(node_from_json(reply.node_json))
 
         return await self._guard(context, run(), request)
 

@@ -32,6 +32,7 @@ from services.api.provision_params import (
 from services.api.runbook_use import STEPS_KEY, resolve_runbook
 from services.common import errors, states
 from services.common.conductor_messages import step_messages
+from services.common.db.records import NodeRecord
 from services.common.db.runbooks import RunbookRepository
 from services.common.jsonutil import dumps
 from services.common.request_project import project_var
@@ -70,7 +71,7 @@ def boolean_argument(name: str, value: Any) -> bool:
     )
 
 
-def accepted(base: str, node: dict[str, Any]) -> web.Response:
+def accepted(base: str, node: NodeRecord) -> web.Response:
     """202 pointing at the node's states, where the client watches the change happen."""
     return web.Response(status=202, headers={"Location": f"{base}/v1/nodes/{node['uuid']}/states"})
 

@@ -8,14 +8,13 @@ limit first. Below 1.37 the routes are 404 (the routes table gates them).
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api.context import ApiContext
 from services.api.validators import MAX_TRAITS, validate_trait
 from services.common import errors
+from services.common.db.records import NodeRecord
 from services.common.jsonutil import dumps
 
 SINCE = (1, 37)
@@ -25,7 +24,7 @@ class NodeTraitsApi:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
 
-    async def _save_traits(self, node: dict[str, Any], traits: list[str]) -> web.Response:
+    async def _save_traits(self, node: NodeRecord, traits: list[str]) -> web.Response:
         await self.ctx.rpc(
             node,
             "UpdateNode",

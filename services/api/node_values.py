@@ -4,14 +4,18 @@ exactly the same things."""
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from services.api.network_data import validate_network_data
 from services.api.validators import is_valid_name
 from services.common import errors, states
 from services.common.boot_values import UnsafeValue, check_node_boot_values
 from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
+from services.common.db.records import NodeRecord
+from services.common.jsonutil import parse_datetimes
 
 NODE_CREATE_KEYS = {
     "uuid",
@@ -84,7 +88,13 @@ NODE_TIMESTAMPS = (
 )
 
 
-def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+def node_from_json(text: str) -> NodeRecord:
+    """The node row a conductor sent back (``node_json``: the whole record, as
+    ``dumps`` wrote it), with its timestamps datetimes again."""
+    return cast(NodeRecord, parse_datetimes(json.loads(text), NODE_TIMESTAMPS))
+
+
+def checked_node_changes(node: NodeRecord, changes: dict[str, Any]) -> dict[str, Any]:
     """A node patch's changes, checked against the node's state (REST PATCH and gRPC PatchNode alike)."""
     if (
         node["target_provision_state"]
@@ -114,7 +124,7 @@ def checked_node_changes(node: dict[str, Any], changes: dict[str, Any]) -> dict[
     return values
 
 
-def _sync_instance_name(node: dict[str, Any], values: dict[str, Any]) -> None:
+def _sync_instance_name(node: NodeRecord, values: dict[str, Any]) -> None:
     """Ironic 1.104: a changed ``instance_info`` with a ``display_name`` (what Nova
     writes) fills ``instance_name`` when the node has none and the same patch
     does not set it; a name set on its own is never overwritten this way."""
@@ -125,11 +135,12 @@ def _sync_instance_name(node: dict[str, Any], values: dict[str, Any]) -> None:
         values["instance_name"] = display
 
 
-async def linked_parent(nodes: NodeRepository, node: dict[str, Any], ident: str) -> str:
+async def linked_parent(nodes: NodeRepository, node: Mapping[str, Any], ident: str) -> str:
     """The UUID of the parent a node names (by UUID or name, REST 1.83), as Ironic's
     ``authorize_node_link``: a parent that does not exist or has another owner is
     the same 400, so nothing tells which. A node cannot be its own parent (Ferrum's
-    check; Ironic stores it, and the node then hides itself from the list)."""
+    check; Ironic stores it, and the node then hides itself from the list).
+    ``node`` is a stored node or the values of one being created."""
     refused = errors.InvalidParameterValue(
         f"Unable to apply the requested parent_node '{ident}'. Requested value was invalid."
     )
@@ -142,7 +153,7 @@ async def linked_parent(nodes: NodeRepository, node: dict[str, Any], ident: str)
     return str(parent["uuid"])
 
 
-def _clear_reason_with_flag(node: dict[str, Any], values: dict[str, Any], flag: str) -> None:
+def _clear_reason_with_flag(node: NodeRecord, values: dict[str, Any], flag: str) -> None:
     """Ironic keeps a ``<flag>_reason`` only while the flag is set: unsetting the
     flag clears it, and a reason for an unset flag is a 400."""
     reason = f"{flag}_reason"

@@ -24,16 +24,17 @@ from services.api.json_patch import apply_patch
 from services.api.node_values import (
     NODE_CREATE_KEYS,
     NODE_READONLY,
-    NODE_TIMESTAMPS,
     checked_node_changes,
     linked_parent,
+    node_from_json,
     validate_node_values,
 )
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.chassis import ChassisRepository
 from services.common.db.nodes import is_uuid
-from services.common.jsonutil import dumps, parse_datetimes
+from services.common.db.records import NodeRecord
+from services.common.jsonutil import dumps
 
 ENROLL_SINCE = (1, 11)  # below it a new node starts available, Ironic's older default
 DETAIL_PARAM_SINCE = (1, 43)
@@ -67,7 +68,7 @@ class NodesApi:
         self.chassis = ChassisRepository(ctx.pool)
 
     def node_doc(
-        self, request: web.Request, row: dict[str, Any], fields: list[str] | None = None, full: bool = True
+        self, request: web.Request, row: NodeRecord, fields: list[str] | None = None, full: bool = True
     ) -> dict[str, Any]:
         """The node as Ironic shows it, with ``conductor`` from the ring as it is now."""
         owner = self.ctx.router.rings.owner(row["uuid"], row["driver"], row["conductor_group"])
@@ -186,13 +187,11 @@ class NodesApi:
         node = (await self.with_allocations([await self.ctx.node_by_ident(request)]))[0]
         return web.json_response(self.node_doc(request, node, fields), dumps=dumps)
 
-    async def with_allocations(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def with_allocations(self, rows: list[NodeRecord]) -> list[views.ShownNode]:
         """Node rows with ``allocation_uuid`` (1.52). An allocation sets the node's
         instance_uuid, so only nodes with an instance can have one: no query otherwise."""
-        uuids = await self.allocations.uuids_for_nodes([r["id"] for r in rows if r.get("instance_uuid") and "id" in r])
-        for row in rows:
-            row["allocation_uuid"] = uuids.get(row.get("id"))
-        return rows
+        uuids = await self.allocations.uuids_for_nodes([r["id"] for r in rows if r["instance_uuid"]])
+        return [{**row, "allocation_uuid": uuids.get(row["id"])} for row in rows]
 
     async def create_node(self, request: web.Request) -> web.Response:
         body = await self.ctx.create_body(request, "node", NODE_CREATE_KEYS, views.NODE_FIELD_VERSIONS)
@@ -214,8 +213,7 @@ class NodesApi:
             "CreateNode",
             cpb.ConductorCreateNodeRequest(node_json=dumps(values)),
         )
-        node = parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS)
-        doc = self.node_doc(request, node)
+        doc = self.node_doc(request, node_from_json(reply.node_json))
         return web.json_response(doc, status=201, dumps=dumps, headers={"Location": doc["links"][0]["href"]})
 
     async def patch_node(self, request: web.Request) -> web.Response:
@@ -238,8 +236,9 @@ class NodesApi:
                 await self.existing_chassis(values["chassis_uuid"])
         if values.get("parent_node"):
             values["parent_node"] = await linked_parent(self.ctx.nodes, node, values["parent_node"])
-        if not values:
-            return web.json_response(self.node_doc(request, node), dumps=dumps)
+        if not values:  # nothing changes, but the answer is the same full view a change gets
+            unchanged = (await self.with_allocations([node]))[0]
+            return web.json_response(self.node_doc(request, unchanged), dumps=dumps)
         # A new driver or conductor group must have a conductor, or the node could
         # never be reached again; the change goes to that conductor, as in Ironic.
         driver = values.get("driver", node["driver"])
@@ -257,7 +256,7 @@ class NodesApi:
                 reset_interfaces=params.parse_bool(reset or "false", "reset_interfaces"),
             ),
         )
-        updated = (await self.with_allocations([parse_datetimes(json.loads(reply.node_json), NODE_TIMESTAMPS)]))[0]
+        updated = (await self.with_allocations([node_from_json(reply.node_json)]))[0]
         return web.json_response(self.node_doc(request, updated), dumps=dumps)
 
     async def list_children(self, request: web.Request) -> web.Response:
@@ -281,7 +280,7 @@ class NodesApi:
             raise errors.InvalidParameterValue(str(exc)) from None
 
     @staticmethod
-    def node_doc_for_patch(node: dict[str, Any]) -> dict[str, Any]:
+    def node_doc_for_patch(node: NodeRecord) -> dict[str, Any]:
         """The patchable view: stored fields only, as JSON types, so a patch compares like with like."""
         doc = {k: node.get(k) for k in views.NODE_FIELD_VERSIONS if k in node}
         return json.loads(dumps(doc))

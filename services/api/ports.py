@@ -24,7 +24,7 @@ from services.common import errors
 from services.common.db.nodes import is_uuid
 from services.common.db.portgroups import PortgroupRepository
 from services.common.db.ports import PortRepository
-from services.common.db.records import PortRecord
+from services.common.db.records import NodeRecord, PortRecord
 from services.common.jsonutil import dumps
 
 PORTGROUP_FILTER_SINCE = (1, 24)
@@ -245,14 +245,14 @@ class PortsApi:
             raise errors.InvalidParameterValue(f"Expected a logical name or UUID but received {ident}.")
         return await self.ports.get(ident)
 
-    async def _node_of_port(self, node_uuid: str) -> dict[str, Any]:
+    async def _node_of_port(self, node_uuid: str) -> NodeRecord:
         """A port's node; one that does not exist is a 400 (the request is about the port), as in Ironic."""
         try:
             return await self.ctx.nodes.get(node_uuid)
         except errors.NotFound:
             raise errors.InvalidParameterValue(f"Node {node_uuid} could not be found.") from None
 
-    async def _node_of_port_ident(self, ident: Any) -> dict[str, Any]:
+    async def _node_of_port_ident(self, ident: Any) -> NodeRecord:
         """``node_ident`` (1.94): the node by name or UUID; one that does not exist is a 400."""
         if not isinstance(ident, str) or not (is_uuid(ident) or is_valid_name(ident)):
             raise errors.InvalidParameterValue(f"Expected a logical name or UUID for node_ident but received {ident}.")

@@ -11,7 +11,6 @@ both are 404 (the routes table gates them).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,10 +19,12 @@ from aiohttp import web
 from ferrum.v1 import conductor_pb2 as cpb
 from services.api import views
 from services.api.context import ApiContext
+from services.api.node_values import node_from_json
 from services.api.validators import MAC_RE
 from services.common import errors, states
 from services.common.conductor_messages import deploy_info_message, deploy_progress_message
 from services.common.db.nodes import is_uuid
+from services.common.db.records import NodeRecord
 from services.common.jsonutil import dumps
 
 NOT_FOUND = (
@@ -61,7 +62,7 @@ class RamdiskApi:
             raise errors.InvalidParameterValue(
                 "IncompleteLookup: one of 'addresses' (a valid MAC) or 'node_uuid' is required"
             )
-        node: dict[str, Any] | None
+        node: NodeRecord | None
         if node_uuid:
             try:
                 node = await self.ctx.nodes.get(node_uuid)
@@ -75,12 +76,12 @@ class RamdiskApi:
             reply = await self.ctx.rpc(node, "LookupToken", cpb.NodeRef(node_uuid=node["uuid"]))
         except errors.NotFound:
             raise errors.NotFound(NOT_FOUND) from None
-        fresh = json.loads(reply.node_json) if reply.node_json else node
+        fresh = node_from_json(reply.node_json) if reply.node_json else node
         return web.Response(
             text=dumps(self.lookup_document(request, fresh, reply.agent_token)), content_type="application/json"
         )
 
-    def lookup_document(self, request: web.Request, fresh: dict[str, Any], token: str) -> dict[str, Any]:
+    def lookup_document(self, request: web.Request, fresh: NodeRecord, token: str) -> dict[str, Any]:
         """What lookup answers (and continue_inspection from 1.84): the node's agent view and the agent's config."""
         base = self.ctx.base(request)
         return {
@@ -231,7 +232,7 @@ class RamdiskApi:
                 reply = await self.ctx.rpc(node, "LookupToken", cpb.NodeRef(node_uuid=node["uuid"]))
             except errors.NotFound:
                 raise errors.NotFound(NOT_FOUND) from None
-            token, node = reply.agent_token, (json.loads(reply.node_json) if reply.node_json else node)
+            token, node = reply.agent_token, (node_from_json(reply.node_json) if reply.node_json else node)
         try:
             await self.ctx.rpc(
                 node, "ContinueInspection", cpb.ContinueInspectionRequest(node_uuid=node["uuid"], data_json=dumps(body))
@@ -241,10 +242,10 @@ class RamdiskApi:
         doc = self.lookup_document(request, node, token) if newer else {"uuid": node["uuid"]}
         return web.Response(status=202, text=dumps(doc), content_type="application/json")
 
-    async def inspected_node(self, macs: list[str], node_uuid: str | None) -> dict[str, Any]:
+    async def inspected_node(self, macs: list[str], node_uuid: str | None) -> NodeRecord:
         """The node in ``inspect wait`` that ``node_uuid`` and the MACs name, as Ironic's
         inspection lookup: the MACs must not belong to another node; any failure is one 404."""
-        node: dict[str, Any] | None = None
+        node: NodeRecord | None = None
         if node_uuid:
             try:
                 node = await self.ctx.nodes.get(node_uuid)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common import errors
-from services.common.db.records import RunbookRecord, RunbookStep
+from services.common.db.records import NodeRecord, RunbookRecord, RunbookStep
 from services.common.db.runbooks import RunbookRepository
 
 SINCE = (1, 92)
@@ -50,7 +50,7 @@ def ordered_steps(steps: list[RunbookStep]) -> list[dict[str, Any]]:
     return sorted(converted, key=lambda s: int(s["order"]))
 
 
-def check_node_approved(runbook: RunbookRecord, node: dict[str, Any], version: tuple[int, int]) -> None:
+def check_node_approved(runbook: RunbookRecord, node: NodeRecord, version: tuple[int, int]) -> None:
     """Ironic's trait rule for running ``runbook`` on ``node`` at ``version``."""
     node_traits = set(node.get("traits") or [])
     if version >= TRAITS_SINCE:
@@ -75,7 +75,7 @@ def check_node_approved(runbook: RunbookRecord, node: dict[str, Any], version: t
 
 async def resolve_runbook(
     runbooks: RunbookRepository,
-    node: dict[str, Any],
+    node: NodeRecord,
     ident: Any,
     *,
     verb: str,

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from services.common import errors, states
+from services.common.db.records import NodeRecord
 from services.common.db.rows import iso
 from services.common.secret_masking import MASK, mask_dict, mask_text, mask_value
 
@@ -140,8 +141,15 @@ def check_fields(fields: Iterable[str], known: dict[str, tuple[int, int]], versi
     return result
 
 
+class ShownNode(NodeRecord, total=False):
+    """A node row as the REST API shows it: with ``allocation_uuid`` (1.52), which
+    ``NodesApi.with_allocations`` adds where a request needs it."""
+
+    allocation_uuid: str | None
+
+
 def node_document(
-    row: dict[str, Any],
+    row: NodeRecord,
     *,
     base: str,
     version: tuple[int, int],
@@ -151,13 +159,14 @@ def node_document(
 ) -> dict[str, Any]:
     """One node as Ironic returns it at ``version``."""
     doc: dict[str, Any] = {}
+    columns: Mapping[str, Any] = row  # the walk below reads columns by name
     for key, since in NODE_FIELD_VERSIONS.items():
         if since > version:
             continue
         if key == "links":
             doc[key] = links(base, "nodes", row["uuid"])
         elif key in _TIMESTAMPS:
-            doc[key] = iso(row.get(key))
+            doc[key] = iso(columns.get(key))
         elif key == "driver_info":
             doc[key] = mask_secrets(row["driver_info"])
         elif key == "driver_internal_info":
@@ -165,21 +174,22 @@ def node_document(
         elif key == "instance_info":
             doc[key] = mask_instance_info(row["instance_info"])
         elif key == "last_error":
-            doc[key] = mask_text(row["last_error"]) if row.get("last_error") else row.get("last_error")
+            last_error = row["last_error"]
+            doc[key] = mask_text(last_error) if last_error else last_error
         elif key == "chassis_uuid":
             doc[key] = row.get("chassis_uuid")
         elif key == "allocation_uuid":
-            doc[key] = row.get("allocation_uuid")  # filled in by NodesApi.with_allocations
+            doc[key] = columns.get("allocation_uuid")  # filled in by NodesApi.with_allocations
         elif key == "console_enabled":
             doc[key] = bool(row.get("console_enabled"))
         elif key == "conductor":
             doc[key] = conductor
         elif key in ("clean_step", "deploy_step", "service_step"):
-            doc[key] = mask_value(row.get(key) or {})  # step arguments may carry passwords
+            doc[key] = mask_value(columns.get(key) or {})  # step arguments may carry passwords
         elif key == "automated_clean":
             doc[key] = row.get("automated_clean")
         else:
-            doc[key] = row.get(key)
+            doc[key] = columns.get(key)
     if "provision_state" in doc:
         doc["provision_state"] = provision_state_for_version(doc["provision_state"], version)
     if full:
@@ -207,8 +217,8 @@ def provision_state_for_version(state: str | None, version: tuple[int, int]) -> 
     return state
 
 
-def node_states_document(row: dict[str, Any], version: tuple[int, int]) -> dict[str, Any]:
-    doc = {
+def node_states_document(row: NodeRecord, version: tuple[int, int]) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "console_enabled": bool(row.get("console_enabled")),
         "last_error": mask_text(row["last_error"]) if row["last_error"] else row["last_error"],
         "power_state": row["power_state"],

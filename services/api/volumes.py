@@ -25,6 +25,7 @@ from services.api.json_patch import apply_patch
 from services.common import errors, states
 from services.common.boot_values import UnsafeValue, check_volume_connector_values, check_volume_target_values
 from services.common.db.nodes import is_uuid
+from services.common.db.records import NodeRecord
 from services.common.db.rows import iso
 from services.common.db.volumes import VolumeRecord, VolumeRepository
 from services.common.jsonutil import dumps
@@ -169,7 +170,7 @@ class VolumeRecordsApi:
         except UnsafeValue as exc:
             raise errors.InvalidParameterValue(str(exc)) from None
 
-    async def _node_for_change(self, node_uuid: str, *, action: str) -> dict[str, Any]:
+    async def _node_for_change(self, node_uuid: str, *, action: str) -> NodeRecord:
         """The node, once it is unlocked and may have its volumes changed.
 
         Ironic's conductor takes the node lock for a volume change and retries

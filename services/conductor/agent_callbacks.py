@@ -21,7 +21,7 @@ from typing import Any
 from services.common import errors, states
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
-from services.common.db.records import ConductorRecord
+from services.common.db.records import ConductorRecord, NodeRecord
 from services.conductor.drivers import iscsi
 from services.conductor.drivers.base import Task
 from services.conductor.flows import clean, deploy, rescue
@@ -40,7 +40,7 @@ CONTINUATIONS: Mapping[str, tuple[str, Callable[[NodeStates, Task], Awaitable[No
 BUSY_STATES = frozenset(busy for busy, _ in CONTINUATIONS.values())
 
 
-def _awaits_deploy_info(node: Mapping[str, Any]) -> bool:
+def _awaits_deploy_info(node: NodeRecord) -> bool:
     info = node["driver_internal_info"]
     return (
         node["provision_state"] == states.DEPLOYWAIT
@@ -70,7 +70,7 @@ class AgentCallbacks:
         self.nodes = NodeRepository(node_states.pool, secrets=node_states.secrets)
         self._retries: dict[tuple[str, str], asyncio.Task[None]] = {}
 
-    async def lookup_token(self, node_uuid: str) -> tuple[str, dict[str, Any]]:
+    async def lookup_token(self, node_uuid: str) -> tuple[str, NodeRecord]:
         """The one-time token on the first lookup, ``******`` afterwards (CONTRACT 5.1)."""
         node = await self.nodes.get(node_uuid)
         if node["provision_state"] not in states.LOOKUP_ALLOWED_STATES:
@@ -85,7 +85,7 @@ class AgentCallbacks:
         await self.states.record_event(node, "agent-lookup", "Agent looked the node up; token issued")
         return node["driver_internal_info"]["agent_secret_token"], node
 
-    async def _reissue_if_stranded(self, node: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    async def _reissue_if_stranded(self, node: NodeRecord) -> tuple[str, NodeRecord]:
         """``******`` for a token already issued, as Ironic, unless it is stranded: stored by a
         conductor that died before its reply reached the agent (the api then retries the lookup
         here), and never used by a heartbeat. Masking that one would lock the ramdisk out until
@@ -134,7 +134,8 @@ class AgentCallbacks:
             raise errors.InvalidParameterValue('Detected change in ramdisk provided "callback_url"')
         if agent_verify_ca and info.get("agent_verify_ca") and info["agent_verify_ca"] != agent_verify_ca:
             raise errors.InvalidParameterValue('Detected change in ramdisk provided "agent_verify_ca"')
-        locked = bool(node["reservation"]) and node["reservation_expires_at"] > datetime.datetime.now(datetime.UTC)
+        expires = node["reservation_expires_at"]  # set whenever reservation is (a CHECK in the schema)
+        locked = bool(node["reservation"]) and expires is not None and expires > datetime.datetime.now(datetime.UTC)
         if not info.get("agent_url") and locked and node["provision_state"] not in (*CONTINUATIONS, *BUSY_STATES):
             raise errors.NodeLocked(f"Node {node_uuid} is locked by host {node['reservation']}, please retry later.")
         values: dict[str, Any] = {
@@ -194,7 +195,7 @@ class AgentCallbacks:
                     )
 
     @staticmethod
-    def _accepted_deploy_info(node: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
+    def _accepted_deploy_info(node: NodeRecord, report: Mapping[str, Any]) -> dict[str, Any]:
         """The driver_internal_info a valid report sets; 400 for a bad or
         unauthenticated one, 409 when the node is not waiting for it."""
         uuid = node["uuid"]

@@ -103,7 +103,8 @@ class InventoryProcessing:
         if not rules:
             return []
         ports = {str(p["uuid"]): p for p in await self.ports.list_for_node_ids([task.node["id"]])}
-        node = copy.deepcopy(task.node)
+        # The rules' working copy: paths may name any key, and what they change is checked below.
+        node = copy.deepcopy(dict[str, Any](task.node))
         node["traits"] = list(node.get("traits") or [])
         target = RuleTarget(
             node=node,

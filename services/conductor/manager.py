@@ -30,7 +30,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
-from services.common.db.records import NodeInventoryRecord
+from services.common.db.records import NodeInventoryRecord, NodeRecord
 from services.common.db.vifs import VifRepository
 from services.common.inspection_rules.built_in import load_built_in_rules
 from services.common.password_hash import hash_password
@@ -237,7 +237,7 @@ class ConductorManager:
 
     # -- node records ----------------------------------------------------------
 
-    async def create_node(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create_node(self, values: Mapping[str, Any]) -> NodeRecord:
         unknown = set(values) - NODE_CREATE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
@@ -252,7 +252,7 @@ class ConductorManager:
 
     async def update_node(
         self, node_uuid: str, changes: Mapping[str, Any], *, reset_interfaces: bool = False
-    ) -> dict[str, Any]:
+    ) -> NodeRecord:
         """Apply a validated patch under the node's lock (a node busy elsewhere is
         NodeLocked at once, and no operation can start half-way through the
         write); re-resolve interfaces when driver/interfaces change."""
@@ -263,9 +263,7 @@ class ConductorManager:
             )
         return {**saved, "reservation": None, "reservation_expires_at": None}  # released on the way out
 
-    def _resolved_changes(
-        self, node: Mapping[str, Any], changes: Mapping[str, Any], reset_interfaces: bool
-    ) -> dict[str, Any]:
+    def _resolved_changes(self, node: NodeRecord, changes: Mapping[str, Any], reset_interfaces: bool) -> dict[str, Any]:
         changed = dict(changes)
         touches_driver = "driver" in changed or any(f in changed for f in COMPOSED_INTERFACE_FIELDS)
         if node.get("console_enabled") and any(
@@ -314,7 +312,7 @@ class ConductorManager:
             await self.consoles.stop_for_deletion(task)
             await self.nodes.delete(node_uuid)
             await EventRepository(self.pool).record(
-                {**node, "id": None}, event="delete", message="Node deleted", conductor=self.hostname, history=False
+                node, event="delete", message="Node deleted", conductor=self.hostname, history=False
             )
 
     # -- provisioning --------------------------------------------------------------
@@ -446,7 +444,7 @@ class ConductorManager:
         return await self.inspection.inventories.get(node["id"], node["uuid"])
 
     @staticmethod
-    def _abort_after_step(node: Mapping[str, Any]) -> bool:
+    def _abort_after_step(node: NodeRecord) -> bool:
         step = node.get("clean_step") or {}
         return node["provision_state"] == states.CLEANWAIT and bool(step) and not step.get("abortable")
 
@@ -600,7 +598,7 @@ class ConductorManager:
             await self.states.record_event(task.node, "vif-detach", f"VIF {vif_id} detached", event_type="network")
 
 
-def _refuse_second_instance(node: Mapping[str, Any], changes: Mapping[str, Any]) -> None:
+def _refuse_second_instance(node: NodeRecord, changes: Mapping[str, Any]) -> None:
     """An instance_uuid is never overwritten by another one, as on Ironic (NodeAssociated, 409):
     two Nova computes racing for one node both PATCH it (``prepare_for_spawn``), and the
     loser must learn that it lost rather than take the node from the winner."""

@@ -21,6 +21,7 @@ from services.common.config import ConductorConfig
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
+from services.common.db.records import NodeRecord
 from services.common.db.vifs import VIF_KEY, VifRepository
 from services.conductor import firmware_cache
 from services.conductor.configdrive_store import ConfigDriveStore
@@ -81,7 +82,7 @@ class NodeStates:
         changes: Mapping[str, Any] | None = None,
         severity: str = "INFO",
         note: str = "",
-    ) -> dict[str, Any]:
+    ) -> NodeRecord:
         """Move the locked node by ``event`` through the table and record it
         (``note`` is appended to the history message)."""
         node = task.node
@@ -125,7 +126,7 @@ class NodeStates:
 
     async def record_event(
         self,
-        node: Mapping[str, Any],
+        node: NodeRecord,
         event: str,
         message: str,
         *,
@@ -133,7 +134,7 @@ class NodeStates:
         event_type: str = "provisioning",
     ) -> None:
         await EventRepository(self.pool).record(
-            dict(node), event=event, message=message, conductor=self.hostname, severity=severity, event_type=event_type
+            node, event=event, message=message, conductor=self.hostname, severity=severity, event_type=event_type
         )
 
     async def save_with_event(
@@ -145,7 +146,7 @@ class NodeStates:
         message: str,
         severity: str = "INFO",
         event_type: str = "provisioning",
-    ) -> dict[str, Any]:
+    ) -> NodeRecord:
         """Node fields and their event in one transaction, under the lock."""
         async with self.pool.acquire() as conn, conn.transaction():
             saved = await NodeRepository(conn, secrets=self.secrets).update(

@@ -28,7 +28,7 @@ from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.conductors import ConductorRepository
 from services.common.db.nodes import NodeRepository
-from services.common.db.records import ConductorRecord
+from services.common.db.records import ConductorRecord, NodeRecord
 from services.common.hashring import ConductorRings
 from services.conductor.drivers.base import Task
 from services.conductor.flows import resume
@@ -83,6 +83,8 @@ class TakeOver:
             if owner is None or owner["hostname"] != self.hostname:
                 continue  # its owner on the ring adopts it (the api routes the node there too)
             holder = node["reservation"]
+            if holder is None:
+                continue  # released since it was read
             taken = await self.tasks.take_over(node["uuid"], dead_holder=holder)
             if taken is None:
                 continue  # someone else was faster, or the holder released it
@@ -104,7 +106,7 @@ class TakeOver:
                     LOG.warning("after the take-over: %s", exc.message)
         return adopted
 
-    async def resume_adopted(self, node: dict[str, Any], *, reason: str, claimed: bool = False) -> None:
+    async def resume_adopted(self, node: NodeRecord, *, reason: str, claimed: bool = False) -> None:
         """Resume a node this conductor holds the lock of, in the background."""
         try:
             async with self.tasks.adopt(node, "take-over", claimed=claimed) as task:
@@ -129,7 +131,7 @@ class TakeOver:
             elif node["driver_internal_info"].get("agent_url") and not node["maintenance"]:
                 await self._continue_waiting(node, old["hostname"])
 
-    async def _take_over_active(self, node: dict[str, Any], previous: str) -> None:
+    async def _take_over_active(self, node: NodeRecord, previous: str) -> None:
         try:
             async with self.tasks.acquire(node["uuid"], "take-over") as task:
                 await _interfaces_take_over(task)
@@ -142,7 +144,7 @@ class TakeOver:
             LOG.exception("take over failed node_uuid=%s", node["uuid"])
             await self.nodes.update(node["uuid"], {"last_error": f"take over failed: {exc}"})
 
-    async def _continue_waiting(self, node: dict[str, Any], previous: str) -> None:
+    async def _continue_waiting(self, node: NodeRecord, previous: str) -> None:
         try:
             async with self.tasks.acquire(node["uuid"], "take-over") as task:
                 if task.node["provision_state"] not in WAITING_FOR_AGENT:
@@ -162,7 +164,7 @@ async def _interfaces_take_over(task: Task) -> None:
         await getattr(task.driver, kind).take_over(task)
 
 
-async def adopt_own(takeover: TakeOver, nodes: Iterable[dict[str, Any]], *, reason: str) -> None:
+async def adopt_own(takeover: TakeOver, nodes: Iterable[NodeRecord], *, reason: str) -> None:
     """A restarted conductor's previous incarnation left these locked: resume them."""
     for node in nodes:
         await takeover.resume_adopted(node, reason=reason)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -29,7 +29,7 @@ from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
-from services.common.db.records import NodeVolumeConnector, NodeVolumeTarget, PortRecord, VolumeTargetRecord
+from services.common.db.records import NodeRecord, NodeVolumeConnector, NodeVolumeTarget, PortRecord, VolumeTargetRecord
 from services.common.db.volumes import VolumeRepository, node_volumes, nodes_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.console_proxy import ConsoleProxies
@@ -118,7 +118,7 @@ class TaskManager:
         async with self._locked(node, purpose) as task:
             yield task
 
-    async def take_over(self, node_uuid: str, *, dead_holder: str) -> dict[str, Any] | None:
+    async def take_over(self, node_uuid: str, *, dead_holder: str) -> NodeRecord | None:
         """Move ``dead_holder``'s lock on the node to this conductor; None if another was
         faster or the holder let go. The node counts as held here from before the UPDATE
         is sent: the row lock is per hostname, so an operation of this conductor starting
@@ -138,7 +138,7 @@ class TaskManager:
         return taken
 
     @contextlib.asynccontextmanager
-    async def adopt(self, node: dict[str, Any], purpose: str, *, claimed: bool = False) -> AsyncIterator[Task]:
+    async def adopt(self, node: NodeRecord, purpose: str, *, claimed: bool = False) -> AsyncIterator[Task]:
         """A node whose lock this conductor already holds in the database: taken over
         (``claimed``: :meth:`take_over` marked it held) or left by its own previous run."""
         if not claimed:
@@ -149,7 +149,7 @@ class TaskManager:
             yield task
 
     @contextlib.asynccontextmanager
-    async def _locked(self, node: dict[str, Any], purpose: str) -> AsyncIterator[Task]:
+    async def _locked(self, node: NodeRecord, purpose: str) -> AsyncIterator[Task]:
         task: Task | None = None
         try:
             task = await self.build_task(node, purpose=purpose)
@@ -160,7 +160,7 @@ class TaskManager:
                 await self.release(node["uuid"])
 
     @contextlib.asynccontextmanager
-    async def reserved(self, node_uuid: str) -> AsyncIterator[dict[str, Any]]:
+    async def reserved(self, node_uuid: str) -> AsyncIterator[NodeRecord]:
         """The node locked for a plain field update: no task, so no driver is
         composed (a PATCH may be what repairs a node whose driver cannot load)."""
         node = await self._reserve(node_uuid)
@@ -174,7 +174,7 @@ class TaskManager:
         and validation only, never a change."""
         return await self.build_task(await self.nodes.get(node_uuid))
 
-    async def _reserve(self, node_uuid: str) -> dict[str, Any]:
+    async def _reserve(self, node_uuid: str) -> NodeRecord:
         if node_uuid in self._held:
             # The row lock is per conductor hostname, so a second operation in
             # this process would get it too: refuse it here.
@@ -189,7 +189,7 @@ class TaskManager:
             self._held.discard(node_uuid)
             raise
 
-    async def shared_many(self, nodes: list[dict[str, Any]]) -> list[Task | errors.FerrumError]:
+    async def shared_many(self, nodes: list[NodeRecord]) -> list[Task | errors.FerrumError]:
         """``shared`` for nodes already read: their ports and volumes in two queries, whatever
         their number (the power sync reads thousands of nodes a cycle). A node whose driver
         cannot be composed (an interface no longer enabled) gets its error in its place."""
@@ -206,14 +206,14 @@ class TaskManager:
                 tasks.append(exc)
         return tasks
 
-    async def build_task(self, node: dict[str, Any], *, purpose: str = "") -> Task:
+    async def build_task(self, node: NodeRecord, *, purpose: str = "") -> Task:
         ports = await self.ports.list_for_node_ids([node["id"]])
         targets, connectors = await node_volumes(self.pool, node["id"])
         return self._task(node, ports, targets, connectors, purpose=purpose)
 
     def _task(
         self,
-        node: dict[str, Any],
+        node: NodeRecord,
         ports: list[PortRecord],
         targets: list[NodeVolumeTarget],
         connectors: list[NodeVolumeConnector],
@@ -247,7 +247,7 @@ class TaskManager:
             target_uuid, {"properties": dict(properties)}
         )
 
-    async def _update_fields(self, node_uuid: str, changes: Any) -> dict[str, Any]:
+    async def _update_fields(self, node_uuid: str, changes: Mapping[str, Any]) -> NodeRecord:
         return await self.nodes.update(node_uuid, changes, expect_reservation=self.hostname)
 
     async def release(self, node_uuid: str) -> None:

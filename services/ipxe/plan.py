@@ -22,6 +22,7 @@ from typing import Any
 from services.common import node_capabilities, states
 from services.common.boot_values import check_append_params
 from services.common.db.bootdata import BootData
+from services.common.db.records import BootNodeRecord
 from services.ipxe import safety
 
 RAMDISK_STATES = frozenset(
@@ -69,7 +70,7 @@ class Plan:
     values: Mapping[str, Any] = field(default_factory=dict)
 
 
-def boot_mode(node: Mapping[str, Any], default: str) -> str:
+def boot_mode(node: BootNodeRecord, default: str) -> str:
     """bios or uefi: the node's boot_mode, its capabilities, instance_info, else the default."""
     candidates: list[Any] = [node.get("boot_mode")]
     candidates.append(node_capabilities.of_node(node).get("boot_mode"))
@@ -80,7 +81,7 @@ def boot_mode(node: Mapping[str, Any], default: str) -> str:
     return default
 
 
-def _booting_instance(node: Mapping[str, Any]) -> bool:
+def _booting_instance(node: BootNodeRecord) -> bool:
     """The deploy powers the instance on while the node is still ``deploying``
     (it becomes ``active`` once the deploy returns): a machine that
     network-boots its instance asks now, and must get the instance, not the
@@ -175,7 +176,7 @@ def _active_plan(data: BootData, common: dict[str, Any], options: PlanOptions) -
 
 
 def _partition_image_plan(
-    node: Mapping[str, Any], internal: Mapping[str, Any], common: dict[str, Any], options: PlanOptions
+    node: BootNodeRecord, internal: Mapping[str, Any], common: dict[str, Any], options: PlanOptions
 ) -> Plan:
     """A partition image netboots its own kernel and ramdisk with its root file
     system by UUID (Ironic's ``root={{ ROOT }} ro text``)."""
@@ -196,7 +197,7 @@ def _partition_image_plan(
 _ROOT_UUID = re.compile(r"^[0-9A-Fa-f-]{4,64}$")
 
 
-def _instance_ramdisk_plan(node: Mapping[str, Any], common: dict[str, Any], options: PlanOptions) -> Plan:
+def _instance_ramdisk_plan(node: BootNodeRecord, common: dict[str, Any], options: PlanOptions) -> Plan:
     instance = node.get("instance_info") or {}
     if instance.get("boot_iso"):
         iso = safety.check_url(instance["boot_iso"], field="instance_info boot_iso")
@@ -312,7 +313,7 @@ def _san_plan(data: BootData, boot_target: Mapping[str, Any], common: dict[str, 
     )
 
 
-def _nfs_plan(node: Mapping[str, Any], target: Mapping[str, Any], common: dict[str, Any], options: PlanOptions) -> Plan:
+def _nfs_plan(node: BootNodeRecord, target: Mapping[str, Any], common: dict[str, Any], options: PlanOptions) -> Plan:
     """NFS root: the instance kernel and ramdisk with ``root=/dev/nfs nfsroot=..``."""
     props = target.get("properties") or {}
     instance = node.get("instance_info") or {}

@@ -563,6 +563,10 @@ async def test_allocation_claims_a_matching_node_and_releases_it(api: str) -> No
     assert node["instance_uuid"] == alloc["uuid"] and node["allocation_uuid"] == alloc["uuid"]
     _, listed = await call("GET", f"{api}/v1/nodes/detail?resource_class=gold")
     assert [n["allocation_uuid"] for n in listed["nodes"]] == [alloc["uuid"]]
+    status, patched = await call(  # a PATCH that changes nothing still shows the allocation
+        "PATCH", f"{api}/v1/nodes/alloc-gold", [{"op": "replace", "path": "/resource_class", "value": "gold"}]
+    )
+    assert status == 200 and patched["allocation_uuid"] == alloc["uuid"], patched
     _, old_view = await call("GET", f"{api}/v1/nodes/alloc-gold", version="1.51")
     assert "allocation_uuid" not in old_view
 

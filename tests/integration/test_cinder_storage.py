@@ -29,6 +29,7 @@ from tests.conftest import test_settings
 from tests.restclient import call, wait_state
 from tests.support.cinder_service import cinder_service
 from tests.support.cinder_smoke import Rest
+from tests.support.node_records import node_record
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -89,14 +90,13 @@ def make_task(
         for index, volume_id in enumerate(volume_ids)
     ]
     task = base.Task(
-        node={
-            "uuid": node_uuid,
-            "instance_uuid": instance_uuid,
-            "instance_info": dict(instance_info),
-            "properties": {"capabilities": "iscsi_boot:true"},
-            "provision_state": provision_state,
-            "driver_internal_info": {},
-        },
+        node=node_record(
+            uuid=node_uuid,
+            instance_uuid=instance_uuid,
+            instance_info=dict(instance_info),
+            properties={"capabilities": "iscsi_boot:true"},
+            provision_state=provision_state,
+        ),
         ports=[],
         driver=None,  # type: ignore[arg-type]  # the storage interface never reads it
         conductor="test",

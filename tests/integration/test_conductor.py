@@ -16,6 +16,7 @@ from services.common.config import ConductorConfig
 from services.common.db.conductors import ConductorRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.pool import create_pool
+from services.common.db.records import NodeRecord
 from services.common.keyring import Keyring
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.manager import ConductorManager
@@ -36,7 +37,7 @@ def manager(pool, hostname: str, **config) -> ConductorManager:
 
 async def new_node(
     m: ConductorManager, state: str = states.ENROLL, target_provision_state: str | None = None, **fields
-) -> dict:
+) -> NodeRecord:
     node = await m.create_node({"driver": "fake-hardware", "provision_state": state, **fields})
     if target_provision_state:
         node = await m.nodes.update(node["uuid"], {"target_provision_state": target_provision_state})
@@ -152,7 +153,7 @@ async def test_callback_timeout_fails_the_deploy(pool) -> None:
     await pool.execute("UPDATE nodes SET provision_updated_at = now() WHERE uuid = $1::uuid", fresh["uuid"])
     assert await PeriodicWork(m, registration={}).check_callback_timeouts() == 1
     after = await m.nodes.get(node["uuid"])
-    assert after["provision_state"] == states.DEPLOYFAIL and "Timeout reached" in after["last_error"]
+    assert after["provision_state"] == states.DEPLOYFAIL and "Timeout reached" in (after["last_error"] or "")
     assert (await m.nodes.get(fresh["uuid"]))["provision_state"] == states.DEPLOYWAIT
 
 

@@ -1,16 +1,15 @@
-"""Every record type lists exactly the columns its repository returns.
+"""Each typed record lists exactly the columns its repository returns.
 
-One real row of each goes through its repository into PostgreSQL and back;
-its keys must be the record's keys, so a column added or dropped without its
-``TypedDict`` in ``services/common/db/records.py`` following fails here. One
-database and one pool for the whole module keep this file fast.
+One real row of each, read from PostgreSQL through its repository: a column
+added by a migration (or dropped) without its record in
+``services/common/db/records.py`` following fails here. One test per record.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -31,29 +30,58 @@ from services.common.db.objects import ObjectRepository
 from services.common.db.pool import create_pool
 from services.common.db.portgroups import PortgroupRepository
 from services.common.db.ports import PortRepository
+from services.common.db.rows import row_to_dict
 from services.common.db.runbooks import RunbookRepository
 from services.common.db.vifs import VifRepository
 from services.common.db.volumes import VolumeRepository, node_volumes
 
 
+def keys(record: Any) -> set[str]:
+    """Every key a TypedDict declares, required or not."""
+    return set(record.__required_keys__ | record.__optional_keys__)
+
+
 @pytest.fixture(scope="module")
 async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(database_url, max_size=2)
-    try:
-        yield pool
-    finally:
-        await pool.close()
+    pool = await create_pool(database_url, max_size=4)
+    yield pool
+    await pool.close()
+
+
+async def test_node_record_matches_columns(pool: asyncpg.Pool) -> None:
+    from services.common.db.bootdata import BootDataRepository
+    from services.common.db.node_secrets import NodeSecrets
+    from services.common.db.nodes import NodeRepository
+    from services.common.keyring import Keyring
+
+    nodes = NodeRepository(pool, secrets=NodeSecrets(Keyring()))
+    created = await nodes.create(
+        {"uuid": str(uuid.uuid4()), "driver": "fake-hardware", "provision_state": "enroll", "console_enabled": True}
+    )
+    assert set(created) == keys(records.NodeRecord)
+    assert set(await nodes.get(created["uuid"])) == keys(records.NodeRecord)
+    (listed,) = await nodes.list(filters={"driver": "fake-hardware"})
+    assert set(listed) == keys(records.NodeRecord)
+    (console,) = await nodes.list_console_enabled()
+    assert set(console) == keys(records.ConsoleNodeRecord)
+    boot = await BootDataRepository(pool).read(uuid=created["uuid"])
+    assert boot is not None and set(boot.node) == keys(records.BootNodeRecord)
 
 
 async def new_node(pool: asyncpg.Pool) -> tuple[int, str]:
-    """A bare node row (id, uuid) for the records that belong to a node."""
+    """A bare node row (id, uuid) for the records that belong to a node (driver
+    ``redfish``: test_node_record_matches_columns counts the fake-hardware ones)."""
     row = await pool.fetchrow(
-        "INSERT INTO nodes (uuid, driver, provision_state) VALUES ($1::uuid, 'fake-hardware', 'enroll') "
-        "RETURNING id, uuid",
+        "INSERT INTO nodes (uuid, driver, provision_state) VALUES ($1::uuid, 'redfish', 'enroll') RETURNING id, uuid",
         str(uuid.uuid4()),
     )
     assert row is not None
     return int(row["id"]), str(row["uuid"])
+
+
+async def node_row(pool: asyncpg.Pool, node_id: int) -> records.NodeRecord:
+    """The node's whole row, as the event log is handed it."""
+    return cast(records.NodeRecord, row_to_dict(await pool.fetchrow("SELECT * FROM nodes WHERE id = $1", node_id)))
 
 
 def assert_keys(row: Mapping[str, Any], record: Any) -> None:
@@ -150,16 +178,16 @@ async def test_inspection_rule_record(pool: asyncpg.Pool) -> None:
 
 
 async def test_node_event_record(pool: asyncpg.Pool) -> None:
-    _, node_uuid = await new_node(pool)
+    node_id, node_uuid = await new_node(pool)
     repo = EventRepository(pool)
-    sequence = await repo.record({"uuid": node_uuid}, event="records", history=False)
+    sequence = await repo.record(await node_row(pool, node_id), event="records", history=False)
     (row,) = await repo.events_after(sequence - 1, node_uuid=node_uuid)
     assert_keys(row, records.NodeEventRecord)
 
 
 async def test_node_history_record(pool: asyncpg.Pool) -> None:
-    node_id, node_uuid = await new_node(pool)
-    await EventRepository(pool).record({"id": node_id, "uuid": node_uuid}, event="records")
+    node_id, _ = await new_node(pool)
+    await EventRepository(pool).record(await node_row(pool, node_id), event="records")
     (row,) = await HistoryRepository(pool).list(node_id, limit=10)
     assert_keys(row, records.NodeHistoryRecord)
     (again,) = await EventRepository(pool).history(node_id)

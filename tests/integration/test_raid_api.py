@@ -28,6 +28,7 @@ from services.conductor.drivers import agent_steps
 from services.conductor.drivers.agent_raid import AgentRAID
 from services.runtime import RunningStack
 from tests.conftest import test_settings
+from tests.support.node_records import node_record
 
 V = "1.78"
 ROOT = {"raid_level": "1", "size_gb": 100, "is_root_volume": True, "volume_name": "root"}
@@ -223,10 +224,12 @@ def test_agent_raid_steps_come_from_the_agents_report() -> None:
 
     reported = {"interface": "raid", "step": "create_configuration", "priority": 0}
     erase = {"interface": "deploy", "step": "erase_devices", "priority": 10}
-    node = {"uuid": "n", "driver_internal_info": {agent_steps.CACHED_STEPS: {"raid": [reported], "deploy": [erase]}}}
+    node = node_record(
+        uuid="n", driver_internal_info={agent_steps.CACHED_STEPS: {"raid": [reported], "deploy": [erase]}}
+    )
     task = Task(node=node, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]  # no driver: only the node is read
     assert AgentRAID().get_clean_steps(task) == [{**reported, "requires_ramdisk": True, "argsinfo": None}]
-    task.node = {"uuid": "n", "driver_internal_info": {}}
+    task.node = node_record(uuid="n")
     assert AgentRAID().get_clean_steps(task) == []
 
 
@@ -239,7 +242,7 @@ async def test_the_agents_raid_result_becomes_raid_config() -> None:
     built = {"logical_disks": [ROOT]}
     done = {"command_status": "SUCCEEDED", "command_result": {"clean_result": built}}
     step = {"interface": "raid", "step": "create_configuration"}
-    task = Task(node={"uuid": "n", "clean_step": step, "raid_config": {}}, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]  # no driver: only the node is read
+    task = Task(node=node_record(uuid="n", clean_step=step), ports=[], driver=None, conductor="c")  # type: ignore[arg-type]  # no driver: only the node is read
     await agent_steps._record_raid_result(task, done)
     assert task.node["raid_config"]["logical_disks"] == [ROOT] and task.node["raid_config"]["last_updated"]
     with pytest.raises(errors.AgentError, match="sent no RAID configuration"):

@@ -17,6 +17,7 @@ from services.common import errors
 from services.conductor.drivers import base
 from services.conductor.drivers.redfish import RedfishManagement, RedfishPower
 from services.simulator import Simulator, SimulatorOptions
+from tests.support.node_records import node_record
 
 USER, PASSWORD = "admin", "bmc-password"
 
@@ -145,7 +146,7 @@ async def test_errors_name_the_problem(sim: Simulator, tmp_path: Path) -> None:
             info = single.driver_info(single.machines[0])
             info.pop("redfish_system_id")
             task = base.Task(
-                node={"uuid": "x", "driver_info": info},
+                node=node_record(uuid="x", driver_info=info),
                 ports=[],
                 driver=None,  # type: ignore[arg-type]
                 conductor="test",
@@ -289,7 +290,7 @@ async def test_slow_bmc_power_changes_are_polled(tmp_path: Path) -> None:
     try:
         machine = slow.machines[0]
         task = base.Task(  # the power interface never reads task.driver
-            node={"uuid": "slow", "driver_info": slow.driver_info(machine)},
+            node=node_record(uuid="slow", driver_info=slow.driver_info(machine)),
             ports=[],
             driver=None,  # type: ignore[arg-type]
             conductor="test",

@@ -21,6 +21,7 @@ from services.common.config import ConductorConfig
 from services.common.db.bios import BiosRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.pool import create_pool
+from services.common.db.records import NodeRecord
 from services.common.keyring import Keyring
 from services.conductor.drivers.registry import DriverRegistry
 from services.conductor.manager import ConductorManager
@@ -40,11 +41,11 @@ async def manager(database_url: str) -> Any:
     await pool.close()
 
 
-async def active_node(m: ConductorManager) -> dict[str, Any]:
+async def active_node(m: ConductorManager) -> NodeRecord:
     return await m.create_node({"driver": "fake-hardware", "bios_interface": "fake", "provision_state": states.ACTIVE})
 
 
-async def settled(m: ConductorManager, uuid: str, state: str) -> dict[str, Any]:
+async def settled(m: ConductorManager, uuid: str, state: str) -> NodeRecord:
     deadline = time.monotonic() + 20
     while True:
         node = await m.nodes.get(uuid)
@@ -66,7 +67,7 @@ STEP = {"interface": "bios", "step": "apply_configuration"}
 OFFERED = "offer these service steps: bios.apply_configuration (priority 0), bios.factory_reset (priority 0)"
 
 
-async def bios(m: ConductorManager, node: dict[str, Any]) -> dict[str, str | None]:
+async def bios(m: ConductorManager, node: NodeRecord) -> dict[str, str | None]:
     return {row["name"]: row["value"] for row in await BiosRepository(m.pool).list(node["id"])}
 
 

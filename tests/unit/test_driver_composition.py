@@ -22,6 +22,7 @@ from services.conductor.drivers.hardware import HardwareType, RedfishHardware
 from services.conductor.drivers.installed import Installed
 from services.conductor.drivers.ipxe import IpxeBoot
 from services.conductor.drivers.registry import DriverRegistry
+from tests.support.node_records import node_record
 
 CONFIG = ConductorConfig()
 
@@ -171,7 +172,7 @@ REFUSING = [
 async def test_no_implementations_refuse_validation_and_every_verb(cls: type[base.BaseInterface]) -> None:
     assert not inspect.isabstract(cls)
     impl = cls({})
-    task = base.Task(node={"uuid": "n-1", "driver": "redfish"}, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
+    task = base.Task(node=node_record(uuid="n-1", driver="redfish"), ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
     own = {name for name, member in vars(cls).items() if inspect.iscoroutinefunction(member)}
     verbs = {"validate"} | _abstract_verbs(cls.kind) | own
     if cls.kind == "vendor":
@@ -191,7 +192,7 @@ async def test_no_implementations_refuse_validation_and_every_verb(cls: type[bas
 async def test_noop_storage_and_network_work_rather_than_refuse() -> None:
     """Ironic names them ``noop``: local disk and a flat network are real, trivial behaviour."""
     assert {c.kind for c in REFUSING} == set(base.OPTIONAL_KIND_DEFAULTS) - {"storage", "network"}
-    task = base.Task(node={"uuid": "n-1", "driver": "redfish"}, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
+    task = base.Task(node=node_record(uuid="n-1", driver="redfish"), ports=[], driver=None, conductor="c")  # type: ignore[arg-type]
     storage, network = noop.NoopStorage({}), noop.NoopNetwork({})
     await storage.validate(task)
     await network.validate(task)
@@ -215,7 +216,7 @@ def test_ipxe_declares_what_the_renderer_boots() -> None:
 
 
 def _task(registry: DriverRegistry, boot: str, targets: list[NodeVolumeTarget]) -> base.Task:
-    node = {"uuid": "n-2", "driver": "fake-hardware", "boot_interface": boot}
+    node = node_record(uuid="n-2", driver="fake-hardware", boot_interface=boot)
     return base.Task(node=node, ports=[], driver=registry.compose(node), conductor="c", volume_targets=targets)
 
 

@@ -19,9 +19,11 @@ from aiohttp import web
 from services.common import errors, states
 from services.common.aiohttp_serving import start_http_site
 from services.common.config import load_settings
+from services.common.db.records import node_with
 from services.conductor.drivers import base, capabilities
 from services.conductor.drivers.installed import Installed
 from services.conductor.drivers.registry import DriverRegistry
+from tests.support.node_records import node_record
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "drivers.md"
 
@@ -87,7 +89,7 @@ async def pdu() -> AsyncIterator[dict[str, Any]]:
 
 
 def task(registry: DriverRegistry, driver_info: dict[str, Any], **node: Any) -> base.Task:
-    record = {"uuid": "pdu-node", "driver": "pdu", "driver_info": driver_info, **node}
+    record = node_record(**{"uuid": "pdu-node", "driver": "pdu", "driver_info": driver_info, **node})
     return base.Task(node=record, ports=[], driver=registry.compose(record), conductor="c")
 
 
@@ -153,7 +155,7 @@ def test_the_documented_boot_from_volume_rule_runs() -> None:
     exec(block("# capabilities.py: the boot-from-volume deploy rule"), namespace)
     rule = namespace["volume_deploy_needs"]
     registry = DriverRegistry(load_settings({"FERRUM_CONDUCTOR_ENABLED_DEPLOY_INTERFACES": "direct,ramdisk"}).conductor)
-    record = {"uuid": "bfv", "driver": "redfish", "deploy_interface": "ramdisk", "instance_info": {}}
+    record = node_record(uuid="bfv", driver="redfish", deploy_interface="ramdisk", instance_info={})
     t = base.Task(node=record, ports=[], driver=registry.compose(record), conductor="c")
     t.volume_targets = [
         {"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0, "volume_id": "v-0", "properties": {}, "extra": {}}
@@ -164,7 +166,7 @@ def test_the_documented_boot_from_volume_rule_runs() -> None:
         "boot_from_volume",
         "ramdisk",
     )
-    forced = {**record, "deploy_interface": "direct", "instance_info": {"force_deployment": True}}
+    forced = node_with(record, {"deploy_interface": "direct", "instance_info": {"force_deployment": True}})
     t = base.Task(node=forced, ports=[], driver=registry.compose(forced), conductor="c")
     t.volume_targets = [
         {"uuid": "t-0", "volume_type": "iscsi", "boot_index": 0, "volume_id": "v-0", "properties": {}, "extra": {}}

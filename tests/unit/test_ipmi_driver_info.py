@@ -14,6 +14,7 @@ from services.conductor.drivers import base
 from services.conductor.drivers.ipmi import IpmiManagement, IpmiPower, node_boot_mode
 from services.conductor.drivers.ipmi_client import IpmiInfo, map_error, parse_driver_info
 from services.conductor.drivers.registry import DriverRegistry
+from tests.support.node_records import node_record
 
 UUID = "6f1f9d39-64c3-4c7b-9d0b-2c61a5b2a8c1"
 
@@ -136,10 +137,10 @@ def test_password_is_a_secret_key() -> None:
 
 
 def test_boot_mode_comes_from_the_node() -> None:
-    assert node_boot_mode({}) == "uefi"
-    assert node_boot_mode({"boot_mode": "bios"}) == "bios"
-    assert node_boot_mode({"properties": {"capabilities": "boot_mode:bios"}}) == "bios"
-    assert node_boot_mode({"instance_info": {"deploy_boot_mode": "bios"}}) == "bios"
+    assert node_boot_mode(node_record()) == "uefi"
+    assert node_boot_mode(node_record(boot_mode="bios")) == "bios"
+    assert node_boot_mode(node_record(properties={"capabilities": "boot_mode:bios"})) == "bios"
+    assert node_boot_mode(node_record(instance_info={"deploy_boot_mode": "bios"})) == "bios"
 
 
 async def test_options_reach_the_interfaces_and_the_cache_is_shared() -> None:

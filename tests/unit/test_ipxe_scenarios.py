@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from services.common.config import Settings, load_settings
 from services.common.db.bootdata import BootData
+from services.common.db.records import BootNodeRecord
 from services.ipxe.reader import StaticReader
 from services.ipxe.render import RenderedScript, ScriptRenderer
 
@@ -39,7 +40,7 @@ def node(
         # What the conductor records when a deploy goes to iPXE-boot the boot volume (seed 004).
         boot = next((t for t in targets if t.get("boot_index") == 0), None)
         internal = {"boot_from_volume": boot["uuid"]} if boot is not None else {}
-    row = {
+    row: dict[str, Any] = {
         "uuid": UUID,
         "name": name,
         "driver": "fake-hardware",
@@ -56,7 +57,8 @@ def node(
         **fields,
     }
     ports = ({"address": MAC, "pxe_enabled": True}, {"address": MAC2, "pxe_enabled": True})
-    return BootData(node=row, ports=ports, volume_targets=targets, volume_connectors=connectors)
+    node = cast(BootNodeRecord, row)  # every column the renderer reads, and the test's extra ones
+    return BootData(node=node, ports=ports, volume_targets=targets, volume_connectors=connectors)
 
 
 def iscsi_target(boot_index: int = 0, **props: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from services.common.config import load_settings
 from services.common.db.records import PortRecord
 from services.conductor.drivers import base
 from services.conductor.drivers.registry import DriverRegistry
+from tests.support.node_records import node_record
 
 ENV = {
     "FERRUM_CONDUCTOR_ENABLED_BOOT_INTERFACES": "ipxe,redfish-virtual-media",
@@ -34,20 +35,17 @@ class Media:
 
 def task(boot: str, media: Any) -> base.Task:
     registry = DriverRegistry(load_settings(ENV).conductor)
-    node = {
-        "uuid": "2b0b1a3c-1f7e-4a59-9a55-6b3c0c1e0d01",
-        "driver": "redfish",
-        "boot_interface": boot,
-        "deploy_interface": "iscsi",
-        "instance_info": {
+    node = node_record(
+        uuid="2b0b1a3c-1f7e-4a59-9a55-6b3c0c1e0d01",
+        driver="redfish",
+        boot_interface=boot,
+        deploy_interface="iscsi",
+        instance_info={
             "image_source": "http://images/os.raw",
             "image_os_hash_algo": "sha256",
             "image_os_hash_value": "0" * 64,
         },
-        "driver_info": {},
-        "driver_internal_info": {},
-        "properties": {},
-    }
+    )
     # The deploy reads only these keys of a port.
     ports = [cast(PortRecord, {"uuid": "p", "address": "52:54:00:00:00:01", "pxe_enabled": True})]
     return base.Task(node=node, ports=ports, driver=registry.compose(node), conductor="c", media=media)

@@ -7,6 +7,7 @@ import base64
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,7 +226,7 @@ def test_needs_reseal_tells_what_rotation_must_rewrite() -> None:
     assert not old.needs_reseal(under_a)
     assert rotated.needs_reseal(under_a)
     assert rotated.needs_reseal({"uuid": NODE, **node_values()})  # plaintext secrets
-    under_b = {"uuid": NODE, **rotated.reseal(under_a)}
+    under_b: dict[str, Any] = {"uuid": NODE, **rotated.reseal(under_a)}
     assert not rotated.needs_reseal(under_b)
     assert sealed_key_id(under_b["driver_info"]["redfish_password"]) == "b"
     only_b = NodeSecrets(keyring(("b", KEY_B)))

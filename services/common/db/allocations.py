@@ -18,7 +18,7 @@ from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
-from services.common.db.records import AllocationRecord
+from services.common.db.records import AllocationRecord, NodeRecord
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "state", "resource_class", "created_at", "updated_at"))
@@ -164,7 +164,7 @@ class AllocationRepository:
         node_uuids: Sequence[str] | None,
         owner: str | None = None,
         name: str | None = None,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[NodeRecord]:
         """Nodes that could take the allocation, in random order as Ironic tries them,
         except that a node named as the allocation (``name``, Ironic's 1.79)
         comes first, then the unlocked ones (a locked one may be free in a moment and is retried):
@@ -188,7 +188,8 @@ class AllocationRepository:
             "n.reservation IS NOT NULL, random() LIMIT 50",
             *args,
         )
-        return [row_to_dict(r) for r in rows]
+        # Whole node rows, their secrets still sealed: the caller routes on uuid, driver and group only.
+        return [cast(NodeRecord, row_to_dict(r)) for r in rows]
 
     @contextlib.asynccontextmanager
     async def pick_lock(self) -> AsyncIterator[None]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
+
+from services.common.db.records import BootNodeRecord
 
 # Every change to what _COLUMNS reads sends NOTIFY on this channel with the
 # node's uuid (triggers in migrations/0007_boot_data_notify.sql; keep the two in step).
@@ -47,7 +49,7 @@ class BootData:
     Compared and hashed by identity: one read is one snapshot, and a cache
     that hands out the same snapshot lets the renderer reuse its script."""
 
-    node: Mapping[str, Any]
+    node: BootNodeRecord
     ports: tuple[Mapping[str, Any], ...] = ()
     volume_targets: tuple[Mapping[str, Any], ...] = ()
     volume_connectors: tuple[Mapping[str, Any], ...] = ()
@@ -71,4 +73,5 @@ class BootDataRepository:
         ports = tuple(row.pop("ports") or ())
         targets = tuple(row.pop("volume_targets") or ())
         connectors = tuple(row.pop("volume_connectors") or ())
-        return BootData(node=row, ports=ports, volume_targets=targets, volume_connectors=connectors)
+        node = cast(BootNodeRecord, row)  # _COLUMNS less the three aggregates just popped
+        return BootData(node=node, ports=ports, volume_targets=targets, volume_connectors=connectors)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Mapping
 from typing import Any, cast
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
-from services.common.db.records import NodeEventRecord, NodeHistoryRecord
+from services.common.db.records import NodeEventRecord, NodeHistoryRecord, NodeRecord
 from services.common.db.rows import row_to_dict
 from services.common.request_project import project_var
 
@@ -31,7 +30,7 @@ class EventRepository:
 
     async def record(
         self,
-        node: Mapping[str, Any],
+        node: NodeRecord,
         *,
         event: str,
         message: str = "",

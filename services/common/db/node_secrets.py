@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from services.common import errors
+from services.common.db.records import NodeRecord
 from services.common.keyring import Keyring
 from services.common.sealed_values import looks_sealed, open_sealed, seal, sealed_key_id
 from services.common.secret_keys import is_secret_key
@@ -95,13 +96,19 @@ class NodeSecrets:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def open(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The row (changed in place and returned) with every sealed secret decrypted.
+    def open(self, row: dict[str, Any]) -> NodeRecord:
+        """A whole row of ``nodes`` as read (``SELECT *``), changed in place and
+        returned as the record it is, with every sealed secret decrypted.
 
         Only values under secret-looking keys are ever opened, so a user who
         stores a ciphertext-shaped string anywhere else gets it back as is.
         Raises :class:`errors.SecretUnreadable` for a value the keyring cannot open.
         """
+        self._open_in_place(row)
+        return cast(NodeRecord, row)
+
+    def _open_in_place(self, row: dict[str, Any]) -> None:
+        """Decrypt the sealed fields of ``row``, whole or only some of its columns."""
         node_uuid = row.get("uuid")
         for field in SEALED_FIELDS:
             value = row.get(field)
@@ -111,7 +118,6 @@ class NodeSecrets:
                         raise errors.SecretUnreadable(f"{field} holds encrypted values but the row has no uuid")
                     continue
                 row[field] = self._open_tree(_canonical(node_uuid), value, (field,))
-        return row
 
     def _open_tree(self, node_uuid: str, value: Any, path: Path) -> Any:
         if isinstance(value, dict):
@@ -139,10 +145,24 @@ class NodeSecrets:
         current = self.keyring.current_id
         return any(_stale(row.get(field), current) for field in SEALED_FIELDS if isinstance(row.get(field), dict))
 
-    def reseal(self, row: Mapping[str, Any]) -> dict[str, Any]:
+    def reseal(self, row: Mapping[str, Any]) -> SealedColumns:
         """The sealed fields of a stored row, opened and sealed again under the current key."""
-        opened = self.open({"uuid": row["uuid"], **{f: row.get(f) for f in SEALED_FIELDS}})
-        return {f: v for f, v in self.seal(str(row["uuid"]), opened).items() if f in SEALED_FIELDS}
+        opened = {"uuid": row["uuid"], **{f: row.get(f) for f in SEALED_FIELDS}}
+        self._open_in_place(opened)
+        resealed = self.seal(str(row["uuid"]), opened)
+        return SealedColumns(
+            driver_info=resealed["driver_info"],
+            driver_internal_info=resealed["driver_internal_info"],
+            instance_info=resealed["instance_info"],
+        )
+
+
+class SealedColumns(TypedDict):
+    """The three node columns whose secret values are sealed (``SEALED_FIELDS``)."""
+
+    driver_info: dict[str, Any]
+    driver_internal_info: dict[str, Any]
+    instance_info: dict[str, Any]
 
 
 def _has_sealed(value: Any) -> bool:

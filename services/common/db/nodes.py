@@ -15,14 +15,15 @@ import builtins
 import contextlib
 import datetime
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, overload
+from collections.abc import Mapping, Sequence
+from typing import Any, cast, overload
 
 import asyncpg
 
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.node_secrets import SEALED_FIELDS, NodeSecrets
+from services.common.db.records import ConsoleNodeRecord, NodeRecord
 from services.common.db.rows import row_to_dict
 
 INTERFACE_FIELDS = (
@@ -158,14 +159,15 @@ class NodeRepository:
         self._secrets = secrets
 
     @overload
-    def _node(self, record: asyncpg.Record) -> dict[str, Any]: ...
+    def _node(self, record: asyncpg.Record) -> NodeRecord: ...
     @overload
-    def _node(self, record: asyncpg.Record | None) -> dict[str, Any] | None: ...
-    def _node(self, record: asyncpg.Record | None) -> dict[str, Any] | None:
+    def _node(self, record: asyncpg.Record | None) -> NodeRecord | None: ...
+    def _node(self, record: asyncpg.Record | None) -> NodeRecord | None:
+        """A whole row (``SELECT *`` / ``RETURNING *``) as its record, secrets opened."""
         row = row_to_dict(record)
         return None if row is None else self._secrets.open(row)
 
-    async def create(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    async def create(self, values: Mapping[str, Any]) -> NodeRecord:
         unknown = set(values) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
@@ -176,19 +178,21 @@ class NodeRepository:
         placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
         sql = f"INSERT INTO nodes ({', '.join(columns)}, updated_at) VALUES ({placeholders}, NULL) RETURNING *"
         try:
-            return self._node(await self._db.fetchrow(sql, *[values[c] for c in columns]))  # type: ignore[return-value]
+            created = self._node(await self._db.fetchrow(sql, *[values[c] for c in columns]))
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, values) from None
         except asyncpg.ForeignKeyViolationError:  # the only foreign key: chassis_uuid
             raise _no_chassis(values) from None
+        assert created is not None  # INSERT ... RETURNING always returns the row
+        return created
 
-    async def get(self, node_uuid: str) -> dict[str, Any]:
+    async def get(self, node_uuid: str) -> NodeRecord:
         node = self._node(await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", node_uuid))
         if node is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         return node
 
-    async def get_by_ident(self, ident: str) -> dict[str, Any]:
+    async def get_by_ident(self, ident: str) -> NodeRecord:
         """By UUID or logical name, as the REST API addresses nodes."""
         if is_uuid(ident):
             row = await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", ident)
@@ -199,13 +203,13 @@ class NodeRepository:
             raise errors.NodeNotFound(f"Node {ident} could not be found.")
         return node
 
-    async def get_by_id(self, node_id: int) -> dict[str, Any]:
+    async def get_by_id(self, node_id: int) -> NodeRecord:
         node = self._node(await self._db.fetchrow("SELECT * FROM nodes WHERE id = $1", node_id))
         if node is None:
             raise errors.NodeNotFound(f"Node id {node_id} could not be found.")
         return node
 
-    async def get_by_port_address(self, addresses: Sequence[str]) -> dict[str, Any] | None:
+    async def get_by_port_address(self, addresses: Sequence[str]) -> NodeRecord | None:
         row = await self._db.fetchrow(
             "SELECT n.* FROM nodes n JOIN ports p ON p.node_id = n.id "
             "WHERE p.address = ANY($1::text[]) ORDER BY n.id LIMIT 1",
@@ -222,8 +226,7 @@ class NodeRepository:
         marker: str | None = None,
         sort_key: str = "id",
         sort_dir: str = "asc",
-        columns: Iterable[str] | None = None,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[NodeRecord]:
         """One page of nodes. Keyset pagination on (sort_key, id), so a page of
         10,000 never scans or holds more than ``limit`` rows."""
         if sort_key not in SORT_KEYS:
@@ -262,9 +265,8 @@ class NodeRepository:
                 k, i = len(args) - 1, len(args)
                 where.append(f"({sort_key} {op} ${k} OR ({sort_key} = ${k} AND id {op} ${i}) OR {sort_key} IS NULL)")
         args.append(limit)
-        select = ", ".join(columns) if columns else "*"
         sql = (
-            f"SELECT {select} FROM nodes"
+            "SELECT * FROM nodes"
             + (f" WHERE {' AND '.join(where)}" if where else "")
             + f" ORDER BY {sort_key} {sort_dir.upper()} NULLS LAST, id {sort_dir.upper()} LIMIT ${len(args)}"
         )
@@ -287,7 +289,7 @@ class NodeRepository:
 
     async def update(
         self, node_uuid: str, changes: Mapping[str, Any], *, expect_reservation: str | None = None
-    ) -> dict[str, Any]:
+    ) -> NodeRecord:
         """Write changed fields; with ``expect_reservation`` only while that
         holder still owns the lock (a conductor that lost its lease must not write)."""
         unknown = set(changes) - WRITABLE_FIELDS
@@ -322,7 +324,7 @@ class NodeRepository:
         *,
         remove: Sequence[str] = (),
         touch_provisioning: bool = False,
-    ) -> dict[str, Any]:
+    ) -> NodeRecord:
         """Merge keys into driver_internal_info in one statement, without the lock.
 
         Agent bookkeeping (token, callback URL, progress) arrives on public
@@ -344,7 +346,7 @@ class NodeRepository:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         return node
 
-    async def set_agent_token_once(self, node_uuid: str, token: str, *, issuer: str) -> tuple[dict[str, Any], bool]:
+    async def set_agent_token_once(self, node_uuid: str, token: str, *, issuer: str) -> tuple[NodeRecord, bool]:
         """Store the one-time agent token unless one exists; returns (node, created).
 
         The token is sealed here, before the statement: the "only if none
@@ -367,7 +369,7 @@ class NodeRepository:
 
     async def reissue_stranded_agent_token(
         self, node_uuid: str, token: str, *, issuer: str, dead_issuer: str
-    ) -> dict[str, Any] | None:
+    ) -> NodeRecord | None:
         """Replace a token that ``dead_issuer`` stored but no agent ever used (no heartbeat
         yet); None when the node changed meanwhile (a heartbeat came, or another
         conductor re-issued first): then the stored token stands."""
@@ -431,7 +433,7 @@ class NodeRepository:
 
     # -- locks ---------------------------------------------------------------
 
-    async def reserve(self, node_uuid: str, holder: str, lease: float) -> dict[str, Any]:
+    async def reserve(self, node_uuid: str, holder: str, lease: float) -> NodeRecord:
         """Take the exclusive lock or raise NodeLocked at once (never waits).
 
         An expired lease is treated as free: its holder stopped refreshing it,
@@ -456,7 +458,7 @@ class NodeRepository:
             "after the current operation is completed."
         )
 
-    async def take_over(self, node_uuid: str, *, dead_holder: str, holder: str, lease: float) -> dict[str, Any] | None:
+    async def take_over(self, node_uuid: str, *, dead_holder: str, holder: str, lease: float) -> NodeRecord | None:
         """Move a dead conductor's lock to ``holder`` (a conditional UPDATE: of
         several conductors trying at once, exactly one gets the node)."""
         row = await self._db.fetchrow(
@@ -497,11 +499,11 @@ class NodeRepository:
         )
         return int(result.split()[-1])
 
-    async def list_reserved_by(self, holders: Sequence[str]) -> builtins.list[dict[str, Any]]:
+    async def list_reserved_by(self, holders: Sequence[str]) -> builtins.list[NodeRecord]:
         rows = await self._db.fetch("SELECT * FROM nodes WHERE reservation = ANY($1::text[])", list(holders))
         return [self._node(r) for r in rows]
 
-    async def list_expired_reservations(self) -> builtins.list[dict[str, Any]]:
+    async def list_expired_reservations(self) -> builtins.list[NodeRecord]:
         rows = await self._db.fetch(
             "SELECT * FROM nodes WHERE reservation IS NOT NULL AND reservation_expires_at < now()"
         )
@@ -509,7 +511,7 @@ class NodeRepository:
 
     async def list_in_states(
         self, states: Sequence[str], *, updated_before: datetime.datetime | None = None
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[NodeRecord]:
         if updated_before is None:
             rows = await self._db.fetch("SELECT * FROM nodes WHERE provision_state = ANY($1::text[])", list(states))
         else:
@@ -520,14 +522,14 @@ class NodeRepository:
             )
         return [self._node(r) for r in rows]
 
-    async def list_console_enabled(self) -> builtins.list[dict[str, Any]]:
+    async def list_console_enabled(self) -> builtins.list[ConsoleNodeRecord]:
         """uuid, driver and conductor group of every node whose console is wanted (a partial index)."""
         rows = await self._db.fetch(
             "SELECT id, uuid, driver, conductor_group FROM nodes WHERE console_enabled ORDER BY id"
         )
-        return [self._node(r) for r in rows]
+        return [cast(ConsoleNodeRecord, row_to_dict(r)) for r in rows]  # no secret among these columns
 
-    async def list_for_sync(self, *, after_id: int, limit: int) -> builtins.list[dict[str, Any]]:
+    async def list_for_sync(self, *, after_id: int, limit: int) -> builtins.list[NodeRecord]:
         """Nodes whose power state the sync reads (not in maintenance, unless for a power
         failure; not locked), whole, by id after ``after_id``: one query for a batch."""
         rows = await self._db.fetch(

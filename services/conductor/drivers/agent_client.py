@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from services.common import errors
-from services.common.db.records import PortRecord
+from services.common.db.records import NodeRecord, PortRecord
 from services.common.secret_keys import is_secret_key
 from services.conductor.drivers import volumes
 
@@ -101,7 +101,7 @@ def _fault(data: Any) -> str:
     return str(data)
 
 
-def agent_node(node: dict[str, Any]) -> dict[str, Any]:
+def agent_node(node: NodeRecord) -> dict[str, Any]:
     """The node fields the agent reads (secrets left out, as Ironic masks them)."""
     properties = dict(node.get("properties") or {})
     hint = (node.get("driver_internal_info") or {}).get(volumes.ROOT_DEVICE_HINT)
@@ -157,7 +157,7 @@ def command_failure(result: Mapping[str, Any]) -> str | None:
     return None
 
 
-def client_for(node: Mapping[str, Any], options: Mapping[str, Any]) -> AgentClient:
+def client_for(node: NodeRecord, options: Mapping[str, Any]) -> AgentClient:
     """The client for the agent that last called back for ``node``."""
     info = node["driver_internal_info"]
     if not info.get("agent_url"):

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from services.common.db.records import NodeRecord, node_with
+
 if TYPE_CHECKING:
     from services.common.db.records import BiosSettingRecord, NodeVolumeConnector, NodeVolumeTarget, PortRecord
     from services.conductor.console_proxy import ConsoleProxies
@@ -49,7 +51,7 @@ INTERFACE_KINDS = (*CORE_KINDS, *OPTIONAL_KIND_DEFAULTS)
 class Task:
     """What one locked operation works on. ``node`` is refreshed as it changes."""
 
-    node: dict[str, Any]
+    node: NodeRecord
     ports: list[PortRecord]
     driver: ComposedDriver
     conductor: str
@@ -57,7 +59,7 @@ class Task:
     volume_connectors: list[NodeVolumeConnector] = field(default_factory=list)
     # Set by the conductor: merges keys into driver_internal_info (and refreshes
     # ``node``), so interfaces can keep step bookkeeping without SQL.
-    merge_internal_info: Callable[..., Awaitable[dict[str, Any]]] | None = None
+    merge_internal_info: Callable[..., Awaitable[NodeRecord]] | None = None
     # Set by the conductor: the config drive as an ISO behind a temp URL (virtual media).
     publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
     # Set by the conductor: the config drive as ISO bytes, for a conductor that writes it (iSCSI deploy).
@@ -77,7 +79,7 @@ class Task:
     # console interface hands the source of a node's console to.
     consoles: ConsoleProxies | None = None
     # Set by the conductor: writes node fields while this task holds the lock.
-    update_fields: Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    update_fields: Callable[[str, Mapping[str, Any]], Awaitable[NodeRecord]] | None = None
     # What the lock was taken for (logs, history); empty for shared (unlocked) access.
     purpose: str = ""
     # Set by the task manager on a locked task: runs work in the background and
@@ -98,7 +100,7 @@ class Task:
     async def save_fields(self, changes: Mapping[str, Any]) -> None:
         """Record node fields an interface changed in hardware (power_state after a power action)."""
         if self.update_fields is None:
-            self.node = {**self.node, **changes}
+            self.node = node_with(self.node, changes)
             return
         self.node = await self.update_fields(self.node["uuid"], changes)
 
@@ -106,7 +108,7 @@ class Task:
         """Persist driver_internal_info keys for this node (a no-op outside a conductor)."""
         if self.merge_internal_info is None:
             info = {k: v for k, v in self.node["driver_internal_info"].items() if k not in remove}
-            self.node = {**self.node, "driver_internal_info": {**info, **values}}
+            self.node = node_with(self.node, {"driver_internal_info": {**info, **values}})
             return
         self.node = await self.merge_internal_info(self.node["uuid"], values, remove=remove)
 

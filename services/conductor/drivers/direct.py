@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from services.common import errors, node_capabilities, states
+from services.common.db.records import NodeRecord
 from services.common.images.partition_layout import PartitionSizes
 from services.conductor.drivers import base, ramdisk_boot
 from services.conductor.drivers.agent_client import (
@@ -40,7 +41,7 @@ HASH_ALGORITHMS = ("sha256", "sha512", "md5")
 VOLUME_DEPLOY_CAPABILITIES = ("boot_from_volume", "iscsi_volume_deploy", "fibre_channel_volume_deploy")
 
 
-def is_partition_image(node: dict[str, Any]) -> bool:
+def is_partition_image(node: NodeRecord) -> bool:
     """Ironic's rule: an image with its own kernel and ramdisk (or marked so) is a
     partition image, written into a root partition the deploy makes."""
     info = node.get("instance_info") or {}
@@ -49,13 +50,13 @@ def is_partition_image(node: dict[str, Any]) -> bool:
     return bool(info.get("kernel") and info.get("ramdisk"))
 
 
-def default_disk_label(node: dict[str, Any]) -> str:
+def default_disk_label(node: NodeRecord) -> str:
     """Ironic's: gpt for a UEFI node, msdos otherwise (instance_info capabilities may say)."""
     uefi = node_capabilities.of_node(node).get("boot_mode") == "uefi" or node.get("boot_mode") == "uefi"
     return "gpt" if uefi else "msdos"
 
 
-def validate_partition_image(node: dict[str, Any]) -> PartitionSizes:
+def validate_partition_image(node: NodeRecord) -> PartitionSizes:
     """A partition image netboots its kernel (no boot loader is installed) and needs Nova's sizes."""
     info = node.get("instance_info") or {}
     missing = [k for k in ("kernel", "ramdisk") if not info.get(k)]
@@ -68,7 +69,7 @@ def validate_partition_image(node: dict[str, Any]) -> PartitionSizes:
     return PartitionSizes.from_instance_info(info, default_label=default_disk_label(node))
 
 
-def image_info(node: dict[str, Any]) -> dict[str, Any]:
+def image_info(node: NodeRecord) -> dict[str, Any]:
     """``image_info`` for the agent from instance_info (CONTRACT.md 5.4)."""
     info = node["instance_info"]
     source = info["image_source"]

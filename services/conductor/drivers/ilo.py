@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from services.common import errors
+from services.common.db.records import NodeRecord
 from services.conductor.drivers import base
 from services.conductor.drivers.capabilities import check_capability
 from services.conductor.drivers.redfish import RedfishManagement, RedfishPower, _media_for
@@ -77,7 +78,7 @@ class IloPower(RedfishPower):
     def get_properties(self) -> dict[str, str]:
         return dict(ILO_PROPERTIES)
 
-    def redfish_info(self, node: dict[str, Any]) -> RedfishInfo:
+    def redfish_info(self, node: NodeRecord) -> RedfishInfo:
         return parse_ilo_driver_info(node)
 
 
@@ -88,7 +89,7 @@ class IloManagement(RedfishManagement):
     def get_properties(self) -> dict[str, str]:
         return dict(ILO_PROPERTIES)
 
-    def redfish_info(self, node: dict[str, Any]) -> RedfishInfo:
+    def redfish_info(self, node: NodeRecord) -> RedfishInfo:
         return parse_ilo_driver_info(node)
 
     async def set_boot_on_next_server_reset(self, task: base.Task) -> None:

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from services.common import errors, node_capabilities, states
+from services.common.db.records import NodeRecord
 from services.conductor.drivers import base, power_change
 from services.conductor.drivers.ipmi_client import (
     DRIVER_INFO_PROPERTIES,
@@ -97,7 +98,7 @@ def _release_cache(cache: SessionCache) -> bool:
     return False
 
 
-def node_boot_mode(node: dict[str, Any]) -> str:
+def node_boot_mode(node: NodeRecord) -> str:
     """bios or uefi: the node's boot_mode, its capabilities, instance_info, else uefi."""
     candidates = [
         node.get("boot_mode"),
@@ -130,7 +131,7 @@ class _IpmiBase:
     def get_properties(self) -> dict[str, str]:
         return dict(DRIVER_INFO_PROPERTIES)
 
-    def ipmi_info(self, node: dict[str, Any]) -> IpmiInfo:
+    def ipmi_info(self, node: NodeRecord) -> IpmiInfo:
         return parse_driver_info(node)
 
     async def validate(self, task: base.Task) -> None:

@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from services.common import errors
+from services.common.db.records import NodeRecord
 from services.conductor import iscsi_configdrive, iscsi_partitions, iscsi_writer
 from services.conductor.drivers import base
 from services.conductor.drivers.agent_client import AgentClient, agent_node, command_error_text
@@ -66,7 +67,7 @@ def ramdisk_error(error: str) -> str:
     return f"The deploy ramdisk could not expose its disk over iSCSI: {error}"
 
 
-def callback_style(node: dict[str, Any], options: dict[str, Any]) -> str:
+def callback_style(node: NodeRecord, options: dict[str, Any]) -> str:
     return str(
         (node.get("driver_info") or {}).get("iscsi_callback") or options.get("iscsi_callback") or CALLBACK_STYLES[0]
     )

@@ -23,6 +23,7 @@ from typing import Any
 import sushy
 
 from services.common import errors, states
+from services.common.db.records import NodeRecord
 from services.conductor.drivers import base, power_change
 from services.conductor.drivers.redfish_client import (
     DRIVER_INFO_PROPERTIES,
@@ -112,7 +113,7 @@ class _RedfishBase:
     def get_properties(self) -> dict[str, str]:
         return dict(DRIVER_INFO_PROPERTIES)
 
-    def redfish_info(self, node: dict[str, Any]) -> RedfishInfo:
+    def redfish_info(self, node: NodeRecord) -> RedfishInfo:
         """Where and how to reach the node's BMC (the iLO interfaces read their own fields)."""
         return parse_driver_info(node)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from services.common import errors, node_capabilities
 from services.common.boot_values import UnsafeValue, check_nfs, check_nfs_root
-from services.common.db.records import NodeVolumeTarget
+from services.common.db.records import NodeRecord, NodeVolumeTarget
 from services.conductor.drivers.base import Task
 
 # The node capability that allows booting a volume of each type through the
@@ -55,11 +55,11 @@ def boot_volume(task: Task) -> NodeVolumeTarget | None:
     return next((t for t in task.volume_targets if t.get("boot_index") == 0), None)
 
 
-def hba_boot(node: Mapping[str, Any]) -> bool:
+def hba_boot(node: NodeRecord) -> bool:
     return node_capabilities.flag(node, HBA_BOOT)
 
 
-def force_deployment(node: Mapping[str, Any]) -> bool:
+def force_deployment(node: NodeRecord) -> bool:
     return node_capabilities.is_true((node.get("instance_info") or {}).get("force_deployment", False))
 
 
@@ -176,7 +176,7 @@ def _validate_boot_volume(task: Task, boot: Mapping[str, Any]) -> None:
             )
 
 
-def nfs_root(node: Mapping[str, Any], target: Mapping[str, Any]) -> str:
+def nfs_root(node: NodeRecord, target: Mapping[str, Any]) -> str:
     """``server:/path[,options]``: instance_info ``nfs_root`` (seed 004), else the
     target's ``nfs_server``, ``nfs_path`` and ``nfs_options`` properties,
     checked by the rules the renderer applies before it writes them into a script."""

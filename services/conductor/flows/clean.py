@@ -34,6 +34,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from services.common import errors, states
+from services.common.db.records import NodeRecord
 from services.conductor import reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
@@ -71,7 +72,7 @@ def _database_lost(exc: BaseException) -> bool:
     return is_unavailable(exc)
 
 
-def is_manual(node: dict[str, Any]) -> bool:
+def is_manual(node: NodeRecord) -> bool:
     return node["target_provision_state"] == states.MANAGEABLE
 
 
@@ -219,7 +220,7 @@ async def _tear_down(task: Task, message: str) -> str:
     return message
 
 
-def timeout_message(node: dict[str, Any]) -> str:
+def timeout_message(node: NodeRecord) -> str:
     """Ironic's words for a ramdisk that stopped calling back, naming the step."""
     step = node.get("clean_step") or {}
     where = f" Failed on step {step_plan.step_id(step)}." if step else " The ramdisk never called back."
@@ -234,7 +235,7 @@ async def timed_out(ctx: FlowContext, task: Task) -> None:
     await fail(ctx, task, timeout_message(task.node))
 
 
-def aborted_message(node: dict[str, Any]) -> str:
+def aborted_message(node: NodeRecord) -> str:
     step = node.get("clean_step") or {}
     message = "By request, the clean operation was aborted"
     if step:
@@ -304,6 +305,6 @@ async def _after_hold(ctx: FlowContext, task: Task) -> None:
     await _run_steps(ctx, task, index + 1)
 
 
-def failed_step(node: dict[str, Any]) -> str:
+def failed_step(node: NodeRecord) -> str:
     step = node.get("clean_step") or {}
     return step_plan.step_id(step) if step else ""

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from services.common import errors
 from services.common.config import ConductorConfig
 from services.common.db.outage import is_unavailable
+from services.common.db.records import NodeRecord
 from services.conductor.configdrive_store import ConfigDriveStore
 from services.conductor.drivers.base import Task
 
@@ -41,7 +42,7 @@ class FlowContext(Protocol):
         changes: Mapping[str, Any] | None = None,
         severity: str = "INFO",
         note: str = "",
-    ) -> dict[str, Any]: ...
+    ) -> NodeRecord: ...
 
     async def fail(self, task: Task, message: str) -> None: ...
 
@@ -55,7 +56,7 @@ class FlowContext(Protocol):
 
     async def record_event(
         self,
-        node: Mapping[str, Any],
+        node: NodeRecord,
         event: str,
         message: str,
         *,
@@ -72,7 +73,7 @@ class FlowContext(Protocol):
         message: str,
         severity: str = "INFO",
         event_type: str = "provisioning",
-    ) -> dict[str, Any]: ...
+    ) -> NodeRecord: ...
 
 
 def error_text(exc: BaseException) -> str:

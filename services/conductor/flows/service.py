@@ -20,10 +20,10 @@ settings again changes nothing).
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any
 
 from services.common import states
 from services.common.db.outage import is_unavailable
+from services.common.db.records import NodeRecord
 from services.conductor import reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
@@ -97,7 +97,7 @@ async def timed_out(ctx: FlowContext, task: Task) -> None:
     )
 
 
-def aborted_message(node: dict[str, Any]) -> str:
+def aborted_message(node: NodeRecord) -> str:
     """Ironic's ``last_error`` after an aborted service, naming the step it stopped at."""
     step = node.get("service_step") or {}
     return "By request, the service operation was aborted" + (
@@ -130,7 +130,7 @@ async def unhold(ctx: FlowContext, task: Task) -> None:
 
 async def resume(ctx: FlowContext, task: Task) -> None:
     """Continue servicing from the recorded step (a ``service wait`` node keeps waiting)."""
-    node: dict[str, Any] = task.node
+    node: NodeRecord = task.node
     if node["provision_state"] != states.SERVICING:
         return
     index = node["driver_internal_info"].get(INDEX)
