@@ -17,6 +17,7 @@ import asyncpg
 from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.nodes import is_uuid
+from services.common.db.pool import session_lock
 from services.common.db.rows import row_to_dict
 
 SORT_KEYS = frozenset(("id", "uuid", "name", "state", "resource_class", "created_at", "updated_at"))
@@ -202,13 +203,11 @@ class AllocationRepository:
         process; it is a session lock, so it stays on one connection throughout."""
         async with contextlib.AsyncExitStack() as stack:
             conn: Any = self._db
-            if isinstance(self._db, asyncpg.Pool):
-                conn = await stack.enter_async_context(self._db.acquire())
-            await conn.execute("SELECT pg_advisory_lock($1)", PICK_LOCK_ID)
-            try:
-                yield
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
+            owned = isinstance(conn, asyncpg.Pool)
+            if owned:
+                conn = await stack.enter_async_context(conn.acquire())
+            await stack.enter_async_context(session_lock(conn, "$1", PICK_LOCK_ID, owned=owned))
+            yield
 
     async def uuids_for_nodes(self, node_ids: Sequence[int | None]) -> dict[int | None, str]:
         """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""
