@@ -30,8 +30,11 @@ class EventHub:
             if not waiter.done():
                 waiter.cancel()
         if self._conn is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await self._conn.remove_listener(NOTIFY_CHANNEL, self._notified)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                # Still listening: the pool does not UNLISTEN on release (db/pool.py), so end the session.
+                self._conn.terminate()
             await self._pool.release(self._conn)
             self._conn = None
 

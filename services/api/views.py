@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -148,6 +149,35 @@ class ShownNode(NodeRecord, total=False):
     allocation_uuid: str | None
 
 
+# How node_document renders each field; anything not named here is copied as stored.
+_PLAIN, _LINKS, _TIME, _MASKED, _INSTANCE, _ERROR, _BOOL, _CONDUCTOR, _STEP = range(9)
+_NODE_FIELD_KINDS = {
+    "links": _LINKS,
+    **dict.fromkeys(_TIMESTAMPS, _TIME),
+    "driver_info": _MASKED,
+    "driver_internal_info": _MASKED,
+    "instance_info": _INSTANCE,
+    "last_error": _ERROR,
+    "console_enabled": _BOOL,
+    "conductor": _CONDUCTOR,
+    **dict.fromkeys(("clean_step", "deploy_step", "service_step"), _STEP),
+}
+
+
+# The links a full node document carries to its sub-resources, with the version that added each.
+_NODE_SUBRESOURCES = (("ports", (1, 1)), ("states", (1, 14)), ("portgroups", (1, 24)), ("volume", (1, 32)))
+
+
+@functools.cache
+def _node_plan(version: tuple[int, int]) -> tuple[tuple[str, int], ...]:
+    """The fields shown at ``version`` with how each is rendered, worked out once
+    per version: a list of 200 nodes otherwise repeats the version check and
+    the dispatch for all ~70 fields of every node (issue 22's list profile)."""
+    return tuple(
+        (key, _NODE_FIELD_KINDS.get(key, _PLAIN)) for key, since in NODE_FIELD_VERSIONS.items() if since <= version
+    )
+
+
 def node_document(
     row: NodeRecord,
     *,
@@ -159,47 +189,36 @@ def node_document(
 ) -> dict[str, Any]:
     """One node as Ironic returns it at ``version``."""
     doc: dict[str, Any] = {}
-    columns: Mapping[str, Any] = row  # the walk below reads columns by name
-    for key, since in NODE_FIELD_VERSIONS.items():
-        if since > version:
-            continue
-        if key == "links":
+    columns: Mapping[str, Any] = row  # the plan reads columns by name
+    get = columns.get
+    for key, kind in _node_plan(version):
+        if kind == _PLAIN:
+            doc[key] = get(key)  # chassis_uuid, allocation_uuid (NodesApi.with_allocations), ...
+        elif kind == _TIME:
+            value = get(key)
+            doc[key] = value.isoformat() if value is not None else None
+        elif kind == _LINKS:
             doc[key] = links(base, "nodes", row["uuid"])
-        elif key in _TIMESTAMPS:
-            doc[key] = iso(columns.get(key))
-        elif key == "driver_info":
-            doc[key] = mask_secrets(row["driver_info"])
-        elif key == "driver_internal_info":
-            doc[key] = mask_secrets(row["driver_internal_info"])
-        elif key == "instance_info":
-            doc[key] = mask_instance_info(row["instance_info"])
-        elif key == "last_error":
+        elif kind == _MASKED:
+            doc[key] = mask_secrets(columns[key])
+        elif kind == _INSTANCE:
+            doc[key] = mask_instance_info(columns[key])
+        elif kind == _ERROR:
             last_error = row["last_error"]
             doc[key] = mask_text(last_error) if last_error else last_error
-        elif key == "chassis_uuid":
-            doc[key] = row.get("chassis_uuid")
-        elif key == "allocation_uuid":
-            doc[key] = columns.get("allocation_uuid")  # filled in by NodesApi.with_allocations
-        elif key == "console_enabled":
-            doc[key] = bool(row.get("console_enabled"))
-        elif key == "conductor":
+        elif kind == _BOOL:
+            doc[key] = bool(get(key))
+        elif kind == _CONDUCTOR:
             doc[key] = conductor
-        elif key in ("clean_step", "deploy_step", "service_step"):
-            doc[key] = mask_value(columns.get(key) or {})  # step arguments may carry passwords
-        elif key == "automated_clean":
-            doc[key] = row.get("automated_clean")
-        else:
-            doc[key] = columns.get(key)
+        else:  # _STEP: step arguments may carry passwords
+            doc[key] = mask_value(get(key) or {})
     if "provision_state" in doc:
         doc["provision_state"] = provision_state_for_version(doc["provision_state"], version)
     if full:
-        doc["ports"] = links(base, "nodes", row["uuid"] + "/ports")
-        if version >= (1, 14):
-            doc["states"] = links(base, "nodes", row["uuid"] + "/states")
-        if version >= (1, 24):
-            doc["portgroups"] = links(base, "nodes", row["uuid"] + "/portgroups")
-        if version >= (1, 32):
-            doc["volume"] = links(base, "nodes", row["uuid"] + "/volume")
+        own, bookmark = f"{base}/v1/nodes/{row['uuid']}/", f"{base}/nodes/{row['uuid']}/"
+        for name, since in _NODE_SUBRESOURCES:
+            if version >= since:
+                doc[name] = [{"href": own + name, "rel": "self"}, {"href": bookmark + name, "rel": "bookmark"}]
     if fields is not None:
         wanted = set(fields) | {"links"}
         doc = {k: v for k, v in doc.items() if k in wanted}

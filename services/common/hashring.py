@@ -30,6 +30,8 @@ class HashRing:
     def owner(self, key: str) -> str | None:
         if not self._keys:
             return None
+        if len(self.members) == 1:  # every key lands on it: no hash (a node list asks once a node)
+            return self.members[0]
         index = bisect.bisect(self._keys, _hash(key)) % len(self._keys)
         return self._owners[index]
 

@@ -87,11 +87,12 @@ def files_under(path: Path) -> list[Path]:
 
 async def test_commit_does_not_race_a_starved_hasher(tmp_path: Path) -> None:
     """Issue 14: the hasher thread (nice 19) may first run after commit has
-    renamed the temp file. Held until then, it must still hash the object."""
+    renamed the temp file. Held until then, it must still hash the object.
+    (Over one batch: a smaller object is written whole at commit, with no hasher thread.)"""
     backend = await started_backend(tmp_path)
     key = uuid.uuid4().hex
     part = tmp_path / "objects" / "tmp" / f"{key}.part"
-    data = os.urandom(395_264)
+    data = os.urandom(COALESCE_BYTES + 395_264)
     upload = backend.begin_upload(key)
     with threads_held_at_start("objectstore-hash", until=lambda: not part.exists()) as holds:
         await upload.write(data)
@@ -116,13 +117,36 @@ async def test_abort_after_a_failed_commit_removes_the_renamed_bytes(tmp_path: P
 
     upload = backend.begin_upload(key)
     with threads_held_at_start("objectstore-hash", until=renamed_then_cut_short) as holds:
-        await upload.write(os.urandom(395_264))
+        await upload.write(os.urandom(COALESCE_BYTES + 395_264))  # over one batch: the hasher thread runs
         with pytest.raises(OSError) as failed:
             await asyncio.wait_for(upload.commit(), 60)
     assert holds.outcomes == [True]
     await upload.abort()
     assert files_under(tmp_path / "objects") == [] and hasher_threads() == 0
     assert "shorter" in str(failed.value)  # the cut, not some other failure
+
+
+async def test_an_object_under_one_batch_is_written_at_commit_without_threads(tmp_path: Path) -> None:
+    """Issue 22: a config drive-sized object starts no writer or hasher thread
+    (each start blocked the event loop); commit writes, hashes and publishes it
+    with the same modes, and nothing is left in tmp/."""
+    backend = await started_backend(tmp_path)
+    key = uuid.uuid4().hex
+    data = os.urandom(395_264)
+    upload = backend.begin_upload(key)
+    before = {t.name for t in threading.enumerate()}
+    for start in range(0, len(data), 100_000):
+        await upload.write(data[start : start + 100_000])
+    assert files_under(tmp_path / "objects") == []  # nothing written before commit
+    size, digest = await upload.commit()
+    started = {t.name for t in threading.enumerate()} - before
+    assert not [name for name in started if name.startswith("objectstore-")]
+    assert (size, digest) == (len(data), hashlib.sha256(data).hexdigest())
+    final = backend.path(key)
+    assert final.read_bytes() == data and mode(final) == 0o600
+    assert files_under(tmp_path / "objects") == [final]
+    await upload.abort()  # after a commit: nothing to undo
+    assert final.exists()
 
 
 def mode(path: Path) -> int:

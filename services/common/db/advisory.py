@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
+from services.common.db.pool import session_lock
+
 
 class AdvisoryLocks:
     def __init__(self, pool: asyncpg.Pool) -> None:
@@ -21,9 +23,5 @@ class AdvisoryLocks:
     @contextlib.asynccontextmanager
     async def hold(self, name: str) -> AsyncIterator[None]:
         """Wait for, then hold, the lock called ``name`` (hashed to PostgreSQL's 32-bit key space)."""
-        async with self._pool.acquire() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", name)
-            try:
-                yield
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", name)
+        async with self._pool.acquire() as conn, session_lock(conn, "hashtext($1)", name):
+            yield

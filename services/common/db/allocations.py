@@ -18,6 +18,7 @@ from services.common import errors
 from services.common.db.handles import Database
 from services.common.db.keyset import keyset_page
 from services.common.db.nodes import is_uuid
+from services.common.db.pool import session_lock
 from services.common.db.records import AllocationRecord, NodeRecord
 from services.common.db.rows import row_to_dict
 
@@ -197,13 +198,11 @@ class AllocationRepository:
         process; it is a session lock, so it stays on one connection throughout."""
         async with contextlib.AsyncExitStack() as stack:
             conn: Any = self._db
-            if isinstance(self._db, asyncpg.Pool):
-                conn = await stack.enter_async_context(self._db.acquire())
-            await conn.execute("SELECT pg_advisory_lock($1)", PICK_LOCK_ID)
-            try:
-                yield
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", PICK_LOCK_ID)
+            owned = isinstance(conn, asyncpg.Pool)
+            if owned:
+                conn = await stack.enter_async_context(conn.acquire())
+            await stack.enter_async_context(session_lock(conn, "$1", PICK_LOCK_ID, owned=owned))
+            yield
 
     async def uuids_for_nodes(self, node_ids: Sequence[int | None]) -> dict[int | None, str]:
         """node id -> allocation UUID, in one query (for the nodes' allocation_uuid field)."""

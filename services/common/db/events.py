@@ -44,10 +44,12 @@ class EventRepository:
         Both rows are written in the caller's transaction when it passes a
         connection, so a state change and its event commit together.
         """
-        sequence = await self._db.fetchval(
+        insert_event = (
             "INSERT INTO node_events (node_uuid, event, provision_state, target_provision_state, "
             "power_state, severity, message, conductor) VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8) "
-            "RETURNING sequence",
+            "RETURNING sequence"
+        )
+        event_values = (
             node["uuid"],
             event,
             node.get("provision_state"),
@@ -57,28 +59,29 @@ class EventRepository:
             message,
             conductor,
         )
-        if history and node.get("id") is not None:
-            try:
-                # As Ironic's node_history_record: the node's states as they are now, the
-                # seconds since its last provision change, and the project behind the request.
-                await self._db.execute(
-                    "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity, project, "
-                    "state, target_provision_state, duration_seconds) "
-                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                    uuid.uuid4(),
-                    node["id"],
-                    conductor,
-                    event_type,
-                    message or event,
-                    severity,
-                    project_var.get(),
-                    node.get("provision_state"),
-                    node.get("target_provision_state"),
-                    seconds_since(node.get("provision_updated_at")),
-                )
-            except asyncpg.ForeignKeyViolationError:
-                # The node was deleted by a concurrent request: say so, not 500.
-                raise errors.NodeNotFound(f"Node {node['uuid']} could not be found.") from None
+        if not history or node.get("id") is None:
+            return int(await self._db.fetchval(insert_event, *event_values))
+        try:
+            # Both rows in one statement (one round trip; every state change and step writes
+            # one). As Ironic's node_history_record: the node's states as they are now, the
+            # seconds since its last provision change, and the project behind the request.
+            sequence = await self._db.fetchval(
+                f"WITH event AS ({insert_event}), history AS ("
+                "INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity, project, "
+                "state, target_provision_state, duration_seconds) "
+                "VALUES ($9, $10, $8, $11, $12, $6, $13, $3, $4, $14)) "
+                "SELECT sequence FROM event",
+                *event_values,
+                uuid.uuid4(),
+                node["id"],
+                event_type,
+                message or event,
+                project_var.get(),
+                seconds_since(node.get("provision_updated_at")),
+            )
+        except asyncpg.ForeignKeyViolationError:
+            # The node was deleted by a concurrent request: say so, not 500.
+            raise errors.NodeNotFound(f"Node {node['uuid']} could not be found.") from None
         return int(sequence)
 
     async def events_after(

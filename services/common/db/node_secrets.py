@@ -110,6 +110,7 @@ class NodeSecrets:
     def _open_in_place(self, row: dict[str, Any]) -> None:
         """Decrypt the sealed fields of ``row``, whole or only some of its columns."""
         node_uuid = row.get("uuid")
+        canonical = None  # parsed once per row, not once per field (a list opens 200 rows)
         for field in SEALED_FIELDS:
             value = row.get(field)
             if isinstance(value, dict):
@@ -117,7 +118,11 @@ class NodeSecrets:
                     if _has_sealed(value):
                         raise errors.SecretUnreadable(f"{field} holds encrypted values but the row has no uuid")
                     continue
-                row[field] = self._open_tree(_canonical(node_uuid), value, (field,))
+                if not value:
+                    continue
+                if canonical is None:
+                    canonical = _canonical(node_uuid)
+                row[field] = self._open_tree(canonical, value, (field,))
 
     def _open_tree(self, node_uuid: str, value: Any, path: Path) -> Any:
         if isinstance(value, dict):

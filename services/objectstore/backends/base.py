@@ -141,6 +141,16 @@ class HashingPipeline:
         if self._buffered >= COALESCE_BYTES:
             await self._submit()
 
+    def take_whole(self) -> list[bytes] | None:
+        """Every byte written so far, if none has gone to a thread yet (an object
+        smaller than one batch): the caller then writes and hashes it in one go
+        instead of starting this pipeline's threads. None once a batch was submitted."""
+        if self._submitted or self._inflight:
+            return None
+        pieces, self._buffer, self._buffered = self._buffer, [], 0
+        self._shutdown()
+        return pieces
+
     def _shutdown(self) -> None:
         self._hash_thread.shutdown(wait=False)
         if self._sink_thread is not None:
