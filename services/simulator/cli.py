@@ -55,6 +55,18 @@ def add_simulator_arguments(parser: argparse.ArgumentParser) -> None:
         "--boot-order", default="Pxe,Hdd", help="firmware boot order when no override is set (default Pxe,Hdd)"
     )
     parser.add_argument(
+        "--pxe-retries",
+        type=int,
+        default=3,
+        help="network-boot rounds retried after one where every NIC failed, as Ferrum's boot.ipxe retries (default 3)",
+    )
+    parser.add_argument(
+        "--pxe-retry-delay",
+        type=float,
+        default=1.0,
+        help="seconds before the first PXE retry; the n-th waits n times as long (default 1)",
+    )
+    parser.add_argument(
         "--power-delay",
         default="0",
         help="seconds a power request takes to land: N or min,max (default 0; real BMCs: 1,11)",
@@ -124,6 +136,8 @@ async def serve(args: argparse.Namespace) -> int:
             nics_per_machine=args.nics,
             boot_order=tuple(t.strip() for t in args.boot_order.split(",") if t.strip()),
             power_delay=parse_delay(args.power_delay),
+            pxe_retries=args.pxe_retries,
+            pxe_retry_delay=args.pxe_retry_delay,
             backend=args.backend,
             qemu_binary=args.qemu_binary,
             qemu_memory_mib=args.qemu_memory,

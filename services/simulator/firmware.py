@@ -102,16 +102,23 @@ async def boot_pxe(machine: Machine) -> str:
 
     A NIC whose scripts fail (no answer, 404, an ``error`` action) hands over
     to the next NIC; an ``exit`` (the script returning to the firmware on
-    purpose, e.g. to boot the disk) ends network boot for this power-on.
+    purpose, e.g. to boot the disk) ends network boot for this power-on. A
+    round in which every NIC failed is retried ``pxe_retries`` times, as
+    Ferrum's first-stage boot.ipxe retries a lookup that found nothing.
     """
     sim = machine.simulator
     if not sim.options.boot_url:
         machine.record("pxe_error", error="no boot URL configured (no DHCP bootfile)")
         return FAILED
-    for nic in range(len(machine.macs)):
-        result, final = await _boot_pxe_nic(machine, nic)
-        if result == BOOTED or final:
-            return result
+    for attempt in range(sim.options.pxe_retries + 1):
+        if attempt:
+            delay = attempt * sim.options.pxe_retry_delay
+            machine.record("pxe_retry", attempt=attempt, of=sim.options.pxe_retries, delay=delay)
+            await asyncio.sleep(delay)
+        for nic in range(len(machine.macs)):
+            result, final = await _boot_pxe_nic(machine, nic)
+            if result == BOOTED or final:
+                return result
     return FAILED
 
 

@@ -37,6 +37,7 @@ LOUD_EVENTS = frozenset(
         "agent_started",
         "os_booted",
         "no_bootable_device",
+        "pxe_retry",
         "virtual_media_inserted",
         "cd_boot",
         "sanboot",

@@ -64,6 +64,12 @@ class SimulatorOptions:
     nics_per_machine: int = 1
     boot_order: tuple[str, ...] = ("Pxe", "Hdd")  # the firmware order when no override is set
     max_chain_hops: int = 8
+    # Rounds of network boot after a first one in which every NIC failed (not an
+    # ``exit``): Ferrum's first-stage boot.ipxe retries a failed lookup the same
+    # way, so a machine powered on while the database restarts still boots. The
+    # n-th retry waits n * pxe_retry_delay seconds, as boot.ipxe's retries do.
+    pxe_retries: int = 3
+    pxe_retry_delay: float = 1.0
     http_timeout: float = 30.0
     agent_host: str = "127.0.0.1"  # where embedded agents listen (ephemeral ports)
     ipmi: bool = False  # also answer IPMI (one UDP port per machine on host); docs/ipmi.md
@@ -116,6 +122,8 @@ class SimulatorOptions:
             raise errors.InvalidParameterValue(
                 f"boot order {self.boot_order!r} must name devices from {', '.join(BOOT_TARGETS[1:])}"
             )
+        if not 0 <= self.pxe_retries <= 100 or not 0 <= self.pxe_retry_delay <= 60:
+            raise errors.InvalidParameterValue("--pxe-retries must be 0..100 and --pxe-retry-delay 0..60 seconds")
         low, high = self.power_delay
         if low < 0 or high < low or high > 600:
             raise errors.InvalidParameterValue(f"power delay {low},{high} must be 0 <= min <= max <= 600 seconds")

@@ -144,6 +144,7 @@ async def sim(
             password=PASSWORD,
             agent_factory=factory,
             nics_per_machine=2,
+            pxe_retries=0,  # these tests check one round of network boot; the retry has its own test
         )
     )
     await simulator.start()
@@ -418,6 +419,44 @@ async def test_pxe_from_the_second_nic(sim: Simulator, boot_server: BootServer, 
     assert launch.macs == (machine.macs[1], machine.macs[0])  # the booting NIC first
     del boot_server.scripts[second]
     await power_off(sim, 2)
+
+
+async def test_a_round_where_every_nic_failed_is_retried(tmp_path: Path, boot_server: BootServer) -> None:
+    """As boot.ipxe retries a failed lookup: a machine powered on while the
+    renderer answers errors (a database restart) boots once it answers again."""
+    simulator = Simulator(
+        SimulatorOptions(
+            machines=1,
+            state_dir=str(tmp_path),
+            disk_size=8 * 1024**2,
+            boot_url=boot_server.url + "/boot.ipxe",
+            first_index=520,
+            pxe_retries=2,
+            pxe_retry_delay=0.2,
+        )
+    )
+    await simulator.start()
+    try:
+        machine = simulator.machines[0]
+        hyphen = machine.macs[0].replace(":", "-")
+        boot_server.scripts[hyphen] = "#!ipxe\necho Ferrum: boot data is unavailable right now\nexit 1\n"
+        await machine.power_on(reason="test")
+        await wait_for(lambda: machine.events("pxe_retry"), what="a retry")
+        boot_server.scripts[hyphen] = "#!ipxe\necho Ferrum: booting the local disk\nexit 0\n"
+        await wait_for(lambda: machine.status == "no_bootable_device", what="the retried boot")
+        kinds = [e["event"] for e in machine.boot_log if e["boot"] == machine.boot_count]
+        assert kinds.index("pxe_error") < kinds.index("pxe_retry") < kinds.index("pxe_exit"), kinds
+        assert machine.boot_count == 1  # one power-on, retried inside its firmware
+
+        # Every round failing: the retries run out and the firmware goes on to the disk.
+        boot_server.scripts[hyphen] = "#!ipxe\necho Ferrum: no node here\nexit 1\n"
+        await machine.reset(reason="test")
+        await wait_for(lambda: machine.boot_count == 2 and machine.status == "no_bootable_device", what="give up")
+        kinds = [e["event"] for e in machine.boot_log if e["boot"] == 2]
+        assert kinds.count("pxe_retry") == 2 and kinds.count("pxe_error") == 3, kinds
+        del boot_server.scripts[hyphen]
+    finally:
+        await simulator.stop()
 
 
 async def test_pxe_boot_starts_the_real_agent(tmp_path: Path, boot_server: BootServer) -> None:
