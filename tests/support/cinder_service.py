@@ -46,6 +46,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -287,6 +288,13 @@ class CinderService:
             env=self.cinder_env(),
             timeout=300,
         )
+        # Three Cinder processes write this one file. In the default rollback
+        # journal a writer locks out readers, and pysqlite gives up after 5 s,
+        # which under a loaded test run surfaced as Cinder's 500 on volume
+        # create. WAL lets readers go on beside the writer (the mode is kept in
+        # the file); the URL's timeout lets a writer wait up to 60 s.
+        with contextlib.closing(sqlite3.connect(self.work / "state" / "cinder.sqlite")) as db:
+            db.execute("PRAGMA journal_mode=WAL")
         steps.mark("db sync")
         self._wait_rabbitmq()
         steps.mark("rabbitmq up")
@@ -435,7 +443,7 @@ use_stderr = false
 rpc_response_timeout = 30
 
 [database]
-connection = sqlite:///{state / "cinder.sqlite"}
+connection = sqlite:///{state / "cinder.sqlite"}?timeout=60
 
 [oslo_concurrency]
 lock_path = {state / "locks"}
