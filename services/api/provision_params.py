@@ -159,13 +159,16 @@ class NodeLookup(Protocol):
     async def get(self, node_uuid: str) -> Any: ...
 
 
-async def check_child_step_nodes(nodes: NodeLookup, steps: list[dict[str, Any]] | None) -> None:
+async def check_child_step_nodes(nodes: NodeLookup, steps: list[Any] | None) -> None:
     """Every UUID a step for the children lists must be a node (404 otherwise), as
     Ironic looks each up when the step is requested. Whether it is a child of this
     node is the conductor's business when the step runs: one that is not is skipped."""
     for step in steps or ():
-        if step.get("execute_on_child_nodes"):
-            for ident in step.get("limit_child_node_execution") or ():
+        if not isinstance(step, dict) or step.get("execute_on_child_nodes") is not True:
+            continue
+        limit = step.get("limit_child_node_execution")
+        for ident in limit if isinstance(limit, list) else ():
+            if isinstance(ident, str) and _is_uuid(ident):  # anything else is refused as malformed
                 await nodes.get(ident)
 
 
