@@ -35,7 +35,12 @@ from services.api.node_values import (
     validate_node_values,
 )
 from services.api.port_values import validate_port_values
-from services.api.provision_params import check_configdrive, check_deploy_steps, check_disable_ramdisk
+from services.api.provision_params import (
+    check_child_step_nodes,
+    check_configdrive,
+    check_deploy_steps,
+    check_disable_ramdisk,
+)
 from services.api.runbook_use import resolve_runbook
 from services.api.versions import MAX_VERSION
 from services.common import errors, states
@@ -370,6 +375,7 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
                 disable_requested = used.disable_ramdisk or None
             deploy_steps = check_deploy_steps(deploy, request.target, LATEST)
             disable_ramdisk = check_disable_ramdisk(disable_requested, request.target, LATEST)
+            await check_child_step_nodes(self.nodes, steps or service_steps)
             await self._rpc(
                 node,
                 "DoProvisionAction",

@@ -21,6 +21,7 @@ from ferrum.v1 import conductor_pb2 as cpb
 from services.api import params, views
 from services.api.context import ApiContext
 from services.api.provision_params import (
+    check_child_step_nodes,
     check_clean_steps,
     check_configdrive,
     check_configdrive_payload,
@@ -162,6 +163,7 @@ class NodeStatesApi:
         deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])
         disable_ramdisk = check_disable_ramdisk(body.get("disable_ramdisk"), verb, request["version"])
         service_steps = check_service_steps(body.get("service_steps"), verb)
+        await check_child_step_nodes(self.ctx.nodes, clean_steps or service_steps)
         await self.ctx.rpc(
             node,
             "DoProvisionAction",

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any
+import uuid
+from typing import Any, Protocol
 
 from services.common import errors
 from services.common.conductor_messages import is_step_order
@@ -50,10 +51,41 @@ def check_deploy_steps(deploy_steps: Any, verb: str, version: tuple[int, int]) -
     return deploy_steps
 
 
+CHILD_STEP_KEYS = {"execute_on_child_nodes", "limit_child_node_execution"}
+CLEAN_STEP_KEYS = {"interface", "step", "args", "order", *CHILD_STEP_KEYS}
+
+
+def _child_keys_problem(step: dict[str, Any]) -> str | None:
+    """Ironic's clean and service step schema (with parent_node, API 1.83, but not
+    gated by version): ``execute_on_child_nodes`` a boolean, and with it true,
+    ``limit_child_node_execution`` a list of node UUIDs (which children run the
+    step; the conductor skips one that is not a child of the node)."""
+    run_on_children = step.get("execute_on_child_nodes", False)
+    limit = step.get("limit_child_node_execution", [])
+    if not isinstance(run_on_children, bool):
+        return "execute_on_child_nodes must be a boolean"
+    if not _is_string_list(limit):
+        return "limit_child_node_execution must be a list of node UUIDs"
+    if run_on_children:
+        bad = [ident for ident in limit if not _is_uuid(ident)]
+        if bad:
+            return f"limit_child_node_execution must list node UUIDs, not {', '.join(bad)}"
+    return None
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def check_clean_steps(clean_steps: Any, verb: str) -> list[dict[str, Any]] | None:
     """clean_steps: required with ``clean`` and refused with any other verb;
     each step names its interface and step (args and order optional; order as
-    Ironic's step schema has it: an integer >= 0 or a string of digits)."""
+    Ironic's step schema has it: an integer >= 0 or a string of digits), and
+    may be for the node's children (``execute_on_child_nodes``, as service steps)."""
     if clean_steps is not None and verb != "clean":
         raise errors.InvalidParameterValue('"clean_steps" is only valid when setting target provision state to clean')
     if verb == "clean" and not isinstance(clean_steps, list):
@@ -64,17 +96,21 @@ def check_clean_steps(clean_steps: Any, verb: str) -> list[dict[str, Any]] | Non
             or not isinstance(step.get("interface"), str)
             or not isinstance(step.get("step"), str)
             or not isinstance(step.get("args", {}), dict)
-            or set(step) - {"interface", "step", "args", "order"}
+            or set(step) - CLEAN_STEP_KEYS
             or not is_step_order(step.get("order", 0))
         ):
             raise errors.InvalidParameterValue(
-                f'Invalid clean step {step!r}: expected {{"interface", "step", "args"?, "order"?: integer >= 0}}'
+                f'Invalid clean step {step!r}: expected {{"interface", "step", "args"?, "order"?: integer >= 0, '
+                '"execute_on_child_nodes"?: boolean, "limit_child_node_execution"?: list of node UUIDs}'
             )
+        problem = _child_keys_problem(step)
+        if problem:
+            raise errors.InvalidParameterValue(f"Invalid clean step {step!r}: {problem}")
     return clean_steps
 
 
 SERVICE_STEP_INTERFACES = ("vendor", "power", "management", "firmware", "deploy", "bios", "raid")
-SERVICE_STEP_KEYS = {"interface", "step", "args", "order", "execute_on_child_nodes", "limit_child_node_execution"}
+SERVICE_STEP_KEYS = {"interface", "step", "args", "order", *CHILD_STEP_KEYS}
 
 
 def _is_string_list(value: Any) -> bool:
@@ -111,9 +147,29 @@ def check_service_steps(service_steps: Any, verb: str) -> list[dict[str, Any]] |
                 f"Invalid service_steps: {step!r} is not a step: expected "
                 f'{{"interface": one of {", ".join(SERVICE_STEP_INTERFACES)}, "step": name, "args"?: object, '
                 '"order"?: integer >= 0, "execute_on_child_nodes"?: boolean, '
-                '"limit_child_node_execution"?: list of node UUIDs or names}'
+                '"limit_child_node_execution"?: list of node UUIDs}'
             )
+        problem = _child_keys_problem(step)
+        if problem:
+            raise errors.InvalidParameterValue(f"Invalid service_steps: {step!r}: {problem}")
     return service_steps
+
+
+class NodeLookup(Protocol):
+    async def get(self, node_uuid: str) -> Any: ...
+
+
+async def check_child_step_nodes(nodes: NodeLookup, steps: list[Any] | None) -> None:
+    """Every UUID a step for the children lists must be a node (404 otherwise), as
+    Ironic looks each up when the step is requested. Whether it is a child of this
+    node is the conductor's business when the step runs: one that is not is skipped."""
+    for step in steps or ():
+        if not isinstance(step, dict) or step.get("execute_on_child_nodes") is not True:
+            continue
+        limit = step.get("limit_child_node_execution")
+        for ident in limit if isinstance(limit, list) else ():
+            if isinstance(ident, str) and _is_uuid(ident):  # anything else is refused as malformed
+                await nodes.get(ident)
 
 
 def check_rescue_password(password: Any, verb: str) -> None:

@@ -128,7 +128,7 @@ def deploy_info_dict(message: pb.DeployInfo) -> dict[str, Any]:
 # The keys each step kind accepts (services/api/provision_params.py checks them
 # on REST bodies); the conversion refuses any other, so nothing is dropped.
 STEP_KEYS: Mapping[str, frozenset[str]] = {
-    "clean": frozenset({"interface", "step", "args", "order"}),
+    "clean": frozenset({"interface", "step", "args", "order", "execute_on_child_nodes", "limit_child_node_execution"}),
     "deploy": frozenset({"interface", "step", "args", "priority"}),
     "service": frozenset(
         {"interface", "step", "args", "order", "execute_on_child_nodes", "limit_child_node_execution"}

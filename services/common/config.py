@@ -107,6 +107,13 @@ class ConductorConfig:
     rescue_callback_timeout: float = 1800.0
     inspect_wait_timeout: float = 1800.0
     service_callback_timeout: float = 1800.0
+    # Clean and service steps run on child nodes (``execute_on_child_nodes``, docs/cleaning.md):
+    # a locked child is tried this many times, this many seconds apart (Ironic's
+    # node_locked_retry_attempts/_interval), and a child step that answers "wait" fails the
+    # parent's step unless permitted (Ironic's permit_child_node_step_async_result).
+    child_node_locked_retry_attempts: int = 3
+    child_node_locked_retry_interval: float = 1.0
+    permit_child_node_step_async_result: bool = False
     # Priorities of the agent's disk erase steps in automated cleaning (Ironic's
     # [deploy] options); 0 keeps a step for manual cleaning only.
     erase_devices_metadata_priority: int = 99

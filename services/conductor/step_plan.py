@@ -16,11 +16,14 @@ another kind, such as a deploy step asked for in cleaning), an argument the
 step does not take, a missing required one, one of the wrong JSON type, or
 an in-band step when the ramdisk is disabled. The conductor's own steps
 (``hold``, ``power_on``, ``power_off``, ``reboot``: services/conductor/reserved_steps.py)
-may be named on any of these interfaces.
+may be named on any of these interfaces. A step with ``execute_on_child_nodes``
+runs on the node's children and is checked against each of them when it runs
+(services/conductor/child_steps.py).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -119,6 +122,10 @@ def requested(
                 f"(those are {', '.join(INTERFACE_PRIORITY)})"
             )
             continue
+        if step.get("execute_on_child_nodes"):
+            problems.extend(f"step {position} ({ident}): {p}" for p in _child_step_problems(step))
+            plan.append(_for_children(step))
+            continue
         if offer is None and reserved_steps.is_reserved(step):
             # hold, power_on, ...: the conductor runs these on any interface (1.85).
             problems.extend(f"step {position} ({ident}): {p}" for p in reserved_steps.argument_problems(step))
@@ -143,12 +150,50 @@ def requested(
     return plan
 
 
+def _child_step_problems(step: Mapping[str, Any]) -> list[str]:
+    """A step for the children is checked against each child when it runs there
+    (services/conductor/child_steps.py), not against this node, which need not
+    offer it (as Ironic); here only what no child could run."""
+    if step.get("step") == reserved_steps.HOLD:
+        return ["hold cannot run on child nodes"]
+    limit = step.get("limit_child_node_execution") or []
+    if not isinstance(limit, list) or not all(_is_uuid(ident) for ident in limit):
+        return ["limit_child_node_execution must be a list of node UUIDs"]
+    if reserved_steps.is_reserved(step):
+        return reserved_steps.argument_problems(step)
+    if not isinstance(step.get("args") or {}, Mapping):
+        return ["args must be an object"]
+    return []
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
+def _for_children(step: Mapping[str, Any]) -> dict[str, Any]:
+    """A step for the children in the plan: as requested, and never in this node's ramdisk."""
+    args = step.get("args") or {}
+    return {
+        **_planned(step, priority=int(step.get("priority") or 0), args=args if isinstance(args, Mapping) else {}),
+        "abortable": False,
+        "requires_ramdisk": False,
+        "execute_on_child_nodes": True,
+        "limit_child_node_execution": list(step.get("limit_child_node_execution") or []),
+    }
+
+
 async def check_arguments(task: Task, kind: str, plan: Sequence[Mapping[str, Any]]) -> None:
     """What each planned step's interface finds wrong with its arguments beyond
     their types (``step_argument_problems``: a BIOS setting the node does not
     have), refused as ``requested`` refuses, in one 400 listing the offered steps."""
     problems: list[str] = []
     for position, step in enumerate(plan, 1):
+        if step.get("execute_on_child_nodes"):
+            continue  # checked on each child when it runs there
         found = await getattr(task.driver, step["interface"]).step_argument_problems(task, step)
         problems.extend(f"step {position} ({step_id(step)}): {p}" for p in found)
     if problems:
@@ -192,7 +237,11 @@ def still_offered(task: Task, kind: str, plan: Sequence[Mapping[str, Any]]) -> N
     """Once the ramdisk reports its own steps: every planned in-band step must
     still be offered (a ramdisk older or newer than the catalogue may differ)."""
     available = {step_id(s) for s in offered(task, kind)}
-    missing = [step_id(s) for s in plan if step_id(s) not in available and not reserved_steps.is_reserved(s)]
+    missing = [
+        step_id(s)
+        for s in plan
+        if step_id(s) not in available and not reserved_steps.is_reserved(s) and not s.get("execute_on_child_nodes")
+    ]
     if missing:
         raise errors.InvalidParameterValue(
             f"The ramdisk of node {task.node['uuid']} does not offer the {kind} steps {', '.join(missing)}; "

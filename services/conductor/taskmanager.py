@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -154,6 +155,8 @@ class TaskManager:
         try:
             task = await self.build_task(node, purpose=purpose)
             task.spawner = self._spawn
+            task.acquire_node = self.acquire
+            task.child_nodes = functools.partial(self.nodes.children, node["uuid"])
             yield task
         finally:
             if task is None or not task.handed_over:

@@ -191,6 +191,15 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
             )
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
         assert "Invalid clean step 1" in (caught.value.details() or "")
+    # A step for child nodes naming a node that does not exist: NOT_FOUND, as REST's 404.
+    nobody = "9a1c7c9e-8d1e-4a4e-9d53-0c0c2b7f7f01"
+    for_children = {"execute_on_child_nodes": True, "limit_child_node_execution": [nobody]}
+    missing = list_value([{"interface": "deploy", "step": "erase_devices_metadata", **for_children}])
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await nodes.SetProvisionState(
+            pb.SetProvisionStateRequest(ident="grpc-new", target="clean", clean_steps=missing)
+        )
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND and nobody in (caught.value.details() or "")
     assert (await nodes.GetNode(pb.GetNodeRequest(ident="grpc-new"))).provision_state == "manageable"
     clean_steps = list_value([{"interface": "deploy", "step": "erase_devices_metadata"}])
     await nodes.SetProvisionState(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from ferrum.v1 import conductor_pb2 as pb
-from services.api.provision_params import SERVICE_STEP_KEYS, check_clean_steps, check_service_steps
+from services.api.provision_params import CLEAN_STEP_KEYS, SERVICE_STEP_KEYS, check_clean_steps, check_service_steps
 from services.common import errors
 from services.common.conductor_messages import (
     STEP_KEYS,
@@ -132,6 +132,10 @@ STEP_CASES: dict[str, tuple[str, list[dict[str, Any]]]] = {
             {"interface": "bios", "step": "d", "order": 2**64 - 1},
         ],
     ),
+    "clean-children": (
+        "clean",
+        [{"interface": "power", "step": "p", "execute_on_child_nodes": True, "limit_child_node_execution": ["c1"]}],
+    ),
     "service-children": (
         "service",
         [
@@ -189,7 +193,7 @@ def test_rest_checks_accept_exactly_what_the_message_carries() -> None:
     """A key REST accepts but the message lacked would be refused (never dropped)
     after the api had checked it; these sets must agree."""
     assert STEP_KEYS["service"] == SERVICE_STEP_KEYS
-    assert STEP_KEYS["clean"] == {"interface", "step", "args", "order"}
+    assert STEP_KEYS["clean"] == CLEAN_STEP_KEYS == SERVICE_STEP_KEYS
 
 
 @pytest.mark.parametrize(
@@ -214,6 +218,22 @@ def test_clean_step_order_is_checked_as_ironics_schema(step: dict[str, object]) 
     ],
 )
 def test_service_step_child_keys_are_checked(step: dict[str, object]) -> None:
+    with pytest.raises(errors.InvalidParameterValue, match="Invalid service_steps"):
+        check_service_steps([step], "service")
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        {"interface": "power", "step": "x", "execute_on_child_nodes": 1},
+        {"interface": "power", "step": "x", "limit_child_node_execution": "node-1"},
+        {"interface": "power", "step": "x", "execute_on_child_nodes": True, "limit_child_node_execution": ["c1"]},
+    ],
+)
+def test_child_keys_are_checked_on_clean_and_service_steps(step: dict[str, object]) -> None:
+    """As Ironic's step schema: a boolean, and with it true a list of node UUIDs."""
+    with pytest.raises(errors.InvalidParameterValue, match="Invalid clean step"):
+        check_clean_steps([step], "clean")
     with pytest.raises(errors.InvalidParameterValue, match="Invalid service_steps"):
         check_service_steps([step], "service")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -86,6 +87,11 @@ class Task:
     # hands the lock over to it (Ironic's ``task.spawn_after``).
     spawner: Callable[[Task, Callable[[Task], Awaitable[None]], str], None] | None = None
     handed_over: bool = False
+    # Set by the task manager on a locked task, for steps run on child nodes (REST 1.83
+    # ``execute_on_child_nodes``, services/conductor/child_steps.py): the UUIDs of this
+    # node's children, and another node locked for ``purpose`` (NodeLocked if it is taken).
+    child_nodes: Callable[[], Awaitable[list[str]]] | None = None
+    acquire_node: Callable[[str, str], AbstractAsyncContextManager[Task]] | None = None
 
     def spawn(self, work: Callable[[Task], Awaitable[None]], *, name: str = "") -> None:
         """Continue ``work`` in the background under this task's lock; the lock is

@@ -35,7 +35,7 @@ from typing import Any
 
 from services.common import errors, states
 from services.common.db.records import NodeRecord
-from services.conductor import reserved_steps, step_plan
+from services.conductor import child_steps, reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
 
@@ -114,6 +114,14 @@ async def _run_steps(ctx: FlowContext, task: Task, first: int) -> None:
             "clean-step",
             f"clean step {step_plan.step_id(step)} (priority {step['priority']}) started",
         )
+        if child_steps.on_children(step):
+            children = await child_steps.run(ctx.config, task, "clean", step)
+            await ctx.record_event(
+                task.node,
+                "clean-step",
+                f"clean step {step_plan.step_id(step)} finished on child nodes: {', '.join(children) or 'none'}",
+            )
+            continue
         if reserved_steps.is_reserved(step):
             if step["step"] == reserved_steps.HOLD:
                 await ctx.transition(task, "hold", note="clean step hold: waiting for unhold")

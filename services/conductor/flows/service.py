@@ -14,7 +14,8 @@ left there.
 Progress lives in ``driver_internal_info``: ``service_steps`` (the plan) and
 ``service_step_index`` (the step running). Resuming runs the plan again from
 the recorded step (every service step is safe to repeat: applying the same
-settings again changes nothing).
+settings again changes nothing). A step with ``execute_on_child_nodes`` runs
+on the node's children instead (services/conductor/child_steps.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Awaitable
 from services.common import states
 from services.common.db.outage import is_unavailable
 from services.common.db.records import NodeRecord
-from services.conductor import reserved_steps, step_plan
+from services.conductor import child_steps, reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
 
@@ -59,6 +60,15 @@ async def _run(ctx: FlowContext, task: Task, first: int) -> None:
         await ctx.record_event(
             task.node, "service-step", f"service step {step_plan.step_id(step)} started", event_type="service"
         )
+        if child_steps.on_children(step):
+            children = await child_steps.run(ctx.config, task, "service", step)
+            await ctx.record_event(
+                task.node,
+                "service-step",
+                f"service step {step_plan.step_id(step)} finished on child nodes: {', '.join(children) or 'none'}",
+                event_type="service",
+            )
+            continue
         if reserved_steps.is_reserved(step):
             if step["step"] == reserved_steps.HOLD:
                 await ctx.transition(task, "hold", note="service step hold: waiting for unhold")
