@@ -39,10 +39,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bmc_processes import BmcProcesses  # bench/, the script's own folder
+from thread_sampler import ThreadSampler
 
 from services.common.config import load_settings
 from services.common.db import migrate
 from services.common.db.embedded import EmbeddedPostgres
+from services.conductor.drivers import ipmi as ipmi_driver
 from services.conductor.periodic import PeriodicWork
 from services.runtime import RunningStack
 
@@ -57,6 +59,12 @@ def main_thread_cpu() -> float:
         if thread.id == os.getpid():
             return float(thread.user_time + thread.system_time)
     return 0.0
+
+
+def ipmi_counters() -> tuple[int, int]:
+    """(sessions opened, keep-alives answered) by this conductor's ipmitool session cache."""
+    caches = [cache for cache, _ in ipmi_driver._SHARED.values()]
+    return sum(c.created for c in caches), sum(c.keepalives for c in caches)
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -139,25 +147,46 @@ async def run(args: argparse.Namespace) -> None:
             )
             periodic = PeriodicWork(manager, registration={})
             me = [os.getpid()]
+            cores = os.cpu_count() or 1
             print(f"\n{'cycle':<7}{'seconds':>9}{'nodes/s':>9}{'changed':>9}{'conductor cpu s':>17}"
-                  f"{'loop cpu s':>11}{'BMCs cpu s':>12}  within {SYNC_INTERVAL:g}s?")  # fmt: skip
+                  f"{'loop cpu s':>11}{'BMCs cpu s':>12}{'sessions':>10}{'keep-alives':>13}{'load':>7}"
+                  f"  within {SYNC_INTERVAL:g}s?")  # fmt: skip
             for cycle in range(1, args.cycles + 1):
                 cpu0, sim0, loop0 = cpu_seconds(me), cpu_seconds(bmcs.pids()), main_thread_cpu()
-                profile = cProfile.Profile() if args.profile and cycle == args.cycles else None
+                opened0, kept0 = ipmi_counters()
+                last = cycle == args.cycles
+                profile = cProfile.Profile() if args.profile and last else None
+                sampler = ThreadSampler() if args.sample and last else None
                 t0 = time.monotonic()
                 if profile is not None:
                     profile.enable()
+                if sampler is not None:
+                    sampler.start()
                 changed = await periodic.sync_power_states()
                 if profile is not None:
                     profile.disable()
+                if sampler is not None:
+                    sampler.stop()
                 elapsed = time.monotonic() - t0
                 cpu1, sim1, loop1 = cpu_seconds(me), cpu_seconds(bmcs.pids()), main_thread_cpu()
+                opened1, kept1 = ipmi_counters()
                 print(
                     f"{cycle:<7}{elapsed:>9.1f}{args.nodes / elapsed:>9.0f}{changed:>9}{cpu1 - cpu0:>17.1f}{loop1 - loop0:>11.1f}"
-                    f"{sim1 - sim0:>12.1f}  {'yes' if elapsed <= SYNC_INTERVAL else 'NO'}"
+                    f"{sim1 - sim0:>12.1f}{opened1 - opened0:>10}{kept1 - kept0:>13}{os.getloadavg()[0]:>7.1f}"
+                    f"  {'yes' if elapsed <= SYNC_INTERVAL else 'NO'}"
+                )
+                # The honest split: CPU seconds per node on each side, and the shortest cycle this
+                # machine's cores allow when the conductor and the simulated BMCs share them.
+                print(
+                    f"{'':<7}per node: conductor {1000 * (cpu1 - cpu0) / args.nodes:.2f} ms CPU, simulated BMCs "
+                    f"{1000 * (sim1 - sim0) / args.nodes:.2f} ms CPU; both together need >= "
+                    f"{(cpu1 - cpu0 + sim1 - sim0) / cores:.1f}s on {cores} cores, the conductor alone "
+                    f"{(cpu1 - cpu0) / cores:.1f}s"
                 )
             if profile is not None:
                 pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+            if sampler is not None:
+                print(sampler.report(args.sample))
             failures = sum(1 for n in periodic._power_sync_failures.values() if n)
             print(f"\nnodes whose last read failed: {failures}")
         finally:
@@ -183,6 +212,9 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3, help="sync cycles to time (default 3)")
     parser.add_argument(
         "--profile", type=int, default=0, help="print the event loop's N busiest functions in the last cycle"
+    )
+    parser.add_argument(
+        "--sample", type=int, default=0, help="print the N commonest frames of all threads (sampled) in the last cycle"
     )
     parser.add_argument("--pool-max", type=int, default=0, help="database pool_max (default: the config's)")
     parser.add_argument(

@@ -163,13 +163,15 @@ class ConductorConfig:
     # The ipmitool power and management interfaces (services/conductor/drivers/ipmi.py, docs/ipmi.md):
     # how long a power change may take to show (polled every ipmi_poll_interval), the deadline of
     # one IPMI request including its retries with a fresh session (ipmi_retries attempts at most),
-    # the worker threads pyghmi's blocking calls run in, and how many BMC sessions are kept open.
+    # the worker threads pyghmi's blocking calls run in, how many BMC sessions are kept open (least
+    # recently used logged out first) and after how long idle a session gets a keep-alive (0: none).
     ipmi_power_timeout: float = 60.0
     ipmi_poll_interval: float = 1.0
     ipmi_timeout: float = 10.0
     ipmi_retries: int = 3
     ipmi_workers: int = 16
-    ipmi_max_sessions: int = 1024
+    ipmi_max_sessions: int = 10_000
+    ipmi_keepalive_interval: float = 30.0
     objectstore_address: str = ""
     configdrive_use_object_store: bool = True
     configdrive_container: str = "ironic_configdrive_container"

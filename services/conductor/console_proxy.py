@@ -54,6 +54,9 @@ Source = Callable[["ConsoleSession"], Awaitable[None]]
 class ConsoleSession:
     """One node's running console: its listener, its clients and its source."""
 
+    console_type = "socat"  # console_info's type, as Ironic's socat consoles
+    url_scheme = "tcp"
+
     def __init__(self, proxies: ConsoleProxies, node_uuid: str, source: Source, description: str) -> None:
         self.proxies = proxies
         self.node_uuid = node_uuid
@@ -307,6 +310,14 @@ class ConsoleProxies:
 
     async def start(self, node_uuid: str, source: Source, *, description: str, port: int | None = None) -> None:
         """Run a console for the node (a running one is replaced: a restart)."""
+        await self.start_session(
+            node_uuid, lambda: ConsoleSession(self, node_uuid, source, description), description=description, port=port
+        )
+
+    async def start_session(
+        self, node_uuid: str, make: Callable[[], ConsoleSession], *, description: str, port: int | None = None
+    ) -> None:
+        """Run the session ``make`` builds for the node, within the bounds (a running one is replaced)."""
         if self.closed:
             raise errors.ServiceUnavailable("this conductor is stopping: no new consoles")
         if node_uuid in self._starting:
@@ -316,7 +327,7 @@ class ConsoleProxies:
         try:
             await self.stop(node_uuid)
             await self._ensure_websocket_server()
-            session = ConsoleSession(self, node_uuid, source, description)
+            session = make()
             await session.start(port)
             if self.closed:
                 await session.stop()
@@ -373,7 +384,8 @@ class ConsoleProxies:
     # ---- what clients are told ------------------------------------------------------------
 
     def info(self, node_uuid: str) -> dict[str, str]:
-        """Ironic's console_info for a socat-style console, plus the WebSocket URL."""
+        """Ironic's console_info (``socat`` and ``tcp://``, or ``vnc`` and ``vnc://`` for a
+        graphical console), plus the WebSocket URL."""
         session = self._sessions.get(node_uuid)
         if session is None:
             raise errors.ServiceUnavailable(
@@ -383,8 +395,8 @@ class ConsoleProxies:
         host = f"[{self.host}]" if ":" in self.host else self.host
         scheme = "wss" if self._ssl is not None else "ws"
         return {
-            "type": "socat",
-            "url": f"tcp://{host}:{session.port}",
+            "type": session.console_type,
+            "url": f"{session.url_scheme}://{host}:{session.port}",
             "websocket_url": f"{scheme}://{host}:{self._ws_port}/consoles/{node_uuid}/{session.token}",
         }
 

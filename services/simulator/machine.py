@@ -330,6 +330,11 @@ class Machine:
         The simulated firmware has no serial port: its console is its boot log."""
         return [line for _, line in self.console_entries(count)]
 
+    def graphical_console(self) -> dict[str, Any] | None:
+        """Redfish's GraphicalConsole of this machine's BMC, or None: a simulated machine without
+        a VM has no screen to show (QEMU-backed machines override this)."""
+        return None
+
     def console_entries(self, count: int) -> list[tuple[int, str]]:
         """The last ``count`` console lines with their sequence numbers (1 for the first line
         the machine ever showed), so a reader polling the log sees which lines are new."""

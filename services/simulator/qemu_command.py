@@ -70,6 +70,10 @@ def _drive_value(path: str) -> str:
     return path.replace(",", ",,")  # QEMU's escape for commas in option values
 
 
+VNC_HOST = "127.0.0.1"
+VNC_DISPLAYS = 100  # QEMU tries displays 0..99 (TCP ports 5900..5999) until one is free
+
+
 def qemu_argv(spec: VmSpec) -> list[str]:
     first, later = boot_letters(spec.first_boot), boot_letters(spec.later_boots)
     boot = f"order={later}" if first == later else f"once={first},order={later}"
@@ -88,6 +92,8 @@ def qemu_argv(spec: VmSpec) -> list[str]:
         "-uuid",
         spec.uuid,
         "-nographic",  # SeaBIOS and iPXE print on the serial port too
+        "-vnc",  # the VGA screen too, as a BMC's graphical console would: the first free of 5900-5999
+        f"{VNC_HOST}:0,to={VNC_DISPLAYS - 1}",
         "-monitor",
         "none",
         "-chardev",

@@ -40,6 +40,7 @@ LOG = logging.getLogger(__name__)
 MEDIA_LIMITS = {"Cd": vmedia.MAX_MEDIA_BYTES, "Floppy": 64 * 1024**2}
 MEDIA_DRIVES = {"Cd": "cdrom0", "Floppy": "floppy0"}
 STDERR_LIMIT = 4000
+GRAPHICAL_SESSIONS = 4  # VNC clients QEMU serves at once, as far as the BMC advertises
 
 
 # What QEMU's user-mode network shows its guests as the host (slirp's gateway alias).
@@ -73,6 +74,7 @@ class QemuMachine(Machine):
         self.process: asyncio.subprocess.Process | None = None
         self._qmp: QmpClient | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self.vnc_port: int | None = None  # QEMU's VNC server while the VM runs
 
     # ---- power ------------------------------------------------------------------------
 
@@ -134,9 +136,35 @@ class QemuMachine(Machine):
             self.record("vm_start_error", error=str(exc))
             raise
         self.process = process
+        self.vnc_port = await self._vnc_port()
         self.status = "running"
         self._watcher = asyncio.create_task(self._watch(process), name=f"qemu-{self.name}")
         self.record("vm_started", pid=process.pid)
+
+    async def _vnc_port(self) -> int | None:
+        """The TCP port QEMU's VNC server took (it picks the first free display)."""
+        if self._qmp is None:
+            return None
+        try:
+            found = await self._qmp.execute("query-vnc")
+        except (QmpError, OSError, ConnectionError) as exc:
+            self.record("vnc_unknown", error=str(exc))
+            return None
+        if not isinstance(found, dict) or not found.get("enabled") or not str(found.get("service", "")).isdigit():
+            return None
+        return int(found["service"])
+
+    def graphical_console(self) -> dict[str, Any] | None:
+        """Redfish's GraphicalConsole: QEMU's VNC server while the VM runs (the screen a
+        KVM-over-IP console shows); a BMC with the host off offers none."""
+        console: dict[str, Any] = {
+            "ServiceEnabled": self.vnc_port is not None,
+            "MaxConcurrentSessions": GRAPHICAL_SESSIONS,
+            "ConnectTypesSupported": ["KVMIP"],
+        }
+        if self.vnc_port is not None:
+            console["Port"] = self.vnc_port
+        return console
 
     async def _connect(self, process: asyncio.subprocess.Process) -> QmpClient:
         """QMP once QEMU is up; QEMU exiting first (a bad option, a port in use) is a start error."""
@@ -173,12 +201,14 @@ class QemuMachine(Machine):
         if self.process is not process:
             return  # stopped by the BMC, which recorded it
         self.process = None
+        self.vnc_port = None
         await self._close_qmp()
         self.power_state, self.status = "Off", "off"
         self.record("vm_exited", exit_status=code, error=await asyncio.to_thread(self._stderr) if code else "")
 
     async def _halt(self) -> None:
         process, self.process = self.process, None
+        self.vnc_port = None
         watcher, self._watcher = self._watcher, None
         if watcher is not None and watcher is not asyncio.current_task():
             watcher.cancel()
@@ -261,4 +291,5 @@ class QemuMachine(Machine):
             "agent_port": self.agent_port,
             "serial_log": self.serial_log,
             "pid": self.process.pid if self.process is not None else None,
+            "vnc_port": self.vnc_port,
         }

@@ -289,6 +289,7 @@ class RedfishService:
                 "EthernetInterfaces": odata(path + "/EthernetInterfaces"),
                 **({} if self.ilo else {"VirtualMedia": odata(path + "/VirtualMedia")}),
                 "LogServices": odata(path + "/LogServices"),
+                **({"GraphicalConsole": graphical} if (graphical := m.graphical_console()) else {}),
                 "Bios": odata(path + "/Bios"),
                 "Links": {"ManagedBy": [odata(f"{V1}/Managers/{m.name}")]},
                 "Actions": {

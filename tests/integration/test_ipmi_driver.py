@@ -18,7 +18,7 @@ import pyghmi.ipmi.private.serversession as serversession
 import pytest
 
 from services.common import errors
-from services.conductor.drivers import base
+from services.conductor.drivers import base, ipmi_client
 from services.conductor.drivers.ipmi import IpmiManagement, IpmiPower
 from services.simulator import Simulator, SimulatorOptions
 
@@ -223,6 +223,54 @@ async def test_sessions_are_reused_per_bmc(
     # Another cipher suite, privilege or password is another session (never one opened with other settings).
     await power.get_power_state(task_for(sim, 2, ipmi_priv_level="OPERATOR"))
     assert len(opened) == 3
+
+
+async def test_sessions_live_across_cycles_kept_alive_and_bounded(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Power sync reads a node once a cycle (60 s or more apart): its session must survive the
+    idle time in between (keep-alives), and the cache stays within ipmi_max_sessions (LRU)."""
+    tasks = [task_for(sim, i) for i in range(3)]
+    ports = [sim.ipmi_driver_info(m)["ipmi_port"] for m in sim.machines[:3]]
+    opened: dict[int, int] = {}
+    original = serversession.ServerSession.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        opened[kwargs["bmc"].port] = opened.get(kwargs["bmc"].port, 0) + 1
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(serversession.ServerSession, "__init__", counting)
+    # Scaled down: a session unheard for 0.6 s would be replaced; keep-alives every 0.2 s prevent it.
+    monkeypatch.setattr(ipmi_client, "SESSION_TRUST", 0.6)
+    power = IpmiPower({"ipmi_timeout": TIMEOUT, "ipmi_keepalive_interval": 0.2, "ipmi_max_sessions": 2})
+    try:
+        await power.get_power_state(tasks[0])
+        await wait_for(lambda: power.sessions.keepalives >= 3)  # idle well past SESSION_TRUST
+        await power.get_power_state(tasks[0])
+        assert opened.get(ports[0]) == 1 and power.sessions.created == 1
+
+        # A third BMC evicts the least recently used session (logged out); coming back opens a new one.
+        await power.get_power_state(tasks[1])
+        await power.get_power_state(tasks[2])
+        assert len(power.sessions) == 2
+        assert {c.ipmi_session.port for c in power.sessions.sessions()} == {ports[1], ports[2]}
+        await power.get_power_state(tasks[0])
+        assert opened.get(ports[0]) == 2 and power.sessions.created == 4
+    finally:
+        await power.close()
+    assert power.sessions._keeper is not None and not power.sessions._keeper.is_alive()
+
+    # Keep-alives off: a session unheard past SESSION_TRUST is tried (briefly) before a new one
+    # is opened; this BMC kept it, so it is reused.
+    quiet = IpmiPower({"ipmi_timeout": TIMEOUT, "ipmi_keepalive_interval": 0})
+    try:
+        await quiet.get_power_state(tasks[1])
+        seen = opened[ports[1]]
+        await asyncio.sleep(0.8)
+        await quiet.get_power_state(tasks[1])
+        assert quiet.sessions.created == 1 and opened[ports[1]] == seen and quiet.sessions.keepalives == 0
+    finally:
+        await quiet.close()
 
 
 async def test_many_machines_at_once(sim: Simulator, ifaces: tuple[IpmiPower, IpmiManagement]) -> None:

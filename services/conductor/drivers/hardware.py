@@ -70,8 +70,9 @@ class RedfishHardware(HardwareType):
         "rescue": ("no-rescue", "agent"),
         # no-console first: a real BMC's console is chosen per node (docs/console.md);
         # simulator reads the console log Ferrum's simulator keeps, ipmitool-socat the SOL
-        # of a BMC that also speaks IPMI (with the node's ipmi_* driver_info).
-        "console": ("no-console", "ipmitool-socat", "simulator"),
+        # of a BMC that also speaks IPMI (with the node's ipmi_* driver_info),
+        # redfish-graphical relays the VNC console a BMC's GraphicalConsole advertises.
+        "console": ("no-console", "ipmitool-socat", "simulator", "redfish-graphical"),
         # BIOS settings through the System's Bios resource (drivers/redfish_bios.py), as Ironic.
         "bios": ("redfish", "no-bios"),
         # no-firmware first: reading the firmware inventory is asked for per node (API 1.86).

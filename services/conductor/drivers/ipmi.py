@@ -46,7 +46,8 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_RETRIES = 3
 DEFAULT_WORKERS = 16
-DEFAULT_MAX_SESSIONS = 1024
+DEFAULT_MAX_SESSIONS = 10_000
+DEFAULT_KEEPALIVE_INTERVAL = 30.0
 CLOSE_TIMEOUT = 15.0
 CALL_GRACE = 2.0  # beyond the deadline, how long the event loop waits for a worker before giving up on it
 
@@ -70,17 +71,19 @@ def _float_option(options: dict[str, Any], name: str, default: float) -> float:
 # ---- the session cache shared by a conductor's ipmitool interfaces -----------------------
 
 _SHARED_LOCK = threading.Lock()
-_SHARED: dict[tuple[float, int, int], tuple[SessionCache, int]] = {}
+_SHARED: dict[tuple[float, int, int, float], tuple[SessionCache, int]] = {}
 
 
-def _acquire_cache(timeout: float, retries: int, max_sessions: int) -> SessionCache:
+def _acquire_cache(timeout: float, retries: int, max_sessions: int, keepalive_interval: float) -> SessionCache:
     """The cache for these settings, shared with the conductor's other ipmitool interface
     (one session per BMC, whichever interface asks), counted so the last ``close`` closes it."""
-    key = (timeout, retries, max_sessions)
+    key = (timeout, retries, max_sessions, keepalive_interval)
     with _SHARED_LOCK:
         cache, users = _SHARED.get(key, (None, 0))
         if cache is None:
-            cache = SessionCache(timeout=timeout, retries=retries, max_sessions=max_sessions)
+            cache = SessionCache(
+                timeout=timeout, retries=retries, max_sessions=max_sessions, keepalive_interval=keepalive_interval
+            )
         _SHARED[key] = (cache, users + 1)
         return cache
 
@@ -123,7 +126,12 @@ class _IpmiBase:
         self.timeout = _float_option(self.options, "ipmi_timeout", DEFAULT_TIMEOUT)
         retries = int(_float_option(self.options, "ipmi_retries", DEFAULT_RETRIES))
         max_sessions = int(_float_option(self.options, "ipmi_max_sessions", DEFAULT_MAX_SESSIONS))
-        self.sessions = _acquire_cache(self.timeout, retries, max_sessions)
+        keepalive = self.options.get("ipmi_keepalive_interval", DEFAULT_KEEPALIVE_INTERVAL)
+        try:
+            keepalive = max(0.0, float(keepalive))  # 0: no keep-alives
+        except (TypeError, ValueError):
+            raise errors.InvalidParameterValue("conductor option ipmi_keepalive_interval must be a number") from None
+        self.sessions = _acquire_cache(self.timeout, retries, max_sessions, keepalive)
         workers = int(_float_option(self.options, "ipmi_workers", DEFAULT_WORKERS))
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"ipmi-{self.kind}")
         self._closed = False

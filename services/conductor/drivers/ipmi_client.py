@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
 import pyghmi.exceptions as pyghmi_exc
@@ -53,7 +54,17 @@ LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 IO_WAIT_SLACK = 0.05  # seconds a pyghmi wait may outlast its deadline before it re-checks by itself
-SESSION_IDLE = 20.0  # seconds: an idle session older than this is replaced, not trusted (BMCs drop them)
+# Seconds a session may go unheard before it is replaced rather than trusted: IPMI's default
+# session inactivity timeout is 60 s, after which a BMC silently ignores the session's packets.
+# The keep-alive (``ipmi_keepalive_interval``) keeps every cached session well inside it.
+SESSION_TRUST = 50.0
+# A session unheard for longer is still tried first, but given only this long to answer before
+# a new one is opened: a BMC that kept it (keep-alives fell behind, the BMC's timeout is longer)
+# costs one round trip, one that dropped it (it ignores the packets) at most this wait.
+STALE_PROBE = 2.0
+KEEPALIVE_WORKERS = 8  # threads sending keep-alives (one request each, a round trip at a time)
+KEEPALIVE_TICK = 1.0  # seconds between looks for sessions due a keep-alive
+KEEPALIVE_TIMEOUT = 5.0  # seconds a keep-alive may take before the session is dropped
 LOGIN_STAGES = {  # pyghmi's session context -> the login step that went unanswered
     "": "its channel authentication capabilities request",
     "OPENSESSION": "the RMCP+ open session request",
@@ -225,6 +236,19 @@ class _Suite17Session(_SuiteSession):
 SESSION_CLASSES: Mapping[int, type[_SuiteSession]] = {3: _Suite3Session, 17: _Suite17Session}
 
 
+def _detach_keepalive(session: Any) -> None:
+    """Take a logged-in session out of pyghmi's keep-alive table; the cache keeps it alive.
+
+    pyghmi sends its keep-alives from whichever thread happens to wait in
+    ``Session.wait_for_rsp`` (a login), on sessions another thread may be
+    using, and that wait walks the whole table (twice) on every wake-up:
+    with 10,000 sessions each login cost milliseconds of CPU in that walk
+    alone. Without the entry pyghmi never logs the session out for idling,
+    and its validity check falls back to ``broken``."""
+    with pyghmi_util.protect(pyghmi_session.KEEPALIVE_SESSIONS):
+        pyghmi_session.Session.keepalive_sessions.pop(session, None)
+
+
 class IpmiCommand(Command):  # pyghmi ships no type hints: Any as far as mypy knows
     """pyghmi's ``Command`` over a session of the chosen cipher suite.
 
@@ -253,13 +277,15 @@ class IpmiCommand(Command):  # pyghmi ships no type hints: Any as far as mypy kn
         self.created = time.monotonic()
         self.last_used = self.created
 
+        _detach_keepalive(self.ipmi_session)
+
     def usable(self) -> bool:
         session = self.ipmi_session
-        if session.broken or not session.logged:
-            return False
-        if time.monotonic() - self.last_used > SESSION_IDLE:
-            return False
-        return bool(pyghmi_session.Session._is_session_valid(session))
+        return not session.broken and bool(session.logged)
+
+    def stale(self) -> bool:
+        """Unheard for longer than a BMC may keep an idle session: try it, briefly."""
+        return time.monotonic() - self.last_used > SESSION_TRUST
 
     def logout(self) -> None:
         """Close the session at the BMC without waiting for an answer (best effort)."""
@@ -332,29 +358,43 @@ def map_error(info: IpmiInfo, action: str, exc: BaseException) -> errors.BMCErro
 class _Entry:
     """One cache slot: the command (None until connected) and a lock that serialises calls to one BMC."""
 
-    __slots__ = ("command", "lock")
+    __slots__ = ("command", "evicted", "lock", "pinging")
 
     def __init__(self) -> None:
         self.command: IpmiCommand | None = None
         self.lock = threading.Lock()
+        self.pinging = False  # a keep-alive is queued or running
+        self.evicted = False  # out of the cache: whoever holds the lock last logs out
 
 
 class SessionCache:
-    """pyghmi commands per BMC, credentials and cipher suite, owned by one interface instance.
+    """pyghmi commands per BMC, credentials and cipher suite, shared by a conductor's interfaces.
 
     Calls to one BMC are serialised (IPMI sessions carry one request at a
-    time); a session that failed, or sat idle longer than BMCs keep them, is
-    logged out and replaced. At most ``max_sessions`` are kept, the least
-    recently used going first. ``created`` counts the sessions opened.
+    time). Sessions live across power-sync cycles: one idle for
+    ``keepalive_interval`` gets a Get Device ID (``KEEPALIVE_WORKERS``
+    threads send them), so the BMC never times it out; a session whose
+    request or keep-alive failed, or that went unheard for ``SESSION_TRUST``
+    (keep-alives off or starved), is logged out and replaced by the next
+    call. At most ``max_sessions`` are kept, the least recently used going
+    first. ``created`` counts the sessions opened, ``keepalives`` the
+    keep-alives answered.
     """
 
-    def __init__(self, *, timeout: float = 10.0, retries: int = 3, max_sessions: int = 1024) -> None:
+    def __init__(
+        self, *, timeout: float = 10.0, retries: int = 3, max_sessions: int = 1024, keepalive_interval: float = 30.0
+    ) -> None:
         self._lock = threading.Lock()
         self._entries: collections.OrderedDict[tuple[Any, ...], _Entry] = collections.OrderedDict()
         self.timeout = timeout
         self.retries = max(1, retries)
         self.max_sessions = max(1, max_sessions)
+        self.keepalive_interval = max(0.0, keepalive_interval)
         self.created = 0
+        self.keepalives = 0
+        self._stop = threading.Event()
+        self._keeper: threading.Thread | None = None
+        self._keepalive_pool: ThreadPoolExecutor | None = None
 
     def _entry(self, info: IpmiInfo) -> _Entry:
         key = info.cache_key()
@@ -365,10 +405,85 @@ class SessionCache:
                 entry = self._entries[key] = _Entry()
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_sessions:
-                evicted.append(self._entries.popitem(last=False)[1])
+                old_entry = self._entries.popitem(last=False)[1]
+                old_entry.evicted = True
+                evicted.append(old_entry)
+            if self._keeper is None and self.keepalive_interval > 0 and not self._stop.is_set():
+                self._start_keeper()
         for old in evicted:
             self._drop(old, wait=0.0)
         return entry
+
+    # ---- keep-alive ---------------------------------------------------------------------
+
+    def _start_keeper(self) -> None:
+        """The thread that finds idle sessions and its pool that pings them (under ``_lock``)."""
+        self._keepalive_pool = ThreadPoolExecutor(max_workers=KEEPALIVE_WORKERS, thread_name_prefix="ipmi-keepalive")
+        self._keeper = threading.Thread(target=self._keep_sessions_alive, name="ipmi-keepalive-sweep", daemon=True)
+        self._keeper.start()
+
+    def _keep_sessions_alive(self) -> None:
+        tick = min(KEEPALIVE_TICK, self.keepalive_interval / 4)
+        while not self._stop.wait(tick):
+            now = time.monotonic()
+            with self._lock:
+                due = [
+                    (e.command.last_used, i, e)
+                    for i, e in enumerate(self._entries.values())
+                    if e.command is not None and not e.pinging and now - e.command.last_used >= self.keepalive_interval
+                ]
+            due.sort()  # the longest idle first: when keep-alives fall behind, the nearest to expiry go first
+            for _, _, entry in due:
+                entry.pinging = True
+            pool = self._keepalive_pool
+            for _, _, entry in due:
+                if pool is None or self._stop.is_set():
+                    entry.pinging = False
+                    continue
+                try:
+                    pool.submit(self._keep_alive, entry)
+                except RuntimeError:  # the pool shut down under us (close)
+                    entry.pinging = False
+
+    def _keep_alive(self, entry: _Entry) -> None:
+        """One keep-alive: Get Device ID, which every BMC answers; a session that
+        fails it is dropped (the next call opens a new one). A session in use is
+        skipped: its request keeps it alive."""
+        try:
+            if self._stop.is_set() or not entry.lock.acquire(blocking=False):
+                return
+            try:
+                command = entry.command
+                if command is None or time.monotonic() - command.last_used < self.keepalive_interval:
+                    return
+                if not command.usable():
+                    entry.command = None
+                    command.logout()
+                    return
+                session = command.ipmi_session
+                wait = STALE_PROBE if command.stale() else min(self.timeout, KEEPALIVE_TIMEOUT)
+                session.deadline = time.monotonic() + wait
+                try:
+                    command.raw_command(netfn=6, command=1)
+                except Exception as exc:  # noqa: BLE001 - any failure: the session is not to be trusted
+                    LOG.info(
+                        "ipmi keep-alive failed bmc=%s: %s; the next request opens a new session", command.bmc, exc
+                    )
+                    entry.command = None
+                    command.logout()
+                    return
+                finally:
+                    session.deadline = None
+                command.last_used = time.monotonic()
+                with self._lock:
+                    self.keepalives += 1
+                if entry.evicted:  # evicted while this ran (its logout was skipped): do it now
+                    entry.command = None
+                    command.logout()
+            finally:
+                entry.lock.release()
+        finally:
+            entry.pinging = False
 
     @staticmethod
     def _drop(entry: _Entry, wait: float | None = None) -> None:
@@ -415,7 +530,8 @@ class SessionCache:
                         with self._lock:
                             self.created += 1
                         entry.command = command
-                    command.ipmi_session.deadline = deadline
+                    stale = command.stale()
+                    command.ipmi_session.deadline = min(deadline, time.monotonic() + STALE_PROBE) if stale else deadline
                     try:
                         result = fn(command)
                     finally:
@@ -448,9 +564,15 @@ class SessionCache:
             entry.lock.release()
 
     def close(self) -> None:
-        """Log out of every cached session. Blocking: call in a thread."""
+        """Stop the keep-alives and log out of every cached session. Blocking: call in a thread."""
+        self._stop.set()
         with self._lock:
             entries, self._entries = list(self._entries.values()), collections.OrderedDict()
+            keeper, pool = self._keeper, self._keepalive_pool
+        if keeper is not None:
+            keeper.join(timeout=KEEPALIVE_TICK + 1.0)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # each keep-alive ends by its own deadline
         for entry in entries:
             self._drop(entry, wait=1.0)
 
