@@ -15,14 +15,13 @@ parent's step, unless ``permit_child_node_step_async_result`` lets it go on.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.outage import is_unavailable
-from services.conductor import reserved_steps, step_plan
+from services.conductor import related_nodes, reserved_steps, step_plan
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import error_text
 
@@ -66,19 +65,9 @@ async def run(config: ConductorConfig, task: Task, kind: str, step: Mapping[str,
 
 
 async def _run_locked(config: ConductorConfig, task: Task, kind: str, step: Mapping[str, Any], child: str) -> None:
-    if task.acquire_node is None:
-        raise RuntimeError("child node steps need a locked task")
     purpose = f"{kind} step {step_plan.step_id(step)} for parent node {task.node['uuid']}"
-    attempts = max(1, config.child_node_locked_retry_attempts)
-    for attempt in range(attempts):
-        try:
-            async with task.acquire_node(child, purpose) as child_task:
-                await _run_one(config, child_task, kind, step)
-            return
-        except errors.NodeLocked:
-            if attempt + 1 == attempts:
-                raise
-        await asyncio.sleep(config.child_node_locked_retry_interval)
+    async with related_nodes.locked(config, task, child, purpose) as child_task:
+        await _run_one(config, child_task, kind, step)
 
 
 async def _run_one(config: ConductorConfig, task: Task, kind: str, step: Mapping[str, Any]) -> None:
@@ -87,7 +76,7 @@ async def _run_one(config: ConductorConfig, task: Task, kind: str, step: Mapping
     if reserved_steps.is_reserved(own):
         if own["step"] == reserved_steps.HOLD:  # step_plan refuses it when the step is requested
             raise errors.InvalidParameterValue("hold cannot run on child nodes")
-        await reserved_steps.run_power_step(task, own)
+        await reserved_steps.run_power_step(config, task, own)
         return
     planned = step_plan.requested(task, kind, [{**own, "args": own.get("args") or {}}])
     await step_plan.check_arguments(task, kind, planned)

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.common import errors, states
+from services.common.config import ConductorConfig
+from services.conductor import related_nodes
 from services.conductor.drivers.base import Task
 
 HOLD = "hold"
@@ -43,9 +45,10 @@ def argument_problems(step: Mapping[str, Any]) -> list[str]:
     return []
 
 
-async def run_power_step(task: Task, step: Mapping[str, Any]) -> None:
+async def run_power_step(config: ConductorConfig, task: Task, step: Mapping[str, Any]) -> None:
     """``power_on``/``power_off``/``reboot``: the power interface does it now and
-    the node's power_state follows; a node that may not be powered off
+    the node's power_state follows, after its parent or children where power
+    couples them (``related_nodes``); a node that may not be powered off
     (``disable_power_off``, 1.95) refuses ``power_off``."""
     target = POWER_STEPS[step["step"]]
     if target == states.POWER_OFF and task.node.get("disable_power_off"):
@@ -54,10 +57,6 @@ async def run_power_step(task: Task, step: Mapping[str, Any]) -> None:
         )
     if target == states.REBOOT:
         await task.driver.power.reboot(task, None)
-        final = states.POWER_ON
+        await task.save_fields({"power_state": states.POWER_ON, "target_power_state": None})
     else:
-        if target == states.POWER_ON:
-            await task.driver.boot.before_power_on(task)
-        await task.driver.power.set_power_state(task, target, None)
-        final = target
-    await task.save_fields({"power_state": final, "target_power_state": None})
+        await related_nodes.set_power(config, task, target)

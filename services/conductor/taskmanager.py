@@ -157,6 +157,7 @@ class TaskManager:
             task.spawner = self._spawn
             task.acquire_node = self.acquire
             task.child_nodes = functools.partial(self.nodes.children, node["uuid"])
+            task.peek_node = self.nodes.get
             yield task
         finally:
             if task is None or not task.handed_over:

@@ -184,3 +184,37 @@ async def test_deploy_steps_do_not_take_the_child_keys(api: VersionedApi, family
         V, "PUT", "/v1/nodes/parent/states/provision", {"target": "rebuild", "deploy_steps": [step]}
     )
     assert got == 400 and "Invalid deploy step" in fault(answer), answer
+
+
+async def power(api: VersionedApi, ident: str, target: str) -> dict[str, Any]:
+    await api.call(V, "PUT", f"/v1/nodes/{ident}/states/power", {"target": target}, expect=202)
+    deadline = time.monotonic() + 20
+    while (found := await node(api, ident))["target_power_state"]:
+        assert time.monotonic() < deadline, found
+        await asyncio.sleep(0.03)
+    assert found["last_error"] is None, found["last_error"]
+    return found
+
+
+async def test_power_couples_parent_and_children_unless_a_child_has_its_own_supply(api: VersionedApi) -> None:
+    """As Ironic's node_power_action: a child on needs its parent on, a parent off
+    takes its children off first; ``has_dedicated_power_supply`` opts a child out."""
+    for name, fields in (
+        ("chassis-p", {}),
+        ("blade", {"parent_node": "chassis-p"}),
+        ("own-psu", {"parent_node": "chassis-p", "driver_info": {"has_dedicated_power_supply": True}}),
+    ):
+        await api.call(V, "POST", "/v1/nodes", {"driver": "fake-hardware", "name": name, **fields}, expect=201)
+    powers = {n: (await node(api, n))["power_state"] for n in ("chassis-p", "blade", "own-psu")}
+    assert set(powers.values()) == {None}
+
+    await power(api, "own-psu", "power on")  # its own supply: the parent stays as it is
+    assert (await node(api, "chassis-p"))["power_state"] is None
+    await power(api, "blade", "power on")  # draws from the parent: the parent comes on first
+    assert (await node(api, "chassis-p"))["power_state"] == "power on"
+
+    await power(api, "chassis-p", "rebooting")  # a reboot touches neither
+    assert [(await node(api, n))["power_state"] for n in ("blade", "own-psu")] == ["power on", "power on"]
+    await power(api, "chassis-p", "power off")  # children off first, but not one with its own supply
+    powers = {n: (await node(api, n))["power_state"] for n in ("chassis-p", "blade", "own-psu")}
+    assert powers == {"chassis-p": "power off", "blade": "power off", "own-psu": "power on"}

@@ -89,9 +89,11 @@ class Task:
     handed_over: bool = False
     # Set by the task manager on a locked task, for steps run on child nodes (REST 1.83
     # ``execute_on_child_nodes``, services/conductor/child_steps.py): the UUIDs of this
-    # node's children, and another node locked for ``purpose`` (NodeLocked if it is taken).
+    # node's children, and another node locked for ``purpose`` (NodeLocked if it is taken);
+    # ``peek_node`` reads another node's row without its lock (services/conductor/related_nodes.py).
     child_nodes: Callable[[], Awaitable[list[str]]] | None = None
     acquire_node: Callable[[str, str], AbstractAsyncContextManager[Task]] | None = None
+    peek_node: Callable[[str], Awaitable[NodeRecord]] | None = None
 
     def spawn(self, work: Callable[[Task], Awaitable[None]], *, name: str = "") -> None:
         """Continue ``work`` in the background under this task's lock; the lock is

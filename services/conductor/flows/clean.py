@@ -126,7 +126,7 @@ async def _run_steps(ctx: FlowContext, task: Task, first: int) -> None:
             if step["step"] == reserved_steps.HOLD:
                 await ctx.transition(task, "hold", note="clean step hold: waiting for unhold")
                 return
-            await reserved_steps.run_power_step(task, step)
+            await reserved_steps.run_power_step(ctx.config, task, step)
             continue
         result = await getattr(task.driver, step["interface"]).execute_clean_step(task, step)
         if result == states.CLEANWAIT:

@@ -62,7 +62,7 @@ async def _first_half(ctx: FlowContext, task: Task, *, after_hold: int | None = 
                 await task.save_internal_info({HELD_AT: index})
                 await ctx.transition(task, "hold", note="deploy step hold: waiting for unhold")
                 return
-            await reserved_steps.run_power_step(task, step)
+            await reserved_steps.run_power_step(ctx.config, task, step)
             continue
         await steps.run_step(ctx, task, step)
     await steps.mark(ctx, task, core)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from services.common import states
 from services.common.db.outage import is_unavailable
+from services.conductor import related_nodes
 from services.conductor.drivers.base import Task
 from services.conductor.flows.context import FlowContext, error_text
 
@@ -38,6 +39,7 @@ async def change(ctx: FlowContext, task: Task, target: str, timeout: int | None 
         if target == states.REBOOT:
             await task.driver.power.reboot(task, timeout)
         else:
+            await related_nodes.before_power_action(ctx.config, task, target)  # parent on / children off
             await task.driver.power.set_power_state(task, target, timeout)
         if final == states.POWER_OFF and toggle:
             await storage.detach_volumes(task)
