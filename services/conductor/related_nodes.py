@@ -38,15 +38,20 @@ async def locked(config: ConductorConfig, task: Task, node_uuid: str, purpose: s
     if task.acquire_node is None:
         raise RuntimeError("acting on a related node needs a locked task")
     attempts = max(1, config.child_node_locked_retry_attempts)
-    for attempt in range(attempts):
+    for attempt in range(1, attempts + 1):
+        # Only taking the lock is retried: a NodeLocked from the work done under it
+        # (a grandchild's lock) belongs to the caller.
+        held = contextlib.AsyncExitStack()
         try:
-            async with task.acquire_node(node_uuid, purpose) as other:
-                yield other
-            return
+            other = await held.enter_async_context(task.acquire_node(node_uuid, purpose))
         except errors.NodeLocked:
-            if attempt + 1 == attempts:
+            if attempt == attempts:
                 raise
-        await asyncio.sleep(config.child_node_locked_retry_interval)
+            await asyncio.sleep(config.child_node_locked_retry_interval)
+            continue
+        async with held:
+            yield other
+        return
 
 
 def dedicated_power(task: Task) -> bool:

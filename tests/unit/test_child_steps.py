@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from services.common import states
+from services.common import errors, states
 from services.common.config import ConductorConfig
-from services.conductor import child_steps
+from services.conductor import child_steps, related_nodes
 from services.conductor.drivers.base import Task
 from services.conductor.drivers.fake import FakeFirmware
 from services.conductor.drivers.registry import DriverRegistry
@@ -64,3 +64,28 @@ async def test_a_child_step_that_finishes_later_fails_the_parents_step() -> None
 async def test_permit_child_node_step_async_result_lets_it_go_on() -> None:
     config = dataclasses.replace(ConductorConfig(), permit_child_node_step_async_result=True)
     assert await child_steps.run(config, tasks(config), "service", STEP) == [CHILD]
+
+
+async def test_only_taking_the_lock_is_retried_not_a_lock_error_from_the_work_under_it() -> None:
+    config = dataclasses.replace(ConductorConfig(), child_node_locked_retry_interval=0.0)
+    parent = tasks(config)
+    taken: list[str] = []
+    inner = parent.acquire_node
+    assert inner is not None
+
+    @contextlib.asynccontextmanager
+    async def counting(uuid: str, purpose: str) -> AsyncIterator[Task]:
+        taken.append(uuid)
+        if len(taken) == 1:
+            raise errors.NodeLocked(f"Node {uuid} is locked by host elsewhere")
+        async with inner(uuid, purpose) as child:
+            yield child
+
+    parent.acquire_node = counting
+    async with related_nodes.locked(config, parent, CHILD, "test") as child:  # second try takes it
+        assert child.node["uuid"] == CHILD
+    assert taken == [CHILD, CHILD]
+    with pytest.raises(errors.NodeLocked, match="grandchild"):
+        async with related_nodes.locked(config, parent, CHILD, "test"):
+            raise errors.NodeLocked("the grandchild is locked")
+    assert taken == [CHILD, CHILD, CHILD]  # the work's own NodeLocked is not a reason to take the lock again
