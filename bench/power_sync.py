@@ -152,6 +152,8 @@ async def run(args: argparse.Namespace) -> None:
                   f"{'loop cpu s':>11}{'BMCs cpu s':>12}{'sessions':>10}{'keep-alives':>13}{'load':>7}"
                   f"  within {SYNC_INTERVAL:g}s?")  # fmt: skip
             for cycle in range(1, args.cycles + 1):
+                if cycle > 1 and args.pause:
+                    await asyncio.sleep(args.pause)  # sessions sit idle, as between real sync intervals
                 cpu0, sim0, loop0 = cpu_seconds(me), cpu_seconds(bmcs.pids()), main_thread_cpu()
                 opened0, kept0 = ipmi_counters()
                 last = cycle == args.cycles
@@ -189,6 +191,9 @@ async def run(args: argparse.Namespace) -> None:
                 print(sampler.report(args.sample))
             failures = sum(1 for n in periodic._power_sync_failures.values() if n)
             print(f"\nnodes whose last read failed: {failures}")
+            for log in sorted(work.glob("sim*.log")):  # what the simulated BMCs complained about
+                lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+                print(f"{log.name}: {len(lines)} log lines" + "".join(f"\n  {line[:200]}" for line in lines[-8:]))
         finally:
             await stack.close()
             await bmcs.stop()
@@ -207,6 +212,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10_000, help="nodes and simulated BMCs (default 10000)")
     parser.add_argument("--protocol", choices=("redfish", "ipmi"), default="redfish")
+    parser.add_argument(
+        "--pause", type=float, default=0.0, help="seconds idle between cycles (default 0; the sync interval is 60)"
+    )
     parser.add_argument("--simulators", type=int, default=2, help="simulator processes (default 2)")
     parser.add_argument("--workers", type=int, default=64, help="power_sync_workers (default 64, the config's)")
     parser.add_argument("--cycles", type=int, default=3, help="sync cycles to time (default 3)")
