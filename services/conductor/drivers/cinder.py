@@ -671,11 +671,16 @@ class CinderStorage(VolumeStorage):
                 LOG.debug("%s is not attached; nothing to detach", what)
                 continue
             began = False
-            try:
-                await client.action(volume_id, "os-begin_detaching")
-                began = True
-            except (CinderUnreachable, CinderHTTPError) as exc:
-                problem(f"cannot begin detaching {what}: {exc}")
+            if volume.get("status") == "detaching":
+                # An earlier pass began it and stopped after (Cinder answered 500 to os-detach):
+                # begin_detaching would be refused now, so carry on where that pass left off.
+                LOG.info("%s is already detaching; finishing it", what)
+            else:
+                try:
+                    await client.action(volume_id, "os-begin_detaching")
+                    began = True
+                except (CinderUnreachable, CinderHTTPError) as exc:
+                    problem(f"cannot begin detaching {what}: {exc}")
             try:
                 await client.action(volume_id, "os-terminate_connection", {"connector": dict(connector)})
             except (CinderUnreachable, CinderHTTPError) as exc:
