@@ -103,8 +103,8 @@ async def test_power_media_and_console_of_a_qemu_machine(tmp_path: Path, media_s
     simulator = await start(tmp_path)
     machine = only_vm(simulator)
     try:
-        status, _ = await reset(simulator, "On")
-        assert status == 204 and machine.power_state == "On"
+        status, body = await reset(simulator, "On")
+        assert (status, machine.power_state) == (204, "On"), (body, list(machine.boot_log)[-5:])
         first = machine.process
         assert first is not None and alive(first.pid)
         _, system = await redfish(simulator, "GET", machine.system_path)
