@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import cProfile
 import logging
 import os
 import pstats
+import re
 import sys
 import tempfile
 import time
@@ -51,6 +53,22 @@ from services.runtime import RunningStack
 USER, PASSWORD = "bench", "bench-password"
 SYNC_INTERVAL = 60.0  # Ironic's default sync_power_state_interval
 CREATE_CONCURRENCY = 32
+
+
+class FailureTally(logging.Handler):
+    """Counts the reasons of failed power reads (the conductor logs each at WARNING), with the
+    node-specific parts (addresses, ports, UUIDs) taken out, so a run says why reads failed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reasons: collections.Counter[str] = collections.Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "power sync failed" not in message:
+            return
+        reason = message.split("reason=", 1)[-1]
+        self.reasons[re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}|\d+(\.\d+)*", "N", reason)[:160]] += 1
 
 
 def main_thread_cpu() -> float:
@@ -146,6 +164,8 @@ async def run(args: argparse.Namespace) -> None:
                 f"database pool_max={settings.database.pool_max}"
             )
             periodic = PeriodicWork(manager, registration={})
+            tally = FailureTally()
+            logging.getLogger("services.conductor.periodic").addHandler(tally)
             me = [os.getpid()]
             cores = os.cpu_count() or 1
             print(f"\n{'cycle':<7}{'seconds':>9}{'nodes/s':>9}{'changed':>9}{'conductor cpu s':>17}"
@@ -191,6 +211,8 @@ async def run(args: argparse.Namespace) -> None:
                 print(sampler.report(args.sample))
             failures = sum(1 for n in periodic._power_sync_failures.values() if n)
             print(f"\nnodes whose last read failed: {failures}")
+            for reason, count in tally.reasons.most_common(8):
+                print(f"  {count:6d}  {reason}")
             for log in sorted(work.glob("sim*.log")):  # what the simulated BMCs complained about
                 lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
                 print(f"{log.name}: {len(lines)} log lines" + "".join(f"\n  {line[:200]}" for line in lines[-8:]))
@@ -231,6 +253,8 @@ def main() -> None:
     args = parser.parse_args()
     args.option = dict(args.option)
     logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("services.conductor.periodic").setLevel(logging.WARNING)
+    logging.getLogger("services.conductor.periodic").propagate = False
     asyncio.run(run(args))
 
 
