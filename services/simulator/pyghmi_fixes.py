@@ -24,7 +24,7 @@ from typing import Any
 import pyghmi.ipmi.private.serversession as pyghmi_serversession
 import pyghmi.ipmi.private.session as pyghmi_session
 
-from services.common import pyghmi_poll
+from services.common import pyghmi_io
 
 _original_handle = pyghmi_serversession.ServerSession._handle_ipmi_packet
 
@@ -68,9 +68,10 @@ def _process_pktqueue(self: Any) -> None:
 
 
 def apply() -> None:
-    """Install the fixes (idempotent), and pyghmi's I/O on ``poll``: one process serves
-    more than 1,024 BMCs only that way (services/common/pyghmi_poll.py)."""
-    pyghmi_poll.install()
+    """Install the fixes (idempotent), and pyghmi's shared socket I/O made safe for
+    threads, on ``poll``: one process serves more than 1,024 BMCs only that way, and
+    one BMC's answer can no longer freeze the I/O thread (services/common/pyghmi_io.py)."""
+    pyghmi_io.install()
     pyghmi_serversession.ServerSession._handle_ipmi_packet = _handle_ipmi_packet
     pyghmi_serversession.ServerSession.process_pktqueue = _process_pktqueue
 

@@ -24,7 +24,6 @@ Two things pyghmi does not do by itself, done here:
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import socket
 import threading
@@ -39,7 +38,7 @@ import pyghmi.ipmi.private.session as pyghmi_session
 import pyghmi.ipmi.private.util as pyghmi_util
 from pyghmi.ipmi.command import Command
 
-from services.common import errors, pyghmi_poll
+from services.common import errors, pyghmi_io
 from services.conductor.drivers.ipmi_info import (  # noqa: F401 - re-exported for the interfaces and tests
     CIPHER_SUITES,
     DEFAULT_CIPHER_SUITE,
@@ -53,7 +52,6 @@ from services.conductor.drivers.ipmi_info import (  # noqa: F401 - re-exported f
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
-IO_WAIT_SLACK = 0.05  # seconds a pyghmi wait may outlast its deadline before it re-checks by itself
 # Seconds a session may go unheard before it is replaced rather than trusted: IPMI's default
 # session inactivity timeout is 60 s, after which a BMC silently ignores the session's packets.
 # The keep-alive (``ipmi_keepalive_interval``) keeps every cached session well inside it.
@@ -72,65 +70,7 @@ LOGIN_STAGES = {  # pyghmi's session context -> the login step that went unanswe
     "EXPECTINGRAKP4": "RAKP message 3",
 }
 
-# ---- pyghmi's shared socket I/O ----------------------------------------------------------
-
-
-def _io_sendto(mysocket: socket.socket, packet: bytes, sockaddr: Any) -> None:
-    """pyghmi's ``_io_sendto`` without its ``setblocking(1)``.
-
-    pyghmi's sessions share UDP sockets, read by one I/O thread that makes
-    them non-blocking before each ``recvfrom``; its ``_io_sendto``, called by
-    every thread that sends, makes the same socket blocking again. When a send
-    lands between the two, the I/O thread blocks in ``recvfrom`` on one socket,
-    stops serving the others, and every caller waits for ever (pyghmi's waits
-    have no timeout of their own). A UDP send on a non-blocking socket only
-    fails when the send buffer is full, and pyghmi resends lost packets."""
-    with contextlib.suppress(OSError):  # as pyghmi: a lost datagram, resent by the session's retry timer
-        mysocket.sendto(packet, sockaddr)
-
-
-def _io_wait(timeout: float, myaddr: Any = None, evq: Any = None) -> None:
-    """pyghmi's ``_io_wait`` with a bounded wait.
-
-    pyghmi parks the caller on an event only its I/O thread sets: when a packet
-    from ``myaddr`` comes or the deadline passes. Under concurrent use from many
-    threads that wake-up can be missed, and the caller then waits for ever (seen
-    here with 20 requests across 4 BMCs). Waiting at most until the deadline
-    keeps pyghmi's own loops, which re-check their state and give up by their
-    timers, in charge; an early return is harmless to them."""
-    evt = threading.Event()
-    if evq is not None:
-        evq.append(evt)
-    deadline = timeout + pyghmi_util._monotonic_time()
-    pyghmi_session.ioqueue.append((deadline, evt, myaddr))
-    if deadline < pyghmi_session.selectdeadline:
-        intsock = pyghmi_session.iosockets[0]
-        intsock.sendto(b"\x01", (pyghmi_session.myself, intsock.getsockname()[1]))
-    evt.wait(max(0.0, timeout) + IO_WAIT_SLACK)
-
-
-def patch_pyghmi() -> None:
-    """Make pyghmi safe for many threads at once (idempotent; the simulator's
-    BMCs, served by the same pyghmi in tests, benefit too).
-
-    Besides :func:`_io_sendto` and :func:`_io_wait`: pyghmi guards its session
-    tables with two locks taken in both orders (``send_payload`` holds the
-    keep-alive lock and takes the waiting lock; ``awaitresponse`` holds the
-    waiting lock and, when a session gives up, takes the keep-alive one), so
-    two threads deadlock. One re-entrant lock for both tables cannot invert;
-    it is only ever held for table updates and non-blocking sends.
-
-    And its I/O thread waits with ``poll`` instead of ``select``
-    (:mod:`services.common.pyghmi_poll`): ``select`` fails on a descriptor
-    numbered 1024 or more, which a conductor with many Redfish connections,
-    console proxies and a database pool reaches."""
-    pyghmi_poll.install()
-    pyghmi_session._io_sendto = _io_sendto
-    pyghmi_session._io_wait = _io_wait
-    pyghmi_session.WAITING_SESSIONS = pyghmi_session.KEEPALIVE_SESSIONS
-
-
-patch_pyghmi()
+pyghmi_io.install()  # pyghmi's shared socket I/O, safe for many threads (services/common/pyghmi_io.py)
 
 
 # ---- pyghmi sessions with a fixed cipher suite ------------------------------------------
