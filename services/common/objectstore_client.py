@@ -33,6 +33,7 @@ LOG = logging.getLogger(__name__)
 CHUNK_SIZE = 1024 * 1024
 UPLOAD_URL_LIFETIME = 300  # only needs to outlive the start of the request
 MAX_METADATA_HEADER = 8000  # larger metadata goes over gRPC (HTTP servers bound header sizes)
+SMALL_PUT_LIMIT = 4 * 1024 * 1024  # objects up to this size go in one PutSmall message (the server's limit)
 ENCRYPT_AT_REST = "encrypt-at-rest"
 """Metadata key: ``"true"`` asks the store to encrypt the object at rest when it has a key
 (services/objectstore/sealed_objects.py); the config drive container is always encrypted."""
@@ -207,6 +208,55 @@ class ObjectStoreClient:
             raise _error(exc) from None
         return ObjectInfo.from_message(reply)
 
+    async def put_small(
+        self,
+        container: str,
+        name: str,
+        data: bytes,
+        *,
+        delete_after: int = 0,
+        content_type: str = "application/octet-stream",
+        metadata: Mapping[str, str] | None = None,
+        usage_count: int = 0,
+        temp_url_lifetime: int = 0,
+        sha256: str = "",
+    ) -> tuple[ObjectInfo, str]:
+        """Store up to ``SMALL_PUT_LIMIT`` bytes in one call, with a GET temp URL for them
+        when ``temp_url_lifetime`` is set ("" otherwise). ``sha256``, when given, must match
+        the bytes, else nothing is stored. An object store without PutSmall gets the Put
+        stream and a TempUrl call instead."""
+        request = pb.PutSmallRequest(
+            header=pb.PutHeader(
+                container=container,
+                name=name,
+                content_type=content_type,
+                delete_after=delete_after,
+                metadata=dict(metadata or {}),
+                usage_count=usage_count,
+            ),
+            data=bytes(data),
+            sha256=sha256,
+            temp_url_lifetime=temp_url_lifetime,
+        )
+        try:
+            reply = await self._api().PutSmall(request, timeout=60.0)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise _error(exc) from None
+            info = await self.put_stream(
+                container,
+                name,
+                _byte_chunks(data),
+                delete_after=delete_after,
+                content_type=content_type,
+                metadata=metadata,
+                usage_count=usage_count,
+                sha256=sha256,
+            )
+            url = await self.temp_url(container, name, lifetime=temp_url_lifetime) if temp_url_lifetime else ""
+            return info, url
+        return ObjectInfo.from_message(reply.info), str(reply.temp_url)
+
     async def put_bytes(
         self,
         container: str,
@@ -218,6 +268,17 @@ class ObjectStoreClient:
         metadata: Mapping[str, str] | None = None,
         usage_count: int = 0,
     ) -> ObjectInfo:
+        if len(data) <= SMALL_PUT_LIMIT:
+            info, _ = await self.put_small(
+                container,
+                name,
+                data,
+                delete_after=delete_after,
+                content_type=content_type,
+                metadata=metadata,
+                usage_count=usage_count,
+            )
+            return info
         return await self.put_stream(
             container,
             name,

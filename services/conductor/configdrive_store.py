@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from services.common import errors
-from services.common.objectstore_client import ENCRYPT_AT_REST
+from services.common.objectstore_client import ENCRYPT_AT_REST, SMALL_PUT_LIMIT
 from services.conductor.drivers.base import Task
 
 LOG = logging.getLogger(__name__)
@@ -58,15 +58,21 @@ class ConfigDriveStore:
             raise errors.ConfigDriveInvalid("The config drive must be a string or an object")
         if self.objectstore is not None:
             name = self.object_name(task.node["uuid"])
-            await self.objectstore.put_bytes(
-                self.container,
-                name,
-                iso,
-                delete_after=self.lifetime,
-                content_type="application/octet-stream",
-                metadata={"node_uuid": task.node["uuid"], ENCRYPT_AT_REST: "true"},
-            )
-            url = await self.objectstore.temp_url(self.container, name, lifetime=self.lifetime)
+            metadata = {"node_uuid": task.node["uuid"], ENCRYPT_AT_REST: "true"}
+            if len(iso) <= SMALL_PUT_LIMIT:  # stored and signed in one call
+                _, url = await self.objectstore.put_small(
+                    self.container,
+                    name,
+                    iso,
+                    delete_after=self.lifetime,
+                    metadata=metadata,
+                    temp_url_lifetime=self.lifetime,
+                )
+            else:
+                await self.objectstore.put_bytes(
+                    self.container, name, iso, delete_after=self.lifetime, metadata=metadata
+                )
+                url = await self.objectstore.temp_url(self.container, name, lifetime=self.lifetime)
             LOG.info("config drive stored node_uuid=%s bytes=%d object=%s", task.node["uuid"], len(iso), name)
             return url
         encoded = await asyncio.to_thread(builder.encode_configdrive, iso)

@@ -19,6 +19,9 @@ from services.common.metrics import ServiceMetrics
 from services.objectstore.store import ObjectStore, PutRequest, utc_from_unix
 
 LOG = logging.getLogger(__name__)
+# The largest object PutSmall takes in its one message; larger ones go through the Put stream,
+# which never holds a whole object in memory. Config drives are far below it (Nova's: ~400 KiB).
+SMALL_PUT_LIMIT = 4 * 1024 * 1024
 
 
 def _timestamp(value: datetime.datetime) -> Timestamp:
@@ -124,6 +127,51 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
             self.metrics.observe("grpc", "Put", _code(failure), time.perf_counter() - started)
         self.bytes.labels("in").inc(int(row["size"]))
         return info_message(row)
+
+    async def PutSmall(self, request: pb.PutSmallRequest, context: grpc.aio.ServicerContext) -> pb.PutSmallResponse:
+        """Put's checks and durability for an object in one message, and its temp URL in the
+        reply: one call where a config drive took a stream and a TempUrl call (issue 22)."""
+        started, failure = time.perf_counter(), None
+        try:
+            if not request.HasField("header"):
+                raise errors.MissingParameter("PutSmall needs the object's header")
+            if len(request.data) > SMALL_PUT_LIMIT:
+                raise errors.PayloadTooLarge(
+                    f"PutSmall takes at most {SMALL_PUT_LIMIT} bytes ({len(request.data)} sent); use the Put stream"
+                )
+            self.store.check_lifetime(request.temp_url_lifetime)  # before anything is stored
+            header = request.header
+            data = request.data
+
+            async def chunks() -> AsyncIterator[bytes]:
+                yield data
+
+            row = await self.store.put(
+                PutRequest(
+                    container=header.container,
+                    name=header.name,
+                    content_type=header.content_type,
+                    delete_after=header.delete_after,
+                    metadata=dict(header.metadata),
+                    usage_count=header.usage_count,
+                ),
+                chunks(),
+                expected=lambda: (len(data), request.sha256),
+            )
+            reply = pb.PutSmallResponse(info=info_message(row))
+            if request.temp_url_lifetime:
+                url, expires = self.store.signed_url(row, lifetime=request.temp_url_lifetime)
+                reply.temp_url = url
+                reply.temp_url_expires_at.CopyFrom(_timestamp(utc_from_unix(expires)))
+        except BaseException as exc:
+            failure = exc
+            if isinstance(exc, Exception):
+                await self._fail(context, exc)
+            raise
+        finally:
+            self.metrics.observe("grpc", "PutSmall", _code(failure), time.perf_counter() - started)
+        self.bytes.labels("in").inc(int(row["size"]))
+        return reply
 
     async def Get(
         self, request: pb.GetObjectRequest, context: grpc.aio.ServicerContext

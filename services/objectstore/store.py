@@ -280,20 +280,32 @@ class ObjectStore:
 
     # -- temp URLs ----------------------------------------------------------------------------
 
-    async def temp_url(self, container: str, name: str, *, method: str = "GET", lifetime: int = 0) -> tuple[str, int]:
-        """A signed URL and its Unix expiry time."""
-        method = names.check_method(method)
+    def check_lifetime(self, lifetime: int) -> None:
+        """A temp URL's lifetime in seconds: 0 (the default) up to the configured maximum."""
         if lifetime < 0 or lifetime > self.config.temp_url_max_lifetime:
             raise errors.InvalidParameterValue(
                 f"lifetime must be between 1 and {self.config.temp_url_max_lifetime} seconds (0 = default)"
             )
-        expires = int(time.time()) + (lifetime or self.config.temp_url_default_lifetime)
+
+    async def temp_url(self, container: str, name: str, *, method: str = "GET", lifetime: int = 0) -> tuple[str, int]:
+        """A signed URL and its Unix expiry time."""
+        method = names.check_method(method)
+        self.check_lifetime(lifetime)
         if method == "PUT":  # an upload URL: the object need not exist yet
+            expires = int(time.time()) + (lifetime or self.config.temp_url_default_lifetime)
             path = tempurl.build_upload_path(
                 self._secret, names.check_container(container), names.check_name(name), expires
             )
             return f"{self.public_url}{path}", expires
-        row = await self.stat(container, name)
+        return self.signed_url(await self.stat(container, name), method=method, lifetime=lifetime)
+
+    def signed_url(self, row: ObjectRecord, *, method: str = "GET", lifetime: int = 0) -> tuple[str, int]:
+        """A GET or HEAD temp URL for an object row already in hand (no lookup), and its expiry."""
+        method = names.check_method(method)
+        if method == "PUT":
+            raise errors.InvalidParameterValue("an upload URL names no stored object: use temp_url")
+        self.check_lifetime(lifetime)
+        expires = int(time.time()) + (lifetime or self.config.temp_url_default_lifetime)
         path = tempurl.build_path(self._secret, method, int(row["id"]), row["name"], expires)
         return f"{self.public_url}{path}", expires
 

@@ -493,3 +493,41 @@ async def test_metrics_count_streamed_bytes(service, client: ObjectStoreClient, 
     assert 'ferrum_objectstore_bytes_total{direction="in"}' in text
     assert 'ferrum_requests_total{code="OK",method="Put",protocol="grpc",service="objectstore"}' in text
     assert 'method="Get"' in text and 'method="Stat"' in text
+
+
+async def test_put_small_stores_signs_and_refuses_cleanly(client: ObjectStoreClient, root: Path, http) -> None:
+    """PutSmall: the object and its temp URL in one call, with Put's checks, and nothing left by a refusal."""
+    data = os.urandom(300 * 1024)
+    info, url = await client.put_small("ps", "cd.iso", data, metadata={"node_uuid": "n1"}, temp_url_lifetime=600)
+    assert info.size == len(data) and info.sha256 == hashlib.sha256(data).hexdigest()
+    assert info.metadata == {"node_uuid": "n1"}
+    async with http.get(url) as resp:
+        assert resp.status == 200 and await resp.read() == data
+    _, no_url = await client.put_small("ps", "plain", b"abc")
+    assert no_url == "" and await client.get_bytes("ps", "plain") == b"abc"
+
+    before = sorted(files_under(root))
+    refusals = [
+        (errors.InvalidParameterValue, {"temp_url_lifetime": 10**9}),  # over the store's maximum
+        (errors.InvalidParameterValue, {"sha256": "0" * 64}),
+        (errors.InvalidParameterValue, {"delete_after": -1}),
+    ]
+    for error, options in refusals:
+        with pytest.raises(error):
+            await client.put_small("ps", "refused", b"x" * 10, **options)  # type: ignore[arg-type]
+    with pytest.raises(errors.PayloadTooLarge):
+        await client.put_small("ps", "refused", b"x" * (4 * MiB + 1))
+    assert await client.stat("ps", "refused") is None
+    assert sorted(files_under(root)) == before
+
+    # The container quota (12 MiB here) holds in the one-statement upsert, replacements not counted twice.
+    for index in range(3):
+        await client.put_small("psq", f"part-{index}", b"q" * (4 * MiB))
+    with pytest.raises(errors.PayloadTooLarge):
+        await client.put_small("psq", "one-more", b"q")
+    replaced, _ = await client.put_small("psq", "part-0", b"r" * (4 * MiB))
+    assert replaced.sha256 == hashlib.sha256(b"r" * (4 * MiB)).hexdigest()
+    assert await client.stat("psq", "one-more") is None
+    for index in range(3):
+        await client.delete("psq", f"part-{index}")
+    assert sorted(files_under(root)) == before  # the replaced bytes went too

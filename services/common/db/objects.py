@@ -94,32 +94,33 @@ class ObjectRepository:
         async with self._db.acquire() as conn, conn.transaction():
             container, name = values["container"], values["name"]
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('objects:' || $1))", container)
-            used = int(
-                await conn.fetchval(
-                    f"SELECT coalesce(sum(size), 0) FROM objects WHERE container = $1 AND name <> $2 AND {_LIVE}",
-                    container,
-                    name,
-                )
-            )
-            if used + values["size"] > max_container_size:
-                raise errors.PayloadTooLarge(
-                    f"container {container!r} would hold {used + values['size']} bytes, "
-                    f"over its limit of {max_container_size}"
-                )
-            old = await conn.fetchval(
-                "SELECT backend_key FROM objects WHERE container = $1 AND name = $2 FOR UPDATE", container, name
-            )
-            row = await conn.fetchrow(
-                "INSERT INTO objects (container, name, size, sha256, content_type, backend_key, delete_at, "
-                " usage_count, metadata, sealed_key_id) "
-                "VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 second' END, "
-                " $8, $9::jsonb, $10) "
-                "ON CONFLICT (container, name) DO UPDATE SET size = EXCLUDED.size, sha256 = EXCLUDED.sha256, "
-                " content_type = EXCLUDED.content_type, backend_key = EXCLUDED.backend_key, "
-                " delete_at = EXCLUDED.delete_at, usage_count = EXCLUDED.usage_count, "
-                " metadata = EXCLUDED.metadata, sealed_key_id = EXCLUDED.sealed_key_id, "
-                " created_at = now(), updated_at = NULL "
-                f"RETURNING {_COLUMNS}",
+            # One statement after the lock (its snapshot is taken once the lock is held, so it sees
+            # every upload committed before): the container's other bytes, the key being replaced, and
+            # the write, which happens only when the quota allows it. ``old`` reads the row as the
+            # statement's snapshot has it, before the write, so it is not locked: a lock taken in the
+            # same statement as the update would skip the row the update touched first. Uploads to
+            # the container wait on the advisory lock; a delete racing this one at worst makes the
+            # replaced bytes be removed twice, which is harmless.
+            found = await conn.fetchrow(
+                "WITH used AS ("
+                f" SELECT coalesce(sum(size), 0) AS bytes FROM objects WHERE container = $1 AND name <> $2 AND {_LIVE}"
+                "), old AS ("
+                " SELECT backend_key FROM objects WHERE container = $1 AND name = $2"
+                "), written AS ("
+                " INSERT INTO objects (container, name, size, sha256, content_type, backend_key, delete_at, "
+                "  usage_count, metadata, sealed_key_id) "
+                " SELECT $1, $2, $3::bigint, $4, $5, $6, "
+                "  CASE WHEN $7::bigint > 0 THEN now() + $7::bigint * interval '1 second' END, $8, $9::jsonb, $10 "
+                " WHERE (SELECT bytes FROM used) + $3::bigint <= $11::bigint "
+                " ON CONFLICT (container, name) DO UPDATE SET size = EXCLUDED.size, sha256 = EXCLUDED.sha256, "
+                "  content_type = EXCLUDED.content_type, backend_key = EXCLUDED.backend_key, "
+                "  delete_at = EXCLUDED.delete_at, usage_count = EXCLUDED.usage_count, "
+                "  metadata = EXCLUDED.metadata, sealed_key_id = EXCLUDED.sealed_key_id, "
+                "  created_at = now(), updated_at = NULL "
+                f" RETURNING {_COLUMNS}"
+                ") "
+                "SELECT (SELECT bytes FROM used) AS used_bytes, (SELECT backend_key FROM old) AS replaced_key, "
+                " written.* FROM (SELECT 1) AS one LEFT JOIN written ON true",
                 container,
                 name,
                 values["size"],
@@ -130,8 +131,16 @@ class ObjectRepository:
                 values["usage_count"],
                 dict(values["metadata"]),
                 values.get("sealed_key_id"),
+                max_container_size,
             )
-        return cast(ObjectRecord, row_to_dict(row)), old
+            written = row_to_dict(found) or {}  # the statement always returns its one row
+            used, old = int(written.pop("used_bytes")), written.pop("replaced_key")
+            if written["id"] is None:  # the quota refused the write
+                raise errors.PayloadTooLarge(
+                    f"container {container!r} would hold {used + values['size']} bytes, "
+                    f"over its limit of {max_container_size}"
+                )
+        return cast(ObjectRecord, written), old
 
     async def delete(self, container: str, name: str) -> tuple[str | None, bool]:
         """Remove a row; returns (its backend key or None, whether it was live)."""
