@@ -7,6 +7,8 @@ import json
 import uuid
 from typing import Any
 
+import orjson
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, datetime.datetime):
@@ -16,8 +18,19 @@ def _default(value: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
 
 
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, default=_default, separators=(",", ":"))
+    """Compact JSON. orjson writes it about 9x faster than the standard library (a list
+    of 200 node documents: 0.42 against 3.85 ms, issue 22); what orjson refuses (an
+    integer beyond 64 bits, which step arguments may carry) goes to the standard
+    library. Both write datetimes through ``_default``, so the output is the same but
+    for non-ASCII text, which orjson writes as UTF-8 rather than as escapes."""
+    try:
+        return orjson.dumps(value, default=_default, option=_ORJSON_OPTIONS).decode()
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return json.dumps(value, default=_default, separators=(",", ":"))
 
 
 def parse_datetimes(row: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
