@@ -31,7 +31,7 @@ from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
 from services.common.db.records import NodeRecord, NodeVolumeConnector, NodeVolumeTarget, PortRecord, VolumeTargetRecord
-from services.common.db.volumes import VolumeRepository, node_volumes, nodes_volumes
+from services.common.db.volumes import VolumeRepository, node_ports_and_volumes, nodes_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.console_proxy import ConsoleProxies
 from services.conductor.drivers.base import Task
@@ -211,8 +211,7 @@ class TaskManager:
         return tasks
 
     async def build_task(self, node: NodeRecord, *, purpose: str = "") -> Task:
-        ports = await self.ports.list_for_node_ids([node["id"]])
-        targets, connectors = await node_volumes(self.pool, node["id"])
+        ports, targets, connectors = await node_ports_and_volumes(self.pool, node["id"])
         return self._task(node, ports, targets, connectors, purpose=purpose)
 
     def _task(

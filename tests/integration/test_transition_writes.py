@@ -1,5 +1,6 @@
 """A state change is one statement: the node row, its event, its history row and,
-for the last write of an operation, the lock release (issue 22).
+for the last write of an operation, the lock release; a locked task's ports
+and volumes are one read (issue 22).
 
 The conductor's task manager and NodeStates against a real PostgreSQL, no
 stack: what is written, what is not written when the lock was lost, and that
@@ -21,6 +22,8 @@ from services.common.config import ConductorConfig
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.pool import create_pool
+from services.common.db.ports import PortRepository
+from services.common.db.volumes import node_ports_and_volumes, node_volumes
 from services.common.keyring import Keyring
 from services.common.request_project import project_var
 from services.conductor.configdrive_store import ConfigDriveStore
@@ -136,3 +139,37 @@ async def test_update_drops_internal_info_keys_in_the_database(
         assert task.node["driver_internal_info"] == {}
     with pytest.raises(ValueError):
         await nodes.update(node_uuid, {"clean_step": {}}, release=True)
+
+
+async def test_one_read_gives_the_ports_and_volumes_the_two_reads_gave(
+    parts: tuple[asyncpg.Pool, TaskManager, NodeStates],
+) -> None:
+    pool, _, _ = parts
+    bare, full = await new_node(pool), await new_node(pool)
+    full_id = await pool.fetchval("SELECT id FROM nodes WHERE uuid = $1", full)
+    for mac in ("52:54:00:00:aa:02", "52:54:00:00:aa:01"):
+        await pool.execute(
+            "INSERT INTO ports (uuid, node_id, address) VALUES ($1::uuid, $2, $3)", str(uuid.uuid4()), full_id, mac
+        )
+    for index, volume in ((1, "vol-b"), (0, "vol-a")):
+        await pool.execute(
+            "INSERT INTO volume_targets (uuid, node_id, volume_type, boot_index, volume_id) "
+            "VALUES ($1::uuid, $2, 'iscsi', $3, $4)",
+            str(uuid.uuid4()),
+            full_id,
+            index,
+            volume,
+        )
+    await pool.execute(
+        "INSERT INTO volume_connectors (uuid, node_id, type, connector_id) VALUES ($1::uuid, $2, 'iqn', 'iqn.x')",
+        str(uuid.uuid4()),
+        full_id,
+    )
+    for node_uuid in (bare, full):
+        node_id = await pool.fetchval("SELECT id FROM nodes WHERE uuid = $1", node_uuid)
+        ports, targets, connectors = await node_ports_and_volumes(pool, node_id)
+        assert ports == await PortRepository(pool).list_for_node_ids([node_id])
+        assert (targets, connectors) == await node_volumes(pool, node_id)
+    ports, targets, connectors = await node_ports_and_volumes(pool, full_id)
+    assert [p["address"] for p in ports] == ["52:54:00:00:aa:02", "52:54:00:00:aa:01"]  # by id
+    assert [t["volume_id"] for t in targets] == ["vol-a", "vol-b"] and len(connectors) == 1
