@@ -130,8 +130,14 @@ class ConfigDriveStore:
         raise errors.ConfigDriveInvalid("The config drive must be a string or an object")
 
     async def remove(self, task: Task) -> None:
-        """Delete the uploaded drive on tear down (it would expire anyway)."""
-        if self.objectstore is None:
+        """Delete the uploaded drive on tear down (it would expire anyway).
+
+        A node whose instance_info names no drive has none stored: ``store``
+        only uploads one named there, and the deploy records the URL before it
+        goes on. So no object store call (a gRPC call and a DELETE) is made
+        for it; one left by a deploy that died between the upload and that
+        write still expires with its time to live."""
+        if self.objectstore is None or not task.node["instance_info"].get("configdrive"):
             return
         try:
             await self.objectstore.delete(self.container, self.object_name(task.node["uuid"]), missing_ok=True)

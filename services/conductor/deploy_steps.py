@@ -140,12 +140,12 @@ def split_at_deploy(planned: list[dict[str, Any]]) -> tuple[list[dict[str, Any]]
 
 
 async def mark(ctx: FlowContext, task: Task, step: dict[str, Any]) -> None:
-    """Show the step in ``deploy_step`` and record its start in the history."""
-    await task.save_fields({"deploy_step": dict(step)})
-    await ctx.record_event(
-        task.node,
-        "deploy-step",
-        f"deploy step {step['interface']}.{step['step']} (priority {step['priority']}) started",
+    """Show the step in ``deploy_step`` and record its start in the history (one statement)."""
+    await ctx.save_with_event(
+        task,
+        {"deploy_step": dict(step)},
+        event="deploy-step",
+        message=f"deploy step {step['interface']}.{step['step']} (priority {step['priority']}) started",
     )
 
 

@@ -3,8 +3,8 @@
 Every flow changes a node the same three ways: a transition of the
 provision state table (services/common/states.py), a failure with a
 last_error, or an event in the history. This class is the one place that
-writes them, each state change and its event in one transaction, and only
-while this conductor holds the node's lock.
+writes them, each state change and its event in one statement (so they
+commit together), and only while this conductor holds the node's lock.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import asyncpg
 
 from services.common import states
 from services.common.config import ConductorConfig
-from services.common.db.events import EventRepository
+from services.common.db.events import EventEntry, EventRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.records import NodeRecord
@@ -82,9 +82,16 @@ class NodeStates:
         changes: Mapping[str, Any] | None = None,
         severity: str = "INFO",
         note: str = "",
+        remove_internal_info: tuple[str, ...] = (),
+        release: bool = False,
     ) -> NodeRecord:
         """Move the locked node by ``event`` through the table and record it
-        (``note`` is appended to the history message)."""
+        (``note`` is appended to the history message). ``remove_internal_info``
+        drops those driver_internal_info keys in the same write (keys an agent
+        added meanwhile stay). ``release``: this is the operation's last write,
+        so it also releases the lock (the task manager then only forgets the
+        node): one statement where the transition and the release took two,
+        and a client sees the node settled and unlocked at once."""
         node = task.node
         move = states.next_state(node["provision_state"], event)
         update: dict[str, Any] = {
@@ -96,18 +103,19 @@ class NodeStates:
             update["last_error"] = last_error
         update.update(changes or {})
         message = last_error or f"{node['provision_state']} -> {move.target} ({event})" + (f": {note}" if note else "")
-        async with self.pool.acquire() as conn, conn.transaction():
-            saved = await NodeRepository(conn, secrets=self.secrets).update(
-                node["uuid"], update, expect_reservation=self.hostname
-            )
-            await EventRepository(conn).record(
-                saved,
-                event=event,
-                message=message,
-                conductor=self.hostname,
-                severity="ERROR" if last_error else severity,
-            )
+        entry = EventEntry(
+            event, message=message, conductor=self.hostname, severity="ERROR" if last_error else severity
+        )
+        saved = await self.nodes.update(
+            node["uuid"],
+            update,
+            expect_reservation=self.hostname,
+            event=entry,
+            remove_internal_info=remove_internal_info,
+            release=release,
+        )
         task.node = saved
+        task.lock_released = release
         return saved
 
     async def fail(self, task: Task, message: str) -> None:
@@ -148,12 +156,7 @@ class NodeStates:
         event_type: str = "provisioning",
     ) -> NodeRecord:
         """Node fields and their event in one transaction, under the lock."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            saved = await NodeRepository(conn, secrets=self.secrets).update(
-                task.node["uuid"], changes, expect_reservation=self.hostname
-            )
-            await EventRepository(conn).record(
-                saved, event=event, message=message, severity=severity, conductor=self.hostname, event_type=event_type
-            )
+        entry = EventEntry(event, message=message, severity=severity, conductor=self.hostname, event_type=event_type)
+        saved = await self.nodes.update(task.node["uuid"], changes, expect_reservation=self.hostname, event=entry)
         task.node = saved
         return saved

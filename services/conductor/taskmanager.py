@@ -31,7 +31,7 @@ from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
 from services.common.db.ports import PortRepository
 from services.common.db.records import NodeRecord, NodeVolumeConnector, NodeVolumeTarget, PortRecord, VolumeTargetRecord
-from services.common.db.volumes import VolumeRepository, node_volumes, nodes_volumes
+from services.common.db.volumes import VolumeRepository, node_ports_and_volumes, nodes_volumes
 from services.common.logs import node_uuid_var
 from services.conductor.console_proxy import ConsoleProxies
 from services.conductor.drivers.base import Task
@@ -161,7 +161,7 @@ class TaskManager:
             yield task
         finally:
             if task is None or not task.handed_over:
-                await self.release(node["uuid"])
+                await self._let_go(node["uuid"], task)
 
     @contextlib.asynccontextmanager
     async def reserved(self, node_uuid: str) -> AsyncIterator[NodeRecord]:
@@ -211,8 +211,7 @@ class TaskManager:
         return tasks
 
     async def build_task(self, node: NodeRecord, *, purpose: str = "") -> Task:
-        ports = await self.ports.list_for_node_ids([node["id"]])
-        targets, connectors = await node_volumes(self.pool, node["id"])
+        ports, targets, connectors = await node_ports_and_volumes(self.pool, node["id"])
         return self._task(node, ports, targets, connectors, purpose=purpose)
 
     def _task(
@@ -269,6 +268,17 @@ class TaskManager:
         finally:
             self._held.discard(node_uuid)
 
+    async def _let_go(self, node_uuid: str, task: Task | None) -> None:
+        """The end of a locked operation: release the lock, unless its last write
+        already did (``Task.lock_released``); then only forget the node. Either
+        way the row is cleared before the node is forgotten (see :meth:`release`);
+        a flow returns without awaiting anything after its releasing write, so
+        the node is forgotten as soon as that write's answer is read."""
+        if task is not None and task.lock_released:
+            self._held.discard(node_uuid)
+            return
+        await self.release(node_uuid)
+
     def _spawn(self, task: Task, work: Work, name: str) -> None:
         """Run ``work`` in the background; the lock is released when it ends.
 
@@ -292,13 +302,13 @@ class TaskManager:
                     LOG.exception("background operation %s crashed node_uuid=%s", name, node_uuid)
             finally:
                 if not keep_lock:
-                    await self.release(node_uuid)
+                    await self._let_go(node_uuid, task)
             if keep_lock:
                 assert self.on_database_lost is not None
                 try:
                     await self.on_database_lost(task)
                 finally:
-                    await self.release(node_uuid)
+                    await self._let_go(node_uuid, task)
 
         job = asyncio.create_task(runner(), name=f"{name}:{node_uuid}")
         self._running.add(job)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from dataclasses import dataclass
 from typing import Any, cast
 
 import asyncpg
@@ -22,6 +23,51 @@ def seconds_since(moment: Any) -> int | None:
     if not isinstance(moment, datetime.datetime) or moment.tzinfo is None:
         return None
     return int((datetime.datetime.now(datetime.UTC) - moment).total_seconds())
+
+
+@dataclass(frozen=True)
+class EventEntry:
+    """An event and its history row, to be written by the statement that changes
+    the node (:meth:`NodeRepository.update`'s ``event``), from the row it writes."""
+
+    event: str
+    message: str = ""
+    severity: str = "INFO"
+    conductor: str | None = None
+    event_type: str = "provisioning"
+
+
+def inserts_from(source: str, entry: EventEntry, first: int) -> tuple[str, list[Any]]:
+    """Two data-modifying CTEs (``event``, ``history``) that write ``entry`` for
+    the node row the CTE ``source`` returns, and their arguments, numbered from
+    ``$first``. The rows are what :meth:`EventRepository.record` writes for that
+    row: its states as saved, the seconds from its provision_updated_at to now,
+    the project behind the request. A ``source`` that returns no row (the lock
+    was lost) writes neither."""
+    e, severity, message, conductor, history_uuid, event_type, text, project, moment = (
+        f"${i}" for i in range(first, first + 9)
+    )
+    sql = (
+        "event AS (INSERT INTO node_events (node_uuid, event, provision_state, target_provision_state, "
+        f"power_state, severity, message, conductor) SELECT uuid, {e}, provision_state, target_provision_state, "
+        f"power_state, {severity}, {message}, {conductor} FROM {source}), "
+        "history AS (INSERT INTO node_history (uuid, node_id, conductor, event_type, event, severity, project, "
+        f"state, target_provision_state, duration_seconds) SELECT {history_uuid}::uuid, id, {conductor}, "
+        f"{event_type}, {text}, {severity}, {project}, provision_state, target_provision_state, "
+        f"trunc(extract(epoch FROM {moment}::timestamptz - provision_updated_at))::integer FROM {source})"
+    )
+    args = [
+        entry.event,
+        entry.severity,
+        entry.message,
+        entry.conductor,
+        uuid.uuid4(),
+        entry.event_type,
+        entry.message or entry.event,
+        project_var.get(),
+        datetime.datetime.now(datetime.UTC),
+    ]
+    return sql, args
 
 
 class EventRepository:

@@ -21,6 +21,7 @@ from typing import Any, cast, overload
 import asyncpg
 
 from services.common import errors
+from services.common.db.events import EventEntry, inserts_from
 from services.common.db.handles import Database
 from services.common.db.node_secrets import SEALED_FIELDS, NodeSecrets
 from services.common.db.records import ConsoleNodeRecord, NodeRecord
@@ -288,10 +289,29 @@ class NodeRepository:
         return int(await self._db.fetchval("SELECT count(*) FROM nodes"))
 
     async def update(
-        self, node_uuid: str, changes: Mapping[str, Any], *, expect_reservation: str | None = None
+        self,
+        node_uuid: str,
+        changes: Mapping[str, Any],
+        *,
+        expect_reservation: str | None = None,
+        remove_internal_info: Sequence[str] = (),
+        event: EventEntry | None = None,
+        release: bool = False,
     ) -> NodeRecord:
         """Write changed fields; with ``expect_reservation`` only while that
-        holder still owns the lock (a conductor that lost its lease must not write)."""
+        holder still owns the lock (a conductor that lost its lease must not write).
+
+        ``remove_internal_info`` drops those driver_internal_info keys in the
+        database, as :meth:`merge_internal_info` does (keys an agent added
+        meanwhile stay), unless ``changes`` replaces driver_internal_info. With
+        ``event``, the same statement records it and its history row from the
+        row written: a state change and its event commit together in one round
+        trip, where a transaction took four (BEGIN, UPDATE, INSERT, COMMIT).
+        ``release`` (only with ``expect_reservation``) clears the lock in the
+        same write, as :meth:`release` would after it: the last change of an
+        operation and its release are one statement, not two."""
+        if release and expect_reservation is None:
+            raise ValueError("only the lock's holder can release it with an update")
         unknown = set(changes) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
@@ -299,19 +319,30 @@ class NodeRepository:
         columns = [c for c in changes if c != "uuid"]
         sets = [f"{c} = ${i}" for i, c in enumerate(columns, start=2)] + ["updated_at = now()"]
         args: list[Any] = [node_uuid, *[changes[c] for c in columns]]
+        if remove_internal_info and "driver_internal_info" not in changes:
+            args.append(list(remove_internal_info))
+            sets.append(f"driver_internal_info = driver_internal_info - ${len(args)}::text[]")
+        if release:
+            sets += ["reservation = NULL", "reservation_expires_at = NULL"]
         sql = f"UPDATE nodes SET {', '.join(sets)} WHERE uuid = $1::uuid"
         if expect_reservation is not None:
             args.append(expect_reservation)
             sql += f" AND reservation = ${len(args)}"
         sql += " RETURNING *"
+        if event is not None:
+            recorded, event_args = inserts_from("saved", event, len(args) + 1)
+            sql = f"WITH saved AS ({sql}), {recorded} SELECT * FROM saved"
+            args += event_args
         try:
             node = self._node(await self._db.fetchrow(sql, *args))
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, changes) from None
         except asyncpg.CheckViolationError as exc:
             raise errors.InvalidParameterValue(f"invalid node value: {exc.constraint_name}") from None
-        except asyncpg.ForeignKeyViolationError:  # the only foreign key: chassis_uuid
-            raise _no_chassis(changes) from None
+        except asyncpg.ForeignKeyViolationError as exc:
+            if (exc.constraint_name or "").startswith("node_history"):  # deleted by a concurrent request
+                raise errors.NodeNotFound(f"Node {node_uuid} could not be found.") from None
+            raise _no_chassis(changes) from None  # the node's only foreign key: chassis_uuid
         if node is None:
             await self.get(node_uuid)  # raises NodeNotFound
             raise errors.NodeLocked(f"Node {node_uuid} lock was lost before the update.")

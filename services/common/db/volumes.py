@@ -14,6 +14,7 @@ from services.common.db.nodes import is_uuid
 from services.common.db.records import (
     NodeVolumeConnector,
     NodeVolumeTarget,
+    PortRecord,
     VolumeConnectorRecord,
     VolumeTargetRecord,
 )
@@ -173,3 +174,31 @@ async def node_volumes(
     row = await db.fetchrow(_NODE_VOLUMES, node_id)
     assert row is not None  # an aggregate-only SELECT always returns its row
     return list(row["targets"]), list(row["connectors"])
+
+
+# A locked task's ports (the columns of PortRepository's reads) and volumes in one
+# round trip: every lifecycle step reads both right after taking the lock (issue 22).
+# One row per port, each carrying the volume aggregates; one row of NULL port
+# columns when the node has no port.
+_NODE_PORTS_AND_VOLUMES = f"""
+SELECT v.targets AS volume_targets_, v.connectors AS volume_connectors_, p.*
+FROM ({_NODE_VOLUMES}) v
+LEFT JOIN (SELECT p.*, n.uuid AS node_uuid FROM ports p JOIN nodes n ON n.id = p.node_id WHERE p.node_id = $1) p
+    ON true
+ORDER BY p.id
+"""
+
+
+async def node_ports_and_volumes(
+    db: asyncpg.Pool | asyncpg.Connection, node_id: int
+) -> tuple[list[PortRecord], list[NodeVolumeTarget], list[NodeVolumeConnector]]:
+    """(ports by id, volume targets, volume connectors) of one node: what
+    ``PortRepository.list_for_node_ids`` and :func:`node_volumes` return, in one query."""
+    rows = await db.fetch(_NODE_PORTS_AND_VOLUMES, node_id)
+    ports: list[PortRecord] = []
+    for record in rows:
+        if record["id"] is not None:
+            port = row_to_dict(record)
+            del port["volume_targets_"], port["volume_connectors_"]
+            ports.append(cast(PortRecord, port))
+    return ports, list(rows[0]["volume_targets_"]), list(rows[0]["volume_connectors_"])

@@ -87,6 +87,9 @@ class Task:
     # hands the lock over to it (Ironic's ``task.spawn_after``).
     spawner: Callable[[Task, Callable[[Task], Awaitable[None]], str], None] | None = None
     handed_over: bool = False
+    # Set when the operation's last write also cleared the lock in the database
+    # (NodeStates.transition's ``release``): the task manager then only forgets the node.
+    lock_released: bool = False
     # Set by the task manager on a locked task, for steps run on child nodes (REST 1.83
     # ``execute_on_child_nodes``, services/conductor/child_steps.py): the UUIDs of this
     # node's children, and another node locked for ``purpose`` (NodeLocked if it is taken);

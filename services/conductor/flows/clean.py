@@ -91,7 +91,11 @@ async def _begin(ctx: FlowContext, task: Task) -> None:
     info = node["driver_internal_info"]
     plan = list(info.get(PLAN) or []) if manual else step_plan.automated(task)
     ramdisk = any(s.get("requires_ramdisk") for s in plan) and not info.get(DISABLE_RAMDISK)
-    await task.save_internal_info({PLAN: plan, RAMDISK: ramdisk}, remove=(INDEX, REFRESHED))
+    if plan or any(key in info for key in (PLAN, RAMDISK, INDEX, REFRESHED)):
+        # Recorded for resume. With nothing to run and nothing left of an earlier
+        # cleaning, the flow goes straight to _done, which drops these keys again:
+        # the write would change nothing but cost a statement.
+        await task.save_internal_info({PLAN: plan, RAMDISK: ramdisk}, remove=(INDEX, REFRESHED))
     if ramdisk and await task.driver.deploy.prepare_cleaning(task) == states.CLEANWAIT:
         await ctx.transition(task, "wait", note=f"booting the ramdisk for {_kind(task)} cleaning")
         return
@@ -155,9 +159,11 @@ async def _done(ctx: FlowContext, task: Task, *, note: str) -> None:
     # manageable (API 1.61, as Ironic does).
     if node.get("retired") and not manual:
         note += "; the node is retired, so it stays manageable"
-    await task.save_internal_info({}, remove=CLEANING_KEYS)
     event = "manage" if manual or node.get("retired") else "done"
-    await ctx.transition(task, event, changes={"clean_step": {}}, note=note)
+    # The flow's last write: the state, the keys cleaning kept, and the lock, in one statement.
+    await ctx.transition(
+        task, event, changes={"clean_step": {}}, note=note, remove_internal_info=CLEANING_KEYS, release=True
+    )
 
 
 async def continue_after_callback(ctx: FlowContext, task: Task) -> None:

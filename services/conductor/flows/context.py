@@ -42,7 +42,11 @@ class FlowContext(Protocol):
         changes: Mapping[str, Any] | None = None,
         severity: str = "INFO",
         note: str = "",
-    ) -> NodeRecord: ...
+        remove_internal_info: tuple[str, ...] = (),
+        release: bool = False,
+    ) -> NodeRecord:
+        """Move the node by ``event`` and record it; ``release`` only as the flow's last write."""
+        ...
 
     async def fail(self, task: Task, message: str) -> None: ...
 

@@ -81,7 +81,7 @@ async def _first_half(ctx: FlowContext, task: Task, *, after_hold: int | None = 
     if not task.driver.deploy.prepares_instance_boot:
         await task.driver.boot.prepare_instance(task)
     await volumes.drop_force_deployment(task)
-    await ctx.transition(task, "done", changes={"deploy_step": {}})
+    await ctx.transition(task, "done", changes={"deploy_step": {}}, release=True)  # the flow's last write
 
 
 async def unhold(ctx: FlowContext, task: Task) -> None:
@@ -123,7 +123,7 @@ async def _finish(ctx: FlowContext, task: Task, *, from_step: str | None) -> Non
         await getattr(deploy, name)(task)
     await task.save_internal_info({}, remove=(*(k for k in AGENT_KEYS if k != "deploy_progress"), FINISH_STEP))
     await volumes.drop_force_deployment(task)
-    await ctx.transition(task, "done", changes={"deploy_step": {}})
+    await ctx.transition(task, "done", changes={"deploy_step": {}}, release=True)  # the flow's last write
 
 
 async def abort(ctx: FlowContext, task: Task) -> None:

@@ -24,7 +24,7 @@ async def start(ctx: FlowContext, task: Task) -> None:
         power = await task.driver.power.get_power_state(task)
         await cache_bios_settings(task)
         note = await ctx.cache_firmware(task)
-        await ctx.transition(task, "done", changes={"power_state": power}, note=note)
+        await ctx.transition(task, "done", changes={"power_state": power}, note=note, release=True)
 
     await guarded(ctx, task, "Verification", run())
 
