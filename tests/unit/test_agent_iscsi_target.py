@@ -196,6 +196,8 @@ async def test_tgtd_reuses_its_write_buffers_instead_of_faulting_in_fresh_pages(
     faults = _minor_faults(pid) - before
     pages = size // 4096
     assert faults < pages // 2, f"tgtd took {faults} minor faults for {pages} pages written"
+    await target.stop()  # deletes the target, then kills tgtd: every write must still be on the disk
+    assert not _pid_alive(pid)
     with open(backing, "rb") as disk, open(source, "rb") as image:
         assert disk.read() == image.read()
 
