@@ -69,7 +69,7 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def iscsi_run(image: Path, fmt: str, disk: Path, workdir: Path) -> tuple[float, float, float]:
+async def iscsi_run(image: Path, fmt: str, disk: Path, workdir: Path, sessions: int) -> tuple[float, float, float]:
     """Seconds of the conductor's write (login, size checks, convert, fsync), its children's
     CPU seconds and tgtd's CPU seconds during the write."""
     user, password = chap_credentials("bench deploy key", NODE)
@@ -93,7 +93,7 @@ async def iscsi_run(image: Path, fmt: str, disk: Path, workdir: Path) -> tuple[f
         )
         cpu, tgtd_cpu = children_cpu(), process_cpu(target.pid)
         started = time.perf_counter()
-        await iscsi_writer.write_image(image, login, declared_format=fmt, work_dir=str(workdir))
+        await iscsi_writer.write_image(image, login, declared_format=fmt, work_dir=str(workdir), sessions=sessions)
         cpu, tgtd_cpu = children_cpu() - cpu, process_cpu(target.pid) - tgtd_cpu
     finally:
         await target.stop()
@@ -121,18 +121,23 @@ async def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ferrum-bench-iscsi-", dir=args.dir) as tmp:
         workdir = Path(tmp)
         raw, qcow = make_images(workdir, size)
+        for made in (raw, qcow):  # their write-back would otherwise run during the first format's runs
+            fsync_path(made)
         runners, api, files = await start_servers(workdir)
         digests = {"raw": sha256_file(raw), "qcow2": sha256_file(qcow)}
         disk = workdir / "disk.img"
         try:
-            print(f"image {args.size_mib} MiB (half random, half zeros), {args.runs} run(s) each, disk: sparse file")
+            print(
+                f"image {args.size_mib} MiB (half random, half zeros), {args.runs} run(s) each, "
+                f"{args.sessions} iSCSI session(s), disk: sparse file"
+            )
             for fmt, image in (("raw", raw), ("qcow2", qcow)):
                 results: dict[str, list[float]] = {"iscsi": [], "local": [], "direct": []}
                 cpus, tgtd_cpus = [], []
                 load_before = load()
                 for _ in range(args.runs):
                     fresh_disk(disk, size + 64 * MiB)
-                    seconds, cpu, tgtd_cpu = await iscsi_run(image, fmt, disk, workdir)
+                    seconds, cpu, tgtd_cpu = await iscsi_run(image, fmt, disk, workdir, args.sessions)
                     if sha256_file(disk, size) != digests["raw"]:  # qcow2 too: the disk holds the raw bytes
                         raise RuntimeError("the iSCSI write left a disk that differs from the image")
                     results["iscsi"].append(seconds)
@@ -165,6 +170,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=2048)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--sessions", type=int, default=iscsi_writer.DEFAULT_SESSIONS, help="iSCSI sessions of the conductor's write"
+    )
     parser.add_argument("--dir", default=os.environ.get("TMPDIR") or None, help="where images and disks go")
     asyncio.run(bench(parser.parse_args()))
 
