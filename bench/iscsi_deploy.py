@@ -16,7 +16,9 @@ fresh sparse file disk:
 Prints MiB/s (image bytes over seconds) with the median over the runs, the
 per-pair ratios iscsi/local and iscsi/direct, and the conductor's CPU seconds
 per GiB written (the qemu-img children's user+system time: the conductor
-process itself only waits). Figures only.
+process itself only waits), the agent's tgtd CPU seconds per GiB (all its
+threads, from /proc), and the load average before and after each format (the
+machine is shared: compare the per-pair ratios). Figures only.
 
     .venv/bin/python bench/iscsi_deploy.py                 # 2 GiB, 3 runs
     .venv/bin/python bench/iscsi_deploy.py --size-mib 512 --runs 1
@@ -49,13 +51,27 @@ NODE = "6b1f0c1e-0000-4000-8000-00000000be02"
 INITIATOR = "iqn.2026-11.io.ferrum:conductor.bench"
 
 
+def process_cpu(pid: int | None) -> float:
+    """User+system seconds of process ``pid`` (every thread), 0 when it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-async def iscsi_run(image: Path, fmt: str, disk: Path, workdir: Path) -> tuple[float, float]:
-    """Seconds of the conductor's write (login, size checks, convert, fsync) and its children's CPU seconds."""
+async def iscsi_run(image: Path, fmt: str, disk: Path, workdir: Path, sessions: int) -> tuple[float, float, float]:
+    """Seconds of the conductor's write (login, size checks, convert, fsync), its children's
+    CPU seconds and tgtd's CPU seconds during the write."""
     user, password = chap_credentials("bench deploy key", NODE)
     spec = TargetSpec(
         iqn=f"iqn.2008-10.org.openstack:{NODE}.bench",
@@ -75,14 +91,14 @@ async def iscsi_run(image: Path, fmt: str, disk: Path, workdir: Path) -> tuple[f
             password=password,
             initiator_iqn=INITIATOR,
         )
-        cpu = children_cpu()
+        cpu, tgtd_cpu = children_cpu(), process_cpu(target.pid)
         started = time.perf_counter()
-        await iscsi_writer.write_image(image, login, declared_format=fmt, work_dir=str(workdir))
-        cpu = children_cpu() - cpu
+        await iscsi_writer.write_image(image, login, declared_format=fmt, work_dir=str(workdir), sessions=sessions)
+        cpu, tgtd_cpu = children_cpu() - cpu, process_cpu(target.pid) - tgtd_cpu
     finally:
         await target.stop()
     await asyncio.to_thread(fsync_path, disk)
-    return time.perf_counter() - started, cpu
+    return time.perf_counter() - started, cpu, tgtd_cpu
 
 
 async def local_run(image: Path, fmt: str, disk: Path) -> float:
@@ -105,27 +121,34 @@ async def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ferrum-bench-iscsi-", dir=args.dir) as tmp:
         workdir = Path(tmp)
         raw, qcow = make_images(workdir, size)
+        for made in (raw, qcow):  # their write-back would otherwise run during the first format's runs
+            fsync_path(made)
         runners, api, files = await start_servers(workdir)
         digests = {"raw": sha256_file(raw), "qcow2": sha256_file(qcow)}
         disk = workdir / "disk.img"
         try:
-            print(f"image {args.size_mib} MiB (half random, half zeros), {args.runs} run(s) each, disk: sparse file")
+            print(
+                f"image {args.size_mib} MiB (half random, half zeros), {args.runs} run(s) each, "
+                f"{args.sessions} iSCSI session(s), disk: sparse file"
+            )
             for fmt, image in (("raw", raw), ("qcow2", qcow)):
                 results: dict[str, list[float]] = {"iscsi": [], "local": [], "direct": []}
-                cpus = []
+                cpus, tgtd_cpus = [], []
+                load_before = load()
                 for _ in range(args.runs):
                     fresh_disk(disk, size + 64 * MiB)
-                    seconds, cpu = await iscsi_run(image, fmt, disk, workdir)
+                    seconds, cpu, tgtd_cpu = await iscsi_run(image, fmt, disk, workdir, args.sessions)
                     if sha256_file(disk, size) != digests["raw"]:  # qcow2 too: the disk holds the raw bytes
                         raise RuntimeError("the iSCSI write left a disk that differs from the image")
                     results["iscsi"].append(seconds)
                     cpus.append(cpu)
+                    tgtd_cpus.append(tgtd_cpu)
                     fresh_disk(disk, size + 64 * MiB)
                     results["local"].append(await local_run(image, fmt, disk))
                     fresh_disk(disk, size + 64 * MiB)
                     elapsed, _, _, _ = await run_agent(api, f"{files}/{image.name}", digests[fmt], disk, workdir)
                     results["direct"].append(elapsed)
-                print(f"\n{fmt}:")
+                print(f"\n{fmt}: load average (1/5/15 min) before {load_before}, after {load()}")
                 for name, values in results.items():
                     rates = [rate(size, s) for s in values]
                     print(f"  {name:7s} median {statistics.median(rates):7.0f} MiB/s  runs {[round(r) for r in rates]}")
@@ -136,6 +159,8 @@ async def bench(args: argparse.Namespace) -> None:
                     )
                 per_gib = statistics.median(cpus) / (size / 1024**3)
                 print(f"  conductor CPU (qemu-img children) {per_gib:.2f} s per GiB")
+                tgtd_per_gib = statistics.median(tgtd_cpus) / (size / 1024**3)
+                print(f"  agent CPU (tgtd) {tgtd_per_gib:.2f} s per GiB")
         finally:
             for runner in runners:
                 await runner.cleanup()
@@ -145,6 +170,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size-mib", type=int, default=2048)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--sessions", type=int, default=iscsi_writer.DEFAULT_SESSIONS, help="iSCSI sessions of the conductor's write"
+    )
     parser.add_argument("--dir", default=os.environ.get("TMPDIR") or None, help="where images and disks go")
     asyncio.run(bench(parser.parse_args()))
 

@@ -228,6 +228,7 @@ async def target_size(login: IscsiLogin, *, work_dir: str | None = None, timeout
     return int(json.loads(out)["virtual-size"])
 
 
+DEFAULT_SESSIONS = 4
 SPLIT_MIN_BYTES = 512 * 1024 * 1024  # below this, one session: a login costs more than it wins
 SPLIT_ALIGN = 1024 * 1024
 
@@ -259,7 +260,7 @@ async def write_image(
     work_dir: str | None = None,
     login_timeout: float = 60.0,
     write_timeout: float | None = None,
-    sessions: int = 4,
+    sessions: int = DEFAULT_SESSIONS,
     split_min_bytes: int = SPLIT_MIN_BYTES,
 ) -> WriteResult:
     """Check the image against the LUN, then convert it onto the LUN.

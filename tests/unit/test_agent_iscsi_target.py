@@ -165,6 +165,43 @@ async def test_the_conductor_writes_an_image_with_chap_and_its_initiator_name(
     assert not await _port_accepts(portal.port)
 
 
+def _minor_faults(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[7])
+
+
+async def test_tgtd_reuses_its_write_buffers_instead_of_faulting_in_fresh_pages(
+    tmp_path: Path, make_target: Callable[..., IscsiTarget]
+) -> None:
+    """tgtd allocates a buffer per SCSI write; with glibc's defaults every page of every
+    buffer came fresh from the kernel (one minor fault per 4 KiB written, half of tgtd's
+    CPU time). With TGTD_MALLOC_TUNABLES the buffers are reused: far fewer faults than
+    pages written (64 MiB: about 800 faults with transparent huge pages, about 4,000
+    without, against 16,400 before)."""
+    size = 64 * MIB
+    chunk = os.urandom(MIB)  # not zeroes: zero runs never cross the wire (thin provisioning)
+    source = tmp_path / "image.raw"
+    with open(source, "wb") as fp:
+        for n in range(size // MIB):
+            fp.write(bytes([n]) + chunk[1:])
+    backing = _sparse(tmp_path / "disk.img", size)
+    target = make_target(backing)
+    portal = await target.start()
+    pid = target.pid
+    assert pid is not None
+    before = _minor_faults(pid)
+    user, password = chap_credentials(DEPLOY_KEY, NODE)
+    rc, err = await qemu_write(tmp_path, source, portal, target.spec.iqn, user, password, CONDUCTOR_IQN)
+    assert rc == 0, err
+    faults = _minor_faults(pid) - before
+    pages = size // 4096
+    assert faults < pages // 2, f"tgtd took {faults} minor faults for {pages} pages written"
+    await target.stop()  # deletes the target, then kills tgtd: every write must still be on the disk
+    assert not _pid_alive(pid)
+    with open(backing, "rb") as disk, open(source, "rb") as image:
+        assert disk.read() == image.read()
+
+
 async def test_a_wrong_secret_or_initiator_cannot_log_in(
     tmp_path: Path, image: tuple[Path, bytes], make_target: Callable[..., IscsiTarget]
 ) -> None:
