@@ -174,11 +174,14 @@ async def run_agent(
     )
     try:
         deadline = time.monotonic() + 60
-        while not ports.exists():
+        url = ""
+        while not url:  # the file may exist before its contents are written
             if time.monotonic() > deadline or proc.returncode is not None:
                 raise RuntimeError("ferrum agent did not start")
-            await asyncio.sleep(0.05)
-        url = json.loads(ports.read_text())["agent"]
+            try:
+                url = json.loads(ports.read_text())["agent"]
+            except (OSError, ValueError, KeyError):
+                await asyncio.sleep(0.05)
         ps = psutil.Process(proc.pid)
         child_peak = 0
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
