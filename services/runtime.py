@@ -120,9 +120,10 @@ def freeze_startup_heap() -> None:
     the oldest generation, and a list of 200 nodes keeps thousands of documents alive
     across the younger collections, so every few dozen lists paid a walk over the
     whole start-up heap. With them frozen a full collection walks only what was
-    allocated since (about 1,400 objects): ``bench/api_cpu.py``'s collector CPU for
-    its creates, GETs and 60 list details went from 0.36-0.43 s to 0.15-0.28 s,
-    including the one collection made here (issue 22). Frozen objects are still freed
+    allocated since (about 1,200 objects). In ``bench/api_cpu.py --no-lifecycle
+    --lists 60`` (200 creates, 1,500 GETs, 60 lists of 200) the collector's CPU went
+    from 0.40-0.43 s to 0.27-0.31 s, full collections from 0.26-0.30 to 0.15-0.18 s,
+    the one made here included (four interleaved runs each, issue 22). Frozen objects are still freed
     by reference counting; only a reference cycle among them would stay.
     """
     gc.collect()
