@@ -14,6 +14,10 @@ processes spend per request, around
   0.2 s (not bench/api_raw.py's 10 ms), so the polls do not dominate.
 
     .venv/bin/python bench/api_cpu.py [--no-drive]
+    .venv/bin/python bench/api_cpu.py --no-lifecycle --lists 60 [--profile FILE]
+
+The second stops after the list details (about 30 s), to compare a change to
+the list path often enough to see through the load.
 
 Prints one line per measure; run it twice and interleave with the code it is
 compared against, as the figures in docs/api.md were.
