@@ -14,6 +14,10 @@ processes spend per request, around
   0.2 s (not bench/api_raw.py's 10 ms), so the polls do not dominate.
 
     .venv/bin/python bench/api_cpu.py [--no-drive]
+    .venv/bin/python bench/api_cpu.py --no-lifecycle --lists 60 [--profile FILE]
+
+The second stops after the list details (about 30 s), to compare a change to
+the list path often enough to see through the load.
 
 Prints one line per measure; run it twice and interleave with the code it is
 compared against, as the figures in docs/api.md were.
@@ -73,7 +77,7 @@ def _postgres_cpu(postmasters: set[int]) -> float:
     return total
 
 
-async def measure(stack: Stack, *, drive: bool) -> None:
+async def measure(stack: Stack, *, drive: bool, lifecycle: bool = True, lists: int = 30) -> None:
     assert stack.process is not None
     pid = stack.process.pid
     postmasters = _children_of(stack.workdir, pid)
@@ -116,8 +120,10 @@ async def measure(stack: Stack, *, drive: bool) -> None:
         await api_raw.run_workers(1, picks, get)
         report("GET node", before, len(picks))
         before = snapshot()
-        await api_raw.run_workers(1, list(range(30)), list_detail)
-        report("list detail 200", before, 30)
+        await api_raw.run_workers(1, list(range(lists)), list_detail)
+        report("list detail 200", before, lists)
+        if not lifecycle:
+            return
 
         batch = made[:100]
         for name, target, state in api_raw.STEPS:
@@ -144,14 +150,19 @@ async def measure(stack: Stack, *, drive: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-drive", dest="drive", action="store_false", help="deploy without a config drive")
+    parser.add_argument(
+        "--no-lifecycle", dest="lifecycle", action="store_false", help="stop after the list details (a quick run)"
+    )
+    parser.add_argument("--lists", type=int, default=30, help="sequential list details of 200 (default 30)")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the stack process here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ferrum-bench-cpu-") as tmp:
         os.chmod(tmp, 0o755)  # the embedded PostgreSQL runs as its own user when we are root
-        stack = Stack(Path(tmp))
+        stack = Stack(Path(tmp), profile=args.profile)
         try:
             stack.start()
             started = time.perf_counter()
-            asyncio.run(measure(stack, drive=args.drive))
+            asyncio.run(measure(stack, drive=args.drive, lifecycle=args.lifecycle, lists=args.lists))
             print(f"({time.perf_counter() - started:.0f} s)")
         finally:
             stack.stop()

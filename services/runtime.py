@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import signal
@@ -111,6 +112,25 @@ async def wait_for_signal() -> None:
     await stop.wait()
 
 
+def freeze_startup_heap() -> None:
+    """Move everything start-up allocated (modules, grpc, aiohttp, the services; about
+    93,000 tracked objects in ``ferrum stack``) out of the collector's reach.
+
+    Why: CPython runs a full collection whenever enough objects have survived into
+    the oldest generation, and a list of 200 nodes keeps thousands of documents alive
+    across the younger collections, so every few dozen lists paid a walk over the
+    whole start-up heap. With them frozen a full collection walks only what was
+    allocated since (about 1,200 objects). In ``bench/api_cpu.py --no-lifecycle
+    --lists 60`` (200 creates, 1,500 GETs, 60 lists of 200) the collector's CPU went
+    from 0.38-0.44 s to 0.27-0.31 s, full collections from 0.26-0.30 to 0.15-0.18 s,
+    the one made here included, and the stack's CPU per list from a mean of 19.3 ms
+    to 15.6 ms (eight interleaved runs each, issue 22). Frozen objects are still freed
+    by reference counting; only a reference cycle among them would stay.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(
     settings: Settings,
     names: list[str],
@@ -124,6 +144,8 @@ async def serve(
     stack = RunningStack()
     await stack.start(settings, names)
     stack.endpoints.update(notes or {})
+    if until is None:  # a server process, not a caller that embeds the stack (tests) and owns its heap
+        freeze_startup_heap()
     try:
         width = max(len(k) for k in stack.endpoints)
         print("Ferrum is running:", flush=True)
