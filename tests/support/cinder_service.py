@@ -77,6 +77,7 @@ WORK_PREFIX = "ferrum-cinder-"
 CONF_D = Path("/etc/tgt/conf.d")
 PV_SIZE = 12 * 1024**3  # sparse: only what volumes write takes disk space
 START_TIMEOUT = 120.0  # seconds from processes started to cinder-volume up with its pool
+STARTUP_RESTARTS = 2  # starts again of a Cinder process locked out of SQLite at start-up
 RABBIT_TIMEOUT = 45.0
 STOP_TIMEOUT = 10.0
 LOG_TAIL = 30
@@ -298,10 +299,13 @@ class CinderService:
         steps.mark("db sync")
         self._wait_rabbitmq()
         steps.mark("rabbitmq up")
-        for name in ("cinder-api", "cinder-scheduler", "cinder-volume"):
-            cmd = [str(self.bin / name), "--config-file", str(conf), "--log-file", str(self.logs / f"{name}.log")]
+        commands = {
+            name: [str(self.bin / name), "--config-file", str(conf), "--log-file", str(self.logs / f"{name}.log")]
+            for name in ("cinder-api", "cinder-scheduler", "cinder-volume")
+        }
+        for name, cmd in commands.items():
             self._spawn(name, cmd, self.cinder_env())
-        self._wait_cinder()
+        self._wait_cinder(commands)
         steps.mark("cinder up")
         info = {
             "url": f"http://127.0.0.1:{self.api_port}/v3",
@@ -482,11 +486,31 @@ use_chap_auth = true
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
-    def _wait_cinder(self) -> None:
+    def _restart_if_locked_out(self, commands: dict[str, list[str]], restarts: dict[str, int]) -> None:
+        """Start again a Cinder process that gave up at start-up on SQLite's "database is locked".
+
+        The three processes register themselves in the one SQLite file at the same moment. In
+        WAL mode a transaction that read first and then writes is refused at once, without the
+        busy timeout, when another process committed in between (fresh-clone CI: cinder-volume's
+        start-up UPDATE, "No volume service(s) started successfully"). A second start finds the
+        others settled; anything else that ends a process is still an error."""
+        for name, cmd in commands.items():
+            proc = self.procs.get(name)
+            if proc is None or proc.poll() is None or restarts.get(name, 0) >= STARTUP_RESTARTS:
+                continue
+            if "database is locked" not in _tail(self.logs / f"{name}.log"):
+                continue
+            restarts[name] = restarts.get(name, 0) + 1
+            LOG.warning("cinder_service: %s was locked out of its database at start-up; starting it again", name)
+            self._spawn(name, cmd, self.cinder_env())
+
+    def _wait_cinder(self, commands: dict[str, list[str]]) -> None:
         """cinder-volume ``up`` in os-services and its pool known to the scheduler."""
         deadline = time.monotonic() + START_TIMEOUT
         last = "no answer yet"
+        restarts: dict[str, int] = {}
         while True:
+            self._restart_if_locked_out(commands, restarts)
             self._check_alive("cinder-api", "cinder-scheduler", "cinder-volume", "rabbitmq", "tgtd")
             try:
                 services = self._get("/os-services")["services"]
