@@ -46,6 +46,18 @@ def info_message(row: ObjectRecord) -> pb.ObjectInfo:
     return message
 
 
+def put_request(header: pb.PutHeader) -> PutRequest:
+    """What Put's and PutSmall's header asks the store for."""
+    return PutRequest(
+        container=header.container,
+        name=header.name,
+        content_type=header.content_type,
+        delete_after=header.delete_after,
+        metadata=dict(header.metadata),
+        usage_count=header.usage_count,
+    )
+
+
 def _code(exc: BaseException | None) -> str:
     if exc is None:
         return "OK"
@@ -107,14 +119,7 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
                 return end[0].size, end[0].sha256
 
             row = await self.store.put(
-                PutRequest(
-                    container=header.container,
-                    name=header.name,
-                    content_type=header.content_type,
-                    delete_after=header.delete_after,
-                    metadata=dict(header.metadata),
-                    usage_count=header.usage_count,
-                ),
+                put_request(header),
                 chunks(),
                 expected=expected,
             )
@@ -147,14 +152,7 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
                 yield data
 
             row = await self.store.put(
-                PutRequest(
-                    container=header.container,
-                    name=header.name,
-                    content_type=header.content_type,
-                    delete_after=header.delete_after,
-                    metadata=dict(header.metadata),
-                    usage_count=header.usage_count,
-                ),
+                put_request(header),
                 chunks(),
                 expected=lambda: (len(data), request.sha256),
             )
