@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -22,6 +23,7 @@ from services.common.db.conductors import ConductorRepository
 from services.common.db.records import ConductorRecord
 from services.common.grpcserver import REQUEST_ID_KEY, client_channel
 from services.common.hashring import ConductorRings
+from services.common.local_rpc import LocalServicer
 from services.common.logs import request_id_var
 from services.common.request_project import metadata as project_metadata
 from services.common.tls import TlsFiles
@@ -46,8 +48,11 @@ class ConductorRouter:
         heartbeat_timeout: float,
         timeout: float,
         restart_grace: float = 10.0,
+        local: Callable[[str, str], LocalServicer | None] | None = None,
     ) -> None:
         self.repo = ConductorRepository(pool)
+        # The conductor of this process, by address and method (Endpoints.local): called without gRPC.
+        self._local = local
         self.refresh_interval = refresh_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.restart_grace = restart_grace
@@ -165,9 +170,11 @@ class ConductorRouter:
         """Call the owner; on an unreachable owner refresh the ring and retry once."""
         for attempt in (1, 2):
             owner = await self.route(node_uuid, driver, group)
-            rpc = getattr(self.stub(owner["grpc_address"]), method)
+            local = self._local(owner["grpc_address"], method) if self._local is not None else None
             try:
-                return await rpc(
+                if local is not None:
+                    return await local.call(method, request, timeout=self.timeout)
+                return await getattr(self.stub(owner["grpc_address"]), method)(
                     request,
                     timeout=self.timeout,
                     metadata=((REQUEST_ID_KEY, request_id_var.get()), *project_metadata()),

@@ -95,6 +95,7 @@ class ApiService:
             heartbeat_timeout=settings.conductor.heartbeat_timeout,
             timeout=settings.api.conductor_timeout,
             restart_grace=settings.conductor.liveness_restart_grace,
+            local=self.endpoints.local,
         )
         self._http: web.AppRunner | None = None
         self._grpc: Any = None

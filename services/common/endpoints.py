@@ -12,6 +12,10 @@ the configuration is the only source.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.common.local_rpc import LocalServicer
 
 
 @dataclasses.dataclass
@@ -19,6 +23,14 @@ class Endpoints:
     api_url: str = ""  # the api's bound REST URL, what deploy ramdisks call back
     renderer_grpc: str = ""  # the iPXE renderer's gRPC address (the api's ipxe_config passthru)
     objectstore_grpc: str = ""  # the object store's gRPC address (conductors store config drives there)
+    # gRPC servicers of this process by the address they serve, while they serve it:
+    # a caller of that address makes its unary calls directly (services/common/local_rpc.py).
+    servicers: dict[str, LocalServicer] = dataclasses.field(default_factory=dict)
+
+    def local(self, address: str, method: str) -> LocalServicer | None:
+        """The servicer of this process at ``address`` when it serves ``method`` in-process."""
+        servicer = self.servicers.get(address)
+        return servicer if servicer is not None and servicer.serves(method) else None
 
     def local_api_url(self) -> str:
         """The api URL as a machine on this host reaches it (a wildcard bind means loopback)."""

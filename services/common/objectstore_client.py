@@ -26,6 +26,7 @@ import grpc
 from ferrum.v1 import objectstore_pb2 as pb
 from ferrum.v1 import objectstore_pb2_grpc as pb_grpc
 from services.common import errors, objectstore_upload_client
+from services.common.endpoints import Endpoints
 from services.common.grpcserver import client_channel
 from services.common.tls import TlsFiles
 
@@ -138,8 +139,12 @@ def _upload_result(reply: objectstore_upload_client.HttpReply) -> ObjectInfo:
 class ObjectStoreClient:
     """One channel to one object store; cheap to keep, close it when done."""
 
-    def __init__(self, address: str, *, token: str = "", tls: TlsFiles | None = None) -> None:
+    def __init__(
+        self, address: str, *, token: str = "", tls: TlsFiles | None = None, endpoints: Endpoints | None = None
+    ) -> None:
         self.address = address
+        # The object store of this process, when it is one: unary calls go to it directly.
+        self._endpoints = endpoints
         self._token = token
         self._tls = tls
         self._channel: grpc.aio.Channel | None = None
@@ -157,9 +162,16 @@ class ObjectStoreClient:
             self._stub = pb_grpc.ObjectStoreStub(self._channel)
         return self._stub
 
+    async def _unary(self, method: str, request: Any, timeout: float | None) -> Any:
+        """One unary call: in-process when the object store runs here, else over gRPC."""
+        local = self._endpoints.local(self.address, method) if self._endpoints is not None else None
+        if local is not None:
+            return await local.call(method, request, timeout=timeout)
+        return await getattr(self._api(), method)(request, timeout=timeout)
+
     async def _call(self, method: str, request: Any, timeout: float | None = 60.0) -> Any:
         try:
-            return await getattr(self._api(), method)(request, timeout=timeout)
+            return await self._unary(method, request, timeout)
         except grpc.aio.AioRpcError as exc:
             raise _error(exc) from None
 
@@ -239,7 +251,7 @@ class ObjectStoreClient:
             temp_url_lifetime=temp_url_lifetime,
         )
         try:
-            reply = await self._api().PutSmall(request, timeout=60.0)
+            reply = await self._unary("PutSmall", request, 60.0)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise _error(exc) from None

@@ -34,6 +34,7 @@ from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
 from services.common.jsonutil import dumps
 from services.common.keyring import Keyring
+from services.common.local_rpc import LocalServicer
 from services.common.logs import node_uuid_var
 from services.common.metrics import ServiceMetrics
 from services.common.tls import server_ssl_context, tls_files
@@ -333,6 +334,7 @@ class ConductorService:
         self.config = settings.conductor
         self.pool = pool
         self.hostname = settings.conductor_hostname()
+        self.endpoints = endpoints
         self.metrics = ServiceMetrics("conductor")
         self.registry = DriverRegistry(self.config)
         self.objectstore: Any = None
@@ -341,7 +343,7 @@ class ConductorService:
         if address:
             from services.common.objectstore_client import ObjectStoreClient
 
-            self.objectstore = ObjectStoreClient(address, tls=tls_files(settings.security))
+            self.objectstore = ObjectStoreClient(address, tls=tls_files(settings.security), endpoints=endpoints)
         work_dir = Path(self.config.vmedia_work_dir or Path(settings.state_dir) / "vmedia") / self.hostname
         self.manager = ConductorManager(
             pool,
@@ -362,6 +364,7 @@ class ConductorService:
         self._http: web.AppRunner | None = None
         self._periodic: PeriodicWork | None = None
         self._liveness: LivenessLock | None = None
+        self._address = ""
 
     async def start(self) -> dict[str, str]:
         c = self.config
@@ -388,7 +391,11 @@ class ConductorService:
             listener="conductor-metrics",
             ssl_context=server_ssl_context(tls) if tls is not None else None,
         )
-        address = f"{c.host}:{grpc_port}"
+        address = self._address = f"{c.host}:{grpc_port}"
+        if self.endpoints is not None:  # the api of this process calls us without gRPC
+            self.endpoints.servicers[address] = LocalServicer(
+                servicer, pb.DESCRIPTOR.services_by_name["ConductorService"], metrics=self.metrics
+            )
         conductors = ConductorRepository(self.pool)
         # The liveness lock first: a second process with our hostname stops here,
         # and nobody sees this conductor online without its lock.
@@ -449,6 +456,8 @@ class ConductorService:
         await ConductorRepository(self.pool).unregister(self.hostname)
         if self._liveness is not None:
             await self._liveness.stop()
+        if self.endpoints is not None:
+            self.endpoints.servicers.pop(self._address, None)
         if self._grpc is not None:
             await stop_grpc_server(self._grpc, self._health)
         if self._http is not None:

@@ -27,6 +27,7 @@ from services.common.endpoints import Endpoints
 from services.common.grpc_auth import internal_token_authenticator
 from services.common.grpcserver import start_grpc_server, stop_grpc_server
 from services.common.internal_token import internal_token
+from services.common.local_rpc import LocalServicer
 from services.common.metrics import ServiceMetrics
 from services.common.tls import tls_files
 from services.objectstore import tempurl_routes
@@ -117,6 +118,10 @@ class ObjectStoreService:
         )
         self.grpc_address = f"{_url_host(c.host)}:{grpc_port}"
         self.endpoints.objectstore_grpc = self.grpc_address
+        # The conductor of this process stores config drives without gRPC.
+        self.endpoints.servicers[self.grpc_address] = LocalServicer(
+            servicer, pb.DESCRIPTOR.services_by_name["ObjectStore"], metrics=self.metrics
+        )
         self._sweeper = Sweeper(self.store, interval=c.sweep_interval, orphan_grace=c.orphan_grace)
         self._sweeper.start()
         LOG.info(
@@ -182,6 +187,7 @@ class ObjectStoreService:
         if self._http is not None:
             await self._http.cleanup()
             self._http = None
+        self.endpoints.servicers.pop(self.grpc_address, None)
         if self._grpc is not None:
             await stop_grpc_server(self._grpc, self._health)
             self._grpc = None
