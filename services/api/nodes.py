@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
 from ferrum.v1 import conductor_pb2 as cpb
-from services.api import params, views
+from services.api import node_documents, params, views
 from services.api.collection import next_link
 from services.api.context import ApiContext
 from services.api.json_patch import apply_patch
+from services.api.node_documents import NodeDocumentCache
 from services.api.node_values import (
     NODE_CREATE_KEYS,
     NODE_READONLY,
@@ -32,7 +33,7 @@ from services.api.node_values import (
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.chassis import ChassisRepository
-from services.common.db.nodes import is_uuid
+from services.common.db.nodes import NodeVersion, is_uuid
 from services.common.db.records import NodeRecord
 from services.common.jsonutil import dumps
 
@@ -66,6 +67,7 @@ class NodesApi:
         self.ctx = ctx
         self.allocations = AllocationRepository(ctx.pool)
         self.chassis = ChassisRepository(ctx.pool)
+        self.documents = NodeDocumentCache(ctx.config.node_document_cache)
 
     def node_doc(
         self, request: web.Request, row: NodeRecord, fields: list[str] | None = None, full: bool = True
@@ -162,6 +164,10 @@ class NodesApi:
             filters["instance_name"] = q["instance_name"]
         associated = params.optional_bool(request, "associated")
         limit = params.page_limit(request, self.ctx.config.max_limit)
+        if self.documents.size > 0:
+            return await self._list_from_documents(
+                request, filters=filters, associated=associated, limit=limit, detail=detail, fields=fields, path=path
+            )
         rows = await self.with_allocations(
             await self.ctx.nodes.list(
                 filters=filters,
@@ -181,6 +187,57 @@ class NodesApi:
         if following and "instance_uuid" not in filters:  # one instance has one node: nothing follows
             body["next"] = following
         return web.json_response(body, dumps=dumps)
+
+    async def _list_from_documents(
+        self,
+        request: web.Request,
+        *,
+        filters: dict[str, Any],
+        associated: bool | None,
+        limit: int,
+        detail: bool,
+        fields: list[str] | None,
+        path: str | None,
+    ) -> web.Response:
+        """The same list as the rows' own rendering, reusing the documents of unchanged
+        rows (services/api/node_documents.py)."""
+        q = request.query
+        page = await self.ctx.nodes.list_versions(
+            filters=filters,
+            associated=associated,
+            limit=limit,
+            marker=q.get("marker"),
+            sort_key=q.get("sort_key", "id"),
+            sort_dir=q.get("sort_dir", "asc"),
+        )
+        base, version = self.ctx.base(request), request["version"]
+        shown = None if detail else tuple(fields or views.NODE_LIST_FIELDS)
+        rings = self.ctx.router.rings
+
+        def conductor(node: NodeVersion) -> str | None:
+            owner = rings.owner(node["uuid"], node["driver"], node["conductor_group"])
+            return owner["hostname"] if owner else None
+
+        def render(row: dict[str, Any], owner: str | None) -> bytes:
+            doc = views.node_document(
+                cast(NodeRecord, row), base=base, version=version, fields=shown, conductor=owner, full=detail
+            )
+            return dumps(doc).encode()
+
+        parts = await node_documents.documents(
+            self.documents,
+            page,
+            (version, base, shown, detail),
+            conductor=conductor,
+            allocations=await self.allocations.uuids_for_nodes([n["id"] for n in page if n["instance_uuid"]]),
+            read=self.ctx.nodes.get_many_versioned,
+            render=render,
+        )
+        body = b'{"nodes":[' + b",".join(parts) + b"]"
+        following = next_link(request, page, base=base, limit=limit, path=path)
+        if following and "instance_uuid" not in filters:  # one instance has one node: nothing follows
+            body += b',"next":' + dumps(following).encode()
+        return web.Response(body=body + b"}", content_type="application/json", charset="utf-8")
 
     async def get_node(self, request: web.Request) -> web.Response:
         fields = params.requested_fields(request, views.NODE_FIELD_VERSIONS)

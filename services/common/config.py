@@ -61,6 +61,9 @@ class ApiConfig:
     max_json_body_size_provision: int = 64 * 1024 * 1024
     max_json_body_depth: int = 25
     max_limit: int = 1000
+    # Rendered node documents a list reuses while their rows are unchanged
+    # (services/api/node_documents.py); 0 renders every listed node again.
+    node_document_cache: int = 4096
     conductor_timeout: float = 30.0
     node_locked_retry_attempts: int = 30
     node_locked_retry_interval: float = 0.1

@@ -1,0 +1,134 @@
+"""Node lists reuse rendered documents only while nothing they show has changed.
+
+The list (services/api/node_documents.py) keeps each node's rendered JSON by
+row version; a GET of one node always renders afresh. So after every kind
+of change, at several API versions and with ``fields``, each listed
+document must equal the node's own GET, and a second list must equal the
+first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import aiohttp
+import pytest
+
+from services.api.node_documents import NodeDocumentCache
+
+
+@pytest.fixture(scope="module")
+def api(stack: Any) -> str:
+    return stack.endpoints["api REST (Ironic v1)"]
+
+
+async def call(method: str, url: str, body: Any = None, version: str = "latest") -> tuple[int, Any]:
+    headers = {"X-OpenStack-Ironic-API-Version": version}
+    async with aiohttp.ClientSession() as s, s.request(method, url, json=body, headers=headers) as r:
+        text = await r.text()
+        return r.status, (json.loads(text) if text else None)
+
+
+async def listed(api: str, query: str, version: str, uuids: list[str]) -> dict[str, dict[str, Any]]:
+    status, body = await call("GET", f"{api}/v1/nodes{query}", version=version)
+    assert status == 200, body
+    return {doc["uuid"]: doc for doc in body["nodes"] if doc["uuid"] in uuids}
+
+
+async def agree(api: str, uuids: list[str]) -> None:
+    """Every list variant equals the nodes' own GETs, twice in a row."""
+    fields = "?fields=uuid,name,extra,power_state"
+    for version, query, get_query in (
+        ("1.1", "/detail", ""),
+        ("1.78", "/detail", ""),
+        ("latest", "/detail", ""),
+        ("1.78", fields, fields),
+        ("latest", fields, fields),
+    ):
+        first = await listed(api, query, version, uuids)
+        again = await listed(api, query, version, uuids)
+        assert first == again
+        assert sorted(first) == sorted(uuids)
+        for node in uuids:
+            status, own = await call("GET", f"{api}/v1/nodes/{node}{get_query}", version=version)
+            assert status == 200, own
+            assert first[node] == own, (version, query, node)
+    plain = await listed(api, "", "latest", uuids)  # the default fields of a plain list
+    assert set(plain[uuids[0]]) == {
+        "uuid",
+        "name",
+        "instance_uuid",
+        "power_state",
+        "provision_state",
+        "maintenance",
+        "links",
+    }
+
+
+async def test_listed_documents_follow_every_change(api: str) -> None:
+    uuids = []
+    for n in range(4):
+        status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": f"cached-{n}"})
+        assert status == 201, node
+        uuids.append(node["uuid"])
+    await agree(api, uuids)
+
+    first, second, third, fourth = uuids
+    status, _ = await call("PATCH", f"{api}/v1/nodes/{first}", [{"op": "add", "path": "/extra/k", "value": "v"}])
+    assert status == 200
+    status, _ = await call("PUT", f"{api}/v1/nodes/{second}/maintenance", {"reason": "looking"})
+    assert status == 202
+    status, _ = await call("PUT", f"{api}/v1/nodes/{third}/states/power", {"target": "power on"})
+    assert status == 202
+    instance = str(uuid.uuid4())
+    status, _ = await call(
+        "PATCH", f"{api}/v1/nodes/{fourth}", [{"op": "add", "path": "/instance_uuid", "value": instance}]
+    )
+    assert status == 200
+    await wait_unlocked(api, third)
+    await agree(api, uuids)
+    detail = await listed(api, "/detail", "latest", uuids)
+    assert detail[first]["extra"] == {"k": "v"}
+    assert detail[second]["maintenance"] is True and detail[second]["maintenance_reason"] == "looking"
+    assert detail[third]["power_state"] == "power on"
+    assert detail[fourth]["instance_uuid"] == instance
+
+    status, _ = await call("PUT", f"{api}/v1/nodes/{first}/states/provision", {"target": "manage"})
+    assert status == 202
+    await wait_unlocked(api, first)
+    status, _ = await call("DELETE", f"{api}/v1/nodes/{second}")
+    assert status == 204
+    uuids.remove(second)
+    await agree(api, uuids)
+    assert (await listed(api, "/detail", "latest", uuids))[first]["provision_state"] == "manageable"
+
+
+async def wait_unlocked(api: str, node: str) -> None:
+    for _ in range(200):
+        status, doc = await call("GET", f"{api}/v1/nodes/{node}")
+        assert status == 200, doc
+        if doc["reservation"] is None and doc["target_power_state"] is None and doc["target_provision_state"] is None:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"node {node} still busy: {doc}")
+
+
+def test_cache_is_bounded_and_keyed_by_every_input() -> None:
+    cache = NodeDocumentCache(2)
+    variant = ((1, 78), "http://x", None, True)
+    cache.put("a", variant, (1, "c", None), b"A1")
+    assert cache.get("a", variant, (1, "c", None)) == b"A1"
+    assert cache.get("a", variant, (2, "c", None)) is None  # the row changed
+    assert cache.get("a", variant, (1, "other", None)) is None  # another conductor owns it now
+    assert cache.get("a", variant, (1, "c", "alloc")) is None  # an allocation appeared
+    assert cache.get("a", ((1, 1), "http://x", None, True), (1, "c", None)) is None  # another rendering
+    cache.put("b", variant, (1, "c", None), b"B")
+    cache.get("a", variant, (1, "c", None))  # a is now the most recent
+    cache.put("c", variant, (1, "c", None), b"C")
+    assert len(cache) == 2 and cache.get("b", variant, (1, "c", None)) is None
+    off = NodeDocumentCache(0)
+    off.put("a", variant, (1, "c", None), b"A")
+    assert len(off) == 0
