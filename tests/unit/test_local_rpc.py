@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import grpc
 import pytest
@@ -25,8 +25,8 @@ SERVICE = pb.DESCRIPTOR.services_by_name["ObjectStore"]
 caller_var: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="-")
 
 
-class Servicer:
-    """Two of the object store's methods; the others are never called here."""
+class Servicer(pb_grpc.ObjectStoreServicer):
+    """Two of the object store's methods; the others keep the generated UNIMPLEMENTED ones."""
 
     def __init__(self) -> None:
         self.cancelled = asyncio.Event()
@@ -50,11 +50,15 @@ class Servicer:
         return pb.TempUrlResponse()
 
 
+def make_servicer() -> Servicer:
+    return Servicer()  # type: ignore[abstract]  # the stub calls the generated methods abstract: they answer UNIMPLEMENTED
+
+
 @pytest.fixture
 async def both() -> AsyncIterator[tuple[Servicer, Any, LocalServicer]]:
-    servicer = Servicer()
+    servicer = make_servicer()
     server = grpc.aio.server()
-    pb_grpc.add_ObjectStoreServicer_to_server(cast(pb_grpc.ObjectStoreServicer, servicer), server)
+    pb_grpc.add_ObjectStoreServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
@@ -104,7 +108,7 @@ async def test_context_is_the_callers_copy(both: tuple[Servicer, Any, LocalServi
 
 
 def test_only_unary_methods_and_registered_addresses_are_local() -> None:
-    local = LocalServicer(Servicer(), SERVICE)
+    local = LocalServicer(make_servicer(), SERVICE)
     assert local.serves("Stat") and local.serves("PutSmall")
     assert not local.serves("Put") and not local.serves("Get")  # streams stay on gRPC
     endpoints = Endpoints()
@@ -116,7 +120,7 @@ def test_only_unary_methods_and_registered_addresses_are_local() -> None:
 
 async def test_calls_are_counted_in_metrics() -> None:
     metrics = ServiceMetrics("objectstore")
-    local = LocalServicer(Servicer(), SERVICE, metrics=metrics)
+    local = LocalServicer(make_servicer(), SERVICE, metrics=metrics)
     await local.call("Stat", pb.ObjectRef(container="c", name="present"))
     await outcome(local.call("Stat", pb.ObjectRef(container="c", name="missing")))
     counted = {
