@@ -18,6 +18,13 @@ two snapshots (versions first, changed rows a moment later); each document
 is still one committed version of its row, as when a client lists the same
 nodes in two pages.
 
+Reading versions first costs a second query when rows did change: a list
+that reused fewer than half its documents last time (or the first list of
+its kind) reads whole rows with their versions in one query instead, as the
+list did before, and still reuses the documents it can and remembers the
+rest; whether the next list of that kind reads versions first follows from
+how many it could reuse.
+
 Bounded: at most ``size`` documents (``[api]node_document_cache``, about
 2.3 KiB each at 1.78), least recently used first out; 0 turns it off.
 """
@@ -25,7 +32,7 @@ Bounded: at most ``size`` documents (``[api]node_document_cache``, about
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from services.common.db.nodes import NodeVersion
@@ -35,12 +42,15 @@ from services.common.db.records import NodeRecord
 Variant = tuple[tuple[int, int], str, tuple[str, ...] | None, bool]
 # (row version, conductor, allocation UUID): what else a node's document depends on.
 Inputs = tuple[int, str | None, str | None]
+# How many kinds of list remember whether their last one reused its documents.
+MAX_VARIANTS = 256
 
 
 class NodeDocumentCache:
     def __init__(self, size: int) -> None:
         self.size = size
         self._docs: OrderedDict[tuple[str, Variant], tuple[Inputs, bytes]] = OrderedDict()
+        self._reused: dict[Variant, bool] = {}  # did the last list of this kind reuse at least half?
         self.hits = 0
         self.misses = 0
 
@@ -65,38 +75,101 @@ class NodeDocumentCache:
         while len(self._docs) > self.size:
             self._docs.popitem(last=False)
 
+    def expects_reuse(self, variant: Variant) -> bool:
+        return self._reused.get(variant, False)
+
+    def note_reuse(self, variant: Variant, reused: int, listed: int) -> None:
+        if len(self._reused) >= MAX_VARIANTS and variant not in self._reused:
+            self._reused.clear()
+        self._reused[variant] = listed > 0 and 2 * reused >= listed
+
+
+class ListSource:
+    """Where a list's rows come from: its page by versions, the same page whole, rows by id."""
+
+    def __init__(
+        self,
+        *,
+        versions: Callable[[], Awaitable[Sequence[NodeVersion]]],
+        whole: Callable[[], Awaitable[Sequence[tuple[int, NodeRecord]]]],
+        by_id: Callable[[list[int]], Awaitable[dict[int, tuple[int, NodeRecord]]]],
+        allocations: Callable[[list[int]], Awaitable[Mapping[int | None, str]]],
+    ) -> None:
+        self.versions = versions
+        self.whole = whole
+        self.by_id = by_id
+        self.allocations = allocations
+
 
 async def documents(
     cache: NodeDocumentCache,
-    page: Sequence[NodeVersion],
     variant: Variant,
+    source: ListSource,
     *,
-    conductor: Callable[[NodeVersion], str | None],
-    allocations: dict[int | None, str],
-    read: Callable[[list[int]], Awaitable[dict[int, tuple[int, NodeRecord]]]],
+    conductor: Callable[[Mapping[str, Any]], str | None],
     render: Callable[[dict[str, Any], str | None], bytes],
-) -> list[bytes]:
-    """The JSON of each node of ``page``, in order: reused where its inputs are
-    unchanged, else read (``read``: whole rows by id, with versions) and
-    rendered (``render``: a row with its ``allocation_uuid`` and the conductor).
-    A node deleted between the two reads is left out."""
+) -> tuple[list[bytes], list[str]]:
+    """The JSON of each listed node, in order, and the UUIDs of the page (for its
+    ``next`` link). ``render`` gets a row with its ``allocation_uuid`` and the
+    conductor. A node deleted between the two reads is left out."""
+    if not cache.expects_reuse(variant):
+        return await _from_whole_rows(cache, variant, source, conductor=conductor, render=render)
+    page = await source.versions()
+    allocations = await source.allocations([n["id"] for n in page if n["instance_uuid"]])
     found: list[bytes | None] = []
     missing: list[int] = []
     for node in page:
-        inputs = (node["version"], conductor(node), allocations.get(node["id"]))
-        document = cache.get(node["uuid"], variant, inputs)
+        document = cache.get(node["uuid"], variant, (node["version"], conductor(node), allocations.get(node["id"])))
         found.append(document)
         if document is None:
             missing.append(node["id"])
+    cache.note_reuse(variant, len(page) - len(missing), len(page))
     if missing:
-        rows = await read(missing)
+        rows = await source.by_id(missing)
         for index, node in enumerate(page):
-            if found[index] is not None or node["id"] not in rows:
-                continue
-            version, row = rows[node["id"]]
-            owner = conductor(node)
-            allocation = allocations.get(node["id"])
-            document = render({**row, "allocation_uuid": allocation}, owner)
-            cache.put(node["uuid"], variant, (version, owner, allocation), document)
-            found[index] = document
-    return [document for document in found if document is not None]
+            if found[index] is None and node["id"] in rows:
+                version, row = rows[node["id"]]
+                found[index] = _rendered(cache, variant, version, row, allocations, conductor, render)
+    return [document for document in found if document is not None], [node["uuid"] for node in page]
+
+
+async def _from_whole_rows(
+    cache: NodeDocumentCache,
+    variant: Variant,
+    source: ListSource,
+    *,
+    conductor: Callable[[Mapping[str, Any]], str | None],
+    render: Callable[[dict[str, Any], str | None], bytes],
+) -> tuple[list[bytes], list[str]]:
+    rows = await source.whole()
+    allocations = await source.allocations([row["id"] for _, row in rows if row["instance_uuid"]])
+    parts: list[bytes] = []
+    uuids: list[str] = []
+    reused = 0
+    for version, row in rows:
+        node_uuid = str(row["uuid"])
+        uuids.append(node_uuid)
+        document = cache.get(node_uuid, variant, (version, conductor(row), allocations.get(row["id"])))
+        if document is None:
+            document = _rendered(cache, variant, version, row, allocations, conductor, render)
+        else:
+            reused += 1
+        parts.append(document)
+    cache.note_reuse(variant, reused, len(rows))
+    return parts, uuids
+
+
+def _rendered(
+    cache: NodeDocumentCache,
+    variant: Variant,
+    version: int,
+    row: NodeRecord,
+    allocations: Mapping[int | None, str],
+    conductor: Callable[[Mapping[str, Any]], str | None],
+    render: Callable[[dict[str, Any], str | None], bytes],
+) -> bytes:
+    owner = conductor(row)
+    allocation = allocations.get(row["id"])
+    document = render({**row, "allocation_uuid": allocation}, owner)
+    cache.put(str(row["uuid"]), variant, (version, owner, allocation), document)
+    return document

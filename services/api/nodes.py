@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
+from collections.abc import Mapping
 from typing import Any, cast
 
 from aiohttp import web
@@ -33,7 +34,7 @@ from services.api.node_values import (
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.chassis import ChassisRepository
-from services.common.db.nodes import NodeVersion, is_uuid
+from services.common.db.nodes import is_uuid
 from services.common.db.records import NodeRecord
 from services.common.jsonutil import dumps
 
@@ -202,20 +203,27 @@ class NodesApi:
         """The same list as the rows' own rendering, reusing the documents of unchanged
         rows (services/api/node_documents.py)."""
         q = request.query
-        page = await self.ctx.nodes.list_versions(
-            filters=filters,
-            associated=associated,
-            limit=limit,
-            marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"),
-            sort_dir=q.get("sort_dir", "asc"),
+        page: dict[str, Any] = {
+            "filters": filters,
+            "associated": associated,
+            "limit": limit,
+            "marker": q.get("marker"),
+            "sort_key": q.get("sort_key", "id"),
+            "sort_dir": q.get("sort_dir", "asc"),
+        }
+        nodes = self.ctx.nodes
+        source = node_documents.ListSource(
+            versions=lambda: nodes.list_versions(**page),
+            whole=lambda: nodes.list_versioned(**page),
+            by_id=nodes.get_many_versioned,
+            allocations=self.allocations.uuids_for_nodes,
         )
         base, version = self.ctx.base(request), request["version"]
         shown = None if detail else tuple(fields or views.NODE_LIST_FIELDS)
         rings = self.ctx.router.rings
 
-        def conductor(node: NodeVersion) -> str | None:
-            owner = rings.owner(node["uuid"], node["driver"], node["conductor_group"])
+        def conductor(node: Mapping[str, Any]) -> str | None:
+            owner = rings.owner(str(node["uuid"]), node["driver"], node["conductor_group"])
             return owner["hostname"] if owner else None
 
         def render(row: dict[str, Any], owner: str | None) -> bytes:
@@ -224,17 +232,11 @@ class NodesApi:
             )
             return dumps(doc).encode()
 
-        parts = await node_documents.documents(
-            self.documents,
-            page,
-            (version, base, shown, detail),
-            conductor=conductor,
-            allocations=await self.allocations.uuids_for_nodes([n["id"] for n in page if n["instance_uuid"]]),
-            read=self.ctx.nodes.get_many_versioned,
-            render=render,
+        parts, uuids = await node_documents.documents(
+            self.documents, (version, base, shown, detail), source, conductor=conductor, render=render
         )
         body = b'{"nodes":[' + b",".join(parts) + b"]"
-        following = next_link(request, page, base=base, limit=limit, path=path)
+        following = next_link(request, [{"uuid": u} for u in uuids], base=base, limit=limit, path=path)
         if following and "instance_uuid" not in filters:  # one instance has one node: nothing follows
             body += b',"next":' + dumps(following).encode()
         return web.Response(body=body + b"}", content_type="application/json", charset="utf-8")

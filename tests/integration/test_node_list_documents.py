@@ -132,3 +132,15 @@ def test_cache_is_bounded_and_keyed_by_every_input() -> None:
     off = NodeDocumentCache(0)
     off.put("a", variant, (1, "c", None), b"A")
     assert len(off) == 0
+
+
+def test_a_list_reads_versions_first_only_after_one_that_reused_half() -> None:
+    cache = NodeDocumentCache(10)
+    variant = ((1, 78), "http://x", None, True)
+    assert not cache.expects_reuse(variant)  # the first list reads whole rows
+    cache.note_reuse(variant, 2, 4)
+    assert cache.expects_reuse(variant)
+    cache.note_reuse(variant, 1, 4)
+    assert not cache.expects_reuse(variant)
+    cache.note_reuse(variant, 0, 0)  # an empty page proves nothing either way: read whole rows
+    assert not cache.expects_reuse(variant)

@@ -280,6 +280,22 @@ class NodeRepository:
         rows = await self._page(_VERSION_COLUMNS, filters, associated, limit, marker, sort_key, sort_dir)
         return [_version(r) for r in rows]
 
+    async def list_versioned(
+        self,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        associated: bool | None = None,
+        limit: int = 1000,
+        marker: str | None = None,
+        sort_key: str = "id",
+        sort_dir: str = "asc",
+    ) -> builtins.list[tuple[int, NodeRecord]]:
+        """The page :meth:`list` returns, each row with its version (see :meth:`list_versions`)."""
+        rows = await self._page(
+            "xmin::text::bigint AS row_version_, *", filters, associated, limit, marker, sort_key, sort_dir
+        )
+        return [self._versioned(r) for r in rows]
+
     async def get_many_versioned(self, node_ids: Sequence[int]) -> dict[int, tuple[int, NodeRecord]]:
         """Whole rows by id, each with its version (see :meth:`list_versions`); a
         node deleted meanwhile is absent."""
@@ -288,10 +304,14 @@ class NodeRepository:
         )
         found: dict[int, tuple[int, NodeRecord]] = {}
         for record in rows:
-            row: dict[str, Any] = self._node(record)  # type: ignore[assignment]  # a NodeRecord plus the version column
-            version = row.pop("row_version_")
-            found[row["id"]] = (int(version), cast(NodeRecord, row))
+            version, node = self._versioned(record)
+            found[node["id"]] = (version, node)
         return found
+
+    def _versioned(self, record: asyncpg.Record) -> tuple[int, NodeRecord]:
+        row: dict[str, Any] = self._node(record)  # type: ignore[assignment]  # a NodeRecord plus the version column
+        version = row.pop("row_version_")
+        return int(version), cast(NodeRecord, row)
 
     async def _page(
         self,
