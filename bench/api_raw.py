@@ -12,6 +12,13 @@ workload as plain JSON, builds no SDK objects, and measures:
   ``base64(gzip(ISO9660 config-2))`` config drive) and undeploy (through
   cleaning back to ``available``): nodes/s, each node timed from its request
   until a 10 ms ``GET`` poll sees the target state, no target and no lock;
+- at 1 worker, each of those steps' "server settled" time: the median from
+  sending the request to the ``provision_updated_at`` the server wrote with
+  the final state (same host, same clock). One client waiting on one node
+  cannot learn of a change sooner than its next poll: a step the server
+  finishes in 8 ms still costs that client the request, a GET, 10 ms of
+  sleep and a second GET, so the 1-worker throughput of a fast server is
+  bounded by the poll, and this figure shows what the server itself took;
 
 at each worker count (default 1, 8 and 16 concurrent coroutines), each count
 on its own batch of freshly created nodes. Every request carries
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import gc
 import gzip
 import itertools
@@ -116,17 +124,26 @@ async def run_workers(
     return len(items) / (time.perf_counter() - started), latencies, results
 
 
+def server_time(stamp: str) -> float:
+    """An ISO 8601 timestamp the server wrote, as a Unix time (naive ones are UTC, as Ironic writes them)."""
+    moment = datetime.datetime.fromisoformat(stamp)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] * 1000
 
 
-async def settle(client: Client, node: str, state: str) -> None:
+async def settle(client: Client, node: str, state: str) -> float:
+    """Poll until the node is settled in ``state``; its ``provision_updated_at`` as a Unix time."""
     deadline = time.monotonic() + SETTLE_TIMEOUT
     while True:
         got = await client.call("GET", f"/v1/nodes/{node}")
         if got["provision_state"] == state and got["target_provision_state"] is None and got["reservation"] is None:
-            return
+            return server_time(got["provision_updated_at"])
         if got["provision_state"].endswith("failed") or got["provision_state"] == "error":
             raise RuntimeError(f"node {node}: {got['provision_state']}: {got['last_error']}")
         if time.monotonic() > deadline:
@@ -199,12 +216,15 @@ async def workload(
                 if target == "active":
                     body["configdrive"] = drive
 
-                async def step(node: str, body: dict[str, Any] = body, state: str = state) -> None:
+                async def step(node: str, body: dict[str, Any] = body, state: str = state) -> float:
+                    sent = time.time()
                     await client.call("PUT", f"/v1/nodes/{node}/states/provision", body, expect=(202,))
-                    await settle(client, node, state)
+                    return await settle(client, node, state) - sent
 
-                rate, _, _ = await run_workers(w, batches[w], step)
+                rate, _, settled = await run_workers(w, batches[w], step)
                 figures.append(Figure(name, w, "nodes/s", rate))
+                if w == 1:
+                    figures.append(Figure(f"{name}, server settled", w, "ms", pct(settled, 50)))
                 log(f"  {name}, {w} workers: {rate:.1f} nodes/s")
     return figures
 
@@ -222,6 +242,6 @@ def table(ironic: list[Figure] | None, ferrum: list[Figure]) -> str:
         ratio = f.value / other if f.unit == "nodes/s" else other / f.value
         lines.append(
             f"{f.metric:<26} {f.workers:>7} {f.unit:<8} {other:>10.1f} {f.value:>10.1f} {ratio:>7.1f}x  "
-            + ("yes" if ratio >= 10 else "no")
+            + ("(not a goal)" if f.metric.endswith("server settled") else "yes" if ratio >= 10 else "no")
         )
     return "\n".join(lines)
