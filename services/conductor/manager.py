@@ -25,7 +25,7 @@ import asyncpg
 from services.common import errors, states
 from services.common.config import ConductorConfig
 from services.common.db.advisory import AdvisoryLocks
-from services.common.db.events import EventRepository
+from services.common.db.events import EventEntry, EventRepository
 from services.common.db.node_secrets import NodeSecrets
 from services.common.db.nodes import NodeRepository
 from services.common.db.outage import is_unavailable
@@ -245,10 +245,9 @@ class ConductorManager:
         record.setdefault("uuid", str(uuidlib.uuid4()))
         record.setdefault("provision_state", states.ENROLL)
         record.update(self.registry.resolve_interfaces(record["driver"], record))
-        async with self.pool.acquire() as conn, conn.transaction():
-            node = await NodeRepository(conn, secrets=self.secrets).create(record)
-            await EventRepository(conn).record(node, event="create", message="Node created", conductor=self.hostname)
-        return node
+        # The node, its event and its history row in one statement.
+        entry = EventEntry(event="create", message="Node created", conductor=self.hostname)
+        return await self.nodes.create(record, event=entry)
 
     async def update_node(
         self, node_uuid: str, changes: Mapping[str, Any], *, reset_interfaces: bool = False

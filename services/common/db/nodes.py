@@ -194,7 +194,9 @@ class NodeRepository:
         row = row_to_dict(record)
         return None if row is None else self._secrets.open(row)
 
-    async def create(self, values: Mapping[str, Any]) -> NodeRecord:
+    async def create(self, values: Mapping[str, Any], *, event: EventEntry | None = None) -> NodeRecord:
+        """Insert the node; with ``event``, the same statement records it and its
+        history row (one round trip and one commit, as a state change's)."""
         unknown = set(values) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
@@ -204,8 +206,13 @@ class NodeRepository:
         columns = list(values)
         placeholders = ", ".join(f"${i}" for i in range(1, len(columns) + 1))
         sql = f"INSERT INTO nodes ({', '.join(columns)}, updated_at) VALUES ({placeholders}, NULL) RETURNING *"
+        args = [values[c] for c in columns]
+        if event is not None:
+            recorded, event_args = inserts_from("saved", event, len(args) + 1)
+            sql = f"WITH saved AS ({sql}), {recorded} SELECT * FROM saved"
+            args += event_args
         try:
-            created = self._node(await self._db.fetchrow(sql, *[values[c] for c in columns]))
+            created = self._node(await self._db.fetchrow(sql, *args))
         except asyncpg.UniqueViolationError as exc:
             raise _unique_error(exc, values) from None
         except asyncpg.ForeignKeyViolationError:  # the only foreign key: chassis_uuid
