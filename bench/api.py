@@ -599,7 +599,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ironic", action="store_true", help="with --raw: run Ironic 39 first, print ratios")
     parser.add_argument("--raw-workers", default="1,8,16", help="with --raw: worker counts (default 1,8,16)")
     parser.add_argument(
-        "--serial-nodes", type=int, default=30, help="with --raw: nodes cycled by 1 worker (default 30)"
+        "--serial-nodes",
+        type=int,
+        default=100,
+        help="with --raw: nodes cycled by 1 worker (default 100: 30 took Ferrum 0.13-0.2 s, too short a sample)",
     )
     parser.add_argument("--profile", type=Path, help="write a cProfile of the Ferrum stack process here")
     args = parser.parse_args(argv)
