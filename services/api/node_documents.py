@@ -26,7 +26,9 @@ rest; whether the next list of that kind reads versions first follows from
 how many it could reuse.
 
 Bounded: at most ``size`` documents (``[api]node_document_cache``, about
-2.3 KiB each at 1.78), least recently used first out; 0 turns it off.
+2.3 KiB each at 1.78), least recently used first out; with 0 nothing is
+kept and every list reads whole rows and renders them all, as lists did
+before the cache.
 """
 
 from __future__ import annotations

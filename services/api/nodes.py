@@ -165,29 +165,10 @@ class NodesApi:
             filters["instance_name"] = q["instance_name"]
         associated = params.optional_bool(request, "associated")
         limit = params.page_limit(request, self.ctx.config.max_limit)
-        if self.documents.size > 0:
-            return await self._list_from_documents(
-                request, filters=filters, associated=associated, limit=limit, detail=detail, fields=fields, path=path
-            )
-        rows = await self.with_allocations(
-            await self.ctx.nodes.list(
-                filters=filters,
-                associated=associated,
-                limit=limit,
-                marker=q.get("marker"),
-                sort_key=q.get("sort_key", "id"),
-                sort_dir=q.get("sort_dir", "asc"),
-            )
+        # One path at every cache size: with 0 every list reads whole rows and renders them all.
+        return await self._list_from_documents(
+            request, filters=filters, associated=associated, limit=limit, detail=detail, fields=fields, path=path
         )
-        if detail:
-            docs = [self.node_doc(request, r) for r in rows]
-        else:
-            docs = [self.node_doc(request, r, fields or list(views.NODE_LIST_FIELDS), full=False) for r in rows]
-        body: dict[str, Any] = {"nodes": docs}
-        following = next_link(request, rows, base=self.ctx.base(request), limit=limit, path=path)
-        if following and "instance_uuid" not in filters:  # one instance has one node: nothing follows
-            body["next"] = following
-        return web.json_response(body, dumps=dumps)
 
     async def _list_from_documents(
         self,

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from services.api import node_documents
 from services.api.node_documents import NodeDocumentCache
 
 
@@ -144,3 +145,28 @@ def test_a_list_reads_versions_first_only_after_one_that_reused_half() -> None:
     assert not cache.expects_reuse(variant)
     cache.note_reuse(variant, 0, 0)  # an empty page proves nothing either way: read whole rows
     assert not cache.expects_reuse(variant)
+
+
+async def test_without_a_cache_every_list_reads_and_renders_whole_rows() -> None:
+    rows = [(7, {"id": 1, "uuid": "u1", "instance_uuid": None, "driver": "d", "conductor_group": ""})]
+    calls: list[str] = []
+
+    async def whole() -> Any:
+        calls.append("whole")
+        return rows
+
+    async def unused(*_: Any) -> Any:
+        raise AssertionError("a cache of 0 never reads versions first")
+
+    async def no_allocations(_: list[int]) -> dict[int | None, str]:
+        return {}
+
+    source = node_documents.ListSource(versions=unused, whole=whole, by_id=unused, allocations=no_allocations)
+    cache = NodeDocumentCache(0)
+    variant = ((1, 78), "http://x", None, True)
+    for _ in range(3):
+        parts, uuids = await node_documents.documents(
+            cache, variant, source, conductor=lambda _: "c", render=lambda row, owner: f"{row['uuid']}@{owner}".encode()
+        )
+        assert parts == [b"u1@c"] and uuids == ["u1"]
+    assert calls == ["whole"] * 3 and len(cache) == 0
