@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 from typing import Any
 
 from tests.support.cinder_service import cinder_service
@@ -39,6 +40,17 @@ class Rest:
     def __init__(self, info: dict[str, Any]) -> None:
         self.base = f"{info['url']}/{info['project_id']}"
         self.headers = {**info["headers"], "Content-Type": "application/json"}
+        self.logs = Path(info["logs"]) if info.get("logs") else None  # Cinder's own logs, for failures
+
+    def api_log_tail(self, lines: int = 40) -> str:
+        """The end of cinder-api's log: what a 500 from Cinder itself means (the logs go with the run)."""
+        if self.logs is None:
+            return "(no Cinder logs)"
+        try:
+            text = (self.logs / "cinder-api.log").read_text(errors="replace").splitlines()
+        except OSError as exc:
+            return f"(cinder-api.log unreadable: {exc})"
+        return "\n".join(text[-lines:])
 
     def call(self, method: str, path: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
