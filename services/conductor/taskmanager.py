@@ -41,6 +41,10 @@ from services.conductor.image_cache import ImageCache
 
 LOG = logging.getLogger(__name__)
 
+# How long a second operation waits for this process to forget a node whose
+# releasing write has already committed (normally the next turn of the loop).
+RELEASE_GRACE = 5.0
+
 Work = Callable[[Task], Awaitable[None]]
 
 
@@ -63,6 +67,8 @@ class TaskManager:
         self.nodes = NodeRepository(pool, secrets=secrets)
         self.ports = PortRepository(pool)
         self._held: set[str] = set()
+        # Operations waiting for this process to forget a node it still holds (see _reserve).
+        self._forgotten: dict[str, asyncio.Event] = {}
         self._running: set[asyncio.Task[Any]] = set()
         self._refresher: asyncio.Task[None] | None = None
         # Set by the manager: how a boot interface gets the config drive as a URL.
@@ -95,7 +101,8 @@ class TaskManager:
                 await self._refresher
         with contextlib.suppress(Exception):
             await self.nodes.release_all(self.hostname)
-        self._held.clear()
+        for node_uuid in list(self._held):
+            self._forget(node_uuid)
 
     @property
     def busy(self) -> int:
@@ -135,7 +142,7 @@ class TaskManager:
             )
         finally:
             if taken is None:
-                self._held.discard(node_uuid)
+                self._forget(node_uuid)
         return taken
 
     @contextlib.asynccontextmanager
@@ -181,17 +188,47 @@ class TaskManager:
     async def _reserve(self, node_uuid: str) -> NodeRecord:
         if node_uuid in self._held:
             # The row lock is per conductor hostname, so a second operation in
-            # this process would get it too: refuse it here.
-            raise errors.NodeLocked(
-                f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
-                "operation is completed."
-            )
+            # this process would get it too: refuse it here, unless the row is
+            # already free and only this process has yet to forget the node.
+            await self._wait_until_forgotten(node_uuid)
         self._held.add(node_uuid)
         try:
             return await self.nodes.reserve(node_uuid, self.hostname, self.lease)
         except BaseException:
-            self._held.discard(node_uuid)
+            self._forget(node_uuid)
             raise
+
+    async def _wait_until_forgotten(self, node_uuid: str) -> None:
+        """Wait for a node whose release has committed but that this process still holds.
+
+        An operation clears the row lock and forgets the node when the write's
+        answer is read, a turn of the loop or more later on a busy machine. A
+        client that saw the node unlocked may send its next request in between
+        (a provision verb right after the previous one settled), and must not
+        get a 409 for a lock that is no longer there. The row is the truth: if
+        it still names this conductor, the node is busy here and the answer is
+        409 at once; otherwise wait (``RELEASE_GRACE`` at most) for the node to
+        be forgotten.
+        """
+        locked = errors.NodeLocked(
+            f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
+            "operation is completed."
+        )
+        if await self.nodes.holder(node_uuid) == self.hostname:
+            raise locked
+        forgotten = self._forgotten.setdefault(node_uuid, asyncio.Event())
+        try:
+            await asyncio.wait_for(forgotten.wait(), RELEASE_GRACE)
+        except TimeoutError:
+            raise locked from None
+        if node_uuid in self._held:  # another waiting operation of this process took it first
+            raise locked
+
+    def _forget(self, node_uuid: str) -> None:
+        self._held.discard(node_uuid)
+        waiting = self._forgotten.pop(node_uuid, None)
+        if waiting is not None:
+            waiting.set()
 
     async def shared_many(self, nodes: list[NodeRecord]) -> list[Task | errors.FerrumError]:
         """``shared`` for nodes already read: their ports and volumes in two queries, whatever
@@ -266,7 +303,7 @@ class TaskManager:
             else:
                 LOG.exception("could not release lock node_uuid=%s", node_uuid)
         finally:
-            self._held.discard(node_uuid)
+            self._forget(node_uuid)
 
     async def _let_go(self, node_uuid: str, task: Task | None) -> None:
         """The end of a locked operation: release the lock, unless its last write
@@ -275,7 +312,7 @@ class TaskManager:
         a flow returns without awaiting anything after its releasing write, so
         the node is forgotten as soon as that write's answer is read."""
         if task is not None and task.lock_released:
-            self._held.discard(node_uuid)
+            self._forget(node_uuid)
             return
         await self.release(node_uuid)
 

@@ -340,3 +340,42 @@ async def test_a_lock_being_released_cannot_be_taken_by_the_same_conductor_meanw
         await asyncio.sleep(0)
         saved = await m.nodes.update(node["uuid"], {"extra": {"x": 1}}, expect_reservation="release-race")
     assert saved["extra"] == {"x": 1}
+
+
+async def test_a_node_released_in_the_database_but_not_yet_forgotten_is_waited_for(pool) -> None:
+    """A client that reads the node unlocked may send its next verb before the releasing
+    coroutine has run again to forget the node (a full CI run: provide right after manage
+    settled got 409 "locked by host test-conductor"). The row is the truth: the second
+    operation waits for the node to be forgotten and then gets the lock; it is not refused."""
+    m = manager(pool, "forget-race")
+    node = await new_node(m)
+    committed, finish = asyncio.Event(), asyncio.Event()
+    real_release = m.tasks.nodes.release
+
+    async def late_answer(*args, **kwargs):  # the release commits, its answer is read late (the only fake)
+        released = await real_release(*args, **kwargs)
+        committed.set()
+        await finish.wait()
+        return released
+
+    m.tasks.nodes.release = late_answer  # type: ignore[method-assign]
+
+    async def first_operation() -> None:
+        async with m.tasks.acquire(node["uuid"], "manage"):
+            pass
+
+    first = asyncio.create_task(first_operation())
+    await asyncio.wait_for(committed.wait(), 10)
+    assert (await m.nodes.get(node["uuid"]))["reservation"] is None and m.tasks.holds(node["uuid"])
+
+    async def second_operation() -> str | None:
+        async with m.tasks.acquire(node["uuid"], "provide") as task:
+            return task.node["reservation"]
+
+    second = asyncio.create_task(second_operation())
+    await asyncio.sleep(0.2)
+    assert not second.done()  # waiting, not refused
+    finish.set()
+    assert await asyncio.wait_for(second, 10) == "forget-race"
+    await asyncio.wait_for(first, 10)
+    assert (await m.nodes.get(node["uuid"]))["reservation"] is None and not m.tasks.holds(node["uuid"])

@@ -581,13 +581,17 @@ class NodeRepository:
         )
         if row is not None:
             return self._node(row)
+        raise errors.NodeLocked(
+            f"Node {node_uuid} is locked by host {await self.holder(node_uuid)}, please retry "
+            "after the current operation is completed."
+        )
+
+    async def holder(self, node_uuid: str) -> str | None:
+        """Who holds the node's lock in the database, None when nobody does."""
         current = await self._db.fetchrow("SELECT reservation FROM nodes WHERE uuid = $1::uuid", node_uuid)
         if current is None:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
-        raise errors.NodeLocked(
-            f"Node {node_uuid} is locked by host {current['reservation']}, please retry "
-            "after the current operation is completed."
-        )
+        return current["reservation"]  # type: ignore[no-any-return]
 
     async def take_over(self, node_uuid: str, *, dead_holder: str, holder: str, lease: float) -> NodeRecord | None:
         """Move a dead conductor's lock to ``holder`` (a conditional UPDATE: of
