@@ -8,7 +8,11 @@
 * RabbitMQ from Debian as its own ``rabbitmq-server`` (user ``rabbitmq``,
   a private epmd, node name, mnesia and log dirs), AMQP and Erlang
   distribution on 127.0.0.1 at free ports; the system service never runs;
-* a SQLite database (``cinder-manage db sync``);
+* a PostgreSQL database of its own (Ferrum's embedded launcher, ``cinder-manage
+  db sync``), as a deployed Cinder has. Not SQLite: three processes writing one
+  SQLite file refuse a transaction that read before another committed ("database
+  is locked", without waiting), which on a loaded machine turned Cinder's volume
+  create and metadata updates into 500s;
 * ``cinder-api`` (Cinder's own eventlet WSGI server, one worker, auth
   ``noauth``), ``cinder-scheduler`` and ``cinder-volume``, the real processes;
 * a real volume backend: Cinder's LVM driver on a volume group on a loop
@@ -46,7 +50,6 @@ import os
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -58,12 +61,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from services.common.db.embedded import EmbeddedPostgres
 from services.common.ports import unused_tcp_port
 from tests.support.peer_venv import ensure_peer_venv, venv_path
 
 LOG = logging.getLogger(__name__)
 
 CINDER_VERSION = "29.0.0"
+PSYCOPG2_VERSION = "2.9.13"  # oslo.db's PostgreSQL driver, in Cinder's own venv
 REPO = Path(__file__).resolve().parents[2]
 VENV = venv_path("cinder")
 APT_PACKAGES = {  # Debian package: a file it installs
@@ -77,7 +82,6 @@ WORK_PREFIX = "ferrum-cinder-"
 CONF_D = Path("/etc/tgt/conf.d")
 PV_SIZE = 12 * 1024**3  # sparse: only what volumes write takes disk space
 START_TIMEOUT = 120.0  # seconds from processes started to cinder-volume up with its pool
-STARTUP_RESTARTS = 2  # starts again of a Cinder process locked out of SQLite at start-up
 RABBIT_TIMEOUT = 45.0
 STOP_TIMEOUT = 10.0
 LOG_TAIL = 30
@@ -145,7 +149,7 @@ def ensure_apt_packages() -> None:
 
 def ensure_cinder_venv() -> Path:
     """A virtualenv with cinder ``CINDER_VERSION``; its python. Reused when present."""
-    return ensure_peer_venv("cinder", f"cinder=={CINDER_VERSION}")
+    return ensure_peer_venv("cinder", f"cinder=={CINDER_VERSION} psycopg2-binary=={PSYCOPG2_VERSION}")
 
 
 # -- leftovers of crashed runs -----------------------------------------------------------------
@@ -198,6 +202,7 @@ class CinderService:
         self.api_port = 0
         self.iscsi_port = 0
         self.amqp_port = 0
+        self.postgres = EmbeddedPostgres(self.work / "postgres", fsync=False)
 
     # environment -------------------------------------------------------------------------------
 
@@ -279,6 +284,9 @@ class CinderService:
         steps.mark("volume group")
         self._start_tgtd()
         steps.mark("tgtd")
+        self.postgres.start()
+        self.postgres.create_database("cinder")
+        steps.mark("postgres")
         conf = self._write_conf()
         _run(
             str(self.bin / "cinder-manage"),
@@ -289,13 +297,6 @@ class CinderService:
             env=self.cinder_env(),
             timeout=300,
         )
-        # Three Cinder processes write this one file. In the default rollback
-        # journal a writer locks out readers, and pysqlite gives up after 5 s,
-        # which under a loaded test run surfaced as Cinder's 500 on volume
-        # create. WAL lets readers go on beside the writer (the mode is kept in
-        # the file); the URL's timeout lets a writer wait up to 60 s.
-        with contextlib.closing(sqlite3.connect(self.work / "state" / "cinder.sqlite")) as db:
-            db.execute("PRAGMA journal_mode=WAL")
         steps.mark("db sync")
         self._wait_rabbitmq()
         steps.mark("rabbitmq up")
@@ -305,7 +306,7 @@ class CinderService:
         }
         for name, cmd in commands.items():
             self._spawn(name, cmd, self.cinder_env())
-        self._wait_cinder(commands)
+        self._wait_cinder()
         steps.mark("cinder up")
         info = {
             "url": f"http://127.0.0.1:{self.api_port}/v3",
@@ -447,7 +448,7 @@ use_stderr = false
 rpc_response_timeout = 30
 
 [database]
-connection = sqlite:///{state / "cinder.sqlite"}?timeout=60
+connection = {self.postgres.database_url("cinder").replace("postgresql://", "postgresql+psycopg2://", 1)}
 
 [oslo_concurrency]
 lock_path = {state / "locks"}
@@ -486,31 +487,11 @@ use_chap_auth = true
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
-    def _restart_if_locked_out(self, commands: dict[str, list[str]], restarts: dict[str, int]) -> None:
-        """Start again a Cinder process that gave up at start-up on SQLite's "database is locked".
-
-        The three processes register themselves in the one SQLite file at the same moment. In
-        WAL mode a transaction that read first and then writes is refused at once, without the
-        busy timeout, when another process committed in between (fresh-clone CI: cinder-volume's
-        start-up UPDATE, "No volume service(s) started successfully"). A second start finds the
-        others settled; anything else that ends a process is still an error."""
-        for name, cmd in commands.items():
-            proc = self.procs.get(name)
-            if proc is None or proc.poll() is None or restarts.get(name, 0) >= STARTUP_RESTARTS:
-                continue
-            if "database is locked" not in _tail(self.logs / f"{name}.log"):
-                continue
-            restarts[name] = restarts.get(name, 0) + 1
-            LOG.warning("cinder_service: %s was locked out of its database at start-up; starting it again", name)
-            self._spawn(name, cmd, self.cinder_env())
-
-    def _wait_cinder(self, commands: dict[str, list[str]]) -> None:
+    def _wait_cinder(self) -> None:
         """cinder-volume ``up`` in os-services and its pool known to the scheduler."""
         deadline = time.monotonic() + START_TIMEOUT
         last = "no answer yet"
-        restarts: dict[str, int] = {}
         while True:
-            self._restart_if_locked_out(commands, restarts)
             self._check_alive("cinder-api", "cinder-scheduler", "cinder-volume", "rabbitmq", "tgtd")
             try:
                 services = self._get("/os-services")["services"]
@@ -581,6 +562,10 @@ use_chap_auth = true
                 self._stop_process(name)
             except Exception as exc:
                 errors.append(f"{name}: {exc}")
+        try:
+            self.postgres.stop()
+        except Exception as exc:
+            errors.append(f"postgres: {exc}")
         self.conf_d.unlink(missing_ok=True)
         try:
             self._remove_volume_group()

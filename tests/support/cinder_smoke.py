@@ -61,6 +61,14 @@ class Rest:
                 return resp.status, json.loads(raw) if raw else None
         except urllib.error.HTTPError as exc:
             raw = exc.read()
+            if exc.code >= 500:
+                # Cinder's own fault: its log says why, and the log goes with the run. On
+                # stderr, so pytest shows all of it with the failing test, uncut.
+                print(
+                    f"Cinder answered {exc.code} to {method} {path}; the end of cinder-api.log:\n"
+                    f"{self.api_log_tail(80)}",
+                    file=sys.stderr,
+                )
             return exc.code, json.loads(raw) if raw else None
 
     def action(self, volume_id: str, name: str, args: Any = None) -> Any:

@@ -28,7 +28,8 @@ def venv_path(name: str) -> Path:
 
 
 def ensure_peer_venv(name: str, requirement: str, *, venv: Path | None = None) -> Path:
-    """A virtualenv with ``requirement`` (``pkg==version``) installed; its python.
+    """A virtualenv with ``requirement`` (``pkg==version``, or several separated by
+    spaces) installed; its python.
 
     Reinstalls from scratch when the marker names another requirement, so a
     version bump in a test never runs against the old peer.
@@ -39,14 +40,14 @@ def ensure_peer_venv(name: str, requirement: str, *, venv: Path | None = None) -
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and marker.read_text().split()[0] == requirement and python.exists():
+        if marker.exists() and marker.read_text().split(" installed in ")[0] == requirement and python.exists():
             return python
         started = time.monotonic()
         shutil.rmtree(venv, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=VENV_TIMEOUT)
         done = subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", requirement],
+            [str(python), "-m", "pip", "install", "-q", *requirement.split()],
             capture_output=True,
             text=True,
             timeout=INSTALL_TIMEOUT,
