@@ -48,7 +48,7 @@ from services.common.conductor_messages import step_messages
 from services.common.config import ApiConfig
 from services.common.db.events import EventRepository
 from services.common.db.node_secrets import NodeSecrets
-from services.common.db.nodes import INTERFACE_FIELDS, NodeRepository, is_uuid
+from services.common.db.nodes import INTERFACE_FIELDS, NodePage, NodeRepository, is_uuid
 from services.common.db.outage import is_unavailable, unavailable
 from services.common.db.ports import PortRepository
 from services.common.db.records import NodeEventRecord, NodeRecord, PortRecord
@@ -278,11 +278,13 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             if limit < 0 or limit > 1000:
                 raise errors.InvalidParameterValue("limit must be between 1 and 1000")
             rows = await self.nodes.list(
-                filters=filters,
-                limit=limit,
-                marker=request.marker or None,
-                sort_key=request.sort_key or "id",
-                sort_dir=request.sort_dir or "asc",
+                NodePage(
+                    filters=filters,
+                    limit=limit,
+                    marker=request.marker or None,
+                    sort_key=request.sort_key or "id",
+                    sort_dir=request.sort_dir or "asc",
+                )
             )
             return pb.ListNodesResponse(
                 nodes=[node_message(r) for r in rows], next_marker=rows[-1]["uuid"] if len(rows) == limit else ""

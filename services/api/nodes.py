@@ -34,7 +34,7 @@ from services.api.node_values import (
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.chassis import ChassisRepository
-from services.common.db.nodes import is_uuid
+from services.common.db.nodes import NodePage, is_uuid
 from services.common.db.records import NodeRecord
 from services.common.jsonutil import dumps
 
@@ -184,18 +184,18 @@ class NodesApi:
         """The same list as the rows' own rendering, reusing the documents of unchanged
         rows (services/api/node_documents.py)."""
         q = request.query
-        page: dict[str, Any] = {
-            "filters": filters,
-            "associated": associated,
-            "limit": limit,
-            "marker": q.get("marker"),
-            "sort_key": q.get("sort_key", "id"),
-            "sort_dir": q.get("sort_dir", "asc"),
-        }
+        page = NodePage(
+            filters=filters,
+            associated=associated,
+            limit=limit,
+            marker=q.get("marker"),
+            sort_key=q.get("sort_key", "id"),
+            sort_dir=q.get("sort_dir", "asc"),
+        )
         nodes = self.ctx.nodes
         source = node_documents.ListSource(
-            versions=lambda: nodes.list_versions(**page),
-            whole=lambda: nodes.list_versioned(**page),
+            versions=lambda: nodes.list_versions(page),
+            whole=lambda: nodes.list_versioned(page),
             by_id=nodes.get_many_versioned,
             allocations=self.allocations.uuids_for_nodes,
         )

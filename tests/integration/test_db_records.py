@@ -51,7 +51,7 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 async def test_node_record_matches_columns(pool: asyncpg.Pool) -> None:
     from services.common.db.bootdata import BootDataRepository
     from services.common.db.node_secrets import NodeSecrets
-    from services.common.db.nodes import NodeRepository
+    from services.common.db.nodes import NodePage, NodeRepository
     from services.common.keyring import Keyring
 
     nodes = NodeRepository(pool, secrets=NodeSecrets(Keyring()))
@@ -60,7 +60,7 @@ async def test_node_record_matches_columns(pool: asyncpg.Pool) -> None:
     )
     assert set(created) == keys(records.NodeRecord)
     assert set(await nodes.get(created["uuid"])) == keys(records.NodeRecord)
-    (listed,) = await nodes.list(filters={"driver": "fake-hardware"})
+    (listed,) = await nodes.list(NodePage(filters={"driver": "fake-hardware"}))
     assert set(listed) == keys(records.NodeRecord)
     (console,) = await nodes.list_console_enabled()
     assert set(console) == keys(records.ConsoleNodeRecord)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import datetime
 import uuid as uuidlib
 from collections.abc import Mapping, Sequence
@@ -175,6 +176,19 @@ def _version(record: asyncpg.Record) -> NodeVersion:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class NodePage:
+    """Which page of nodes a list asks for: the REST and gRPC lists build one,
+    and every way of reading the page (whole rows, versions first) takes it."""
+
+    filters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    associated: bool | None = None
+    limit: int = 1000
+    marker: str | None = None
+    sort_key: str = "id"
+    sort_dir: str = "asc"
+
+
 class NodeRepository:
     """Named node queries over a pool (or one connection inside a transaction).
 
@@ -251,31 +265,12 @@ class NodeRepository:
         )
         return self._node(row)
 
-    async def list(
-        self,
-        *,
-        filters: Mapping[str, Any] | None = None,
-        associated: bool | None = None,
-        limit: int = 1000,
-        marker: str | None = None,
-        sort_key: str = "id",
-        sort_dir: str = "asc",
-    ) -> builtins.list[NodeRecord]:
+    async def list(self, page: NodePage) -> builtins.list[NodeRecord]:
         """One page of nodes. Keyset pagination on (sort_key, id), so a page of
         10,000 never scans or holds more than ``limit`` rows."""
-        rows = await self._page("*", filters, associated, limit, marker, sort_key, sort_dir)
-        return [self._node(r) for r in rows]
+        return [self._node(r) for r in await self._page("*", page)]
 
-    async def list_versions(
-        self,
-        *,
-        filters: Mapping[str, Any] | None = None,
-        associated: bool | None = None,
-        limit: int = 1000,
-        marker: str | None = None,
-        sort_key: str = "id",
-        sort_dir: str = "asc",
-    ) -> builtins.list[NodeVersion]:
+    async def list_versions(self, page: NodePage) -> builtins.list[NodeVersion]:
         """The page :meth:`list` returns, as each row's version and what routes it only.
 
         The version is the row's ``xmin``: PostgreSQL writes every UPDATE, of
@@ -284,24 +279,11 @@ class NodeRepository:
         means an unchanged row. The api's list reuses a document rendered
         from a row of the same version (services/api/node_documents.py)
         instead of decoding and rendering all ~75 columns again."""
-        rows = await self._page(_VERSION_COLUMNS, filters, associated, limit, marker, sort_key, sort_dir)
-        return [_version(r) for r in rows]
+        return [_version(r) for r in await self._page(_VERSION_COLUMNS, page)]
 
-    async def list_versioned(
-        self,
-        *,
-        filters: Mapping[str, Any] | None = None,
-        associated: bool | None = None,
-        limit: int = 1000,
-        marker: str | None = None,
-        sort_key: str = "id",
-        sort_dir: str = "asc",
-    ) -> builtins.list[tuple[int, NodeRecord]]:
+    async def list_versioned(self, page: NodePage) -> builtins.list[tuple[int, NodeRecord]]:
         """The page :meth:`list` returns, each row with its version (see :meth:`list_versions`)."""
-        rows = await self._page(
-            "xmin::text::bigint AS row_version_, *", filters, associated, limit, marker, sort_key, sort_dir
-        )
-        return [self._versioned(r) for r in rows]
+        return [self._versioned(r) for r in await self._page("xmin::text::bigint AS row_version_, *", page)]
 
     async def get_many_versioned(self, node_ids: Sequence[int]) -> dict[int, tuple[int, NodeRecord]]:
         """Whole rows by id, each with its version (see :meth:`list_versions`); a
@@ -320,16 +302,9 @@ class NodeRepository:
         version = row.pop("row_version_")
         return int(version), cast(NodeRecord, row)
 
-    async def _page(
-        self,
-        columns: str,
-        filters: Mapping[str, Any] | None,
-        associated: bool | None,
-        limit: int,
-        marker: str | None,
-        sort_key: str,
-        sort_dir: str,
-    ) -> builtins.list[asyncpg.Record]:
+    async def _page(self, columns: str, page: NodePage) -> builtins.list[asyncpg.Record]:
+        filters, associated, limit, marker = page.filters, page.associated, page.limit, page.marker
+        sort_key, sort_dir = page.sort_key, page.sort_dir
         if sort_key not in SORT_KEYS:
             raise errors.InvalidParameterValue(f"The sort_key value {sort_key!r} is an invalid field for sorting")
         if sort_dir not in ("asc", "desc"):
@@ -338,7 +313,7 @@ class NodeRepository:
             )
         where: list[str] = []
         args: list[Any] = []
-        for name, value in (filters or {}).items():
+        for name, value in filters.items():
             if name not in _FILTERS:
                 raise errors.InvalidParameterValue(f"unknown filter {name}")
             args.append(value)
