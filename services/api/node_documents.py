@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from services.common.db.nodes import NodeVersion
 from services.common.db.records import NodeRecord
@@ -114,51 +114,27 @@ async def documents(
     """The JSON of each listed node, in order, and the UUIDs of the page (for its
     ``next`` link). ``render`` gets a row with its ``allocation_uuid`` and the
     conductor. A node deleted between the two reads is left out."""
-    if not cache.expects_reuse(variant):
-        return await _from_whole_rows(cache, variant, source, conductor=conductor, render=render)
-    page = await source.versions()
-    allocations = await source.allocations([n["id"] for n in page if n["instance_uuid"]])
-    found: list[bytes | None] = []
-    missing: list[int] = []
-    for node in page:
-        document = cache.get(node["uuid"], variant, (node["version"], conductor(node), allocations.get(node["id"])))
-        found.append(document)
-        if document is None:
-            missing.append(node["id"])
+    whole = not cache.expects_reuse(variant)
+    # Each entry: the row's version and a mapping with what routes it (a whole row, or only that).
+    page: Sequence[tuple[int, Mapping[str, Any]]]
+    if whole:
+        page = await source.whole()
+    else:
+        page = [(node["version"], node) for node in await source.versions()]
+    allocations = await source.allocations([node["id"] for _, node in page if node["instance_uuid"]])
+    found = [
+        cache.get(str(node["uuid"]), variant, (version, conductor(node), allocations.get(node["id"])))
+        for version, node in page
+    ]
+    missing = [node["id"] for (_, node), document in zip(page, found, strict=True) if document is None]
     cache.note_reuse(variant, len(page) - len(missing), len(page))
     if missing:
-        rows = await source.by_id(missing)
-        for index, node in enumerate(page):
+        rows = {node["id"]: (version, node) for version, node in page} if whole else await source.by_id(missing)
+        for index, (_, node) in enumerate(page):
             if found[index] is None and node["id"] in rows:
                 version, row = rows[node["id"]]
-                found[index] = _rendered(cache, variant, version, row, allocations, conductor, render)
-    return [document for document in found if document is not None], [node["uuid"] for node in page]
-
-
-async def _from_whole_rows(
-    cache: NodeDocumentCache,
-    variant: Variant,
-    source: ListSource,
-    *,
-    conductor: Callable[[Mapping[str, Any]], str | None],
-    render: Callable[[dict[str, Any], str | None], bytes],
-) -> tuple[list[bytes], list[str]]:
-    rows = await source.whole()
-    allocations = await source.allocations([row["id"] for _, row in rows if row["instance_uuid"]])
-    parts: list[bytes] = []
-    uuids: list[str] = []
-    reused = 0
-    for version, row in rows:
-        node_uuid = str(row["uuid"])
-        uuids.append(node_uuid)
-        document = cache.get(node_uuid, variant, (version, conductor(row), allocations.get(row["id"])))
-        if document is None:
-            document = _rendered(cache, variant, version, row, allocations, conductor, render)
-        else:
-            reused += 1
-        parts.append(document)
-    cache.note_reuse(variant, reused, len(rows))
-    return parts, uuids
+                found[index] = _rendered(cache, variant, version, cast(NodeRecord, row), allocations, conductor, render)
+    return [document for document in found if document is not None], [str(node["uuid"]) for _, node in page]
 
 
 def _rendered(
