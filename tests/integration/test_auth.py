@@ -178,8 +178,15 @@ async def test_wrong_passwords_do_not_stall_the_event_loop(secured_stack: Runnin
     )
     assert len(latencies) >= 10, "the wrong-password requests ended before the probes could run"
     assert statistics.median(latencies) < 0.05, sorted(latencies)[-10:]
-    # One bcrypt check at this cost is well above 50 ms here; a probe never waits for one.
-    assert max(latencies) < 0.25, sorted(latencies)[-10:]
+    # One bcrypt check at this cost is well above 50 ms here. Checks on the loop would make
+    # most probes wait for one; a probe or two stalled by the loaded machine is not that
+    # (a fresh CI run saw one probe of 400 take 308 ms with the checks on the pool).
+    hashed = bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=SLOW_ROUNDS))
+    started = time.perf_counter()
+    bcrypt.checkpw(b"wrong", hashed)
+    one_check = time.perf_counter() - started
+    waited = [t for t in latencies if t >= one_check]
+    assert len(waited) <= len(latencies) // 20, (one_check, sorted(latencies)[-10:])
 
 
 async def test_unknown_users_take_as_long_as_known_ones(secured: str) -> None:
