@@ -24,7 +24,6 @@ from services.api.provision_params import (
     check_child_step_nodes,
     check_clean_steps,
     check_configdrive,
-    check_configdrive_payload,
     check_deploy_steps,
     check_disable_ramdisk,
     check_rescue_password,
@@ -156,8 +155,7 @@ class NodeStatesApi:
             # The runbook's disable_ramdisk replaces the request's, and is checked like one (1.70 clean, 1.108 service).
             body = {**body, STEPS_KEY[verb]: used.steps, "disable_ramdisk": used.disable_ramdisk or None}
         configdrive = body.get("configdrive")
-        check_configdrive(configdrive, verb, request["version"])
-        await check_configdrive_payload(configdrive)
+        check_configdrive(configdrive, verb, request["version"])  # its contents: the conductor, under the lock
         clean_steps = check_clean_steps(body.get("clean_steps"), verb)
         check_rescue_password(body.get("rescue_password"), verb)
         deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])

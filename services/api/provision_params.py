@@ -4,7 +4,6 @@ deploy steps, rescue password, disable_ramdisk), shared by REST
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
 from typing import Any, Protocol
@@ -235,13 +234,3 @@ def check_configdrive(configdrive: Any, verb: str, version: tuple[int, int]) -> 
         raise errors.ConfigDriveInvalid(
             "Invalid configdrive format: it is neither a JSON, nor a URL, nor a base64 string"
         )
-
-
-async def check_configdrive_payload(configdrive: Any) -> None:
-    """Decode an inline drive once so that bad base64, bad gzip, a non-ISO
-    payload or one over 64 MiB is a 400 now rather than a failed deploy later."""
-    if not isinstance(configdrive, str) or not configdrive or "://" in configdrive:
-        return
-    from services.common.images.configdrive import decode_configdrive
-
-    await asyncio.to_thread(decode_configdrive, configdrive)

@@ -14,7 +14,9 @@ are refused with a message that says what to change.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from services.common import errors
@@ -38,6 +40,31 @@ class ConfigDriveStore:
         self.lifetime = lifetime
         self.inline_limit = inline_limit
 
+    @contextlib.asynccontextmanager
+    async def checking(self, value: Any) -> AsyncIterator[asyncio.Future[bytes] | None]:
+        """Decode an inline drive (base64 of a gzipped image) in a worker thread
+        while the block runs; None for no drive, a URL or a dict (built later,
+        from the node).
+
+        The deploy verb awaits it before its first write, so bad base64, bad
+        gzip, a payload that is neither kind of drive or one over the limit is
+        a 400 that changes nothing (from REST and gRPC alike), and the decoding
+        overlaps the taking of the node's lock instead of adding to the
+        request. The verb hands the image on with the task
+        (``configdrive_image``), so the deploy does not decode it again. A
+        block that ends without awaiting it (a locked node) drops the job."""
+        from services.common.images import configdrive as builder
+
+        if not isinstance(value, str) or not value or builder.looks_like_url(value):
+            yield None
+            return
+        job = asyncio.ensure_future(asyncio.to_thread(builder.decode_configdrive, value))
+        job.add_done_callback(lambda done: done.cancelled() or done.exception())
+        try:
+            yield job
+        finally:
+            job.cancel()
+
     def object_name(self, node_uuid: str) -> str:
         return f"configdrive-{node_uuid}"
 
@@ -53,7 +80,8 @@ class ConfigDriveStore:
         if isinstance(value, dict):
             iso = await asyncio.to_thread(builder.build_configdrive, task.node, task.ports, value)
         elif isinstance(value, str):
-            iso = await asyncio.to_thread(builder.decode_configdrive, value)
+            decoded = task.configdrive_image  # the deploy verb decoded this very string already
+            iso = decoded if decoded is not None else await asyncio.to_thread(builder.decode_configdrive, value)
         else:
             raise errors.ConfigDriveInvalid("The config drive must be a string or an object")
         if self.objectstore is not None:

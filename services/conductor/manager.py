@@ -329,7 +329,8 @@ class ConductorManager:
         service_steps: list[Any] | None = None,
     ) -> None:
         self.tasks.check_capacity()
-        async with self.tasks.acquire(node_uuid, event) as task:
+        inline_drive = configdrive if event in ("deploy", "rebuild") else None
+        async with self.configdrives.checking(inline_drive) as drive, self.tasks.acquire(node_uuid, event) as task:
             node = task.node
             if event in ("deploy", "rebuild") and node["maintenance"]:
                 raise errors.NodeInMaintenance(
@@ -359,6 +360,8 @@ class ConductorManager:
                 )
             changes: dict[str, Any] = {}
             if event in ("deploy", "rebuild"):
+                if drive is not None:  # a bad drive is a 400 here, before anything is written
+                    task.configdrive_image = await drive
                 planned = steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
                 # A new deploy starts a new agent: forget the last one's token and URL.
                 instance_info = {k: v for k, v in node["instance_info"].items() if k != "configdrive"}

@@ -147,6 +147,17 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
         )
     assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
+    # A config drive that does not decode (truncated gzip) is refused as over REST, and changes nothing.
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await nodes.SetProvisionState(
+            pb.SetProvisionStateRequest(ident="grpc-new", target="active", configdrive_string="H4sIAAAA")
+        )
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    assert "configdrive" in caught.value.details().lower(), caught.value.details()
+    unchanged = await nodes.GetNode(pb.GetNodeRequest(ident="grpc-new"))
+    assert unchanged.provision_state == "available" and not unchanged.reservation
+    assert "configdrive" not in json_format.MessageToDict(unchanged.instance_info)
+
     steps = list_value([{"interface": "deploy", "step": "fake_step", "args": {"delay": 0}, "priority": 150}])
     await nodes.SetProvisionState(pb.SetProvisionStateRequest(ident="grpc-new", target="active", deploy_steps=steps))
     node = await wait_state(nodes, "grpc-new", "active")

@@ -65,6 +65,9 @@ class Task:
     publish_configdrive: Callable[[Task], Awaitable[str]] | None = None
     # Set by the conductor: the config drive as ISO bytes, for a conductor that writes it (iSCSI deploy).
     read_configdrive: Callable[[Task], Awaitable[bytes | None]] | None = None
+    # Set by the deploy verb: the image of the inline config drive it decoded (checked before
+    # the verb was accepted), so the deploy stores it without decoding the same string again.
+    configdrive_image: bytes | None = None
     # Set by the conductor: floppies and boot ISOs behind temp URLs (virtual-media boot, media.py).
     media: MediaImages | None = None
     # Set by the conductor: instance images by content hash, on the conductor's disk (iSCSI deploy).
