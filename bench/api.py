@@ -635,11 +635,13 @@ def raw_main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ferrum-bench-raw-") as tmp:
         os.chmod(tmp, 0o755)  # the embedded PostgreSQL runs as its own user when we are root
         if args.ironic:
+            _quiet_disk()
             (Path(tmp) / "ironic").mkdir()
             with ironic_peer(Path(tmp) / "ironic") as (url, pid):
                 print(f"Ironic 39 at {url} (pid {pid})", flush=True)
                 ironic_figures = asyncio.run(api_raw.workload(url, **options))
                 print(f"Ironic RSS {_rss_mib(pid):.0f} MiB", flush=True)
+            _quiet_disk()
         (Path(tmp) / "ferrum").mkdir()
         stack = Stack(Path(tmp) / "ferrum", profile=args.profile)
         try:
@@ -657,6 +659,14 @@ def raw_main(args: argparse.Namespace) -> int:
     )
     print(api_raw.table(ironic_figures, figures))
     return 0
+
+
+def _quiet_disk(settle: float = 3.0) -> None:
+    """Write back what the previous server (or set-up) left dirty before the next
+    server is measured: otherwise the kernel flushes it during the next run,
+    whose commits (each an fsync) queue behind that writeback."""
+    os.sync()
+    time.sleep(settle)
 
 
 def _rss_mib(pid: int) -> float:
