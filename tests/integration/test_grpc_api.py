@@ -153,7 +153,7 @@ async def test_newest_rest_features_over_grpc(nodes, stack) -> None:
             pb.SetProvisionStateRequest(ident="grpc-new", target="active", configdrive_string="H4sIAAAA")
         )
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
-    assert "configdrive" in caught.value.details().lower(), caught.value.details()
+    assert "configdrive" in str(caught.value.details()).lower(), caught.value.details()
     unchanged = await nodes.GetNode(pb.GetNodeRequest(ident="grpc-new"))
     assert unchanged.provision_state == "available" and not unchanged.reservation
     assert "configdrive" not in json_format.MessageToDict(unchanged.instance_info)
