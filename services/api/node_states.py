@@ -155,7 +155,7 @@ class NodeStatesApi:
             # The runbook's disable_ramdisk replaces the request's, and is checked like one (1.70 clean, 1.108 service).
             body = {**body, STEPS_KEY[verb]: used.steps, "disable_ramdisk": used.disable_ramdisk or None}
         configdrive = body.get("configdrive")
-        check_configdrive(configdrive, verb, request["version"])  # its contents: the conductor, under the lock
+        check_configdrive(configdrive, verb, request["version"])  # its contents: the conductor, before it writes
         clean_steps = check_clean_steps(body.get("clean_steps"), verb)
         check_rescue_password(body.get("rescue_password"), verb)
         deploy_steps = check_deploy_steps(body.get("deploy_steps"), verb, request["version"])

@@ -59,11 +59,10 @@ class ConfigDriveStore:
             yield None
             return
         job = asyncio.ensure_future(asyncio.to_thread(builder.decode_configdrive, value))
-        job.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
             yield job
         finally:
-            job.cancel()
+            job.cancel()  # also marks an error nobody awaited as seen (no "never retrieved" report)
 
     def object_name(self, node_uuid: str) -> str:
         return f"configdrive-{node_uuid}"
@@ -80,7 +79,9 @@ class ConfigDriveStore:
         if isinstance(value, dict):
             iso = await asyncio.to_thread(builder.build_configdrive, task.node, task.ports, value)
         elif isinstance(value, str):
-            decoded = task.configdrive_image  # the deploy verb decoded this very string already
+            # The deploy verb decoded this very string already. Used once and let go: the task
+            # lives as long as the deploy, which may wait minutes for its agent.
+            decoded, task.configdrive_image = task.configdrive_image, None
             iso = decoded if decoded is not None else await asyncio.to_thread(builder.decode_configdrive, value)
         else:
             raise errors.ConfigDriveInvalid("The config drive must be a string or an object")
