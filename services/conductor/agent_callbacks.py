@@ -260,12 +260,11 @@ class AgentCallbacks:
         if state not in CONTINUATIONS:
             return True  # nothing left for a heartbeat to do
         try:
-            async with self.tasks.acquire(node_uuid, "agent heartbeat") as task:
-                current = task.node["provision_state"]
+            async with self.tasks.acquire_in_states(node_uuid, "agent heartbeat", (state,)) as task:
+                if task is None:
+                    return True  # the operation ended meanwhile: the node was not locked for it
                 if task.node["driver_internal_info"].get("agent_url") != callback_url:
                     return True
-                if current != state:
-                    return current not in BUSY_STATES
                 flow = CONTINUATIONS[state][1]
                 task.spawn(lambda t: flow(self.states, t), name="heartbeat")
                 return True

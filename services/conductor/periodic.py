@@ -98,10 +98,12 @@ class PeriodicWork:
                 if node["maintenance"]:
                     continue
                 try:
-                    async with self.manager.tasks.acquire(node["uuid"], "callback timeout") as task:
+                    async with self.manager.tasks.acquire_in_states(node["uuid"], "callback timeout", (state,)) as task:
+                        if task is None:
+                            continue  # the wait ended since the scan; the node was not locked for it
                         # Re-read under the lock: a heartbeat may have arrived since the scan.
                         fresh = task.node["provision_updated_at"]
-                        if task.node["provision_state"] == state and (fresh is None or fresh < cutoff):
+                        if fresh is None or fresh < cutoff:
                             await self._time_out(task, state, timeout)
                             failed += 1
                 except errors.NodeLocked:

@@ -126,6 +126,21 @@ class TaskManager:
         async with self._locked(node, purpose) as task:
             yield task
 
+    @contextlib.asynccontextmanager
+    async def acquire_in_states(
+        self, node_uuid: str, purpose: str, provision_states: tuple[str, ...]
+    ) -> AsyncIterator[Task | None]:
+        """:meth:`acquire` for work that only applies in ``provision_states`` (a
+        heartbeat continuing a wait state, a callback timeout): the state is
+        checked by the statement that takes the lock, and a free node that has
+        moved on gives None without ever being locked."""
+        node = await self._claim(node_uuid, provision_states)
+        if node is None:
+            yield None
+            return
+        async with self._locked(node, purpose) as task:
+            yield task
+
     async def take_over(self, node_uuid: str, *, dead_holder: str) -> NodeRecord | None:
         """Move ``dead_holder``'s lock on the node to this conductor; None if another was
         faster or the holder let go. The node counts as held here from before the UPDATE
@@ -186,17 +201,27 @@ class TaskManager:
         return await self.build_task(await self.nodes.get(node_uuid))
 
     async def _reserve(self, node_uuid: str) -> NodeRecord:
+        node = await self._claim(node_uuid, None)
+        assert node is not None  # without states the database locks the node or raises
+        return node
+
+    async def _claim(self, node_uuid: str, provision_states: tuple[str, ...] | None) -> NodeRecord | None:
         if node_uuid in self._held:
             # The row lock is per conductor hostname, so a second operation in
             # this process would get it too: refuse it here, unless the row is
             # already free and only this process has yet to forget the node.
             await self._wait_until_forgotten(node_uuid)
         self._held.add(node_uuid)
+        node: NodeRecord | None = None
         try:
-            return await self.nodes.reserve(node_uuid, self.hostname, self.lease)
-        except BaseException:
-            self._forget(node_uuid)
-            raise
+            if provision_states is None:
+                node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
+            else:
+                node = await self.nodes.reserve_in_states(node_uuid, self.hostname, self.lease, provision_states)
+        finally:
+            if node is None:
+                self._forget(node_uuid)
+        return node
 
     async def _wait_until_forgotten(self, node_uuid: str) -> None:
         """Wait for a node whose release has committed but that this process still holds.

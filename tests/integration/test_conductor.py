@@ -379,3 +379,30 @@ async def test_a_node_released_in_the_database_but_not_yet_forgotten_is_waited_f
     assert await asyncio.wait_for(second, 10) == "forget-race"
     await asyncio.wait_for(first, 10)
     assert (await m.nodes.get(node["uuid"]))["reservation"] is None and not m.tasks.holds(node["uuid"])
+
+
+async def test_work_for_one_state_never_locks_a_node_that_has_moved_on(pool) -> None:
+    """A heartbeat or a callback timeout reads the node, then locks it to continue a wait
+    state. If the operation ends in between, locking the finished node anyway made the
+    client that saw it settled and unlocked get 409 "locked by host" for its next verb (a
+    full CI run: a deploy right after provide). The state is checked by the statement that
+    takes the lock: a node in another state is not locked at all."""
+    m, other = manager(pool, "in-states"), manager(pool, "in-states-other")
+    node = await new_node(m)
+    assert node["provision_state"] == states.ENROLL
+    async with m.tasks.acquire_in_states(node["uuid"], "agent heartbeat", (states.CLEANWAIT,)) as task:
+        assert task is None
+        row = await m.nodes.get(node["uuid"])
+        assert row["reservation"] is None and not m.tasks.holds(node["uuid"])
+    async with m.tasks.acquire_in_states(node["uuid"], "agent heartbeat", (states.ENROLL,)) as task:
+        assert task is not None and task.node["reservation"] == "in-states"
+        assert (await m.nodes.get(node["uuid"]))["reservation"] == "in-states"
+    assert (await m.nodes.get(node["uuid"]))["reservation"] is None and not m.tasks.holds(node["uuid"])
+    async with other.tasks.acquire(node["uuid"], "busy"):
+        for wanted in ((states.ENROLL,), (states.CLEANWAIT,)):  # held elsewhere: a 409, whatever the state
+            with pytest.raises(errors.NodeLocked):
+                async with m.tasks.acquire_in_states(node["uuid"], "agent heartbeat", wanted):
+                    pass
+    with pytest.raises(errors.NodeNotFound):
+        async with m.tasks.acquire_in_states(str(uuid.uuid4()), "agent heartbeat", (states.ENROLL,)):
+            pass

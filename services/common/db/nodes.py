@@ -545,19 +545,48 @@ class NodeRepository:
         An expired lease is treated as free: its holder stopped refreshing it,
         so it is dead or partitioned and must not write any more.
         """
+        node = await self._reserve(node_uuid, holder, lease, None)
+        assert node is not None  # without states, only NodeLocked or NodeNotFound stop it
+        return node
+
+    async def reserve_in_states(
+        self, node_uuid: str, holder: str, lease: float, provision_states: Sequence[str]
+    ) -> NodeRecord | None:
+        """:meth:`reserve`, only while the node is in one of ``provision_states``,
+        checked by the statement that takes the lock: None, and nothing locked,
+        for a free node in another state. A heartbeat that arrives just as the
+        operation it would continue ends must not lock the finished node: the
+        client that saw it settled and unlocked would get a 409 for nothing."""
+        return await self._reserve(node_uuid, holder, lease, provision_states)
+
+    async def _reserve(
+        self, node_uuid: str, holder: str, lease: float, provision_states: Sequence[str] | None
+    ) -> NodeRecord | None:
+        args: list[Any] = [node_uuid, holder, lease]
+        in_states = ""
+        if provision_states is not None:
+            args.append(list(provision_states))
+            in_states = " AND provision_state = ANY($4::text[])"
         row = await self._db.fetchrow(
             "UPDATE nodes SET reservation = $2, "
             "reservation_expires_at = now() + make_interval(secs => $3) "
             "WHERE uuid = $1::uuid AND (reservation IS NULL OR reservation = $2 "
-            "OR reservation_expires_at < now()) RETURNING *",
-            node_uuid,
-            holder,
-            lease,
+            f"OR reservation_expires_at < now()){in_states} RETURNING *",
+            *args,
         )
         if row is not None:
             return self._node(row)
+        current = await self._db.fetchrow(
+            "SELECT reservation, reservation_expires_at < now() AS expired FROM nodes WHERE uuid = $1::uuid",
+            node_uuid,
+        )
+        if current is None:
+            raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
+        free = current["reservation"] in (None, holder) or bool(current["expired"])
+        if provision_states is not None and free:
+            return None  # not locked: the state is what kept the row out
         raise errors.NodeLocked(
-            f"Node {node_uuid} is locked by host {await self.holder(node_uuid)}, please retry "
+            f"Node {node_uuid} is locked by host {current['reservation']}, please retry "
             "after the current operation is completed."
         )
 
