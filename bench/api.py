@@ -661,12 +661,25 @@ def raw_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _quiet_disk(settle: float = 3.0) -> None:
+def _quiet_disk(limit_kib: int = 4096, timeout: float = 30.0) -> None:
     """Write back what the previous server (or set-up) left dirty before the next
     server is measured: otherwise the kernel flushes it during the next run,
-    whose commits (each an fsync) queue behind that writeback."""
-    os.sync()
-    time.sleep(settle)
+    whose commits (each an fsync) queue behind that writeback. Waits (at most
+    ``timeout``) until the page cache's dirty and in-flight pages are under
+    ``limit_kib``; a previous server's processes may still be writing as they exit."""
+    deadline = time.monotonic() + timeout
+    while True:
+        os.sync()
+        pending = _dirty_kib()
+        if pending < limit_kib or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
+
+
+def _dirty_kib() -> int:
+    """Dirty plus Writeback from /proc/meminfo, in KiB."""
+    sizes = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    return sum(int(sizes.get(key, "0 kB").split()[0]) for key in ("Dirty", "Writeback"))
 
 
 def _rss_mib(pid: int) -> float:
