@@ -155,6 +155,7 @@ class ObjectStoreServicer(pb_grpc.ObjectStoreServicer):
                 put_request(header),
                 chunks(),
                 expected=lambda: (len(data), request.sha256),
+                streamed=False,
             )
             reply = pb.PutSmallResponse(info=info_message(row))
             if request.temp_url_lifetime:

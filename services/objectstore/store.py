@@ -82,11 +82,17 @@ class ObjectStore:
         chunks: AsyncIterator[bytes],
         *,
         expected: Callable[[], tuple[int | None, str]] = lambda: (None, ""),
+        streamed: bool = True,
     ) -> ObjectRecord:
         """Stream ``chunks`` into a new backend key, then publish the row.
 
         ``expected()`` is asked once the chunks are exhausted: the size (None =
         unchecked) and sha256 ("" = unchecked) the client says it sent.
+        A stream (``streamed``) is checked against the container's room as it
+        comes, so an upload over the quota stops at the first byte too many
+        instead of at its end; an object the caller holds whole (PutSmall,
+        at most a few MiB) skips that read, and the check every write gets
+        when it is published, under the container's lock, refuses it alike.
         Any failure or cancellation (client gone, limit hit, mismatch,
         database down) removes the partial or committed bytes before the error
         propagates.
@@ -101,7 +107,9 @@ class ObjectStore:
             )
         if request.usage_count < 0:
             raise errors.InvalidParameterValue("usage_count must not be negative")
-        room = self.config.max_container_size - await self.repo.container_usage(container, excluding=name)
+        room = self.config.max_container_size
+        if streamed:
+            room -= await self.repo.container_usage(container, excluding=name)
         key = uuid.uuid4().hex
         upload: Upload = self.backend.begin_upload(key)
         sealed_key_id = None
