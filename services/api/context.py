@@ -82,8 +82,13 @@ class ApiContext:
         return await self.router.call(node["uuid"], node["driver"], node["conductor_group"], method, message)
 
     async def node_by_ident(self, request: web.Request) -> NodeRecord:
-        """The node the path's ``{ident}`` names; names only count from 1.5, as in Ironic."""
-        ident = request.match_info["ident"]
+        """The node the path's ``{ident}`` names."""
+        return await self.nodes.get_by_ident(self.node_ident(request))
+
+    @staticmethod
+    def node_ident(request: web.Request) -> str:
+        """The path's ``{ident}``, a UUID or a name; names only count from 1.5, as in Ironic."""
+        ident: str = request.match_info["ident"]
         if not is_uuid(ident) and request["version"] < NAMES_SINCE:
             raise errors.NodeNotFound(f"Node {ident} could not be found.")
-        return await self.nodes.get_by_ident(ident)
+        return ident

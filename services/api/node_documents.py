@@ -25,6 +25,12 @@ list did before, and still reuses the documents it can and remembers the
 rest; whether the next list of that kind reads versions first follows from
 how many it could reuse.
 
+The GET of one node goes the same way, as a page of one: a client
+polling a node that is not moving (a script waiting for a state, Nova's
+power sync) gets the bytes of the last GET after reading the row's version
+only. It shares documents with the detailed list of the same rendering,
+and keeps its own record of whether the last GET reused one.
+
 Bounded: at most ``size`` documents (``[api]node_document_cache``, about
 2.3 KiB each at 1.78), least recently used first out; with 0 nothing is
 kept and every list reads whole rows and renders them all, as lists did
@@ -34,7 +40,7 @@ before the cache.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from services.common.db.nodes import NodeVersion
@@ -52,7 +58,7 @@ class NodeDocumentCache:
     def __init__(self, size: int) -> None:
         self.size = size
         self._docs: OrderedDict[tuple[str, Variant], tuple[Inputs, bytes]] = OrderedDict()
-        self._reused: dict[Variant, bool] = {}  # did the last list of this kind reuse at least half?
+        self._reused: dict[Hashable, bool] = {}  # did the last list of this kind reuse at least half?
         self.hits = 0
         self.misses = 0
 
@@ -77,13 +83,13 @@ class NodeDocumentCache:
         while len(self._docs) > self.size:
             self._docs.popitem(last=False)
 
-    def expects_reuse(self, variant: Variant) -> bool:
-        return self._reused.get(variant, False)
+    def expects_reuse(self, kind: Hashable) -> bool:
+        return self._reused.get(kind, False)
 
-    def note_reuse(self, variant: Variant, reused: int, listed: int) -> None:
-        if len(self._reused) >= MAX_VARIANTS and variant not in self._reused:
+    def note_reuse(self, kind: Hashable, reused: int, listed: int) -> None:
+        if len(self._reused) >= MAX_VARIANTS and kind not in self._reused:
             self._reused.clear()
-        self._reused[variant] = listed > 0 and 2 * reused >= listed
+        self._reused[kind] = listed > 0 and 2 * reused >= listed
 
 
 class ListSource:
@@ -110,11 +116,16 @@ async def documents(
     *,
     conductor: Callable[[Mapping[str, Any]], str | None],
     render: Callable[[dict[str, Any], str | None], bytes],
+    kind: Hashable = None,
 ) -> tuple[list[bytes], list[str]]:
     """The JSON of each listed node, in order, and the UUIDs of the page (for its
     ``next`` link). ``render`` gets a row with its ``allocation_uuid`` and the
-    conductor. A node deleted between the two reads is left out."""
-    whole = not cache.expects_reuse(variant)
+    conductor. A node deleted between the two reads is left out. ``kind`` names
+    the requests whose last reuse decides whether this one reads versions first
+    (the variant when None): a GET of one node shares its documents with the
+    detailed list but not how often they changed."""
+    kind = variant if kind is None else kind
+    whole = not cache.expects_reuse(kind)
     # Each entry: the row's version and a mapping with what routes it (a whole row, or only that).
     page: Sequence[tuple[int, Mapping[str, Any]]]
     if whole:
@@ -127,7 +138,7 @@ async def documents(
         for version, node in page
     ]
     missing = [node["id"] for (_, node), document in zip(page, found, strict=True) if document is None]
-    cache.note_reuse(variant, len(page) - len(missing), len(page))
+    cache.note_reuse(kind, len(page) - len(missing), len(page))
     if missing:
         rows = {node["id"]: (version, node) for version, node in page} if whole else await source.by_id(missing)
         for index, (_, node) in enumerate(page):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from aiohttp import web
@@ -199,33 +199,60 @@ class NodesApi:
             by_id=nodes.get_many_versioned,
             allocations=self.allocations.uuids_for_nodes,
         )
-        base, version = self.ctx.base(request), request["version"]
         shown = None if detail else tuple(fields or views.NODE_LIST_FIELDS)
-        rings = self.ctx.router.rings
-
-        def conductor(node: Mapping[str, Any]) -> str | None:
-            owner = rings.owner(str(node["uuid"]), node["driver"], node["conductor_group"])
-            return owner["hostname"] if owner else None
-
-        def render(row: dict[str, Any], owner: str | None) -> bytes:
-            doc = views.node_document(
-                cast(NodeRecord, row), base=base, version=version, fields=shown, conductor=owner, full=detail
-            )
-            return dumps(doc).encode()
-
+        variant = (request["version"], self.ctx.base(request), shown, detail)
         parts, uuids = await node_documents.documents(
-            self.documents, (version, base, shown, detail), source, conductor=conductor, render=render
+            self.documents, variant, source, conductor=self._conductor, render=self._renderer(variant)
         )
         body = b'{"nodes":[' + b",".join(parts) + b"]"
-        following = next_link(request, [{"uuid": u} for u in uuids], base=base, limit=limit, path=path)
+        following = next_link(request, [{"uuid": u} for u in uuids], base=variant[1], limit=limit, path=path)
         if following and "instance_uuid" not in filters:  # one instance has one node: nothing follows
             body += b',"next":' + dumps(following).encode()
         return web.Response(body=body + b"}", content_type="application/json", charset="utf-8")
 
+    def _conductor(self, node: Mapping[str, Any]) -> str | None:
+        """The hostname the ring gives the node now, as its documents show it."""
+        owner = self.ctx.router.rings.owner(str(node["uuid"]), node["driver"], node["conductor_group"])
+        return owner["hostname"] if owner else None
+
+    @staticmethod
+    def _renderer(variant: node_documents.Variant) -> Callable[[dict[str, Any], str | None], bytes]:
+        version, base, shown, full = variant
+        fields = None if shown is None else list(shown)
+
+        def render(row: dict[str, Any], owner: str | None) -> bytes:
+            doc = views.node_document(
+                cast(NodeRecord, row), base=base, version=version, fields=fields, conductor=owner, full=full
+            )
+            return dumps(doc).encode()
+
+        return render
+
     async def get_node(self, request: web.Request) -> web.Response:
+        """The node's document, reused while its row is unchanged (services/api/node_documents.py):
+        a client polling a node that is not moving gets the bytes of the last GET. A request
+        with ``Cache-Control: no-cache`` has it read whole and rendered afresh."""
         fields = params.requested_fields(request, views.NODE_FIELD_VERSIONS)
-        node = (await self.with_allocations([await self.ctx.node_by_ident(request)]))[0]
-        return web.json_response(self.node_doc(request, node, fields), dumps=dumps)
+        ident = self.ctx.node_ident(request)
+        variant = (request["version"], self.ctx.base(request), None if fields is None else tuple(fields), True)
+        if "no-cache" in request.headers.get("Cache-Control", ""):
+            node = (await self.with_allocations([await self.ctx.nodes.get_by_ident(ident)]))[0]
+            document = dumps(self.node_doc(request, node, fields)).encode()
+        else:
+            nodes = self.ctx.nodes
+            source = node_documents.ListSource(
+                versions=lambda: nodes.version_by_ident(ident),
+                whole=lambda: nodes.versioned_by_ident(ident),
+                by_id=nodes.get_many_versioned,
+                allocations=self.allocations.uuids_for_nodes,
+            )
+            found, _ = await node_documents.documents(
+                self.documents, variant, source, conductor=self._conductor, render=self._renderer(variant), kind="GET"
+            )
+            if not found:
+                raise errors.NodeNotFound(f"Node {ident} could not be found.")
+            document = found[0]
+        return web.Response(body=document, content_type="application/json", charset="utf-8")
 
     async def with_allocations(self, rows: list[NodeRecord]) -> list[views.ShownNode]:
         """Node rows with ``allocation_uuid`` (1.52). An allocation sets the node's

@@ -1,10 +1,11 @@
-"""Node lists reuse rendered documents only while nothing they show has changed.
+"""Node lists and GETs reuse rendered documents only while nothing they show has changed.
 
-The list (services/api/node_documents.py) keeps each node's rendered JSON by
-row version; a GET of one node always renders afresh. So after every kind
-of change, at several API versions and with ``fields``, each listed
-document must equal the node's own GET, and a second list must equal the
-first.
+The list and the GET of one node (services/api/node_documents.py) keep each
+node's rendered JSON by row version; a GET with ``Cache-Control: no-cache``
+reads the row whole and renders it afresh. So after every kind of change,
+at several API versions and with ``fields``, each listed document and each
+plain GET must equal that fresh rendering, and a second list must equal
+the first.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ def api(stack: Any) -> str:
     return stack.endpoints["api REST (Ironic v1)"]
 
 
-async def call(method: str, url: str, body: Any = None, version: str = "latest") -> tuple[int, Any]:
+async def call(
+    method: str, url: str, body: Any = None, version: str = "latest", fresh: bool = False
+) -> tuple[int, Any]:
     headers = {"X-OpenStack-Ironic-API-Version": version}
+    if fresh:
+        headers["Cache-Control"] = "no-cache"
     async with aiohttp.ClientSession() as s, s.request(method, url, json=body, headers=headers) as r:
         text = await r.text()
         return r.status, (json.loads(text) if text else None)
@@ -40,7 +45,7 @@ async def listed(api: str, query: str, version: str, uuids: list[str]) -> dict[s
 
 
 async def agree(api: str, uuids: list[str]) -> None:
-    """Every list variant equals the nodes' own GETs, twice in a row."""
+    """Every list variant and every GET equals the nodes' fresh renderings, twice in a row."""
     fields = "?fields=uuid,name,extra,power_state"
     for version, query, get_query in (
         ("1.1", "/detail", ""),
@@ -54,9 +59,12 @@ async def agree(api: str, uuids: list[str]) -> None:
         assert first == again
         assert sorted(first) == sorted(uuids)
         for node in uuids:
-            status, own = await call("GET", f"{api}/v1/nodes/{node}{get_query}", version=version)
+            status, own = await call("GET", f"{api}/v1/nodes/{node}{get_query}", version=version, fresh=True)
             assert status == 200, own
             assert first[node] == own, (version, query, node)
+            for _ in range(2):  # rendered (or reused from the list), then reused
+                status, got = await call("GET", f"{api}/v1/nodes/{node}{get_query}", version=version)
+                assert (status, got) == (200, own), (version, query, node)
     plain = await listed(api, "", "latest", uuids)  # the default fields of a plain list
     assert set(plain[uuids[0]]) == {
         "uuid",
@@ -105,6 +113,29 @@ async def test_listed_documents_follow_every_change(api: str) -> None:
     uuids.remove(second)
     await agree(api, uuids)
     assert (await listed(api, "/detail", "latest", uuids))[first]["provision_state"] == "manageable"
+
+
+async def test_a_get_follows_each_change_of_its_node(api: str) -> None:
+    """A client polling one node: reused bytes while it is unchanged, the new document after a change."""
+    status, node = await call("POST", f"{api}/v1/nodes", {"driver": "fake-hardware", "name": "polled"})
+    assert status == 201, node
+    url = f"{api}/v1/nodes/{node['uuid']}"
+    first = [await call("GET", url) for _ in range(3)]
+    assert first == [(200, first[0][1])] * 3 and first[0][1]["extra"] == {}
+    for value in ("one", "two"):
+        status, _ = await call("PATCH", url, [{"op": "add", "path": "/extra/k", "value": value}])
+        assert status == 200
+        for _ in range(2):
+            status, got = await call("GET", url)
+            assert status == 200 and got["extra"] == {"k": value}
+            assert got == (await call("GET", url, fresh=True))[1]
+    assert await call("GET", f"{api}/v1/nodes/polled") == (200, got)  # by name, the same document
+    status, body = await call("GET", f"{api}/v1/nodes/polled", version="1.1")  # names count from 1.5
+    assert status == 404 and "polled could not be found" in body["error_message"]
+    assert (await call("DELETE", url))[0] == 204
+    for fresh in (False, True):
+        status, body = await call("GET", url, fresh=fresh)
+        assert status == 404 and f"{node['uuid']} could not be found" in body["error_message"]
 
 
 async def wait_unlocked(api: str, node: str) -> None:

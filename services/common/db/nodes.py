@@ -162,6 +162,12 @@ class NodeVersion(TypedDict):
 
 
 _VERSION_COLUMNS = "id, uuid, xmin::text::bigint AS row_version_, instance_uuid, driver, conductor_group"
+_VERSIONED_COLUMNS = "xmin::text::bigint AS row_version_, *"
+
+
+def _by_ident(columns: str, ident: str) -> str:
+    """The query for one node by UUID or logical name, as the REST API addresses nodes."""
+    return f"SELECT {columns} FROM nodes WHERE " + ("uuid = $1::uuid" if is_uuid(ident) else "name = $1")
 
 
 def _version(record: asyncpg.Record) -> NodeVersion:
@@ -242,11 +248,7 @@ class NodeRepository:
 
     async def get_by_ident(self, ident: str) -> NodeRecord:
         """By UUID or logical name, as the REST API addresses nodes."""
-        if is_uuid(ident):
-            row = await self._db.fetchrow("SELECT * FROM nodes WHERE uuid = $1::uuid", ident)
-        else:
-            row = await self._db.fetchrow("SELECT * FROM nodes WHERE name = $1", ident)
-        node = self._node(row)
+        node = self._node(await self._db.fetchrow(_by_ident("*", ident), ident))
         if node is None:
             raise errors.NodeNotFound(f"Node {ident} could not be found.")
         return node
@@ -283,13 +285,22 @@ class NodeRepository:
 
     async def list_versioned(self, page: NodePage) -> builtins.list[tuple[int, NodeRecord]]:
         """The page :meth:`list` returns, each row with its version (see :meth:`list_versions`)."""
-        return [self._versioned(r) for r in await self._page("xmin::text::bigint AS row_version_, *", page)]
+        return [self._versioned(r) for r in await self._page(_VERSIONED_COLUMNS, page)]
+
+    async def version_by_ident(self, ident: str) -> builtins.list[NodeVersion]:
+        """The node a UUID or name addresses as :meth:`list_versions` gives it: a
+        page of one, or none. The api's GET of a node reuses its document with it."""
+        return [_version(r) for r in await self._db.fetch(_by_ident(_VERSION_COLUMNS, ident), ident)]
+
+    async def versioned_by_ident(self, ident: str) -> builtins.list[tuple[int, NodeRecord]]:
+        """The node a UUID or name addresses, whole with its version (:meth:`list_versions`), or none."""
+        return [self._versioned(r) for r in await self._db.fetch(_by_ident(_VERSIONED_COLUMNS, ident), ident)]
 
     async def get_many_versioned(self, node_ids: Sequence[int]) -> dict[int, tuple[int, NodeRecord]]:
         """Whole rows by id, each with its version (see :meth:`list_versions`); a
         node deleted meanwhile is absent."""
         rows = await self._db.fetch(
-            "SELECT xmin::text::bigint AS row_version_, * FROM nodes WHERE id = ANY($1::bigint[])", list(node_ids)
+            f"SELECT {_VERSIONED_COLUMNS} FROM nodes WHERE id = ANY($1::bigint[])", list(node_ids)
         )
         found: dict[int, tuple[int, NodeRecord]] = {}
         for record in rows:
