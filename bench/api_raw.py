@@ -252,6 +252,9 @@ def table(ironic: list[Figure] | None, ferrum: list[Figure]) -> str:
         if other is None:
             lines.append(f"{f.metric:<26} {f.workers:>7} {f.unit:<8} {'-':>10} {f.value:>10.1f}")
             continue
+        if f.unit == "GETs":  # how the client saw each server, not a speed
+            lines.append(f"{f.metric:<26} {f.workers:>7} {f.unit:<8} {other:>10.1f} {f.value:>10.1f}")
+            continue
         ratio = f.value / other if f.unit == "nodes/s" else other / f.value
         lines.append(
             f"{f.metric:<26} {f.workers:>7} {f.unit:<8} {other:>10.1f} {f.value:>10.1f} {ratio:>7.1f}x  "
