@@ -352,9 +352,7 @@ class AllocationsApi:
         rows = await self.repo.list(
             filters=filters,
             limit=limit,
-            marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"),
-            sort_dir=q.get("sort_dir", "asc"),
+            **params.page_order(request),
         )
         base = self.ctx.base(request)
         body: dict[str, Any] = {

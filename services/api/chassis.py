@@ -86,9 +86,7 @@ class ChassisApi:
         if q.get("marker") is not None and not is_uuid(q["marker"]):
             raise errors.InvalidParameterValue(f"Expected a UUID but received {q['marker']}.")
         limit = params.page_limit(request, self.ctx.config.max_limit)
-        rows = await self.repo.list(
-            limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")
-        )
+        rows = await self.repo.list(limit=limit, **params.page_order(request))
         base = self.ctx.base(request)
         body: dict[str, Any] = {"chassis": [chassis_document(r, base=base, fields=shown) for r in rows]}
         following = next_link(request, rows, base=base, limit=limit)

@@ -107,15 +107,12 @@ class DeployTemplatesApi:
         self.repo = DeployTemplateRepository(ctx.pool)
 
     async def list_templates(self, request: web.Request) -> web.Response:
-        q = request.query
         fields = params.requested_fields(request, FIELDS)
         detail = params.flag(request, "detail")
         if detail and fields:
             raise errors.InvalidParameterValue("Can not specify ?detail=True and fields in the same request.")
         limit = params.page_limit(request, self.ctx.config.max_limit)
-        rows = await self.repo.list(
-            limit=limit, marker=q.get("marker"), sort_key=q.get("sort_key", "id"), sort_dir=q.get("sort_dir", "asc")
-        )
+        rows = await self.repo.list(limit=limit, **params.page_order(request))
         base = self.ctx.base(request)
         shown = None if detail else (fields or LIST_FIELDS)
         body: dict[str, Any] = {"deploy_templates": [template_document(r, base=base, fields=shown) for r in rows]}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from aiohttp import web
@@ -34,7 +34,7 @@ from services.api.node_values import (
 from services.common import errors, states
 from services.common.db.allocations import AllocationRepository
 from services.common.db.chassis import ChassisRepository
-from services.common.db.nodes import NodePage, is_uuid
+from services.common.db.nodes import NodePage, NodeVersion, is_uuid
 from services.common.db.records import NodeRecord
 from services.common.jsonutil import dumps
 
@@ -183,22 +183,14 @@ class NodesApi:
     ) -> web.Response:
         """The same list as the rows' own rendering, reusing the documents of unchanged
         rows (services/api/node_documents.py)."""
-        q = request.query
         page = NodePage(
             filters=filters,
             associated=associated,
             limit=limit,
-            marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"),
-            sort_dir=q.get("sort_dir", "asc"),
+            **params.page_order(request),
         )
         nodes = self.ctx.nodes
-        source = node_documents.ListSource(
-            versions=lambda: nodes.list_versions(page),
-            whole=lambda: nodes.list_versioned(page),
-            by_id=nodes.get_many_versioned,
-            allocations=self.allocations.uuids_for_nodes,
-        )
+        source = self._source(versions=lambda: nodes.list_versions(page), whole=lambda: nodes.list_versioned(page))
         shown = None if detail else tuple(fields or views.NODE_LIST_FIELDS)
         variant = (request["version"], self.ctx.base(request), shown, detail)
         parts, uuids = await node_documents.documents(
@@ -209,6 +201,21 @@ class NodesApi:
         if following and "instance_uuid" not in filters:  # one instance has one node: nothing follows
             body += b',"next":' + dumps(following).encode()
         return web.Response(body=body + b"}", content_type="application/json", charset="utf-8")
+
+    def _source(
+        self,
+        *,
+        versions: Callable[[], Awaitable[Sequence[NodeVersion]]],
+        whole: Callable[[], Awaitable[Sequence[tuple[int, NodeRecord]]]],
+    ) -> node_documents.ListSource:
+        """Where documents come from: a page (or one node) by versions or whole, then
+        changed rows by id and the allocations, for lists and GETs alike."""
+        return node_documents.ListSource(
+            versions=versions,
+            whole=whole,
+            by_id=self.ctx.nodes.get_many_versioned,
+            allocations=self.allocations.uuids_for_nodes,
+        )
 
     def _conductor(self, node: Mapping[str, Any]) -> str | None:
         """The hostname the ring gives the node now, as its documents show it."""
@@ -240,11 +247,8 @@ class NodesApi:
             document = dumps(self.node_doc(request, node, fields)).encode()
         else:
             nodes = self.ctx.nodes
-            source = node_documents.ListSource(
-                versions=lambda: nodes.version_by_ident(ident),
-                whole=lambda: nodes.versioned_by_ident(ident),
-                by_id=nodes.get_many_versioned,
-                allocations=self.allocations.uuids_for_nodes,
+            source = self._source(
+                versions=lambda: nodes.version_by_ident(ident), whole=lambda: nodes.versioned_by_ident(ident)
             )
             found, _ = await node_documents.documents(
                 self.documents, variant, source, conductor=self._conductor, render=self._renderer(variant), kind="GET"

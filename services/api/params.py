@@ -14,6 +14,8 @@ so the parsing lives here once: ``?fields=`` (1.8), ``?limit=`` (capped at
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from aiohttp import web
 
 from services.api import views
@@ -99,3 +101,18 @@ def page_limit(request: web.Request, max_limit: int) -> int:
     if limit <= 0:
         raise errors.InvalidParameterValue("Limit must be positive")
     return min(limit, max_limit)
+
+
+class PageOrder(TypedDict):
+    """Where a list's page starts and how the list is sorted."""
+
+    marker: str | None
+    sort_key: str
+    sort_dir: str
+
+
+def page_order(request: web.Request) -> PageOrder:
+    """``marker``, ``sort_key`` and ``sort_dir`` as the query gives them, with Ironic's
+    defaults (by id, ascending), for a repository's list; the repository checks them."""
+    q = request.query
+    return {"marker": q.get("marker"), "sort_key": q.get("sort_key", "id"), "sort_dir": q.get("sort_dir", "asc")}

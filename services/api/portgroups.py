@@ -167,9 +167,7 @@ class PortgroupsApi:
             conductor_groups=groups,
             node_shards=shards,
             limit=limit,
-            marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"),
-            sort_dir=q.get("sort_dir", "asc"),
+            **params.page_order(request),
         )
         base, version = self.ctx.base(request), request["version"]
         shown = None if detail else (fields or LIST_FIELDS)
@@ -235,7 +233,6 @@ class PortgroupsApi:
         return await self._ports(request, detail=True)
 
     async def _ports(self, request: web.Request, *, detail: bool) -> web.Response:
-        q = request.query
         fields = params.requested_fields(request, views.PORT_FIELD_VERSIONS)
         group = await self.repo.get(request.match_info["ident"])
         limit = params.page_limit(request, self.ctx.config.max_limit)
@@ -244,9 +241,7 @@ class PortgroupsApi:
             await self.repo.ports(
                 group["id"],
                 limit=limit,
-                marker=q.get("marker"),
-                sort_key=q.get("sort_key", "id"),
-                sort_dir=q.get("sort_dir", "asc"),
+                **params.page_order(request),
             ),
         )
         base, version = self.ctx.base(request), request["version"]

@@ -112,9 +112,7 @@ class PortsApi:
                 await self.portgroups.ports(
                     group["id"],
                     limit=limit,
-                    marker=q.get("marker"),
-                    sort_key=q.get("sort_key", "id"),
-                    sort_dir=q.get("sort_dir", "asc"),
+                    **params.page_order(request),
                 )
             )
         else:
@@ -125,9 +123,7 @@ class PortsApi:
                     node_shards=None if address is not None else shards,  # Ironic: an address wins
                     conductor_groups=groups,
                     limit=limit,
-                    marker=q.get("marker"),
-                    sort_key=q.get("sort_key", "id"),
-                    sort_dir=q.get("sort_dir", "asc"),
+                    **params.page_order(request),
                 )
             )
         base, version = self.ctx.base(request), request["version"]

@@ -200,7 +200,6 @@ class RunbooksApi:
         return row
 
     async def list_runbooks(self, request: web.Request) -> web.Response:
-        q = request.query
         fields = params.requested_fields(request, FIELDS)
         detail = params.flag(request, "detail")
         if detail and fields:
@@ -208,9 +207,7 @@ class RunbooksApi:
         limit = params.page_limit(request, self.ctx.config.max_limit)
         rows = await self.repo.list(
             limit=limit,
-            marker=q.get("marker"),
-            sort_key=q.get("sort_key", "id"),
-            sort_dir=q.get("sort_dir", "asc"),
+            **params.page_order(request),
             visible_to=project_var.get(),
         )
         base, version = self.ctx.base(request), request["version"]
