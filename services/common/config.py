@@ -179,6 +179,10 @@ class ConductorConfig:
     configdrive_use_object_store: bool = True
     configdrive_container: str = "ironic_configdrive_container"
     configdrive_inline_limit: int = 4 * 1024 * 1024
+    # With the object store: gzip+base64 drive strings up to this many bytes stay in
+    # instance_info as sent (Ironic's default for every drive); longer ones, plain base64
+    # and drives built from a dict are uploaded. 0 uploads every drive.
+    configdrive_upload_threshold: int = 64 * 1024
     agent_command_timeout: float = 60.0
     agent_power_off_timeout: float = 30.0
     # Virtual-media boot (docs/virtual-media.md): the floppy and per-node ISOs live this

@@ -1,14 +1,21 @@
 """Where a node's config drive waits for the agent (seed 000, CONTRACT.md 3.2).
 
-With the object store (the default in the stack) the ISO is uploaded as
-``configdrive-<node uuid>`` with a time to live of the call-back timeout plus
-a margin, and only a temp URL is kept on the node, so no large blob sits in
-PostgreSQL and any conductor can hand it out. The upload asks to be
+A gzip+base64 string (what Nova sends) up to ``upload_threshold`` bytes stays
+in instance_info as it was sent, which is Ironic's default for every drive
+(``[deploy]configdrive_use_object_store`` is off there): the deploy verb
+already wrote it with the state change, so it is as durable as the deploy,
+any conductor can hand it out, and the deploy makes no upload, no file
+fsync and no further write for it. With the object store (the default in
+the stack), larger strings, drives built from a dict and plain base64 (which
+IPA cannot gunzip) are uploaded as ``configdrive-<node uuid>`` with a time
+to live of the call-back timeout plus a margin, and only a temp URL is kept
+on the node, so no large blob sits in PostgreSQL. The upload asks to be
 encrypted at rest (``encrypt-at-rest``), which a store with a key does
-whatever its config drive container is called (docs/security.md, "Secrets
-at rest"). Without an object store, small drives stay inline in
-instance_info (gzip+base64, what Nova sends) up to a limit, and larger ones
-are refused with a message that says what to change.
+whatever its config drive container is called; an inline string is
+encrypted at rest with instance_info's other secrets (docs/security.md,
+"Secrets at rest"). Without an object store, drives up to ``inline_limit``
+stay inline (gzip+base64) and larger ones are refused with a message that
+says what to change.
 """
 
 from __future__ import annotations
@@ -34,11 +41,13 @@ class ConfigDriveStore:
         container: str,
         lifetime: int,
         inline_limit: int,
+        upload_threshold: int = 0,
     ) -> None:
         self.objectstore = objectstore
         self.container = container
         self.lifetime = lifetime
         self.inline_limit = inline_limit
+        self.upload_threshold = upload_threshold
 
     @contextlib.asynccontextmanager
     async def checking(self, value: Any) -> AsyncIterator[asyncio.Future[bytes] | None]:
@@ -67,14 +76,26 @@ class ConfigDriveStore:
     def object_name(self, node_uuid: str) -> str:
         return f"configdrive-{node_uuid}"
 
-    async def store(self, task: Task) -> str | None:
-        """Turn instance_info.configdrive into what the agent gets: a URL or an inline string."""
+    def keeps_inline(self, value: str) -> bool:
+        """Whether a string drive the deploy verb accepted stays in instance_info as sent:
+        gzip+base64 (what IPA decodes), at most ``upload_threshold`` bytes long."""
+        from services.common.images import configdrive as builder
+
+        return len(value) <= self.upload_threshold and builder.is_gzip_base64(value)
+
+    async def store(self, task: Task, *, upload: bool = False) -> str | None:
+        """Turn instance_info.configdrive into what the agent gets: a URL or an inline
+        string. ``upload`` puts even a small string in the object store (virtual media
+        needs a URL)."""
         from services.common.images import configdrive as builder
 
         value = task.node["instance_info"].get("configdrive")
         if value is None or value == "":
             return None
         if isinstance(value, str) and builder.looks_like_url(value):
+            return value
+        if isinstance(value, str) and self.objectstore is not None and not upload and self.keeps_inline(value):
+            task.configdrive_image = None  # the verb's decoding only checked it
             return value
         if isinstance(value, dict):
             iso = await asyncio.to_thread(builder.build_configdrive, task.node, task.ports, value)
@@ -132,7 +153,7 @@ class ConfigDriveStore:
             raise errors.ConfigDriveInvalid(
                 f"The config drive of node {task.node['uuid']} is an external URL; attach it directly"
             )
-        url = await self.store(task)
+        url = await self.store(task, upload=True)
         if url is None:
             raise errors.ConfigDriveInvalid(f"Node {task.node['uuid']} has no config drive")
         return url
@@ -165,8 +186,15 @@ class ConfigDriveStore:
         only uploads one named there, and the deploy records the URL before it
         goes on. So no object store call (a gRPC call and a DELETE) is made
         for it; one left by a deploy that died between the upload and that
-        write still expires with its time to live."""
-        if self.objectstore is None or not task.node["instance_info"].get("configdrive"):
+        write still expires with its time to live. Neither has a drive kept
+        inline: the copy virtual media publishes of one (``publish``) expires
+        the same way."""
+        from services.common.images import configdrive as builder
+
+        value = task.node["instance_info"].get("configdrive")
+        if self.objectstore is None or not value:
+            return
+        if isinstance(value, str) and not builder.looks_like_url(value) and self.keeps_inline(value):
             return
         try:
             await self.objectstore.delete(self.container, self.object_name(task.node["uuid"]), missing_ok=True)

@@ -186,6 +186,7 @@ class ConductorManager:
             container=config.configdrive_container,
             lifetime=int(config.deploy_callback_timeout) + 120,
             inline_limit=config.configdrive_inline_limit,
+            upload_threshold=config.configdrive_upload_threshold,
         )
         self.tasks.publish_configdrive = self.configdrives.publish
         self.tasks.read_configdrive = self.configdrives.read_iso

@@ -345,6 +345,14 @@ async def test_openstacksdk_configdrive_reaches_cloud_init(env: dict[str, Any], 
     assert v2["metadata"]["uuid"] == node["uuid"] and v2["metadata"]["local-hostname"] == "sdk-host"
     assert v2["metadata"]["public_keys"] == {"0": KEY}
     assert v2["userdata"] == "#cloud-config\nfinal_message: hello\n"
+    # A string this small (a few KiB, under FERRUM_CONDUCTOR_CONFIGDRIVE_UPLOAD_THRESHOLD) stayed in
+    # instance_info as sent, as Ironic keeps every drive by default: the agent got it inline, and
+    # nothing was uploaded for it or is deleted on tear down.
+    assert len(value) < 64 * 1024
+    row = await env["stack"].pool.fetchrow("SELECT instance_info FROM nodes WHERE uuid = $1::uuid", node["uuid"])
+    assert row["instance_info"]["configdrive"] == value
+    store = conductor(env).objectstore
+    assert await store.stat("ironic_configdrive_container", f"configdrive-{node['uuid']}") is None
 
 
 async def test_vfat_configdrive_is_written_by_the_agent(env: dict[str, Any], tmp_path: Path) -> None:

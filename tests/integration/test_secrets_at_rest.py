@@ -60,7 +60,9 @@ async def env(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> An
     settings = test_settings(
         database_url,
         tmp / "state",
-        conductor={"hostname": "atrest-conductor", "deploy_callback_timeout": 60.0},
+        # Every drive goes to the object store here (a small one would stay inline), so the
+        # deploy below shows both: the inline string the verb writes, then the sealed upload.
+        conductor={"hostname": "atrest-conductor", "deploy_callback_timeout": 60.0, "configdrive_upload_threshold": 0},
         security={"secret_key_file": str(key_file)},
     )
     stack = RunningStack()

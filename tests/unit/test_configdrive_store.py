@@ -1,10 +1,12 @@
-"""The deploy verb's config drive check (``ConfigDriveStore.checking``) and the hand-off
-of the image it decoded to the deploy's ``store``, without an object store (the
-drive then stays inline, re-encoded from the image)."""
+"""The deploy verb's config drive check (``ConfigDriveStore.checking``), the hand-off
+of the image it decoded to the deploy's ``store`` without an object store (the
+drive then stays inline, re-encoded from the image), and with one, which drives
+stay inline as sent and which are uploaded."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import gc
 from typing import Any
 
@@ -61,3 +63,69 @@ async def test_store_uses_the_decoded_image_once_and_lets_it_go() -> None:
     assert task.configdrive_image is None
     again = await inline_store().store(task)  # a resumed deploy decodes the string itself
     assert again is not None and configdrive.decode_configdrive(again) == first
+
+
+class RecordingObjectStore:
+    """The object store calls ConfigDriveStore makes, recorded (the stack tests use the real one)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.calls: list[str] = []
+
+    async def put_small(self, container: str, name: str, data: bytes, **_: Any) -> tuple[None, str]:
+        self.calls.append(f"put {name}")
+        self.objects[name] = bytes(data)
+        return None, f"http://objects/{container}/{name}?temp_url_sig=x"
+
+    async def delete(self, container: str, name: str, *, missing_ok: bool = False) -> None:
+        self.calls.append(f"delete {name}")
+        self.objects.pop(name, None)
+
+
+def object_store_backed(threshold: int = 64 * 1024) -> tuple[ConfigDriveStore, RecordingObjectStore]:
+    objects = RecordingObjectStore()
+    drives = ConfigDriveStore(
+        objectstore=objects, container="c", lifetime=60, inline_limit=4 * 1024 * 1024, upload_threshold=threshold
+    )
+    return drives, objects
+
+
+def task_with(value: Any) -> Task:
+    node = {**NODE, "instance_info": {"configdrive": value}}
+    return Task(node=node, ports=[], driver=None, conductor="c")  # type: ignore[arg-type]  # store reads no interface
+
+
+async def test_a_small_gzip_string_stays_inline_as_sent_and_nothing_is_uploaded_or_deleted() -> None:
+    iso = configdrive.build_configdrive(NODE, [], {"meta_data": {"hostname": "small"}})
+    value = configdrive.encode_configdrive(iso)
+    assert len(value) < 64 * 1024
+    drives, objects = object_store_backed()
+    task = task_with(value)
+    task.configdrive_image = iso
+    assert await drives.store(task) == value
+    assert task.configdrive_image is None and objects.calls == []
+    await drives.remove(task)
+    assert objects.calls == []  # nothing was stored for it
+
+
+async def test_what_stays_inline_is_uploaded_when_asked_larger_or_not_gzip() -> None:
+    iso = configdrive.build_configdrive(NODE, [], {"meta_data": {"hostname": "big"}})
+    value = configdrive.encode_configdrive(iso)
+    name = f"configdrive-{NODE['uuid']}"
+    # Over the threshold: uploaded, and the node keeps the URL, which tear down deletes.
+    drives, objects = object_store_backed(threshold=len(value) - 1)
+    url = await drives.store(task_with(value))
+    assert url is not None and url.startswith("http://objects/c/") and objects.objects[name] == iso
+    await drives.remove(task_with(url))
+    assert objects.calls == [f"put {name}", f"delete {name}"]
+    # Plain base64 of the image (accepted, but IPA only gunzips inline strings): uploaded.
+    drives, objects = object_store_backed()
+    plain = base64.b64encode(iso).decode()
+    assert not configdrive.is_gzip_base64(plain) and configdrive.is_gzip_base64(value)
+    assert (await drives.store(task_with(plain)) or "").startswith("http://") and objects.objects[name] == iso
+    # Virtual media needs a URL even for a small string (publish).
+    drives, objects = object_store_backed()
+    assert (await drives.publish(task_with(value))).startswith("http://") and objects.objects[name] == iso
+    # Threshold 0: every drive is uploaded.
+    drives, objects = object_store_backed(threshold=0)
+    assert (await drives.store(task_with(value)) or "").startswith("http://") and objects.calls == [f"put {name}"]

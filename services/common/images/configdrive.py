@@ -32,6 +32,9 @@ MAX_CONFIGDRIVE_BYTES = 64 * 1024 * 1024
 LABEL = "config-2"
 VERSIONS = ("2012-08-10", "latest")
 _GZIP_MAGIC = b"\x1f\x8b"
+# base64 of the gzip magic and deflate method (1f 8b 08): every gzip+base64 string starts so.
+_GZIP_BASE64_PREFIX = "H4sI"
+_BASE64_SPACE = str.maketrans("", "", " \t\r\n")
 _INFLATE_CHUNK = 1024 * 1024
 NOT_A_DRIVE = "neither an ISO9660 image nor a VFAT image labelled config-2"
 
@@ -139,6 +142,15 @@ def build_configdrive(
 def encode_configdrive(iso: bytes) -> str:
     """``base64(gzip(iso))`` as ASCII: the string Nova and openstacksdk send."""
     return base64.b64encode(gzip.compress(iso, compresslevel=6, mtime=0)).decode("ascii")
+
+
+def is_gzip_base64(value: str) -> bool:
+    """Whether a drive string is base64 of gzip data, the only inline form IPA
+    decodes (it gunzips whatever it base64-decodes); plain base64 of an image,
+    which Ferrum also accepts, is not. Looks at the first bytes only: the
+    deploy verb has decoded the whole string already."""
+    head = value[:64].translate(_BASE64_SPACE)
+    return head.startswith(_GZIP_BASE64_PREFIX)
 
 
 def looks_like_url(value: str) -> bool:
