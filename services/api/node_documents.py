@@ -83,6 +83,10 @@ class NodeDocumentCache:
         while len(self._docs) > self.size:
             self._docs.popitem(last=False)
 
+    def holds(self, node_uuid: str, variant: Variant) -> bool:
+        """Whether a document of the node in this rendering is kept (of any version)."""
+        return (node_uuid, variant) in self._docs
+
     def expects_reuse(self, kind: Hashable) -> bool:
         return self._reused.get(kind, False)
 
@@ -117,15 +121,21 @@ async def documents(
     conductor: Callable[[Mapping[str, Any]], str | None],
     render: Callable[[dict[str, Any], str | None], bytes],
     kind: Hashable = None,
+    whole: bool | None = None,
 ) -> tuple[list[bytes], list[str]]:
     """The JSON of each listed node, in order, and the UUIDs of the page (for its
     ``next`` link). ``render`` gets a row with its ``allocation_uuid`` and the
     conductor. A node deleted between the two reads is left out. ``kind`` names
     the requests whose last reuse decides whether this one reads versions first
     (the variant when None): a GET of one node shares its documents with the
-    detailed list but not how often they changed."""
+    detailed list but not how often they changed. ``whole`` reads the rows whole
+    without asking that (a GET of a node the cache holds nothing of: reading its
+    version first could only cost a second query), and without counting as one
+    of them."""
     kind = variant if kind is None else kind
-    whole = not cache.expects_reuse(kind)
+    counted = whole is None
+    if whole is None:
+        whole = not cache.expects_reuse(kind)
     # Each entry: the row's version and a mapping with what routes it (a whole row, or only that).
     page: Sequence[tuple[int, Mapping[str, Any]]]
     if whole:
@@ -138,7 +148,8 @@ async def documents(
         for version, node in page
     ]
     missing = [node["id"] for (_, node), document in zip(page, found, strict=True) if document is None]
-    cache.note_reuse(kind, len(page) - len(missing), len(page))
+    if counted:
+        cache.note_reuse(kind, len(page) - len(missing), len(page))
     if missing:
         rows = {node["id"]: (version, node) for version, node in page} if whole else await source.by_id(missing)
         for index, (_, node) in enumerate(page):

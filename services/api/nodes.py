@@ -251,7 +251,14 @@ class NodesApi:
                 versions=lambda: nodes.version_by_ident(ident), whole=lambda: nodes.versioned_by_ident(ident)
             )
             found, _ = await node_documents.documents(
-                self.documents, variant, source, conductor=self._conductor, render=self._renderer(variant), kind="GET"
+                self.documents,
+                variant,
+                source,
+                conductor=self._conductor,
+                render=self._renderer(variant),
+                kind="GET",
+                # A node by UUID of which nothing is kept: one query for the whole row, not two.
+                whole=True if is_uuid(ident) and not self.documents.holds(ident, variant) else None,
             )
             if not found:
                 raise errors.NodeNotFound(f"Node {ident} could not be found.")

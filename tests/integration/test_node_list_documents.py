@@ -201,3 +201,47 @@ async def test_without_a_cache_every_list_reads_and_renders_whole_rows() -> None
         )
         assert parts == [b"u1@c"] and uuids == ["u1"]
     assert calls == ["whole"] * 3 and len(cache) == 0
+
+
+async def test_a_get_of_a_node_the_cache_holds_nothing_of_reads_it_whole_once() -> None:
+    """The GET's ``whole=True`` (a node by UUID with no kept document): one read of the
+    whole row, and the reuse history the next GETs decide by is left as it was."""
+    row = {"id": 1, "uuid": "u1", "instance_uuid": None, "driver": "d", "conductor_group": ""}
+    calls: list[str] = []
+
+    async def whole() -> Any:
+        calls.append("whole")
+        return [(7, row)]
+
+    async def versions() -> Any:
+        calls.append("versions")
+        return [{**row, "version": 7}]
+
+    async def by_id(_: list[int]) -> Any:
+        calls.append("by_id")
+        return {1: (7, row)}
+
+    async def no_allocations(_: list[int]) -> dict[int | None, str]:
+        return {}
+
+    source = node_documents.ListSource(versions=versions, whole=whole, by_id=by_id, allocations=no_allocations)
+    cache = NodeDocumentCache(10)
+    variant = ((1, 78), "http://x", None, True)
+    cache.note_reuse("GET", 1, 1)  # the last GETs reused their documents
+
+    async def get(whole: bool | None) -> list[bytes]:
+        parts, _ = await node_documents.documents(
+            cache,
+            variant,
+            source,
+            conductor=lambda _: "c",
+            render=lambda r, owner: f"{r['uuid']}@{owner}".encode(),
+            kind="GET",
+            whole=whole,
+        )
+        return parts
+
+    assert not cache.holds("u1", variant)
+    assert await get(True) == [b"u1@c"] and calls == ["whole"]  # not versions, then the row by id
+    assert cache.holds("u1", variant) and cache.expects_reuse("GET")
+    assert await get(None) == [b"u1@c"] and calls == ["whole", "versions"]  # then reused by its version
