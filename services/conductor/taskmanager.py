@@ -233,21 +233,28 @@ class TaskManager:
         get a 409 for a lock that is no longer there. The row is the truth: if
         it still names this conductor, the node is busy here and the answer is
         409 at once; otherwise wait (``RELEASE_GRACE`` at most) for the node to
-        be forgotten.
+        be forgotten, and again if another operation of this process that
+        waited for the same release took it first.
         """
         locked = errors.NodeLocked(
             f"Node {node_uuid} is locked by host {self.hostname}, please retry after the current "
             "operation is completed."
         )
-        if await self.nodes.holder(node_uuid) == self.hostname:
-            raise locked
-        forgotten = self._forgotten.setdefault(node_uuid, asyncio.Event())
-        try:
-            await asyncio.wait_for(forgotten.wait(), RELEASE_GRACE)
-        except TimeoutError:
-            raise locked from None
-        if node_uuid in self._held:  # another waiting operation of this process took it first
-            raise locked
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + RELEASE_GRACE
+        while node_uuid in self._held:
+            # Held again after a wait: another operation of this process that waited too
+            # woke first. It may only be trying (a heartbeat whose state check will fail
+            # and let go at once), so the row decides again rather than the set.
+            if await self.nodes.holder(node_uuid) == self.hostname:
+                raise locked
+            if node_uuid not in self._held:
+                return
+            forgotten = self._forgotten.setdefault(node_uuid, asyncio.Event())
+            try:
+                await asyncio.wait_for(forgotten.wait(), max(deadline - loop.time(), 0))
+            except TimeoutError:
+                raise locked from None
 
     def _forget(self, node_uuid: str) -> None:
         self._held.discard(node_uuid)

@@ -381,6 +381,52 @@ async def test_a_node_released_in_the_database_but_not_yet_forgotten_is_waited_f
     assert (await m.nodes.get(node["uuid"]))["reservation"] is None and not m.tasks.holds(node["uuid"])
 
 
+async def test_a_verb_waiting_with_a_heartbeat_for_the_same_release_is_not_refused(pool) -> None:
+    """Two operations of one conductor wait for the same node to be forgotten: a heartbeat
+    for a wait state the node has left, then a verb (a full CI run: a deploy sent right
+    after provide settled got 409 "locked by host fleet-conductor"). The heartbeat wakes
+    first and holds the node while its state check runs and fails; the verb must wait for
+    that too and then get the lock, not be refused because the node is held again."""
+    m = manager(pool, "double-wait")
+    node = await new_node(m)
+    committed, finish = asyncio.Event(), asyncio.Event()
+    real_release = m.tasks.nodes.release
+
+    async def late_answer(*args, **kwargs):  # the release commits, its answer is read late (the only fake)
+        released = await real_release(*args, **kwargs)
+        committed.set()
+        await finish.wait()
+        return released
+
+    m.tasks.nodes.release = late_answer  # type: ignore[method-assign]
+
+    async def first_operation() -> None:
+        async with m.tasks.acquire(node["uuid"], "provide"):
+            pass
+
+    first = asyncio.create_task(first_operation())
+    await asyncio.wait_for(committed.wait(), 10)
+
+    async def heartbeat() -> bool:
+        async with m.tasks.acquire_in_states(node["uuid"], "agent heartbeat", (states.CLEANWAIT,)) as task:
+            return task is not None
+
+    async def verb() -> str | None:
+        async with m.tasks.acquire(node["uuid"], "deploy") as task:
+            return task.node["reservation"]
+
+    beat = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.2)  # waiting first
+    deploy = asyncio.create_task(verb())
+    await asyncio.sleep(0.2)
+    assert not beat.done() and not deploy.done()
+    finish.set()
+    assert await asyncio.wait_for(beat, 10) is False  # the node is not in clean wait: never locked
+    assert await asyncio.wait_for(deploy, 10) == "double-wait"
+    await asyncio.wait_for(first, 10)
+    assert (await m.nodes.get(node["uuid"]))["reservation"] is None and not m.tasks.holds(node["uuid"])
+
+
 async def test_work_for_one_state_never_locks_a_node_that_has_moved_on(pool) -> None:
     """A heartbeat or a callback timeout reads the node, then locks it to continue a wait
     state. If the operation ends in between, locking the finished node anyway made the
