@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import uuid
+from typing import Any
 
 import pytest
 
@@ -342,6 +343,30 @@ async def test_a_lock_being_released_cannot_be_taken_by_the_same_conductor_meanw
     assert saved["extra"] == {"x": 1}
 
 
+async def released_but_held(m: Any, node: NodeRecord, purpose: str) -> tuple[asyncio.Task[None], asyncio.Event]:
+    """An operation on ``node`` whose release has committed but whose answer is read only
+    when the returned event is set (the only fake): the node is unlocked in the row and
+    still held by this process. Returns the operation's task and that event."""
+    committed, finish = asyncio.Event(), asyncio.Event()
+    real_release = m.tasks.nodes.release
+
+    async def late_answer(*args: Any, **kwargs: Any) -> Any:
+        released = await real_release(*args, **kwargs)
+        committed.set()
+        await finish.wait()
+        return released
+
+    m.tasks.nodes.release = late_answer
+
+    async def first_operation() -> None:
+        async with m.tasks.acquire(node["uuid"], purpose):
+            pass
+
+    first = asyncio.create_task(first_operation())
+    await asyncio.wait_for(committed.wait(), 10)
+    return first, finish
+
+
 async def test_a_node_released_in_the_database_but_not_yet_forgotten_is_waited_for(pool) -> None:
     """A client that reads the node unlocked may send its next verb before the releasing
     coroutine has run again to forget the node (a full CI run: provide right after manage
@@ -349,23 +374,7 @@ async def test_a_node_released_in_the_database_but_not_yet_forgotten_is_waited_f
     operation waits for the node to be forgotten and then gets the lock; it is not refused."""
     m = manager(pool, "forget-race")
     node = await new_node(m)
-    committed, finish = asyncio.Event(), asyncio.Event()
-    real_release = m.tasks.nodes.release
-
-    async def late_answer(*args, **kwargs):  # the release commits, its answer is read late (the only fake)
-        released = await real_release(*args, **kwargs)
-        committed.set()
-        await finish.wait()
-        return released
-
-    m.tasks.nodes.release = late_answer  # type: ignore[method-assign]
-
-    async def first_operation() -> None:
-        async with m.tasks.acquire(node["uuid"], "manage"):
-            pass
-
-    first = asyncio.create_task(first_operation())
-    await asyncio.wait_for(committed.wait(), 10)
+    first, finish = await released_but_held(m, node, "manage")
     assert (await m.nodes.get(node["uuid"]))["reservation"] is None and m.tasks.holds(node["uuid"])
 
     async def second_operation() -> str | None:
@@ -389,23 +398,7 @@ async def test_a_verb_waiting_with_a_heartbeat_for_the_same_release_is_not_refus
     that too and then get the lock, not be refused because the node is held again."""
     m = manager(pool, "double-wait")
     node = await new_node(m)
-    committed, finish = asyncio.Event(), asyncio.Event()
-    real_release = m.tasks.nodes.release
-
-    async def late_answer(*args, **kwargs):  # the release commits, its answer is read late (the only fake)
-        released = await real_release(*args, **kwargs)
-        committed.set()
-        await finish.wait()
-        return released
-
-    m.tasks.nodes.release = late_answer  # type: ignore[method-assign]
-
-    async def first_operation() -> None:
-        async with m.tasks.acquire(node["uuid"], "provide"):
-            pass
-
-    first = asyncio.create_task(first_operation())
-    await asyncio.wait_for(committed.wait(), 10)
+    first, finish = await released_but_held(m, node, "provide")
 
     async def heartbeat() -> bool:
         async with m.tasks.acquire_in_states(node["uuid"], "agent heartbeat", (states.CLEANWAIT,)) as task:
