@@ -28,7 +28,7 @@ here passes or fails.
     .venv/bin/python bench/api.py                                  # ~1-3 minutes
     .venv/bin/python bench/api.py --nodes 1000 --workers 16 --gets 5000 --big-list 10000
 
-`--raw` runs bench/api_raw.py's workload instead (keep-alive aiohttp, no SDK
+`--raw` runs bench/api_raw.py's workload instead (keep-alive raw HTTP, no SDK
 objects) at 1, 8 and 16 workers; with `--ironic` it runs it first against
 Ironic 39 (bench/ironic_peer.py) and then against Ferrum, one server at a time,
 and prints the ratios:
@@ -654,7 +654,7 @@ def raw_main(args: argparse.Namespace) -> int:
             stack.stop()
     print()
     print(
-        f"raw HTTP (aiohttp keep-alive), {args.nodes} nodes per batch ({args.serial_nodes} at 1 worker), "
+        f"raw HTTP (bench/raw_http.py, keep-alive), {args.nodes} nodes per batch ({args.serial_nodes} at 1 worker), "
         f"{args.gets} GETs and {args.lists} lists per worker count, API {api_raw.VERSION}"
     )
     print(api_raw.table(ironic_figures, figures))

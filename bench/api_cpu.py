@@ -36,9 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import api_raw  # bench/ is on sys.path: this script's own directory
 from api import Stack
+from raw_http import HttpClient
 
 POLL = 0.2
 TICK = os.sysconf("SC_CLK_TCK")
@@ -91,8 +91,8 @@ async def measure(stack: Stack, *, drive: bool, lifecycle: bool = True, lists: i
         print(f"{name:<28} stack {server * 1000:7.2f} ms   PostgreSQL {database * 1000:6.2f} ms   per item", flush=True)
 
     config_drive = api_raw.config_drive()
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=40)) as session:
-        client = api_raw.Client(session, stack.endpoints["api REST (Ironic v1)"])
+    async with HttpClient(stack.endpoints["api REST (Ironic v1)"]) as http:
+        client = api_raw.Client(http)
         macs = itertools.count(1)
 
         async def create(index: int) -> str:

@@ -31,9 +31,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import aiohttp
 import api_raw  # bench/ is on sys.path: this script's own directory
 from api import Stack
+from raw_http import HttpClient
 
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
@@ -46,8 +46,8 @@ def spread(values: Sequence[float]) -> str:
 async def measure(base: str, nodes: int) -> list[str]:
     drive = api_raw.config_drive()
     lines = []
-    async with aiohttp.ClientSession() as session:
-        client = api_raw.Client(session, base)
+    async with HttpClient(base) as http:
+        client = api_raw.Client(http)
         uuids = []
         for index in range(nodes):
             node = await client.call(

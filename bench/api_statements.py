@@ -31,10 +31,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-import aiohttp
 import api_raw  # bench/ is on sys.path: this script's own directory
 import asyncpg
 from api import Stack
+from raw_http import HttpClient
 
 SETTLE = 1.0  # seconds a step is given before the one GET that checks it settled
 # Statements the conductor's periodic work sends whatever the client does.
@@ -84,8 +84,8 @@ async def run(stack: Stack, *, nodes: int, show: bool) -> None:
     log_path = data_dir / "postgres.log"
     admin = await _superuser(data_dir)
     macs = itertools.count(1)
-    async with aiohttp.ClientSession() as session:
-        client = api_raw.Client(session, stack.endpoints["api REST (Ironic v1)"])
+    async with HttpClient(stack.endpoints["api REST (Ironic v1)"]) as http:
+        client = api_raw.Client(http)
 
         async def create(index: int) -> str:
             node = await client.call("POST", "/v1/nodes", {"driver": "fake-hardware", "name": f"sql-{index}"}, (201,))
