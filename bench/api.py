@@ -100,9 +100,12 @@ PROVISION_STEPS = (
 class Stack:
     """`ferrum stack --ephemeral` in its own state dir; stopped by PID."""
 
-    def __init__(self, workdir: Path, profile: Path | None = None) -> None:
+    def __init__(
+        self, workdir: Path, profile: Path | None = None, launch: Sequence[str] = ("-m", "services.cli")
+    ) -> None:
         self.workdir = workdir
         self.profile = profile  # cProfile output of the stack process, written when it stops
+        self.launch = tuple(launch)  # what runs `services.cli`: a script may wrap it (bench/api_get_tail.py)
         self.ports_file = workdir / "ports.json"
         self.log = workdir / "stack.log"
         self.process: subprocess.Popen | None = None
@@ -115,8 +118,7 @@ class Stack:
                 [
                     sys.executable,
                     *(("-m", "cProfile", "-o", str(self.profile)) if self.profile else ()),
-                    "-m",
-                    "services.cli",
+                    *self.launch,
                     "stack",
                     "--ephemeral",
                     "--state-dir",
