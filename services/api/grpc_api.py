@@ -498,12 +498,16 @@ class NodeServicer(pb_grpc.NodeServiceServicer):
             elif sequence < 0:
                 sequence = 0
             while True:
-                batch = await self.events.events_after(sequence, node_uuid=request.node_uuid or None, limit=500)
-                for row in batch:
-                    sequence = row["sequence"]
-                    yield event_message(row)
-                if len(batch) < 500:
-                    await self.hub.wait(timeout=5.0)
+                woken = self.hub.armed()  # before the read: see services/api/event_hub.py
+                try:
+                    batch = await self.events.events_after(sequence, node_uuid=request.node_uuid or None, limit=500)
+                    for row in batch:
+                        sequence = row["sequence"]
+                        yield event_message(row)
+                    if len(batch) < 500:
+                        await self.hub.wait(woken, timeout=5.0)
+                finally:
+                    self.hub.disarm(woken)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure gets a status code, none is UNKNOWN
