@@ -65,6 +65,9 @@ class ConductorRouter:
         self._tls: TlsFiles | None = None
         self._read_started = 0.0
         self._job: asyncio.Task[None] | None = None
+        # Told when a conductor call has ended, however it ended: the api forgets which node
+        # documents are current (services/api/fresh_nodes.py), since the call may have changed one.
+        self.after_call: Callable[[], None] | None = None
 
     async def start(self, *, token: str, tls: TlsFiles | None) -> None:
         """Read the ring and start refreshing it; ``token`` is the internal token
@@ -168,6 +171,13 @@ class ConductorRouter:
 
     async def call(self, node_uuid: str, driver: str, group: str, method: str, request: Any) -> Any:
         """Call the owner; on an unreachable owner refresh the ring and retry once."""
+        try:
+            return await self._call(node_uuid, driver, group, method, request)
+        finally:
+            if self.after_call is not None:
+                self.after_call()
+
+    async def _call(self, node_uuid: str, driver: str, group: str, method: str, request: Any) -> Any:
         for attempt in (1, 2):
             owner = await self.route(node_uuid, driver, group)
             local = self._local(owner["grpc_address"], method) if self._local is not None else None

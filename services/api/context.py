@@ -16,6 +16,7 @@ from aiohttp import web
 
 from services.api.background import BackgroundWork
 from services.api.conductor_router import ConductorRouter
+from services.api.fresh_nodes import FreshNodes
 from services.api.json_body import read_json
 from services.common import errors
 from services.common.config import ApiConfig, Settings
@@ -37,6 +38,7 @@ class ApiContext:
         *,
         internal_token: str,
         endpoints: Endpoints | None = None,
+        fresh: FreshNodes | None = None,
     ) -> None:
         self.pool = pool
         self.router = router
@@ -45,6 +47,7 @@ class ApiContext:
         self.endpoints = endpoints if endpoints is not None else Endpoints()
         self.nodes = NodeRepository(pool, secrets=NodeSecrets(Keyring.from_config(settings.security)))
         self.background = BackgroundWork()  # what requests leave running; closed with the app
+        self.fresh = fresh  # node documents known current, kept so by NOTIFY (services/api/fresh_nodes.py)
 
     @property
     def config(self) -> ApiConfig:

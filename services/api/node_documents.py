@@ -50,6 +50,8 @@ from services.common.db.records import NodeRecord
 Variant = tuple[tuple[int, int], str, tuple[str, ...] | None, bool]
 # (row version, conductor, allocation UUID): what else a node's document depends on.
 Inputs = tuple[int, str | None, str | None]
+# Told of each node a list or GET returns: its row (or what routes it), version and allocation.
+Seen = Callable[[Mapping[str, Any], int, str | None], None]
 # How many kinds of list remember whether their last one reused its documents.
 MAX_VARIANTS = 256
 
@@ -66,13 +68,12 @@ class NodeDocumentCache:
         return len(self._docs)
 
     def get(self, node_uuid: str, variant: Variant, inputs: Inputs) -> bytes | None:
-        entry = self._docs.get((node_uuid, variant))
-        if entry is None or entry[0] != inputs:
+        document = self.peek(node_uuid, variant, inputs)
+        if document is None:
             self.misses += 1
-            return None
-        self._docs.move_to_end((node_uuid, variant))
-        self.hits += 1
-        return entry[1]
+        else:
+            self.hits += 1
+        return document
 
     def put(self, node_uuid: str, variant: Variant, inputs: Inputs, document: bytes) -> None:
         if self.size <= 0:
@@ -82,6 +83,14 @@ class NodeDocumentCache:
         self._docs.move_to_end(key)
         while len(self._docs) > self.size:
             self._docs.popitem(last=False)
+
+    def peek(self, node_uuid: str, variant: Variant, inputs: Inputs) -> bytes | None:
+        """:meth:`get` without counting: a GET answered without the database (services/api/fresh_nodes.py)."""
+        entry = self._docs.get((node_uuid, variant))
+        if entry is None or entry[0] != inputs:
+            return None
+        self._docs.move_to_end((node_uuid, variant))
+        return entry[1]
 
     def holds(self, node_uuid: str, variant: Variant) -> bool:
         """Whether a document of the node in this rendering is kept (of any version)."""
@@ -122,6 +131,7 @@ async def documents(
     render: Callable[[dict[str, Any], str | None], bytes],
     kind: Hashable = None,
     whole: bool | None = None,
+    seen: Seen | None = None,
 ) -> tuple[list[bytes], list[str]]:
     """The JSON of each listed node, in order, and the UUIDs of the page (for its
     ``next`` link). ``render`` gets a row with its ``allocation_uuid`` and the
@@ -131,7 +141,8 @@ async def documents(
     detailed list but not how often they changed. ``whole`` reads the rows whole
     without asking that (a GET of a node the cache holds nothing of: reading its
     version first could only cost a second query), and without counting as one
-    of them."""
+    of them. ``seen`` gets each returned node's row (or what routes it), the
+    version its document is of and its allocation (services/api/fresh_nodes.py)."""
     kind = variant if kind is None else kind
     counted = whole is None
     if whole is None:
@@ -150,12 +161,18 @@ async def documents(
     missing = [node["id"] for (_, node), document in zip(page, found, strict=True) if document is None]
     if counted:
         cache.note_reuse(kind, len(page) - len(missing), len(page))
+    rows: Mapping[int, tuple[int, Mapping[str, Any]]] = {}
     if missing:
         rows = {node["id"]: (version, node) for version, node in page} if whole else await source.by_id(missing)
         for index, (_, node) in enumerate(page):
             if found[index] is None and node["id"] in rows:
                 version, row = rows[node["id"]]
                 found[index] = _rendered(cache, variant, version, cast(NodeRecord, row), allocations, conductor, render)
+    if seen is not None:
+        for (version, node), document in zip(page, found, strict=True):
+            if document is not None:
+                version, node = rows.get(node["id"], (version, node))
+                seen(node, version, allocations.get(node["id"]))
     return [document for document in found if document is not None], [str(node["uuid"]) for _, node in page]
 
 

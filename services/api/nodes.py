@@ -194,7 +194,12 @@ class NodesApi:
         shown = None if detail else tuple(fields or views.NODE_LIST_FIELDS)
         variant = (request["version"], self.ctx.base(request), shown, detail)
         parts, uuids = await node_documents.documents(
-            self.documents, variant, source, conductor=self._conductor, render=self._renderer(variant)
+            self.documents,
+            variant,
+            source,
+            conductor=self._conductor,
+            render=self._renderer(variant),
+            seen=self._noting(),
         )
         body = b'{"nodes":[' + b",".join(parts) + b"]"
         following = next_link(request, [{"uuid": u} for u in uuids], base=variant[1], limit=limit, path=path)
@@ -245,6 +250,8 @@ class NodesApi:
         if "no-cache" in request.headers.get("Cache-Control", ""):
             node = (await self.with_allocations([await self.ctx.nodes.get_by_ident(ident)]))[0]
             document = dumps(self.node_doc(request, node, fields)).encode()
+        elif (current := await self._current_document(ident, variant)) is not None:
+            document = current
         else:
             nodes = self.ctx.nodes
             source = self._source(
@@ -259,11 +266,33 @@ class NodesApi:
                 kind="GET",
                 # A node by UUID of which nothing is kept: one query for the whole row, not two.
                 whole=True if is_uuid(ident) and not self.documents.holds(ident, variant) else None,
+                seen=self._noting(),
             )
             if not found:
                 raise errors.NodeNotFound(f"Node {ident} could not be found.")
             document = found[0]
         return web.Response(body=document, content_type="application/json", charset="utf-8")
+
+    async def _current_document(self, ident: str, variant: node_documents.Variant) -> bytes | None:
+        """The kept document of a node addressed by UUID that nothing has changed since it was
+        read (services/api/fresh_nodes.py), without asking the database; None to read it."""
+        fresh = self.ctx.fresh
+        if fresh is None or not is_uuid(ident):
+            return None
+        node_uuid = str(uuidlib.UUID(ident))
+        known = await fresh.known(node_uuid)
+        if known is None:
+            return None
+        inputs = (known.version, self._conductor(known.route(node_uuid)), known.allocation)
+        return self.documents.peek(node_uuid, variant, inputs)
+
+    def _noting(self) -> node_documents.Seen | None:
+        """Remember the nodes a read returns as current, unless a change is heard before it ends."""
+        fresh = self.ctx.fresh
+        if fresh is None:
+            return None
+        since = fresh.generation
+        return lambda node, version, allocation: fresh.note(node, version, allocation, since)
 
     async def with_allocations(self, rows: list[NodeRecord]) -> list[views.ShownNode]:
         """Node rows with ``allocation_uuid`` (1.52). An allocation sets the node's

@@ -13,6 +13,7 @@ from ferrum.v1 import api_pb2
 from services.api.conductor_router import ConductorRouter
 from services.api.context import ApiContext
 from services.api.event_hub import EventHub
+from services.api.fresh_nodes import FreshNodes, forgetting_middleware
 from services.api.grpc_api import NodeServicer, add_node_service
 from services.api.ipxe_passthru import IpxePassthru, install_public_route
 from services.api.json_suffix import json_suffix_middleware
@@ -44,11 +45,15 @@ def build_app(
     *,
     internal_token: str,
     endpoints: Endpoints | None = None,
+    fresh: FreshNodes | None = None,
 ) -> web.Application:
     """The REST app. Under http_basic it uses ``verifier``, or makes its own
-    (closed with the app) when none is given."""
+    (closed with the app) when none is given. ``fresh``: node documents known
+    current (services/api/fresh_nodes.py); without it every GET asks the database."""
     config = settings.api
     middlewares: list[Any] = [request_context_middleware(metrics), error_middleware, version_middleware]
+    if fresh is not None:
+        middlewares.append(forgetting_middleware(fresh))
     owned = None
     if config.auth_strategy == "http_basic" and verifier is None:
         verifier = owned = http_basic_verifier(settings.api)
@@ -64,7 +69,7 @@ def build_app(
 
         app.on_cleanup.append(close_verifier)
     app.router.add_get("/metrics", metrics.handle)
-    ctx = ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints)
+    ctx = ApiContext(pool, router, settings, internal_token=internal_token, endpoints=endpoints, fresh=fresh)
     resources = add_routes(app, ctx)
 
     async def stop_background(_: web.Application) -> None:
@@ -101,6 +106,7 @@ class ApiService:
         self._grpc: Any = None
         self._health: Any = None
         self.verifier: BasicAuthVerifier | None = None
+        self.fresh: FreshNodes | None = None
 
     async def start(self) -> dict[str, str]:
         c = self.settings.api
@@ -110,6 +116,11 @@ class ApiService:
         await self.router.start(token=self.internal_token, tls=tls)
         self.hub = EventHub(self.pool)
         await self.hub.start()
+        if c.node_document_cache > 0 and self.settings.database.url:
+            url = self.settings.database.url
+            self.fresh = FreshNodes(lambda: asyncpg.connect(url), size=c.node_document_cache)
+            await self.fresh.start()
+            self.router.after_call = self.fresh.forget
         secrets = NodeSecrets(Keyring.from_config(self.settings.security))
         servicer = NodeServicer(self.pool, self.router, self.hub, secrets=secrets, config=c)
         self._grpc, grpc_port, self._health = await start_grpc_server(
@@ -130,6 +141,7 @@ class ApiService:
                 self.verifier,
                 internal_token=self.internal_token,
                 endpoints=self.endpoints,
+                fresh=self.fresh,
             ),
             c.host,
             c.port,
@@ -165,6 +177,10 @@ class ApiService:
             await stop_grpc_server(self._grpc, self._health, grace=1.0)
         if getattr(self, "hub", None) is not None:
             await self.hub.stop()
+        if self.fresh is not None:
+            self.router.after_call = None
+            await self.fresh.stop()
+            self.fresh = None
         await self.router.stop()
         if self.verifier is not None:
             self.verifier.close()

@@ -20,18 +20,15 @@ after a commit, as a request that arrived just before the commit would.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
 
 from services.common.db.bootdata import BOOT_DATA_CHANNEL, BootData
+from services.common.db.listener import ChannelListener
 
-LOG = logging.getLogger(__name__)
 Key = tuple[str, str]
 
 
@@ -59,7 +56,6 @@ class CachingReader:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._inner = inner
-        self._connect = connect
         self._ttl = ttl
         self._max = max_entries
         self._clock = clock
@@ -67,10 +63,9 @@ class CachingReader:
         self._by_node: dict[str, set[Key]] = {}
         self._missing: set[Key] = set()
         self._listeners: list[Callable[[str | None], None]] = []
-        self._conn: asyncpg.Connection | None = None
-        self._configured_ttl = ttl
-        self._relisten: asyncio.Task[None] | None = None
-        self._stopped = False
+        self.listener = (
+            None if connect is None else ChannelListener(connect, BOOT_DATA_CHANNEL, self.evict, name="ipxe cache")
+        )
         self._generation = 0
         self.invalidations = 0
 
@@ -81,8 +76,9 @@ class CachingReader:
 
     @property
     def ttl(self) -> float:
-        """Seconds an entry lives; 0 once the LISTEN connection is lost (nothing may be kept then)."""
-        return self._ttl
+        """Seconds an entry lives; 0 while the LISTEN connection is lost (nothing may be kept
+        then). Without a database to listen to (a reader over fixed data) the TTL alone bounds it."""
+        return 0.0 if self.listener is not None and not self.listener.listening else self._ttl
 
     @property
     def max_entries(self) -> int:
@@ -94,69 +90,17 @@ class CachingReader:
     @property
     def listening(self) -> bool:
         """True while notifications can arrive (and so while entries are kept)."""
-        return self._conn is not None and self._relisten is None
+        return self.listener is not None and self.listener.listening
 
     async def start(self) -> None:
-        await self._listen()
-
-    async def _listen(self) -> None:
-        # A connection of its own, not the pool's: it is held for the service's
-        # life, and a pool closing must not wait for it.
-        if self._connect is None:
+        if self.listener is None:
             raise RuntimeError("this CachingReader has no database to listen to")
-        conn = await self._connect()
-        try:
-            await conn.add_listener(BOOT_DATA_CHANNEL, self._notified)
-        except BaseException:
-            await conn.close()
-            raise
-        conn.add_termination_listener(self._lost)
-        self._conn = conn
+        await self.listener.start()
 
     async def stop(self) -> None:
-        self._stopped = True
-        if self._relisten is not None:
-            self._relisten.cancel()
-            with contextlib.suppress(BaseException):
-                await self._relisten
-            self._relisten = None
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                await self._conn.close(timeout=5)
-            self._conn = None
+        if self.listener is not None:
+            await self.listener.stop()
         self.invalidate()
-
-    def _notified(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
-        self.evict(str(payload).lower() or None)  # asyncpg hands over the payload text
-
-    def _lost(self, *_: Any) -> None:
-        # Deaf to notifications: keep nothing until listening again.
-        if self._stopped or self._relisten is not None:
-            return
-        LOG.warning("ipxe cache listener connection lost, reason=no notifications; caching paused until it is back")
-        self._ttl = 0.0
-        self.invalidate()
-        lost, self._conn = self._conn, None
-        self._relisten = asyncio.get_running_loop().create_task(self._listen_again(lost))
-
-    async def _listen_again(self, lost: asyncpg.Connection | None) -> None:
-        """Retry LISTEN with backoff (the database may be restarting); then drop
-        whatever could have changed unheard and cache again."""
-        if lost is not None:
-            lost.terminate()
-        delay = 0.2
-        while True:
-            try:
-                await self._listen()
-                break
-            except Exception as exc:  # noqa: BLE001 - database still down: try again
-                LOG.debug("ipxe cache listener not back yet error=%s", type(exc).__name__)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        self.invalidate()
-        self._ttl = self._configured_ttl
-        self._relisten = None
-        LOG.info("ipxe cache listener back; caching resumed")
 
     def invalidate(self) -> None:
         """Forget everything."""
@@ -189,7 +133,7 @@ class CachingReader:
         data = await self._inner.read(mac=mac, uuid=uuid)
         # A notification that arrived during the read may describe a newer
         # state than the one just read: then do not keep it.
-        if self._ttl > 0 and generation == self._generation:
+        if self.ttl > 0 and generation == self._generation:
             if len(self._entries) >= self._max:  # full: start over (nothing is stale, so no eviction event)
                 self._entries.clear()
                 self._by_node.clear()

@@ -351,16 +351,13 @@ async def test_cache_listens_again_after_losing_its_connection(
         url = endpoints["ipxe HTTP"].rsplit("/", 1)[0] + "/ipxe"
         node = await make_node(stack, http, macs=["52:54:00:aa:0b:01"], state="deploying")
         assert (await get(http, url, params={"mac": "52:54:00:aa:0b:01"}))[2]["X-Ferrum-Boot-Kind"] == "deploy"
-        assert cache._conn is not None
-        old_pid = cache._conn.get_server_pid()
+        assert cache.listener is not None
+        listener = cache.listener
+        old_pid = listener.server_pid
+        assert old_pid is not None
         await stack.pool.execute("SELECT pg_terminate_backend($1)", old_pid)
         await wait_for(
-            lambda: (
-                cache.listening
-                and cache.ttl == 300.0
-                and cache._conn is not None
-                and cache._conn.get_server_pid() != old_pid
-            ),
+            lambda: cache.listening and cache.ttl == 300.0 and listener.server_pid not in (None, old_pid),
             "the listener to come back",
         )
         assert not cache._entries  # whatever changed while deaf is forgotten
