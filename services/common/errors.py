@@ -158,6 +158,12 @@ class NodeLocked(Conflict):
     retryable = True
 
 
+class NodeChangedMeanwhile(NodeLocked):
+    """A write that was to take a free node's lock found the row changed since it was read
+    (services/conductor/taskmanager.py, ``acquire_at_first_write``): the conductor runs the
+    operation again the usual way; a client only sees it as a 409 if it escapes."""
+
+
 class InvalidState(Conflict):
     grpc_status = "FAILED_PRECONDITION"
 

@@ -12,6 +12,7 @@ them together for the gRPC servicer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 import uuid as uuidlib
@@ -121,6 +122,11 @@ VERB_INTERFACES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "service": ("power",),
     }
 )
+
+# Verbs whose checks before their first transition only read: their lock is taken by
+# that transition (TaskManager.acquire_at_first_write), one commit fewer. ``abort``
+# may record ``abort_after`` first, and the rest are rare; they lock first.
+FIRST_WRITE_LOCKS = frozenset(("manage", "provide", "deploy", "rebuild", "delete", "inspect", "clean"))
 
 Flow = Callable[[FlowContext, Task], Awaitable[None]]
 
@@ -331,103 +337,135 @@ class ConductorManager:
     ) -> None:
         self.tasks.check_capacity()
         inline_drive = configdrive if event in ("deploy", "rebuild") else None
-        async with self.configdrives.checking(inline_drive) as drive, self.tasks.acquire(node_uuid, event) as task:
-            node = task.node
-            if event in ("deploy", "rebuild") and node["maintenance"]:
-                raise errors.NodeInMaintenance(
-                    f"The {event} action can not be performed on node {node_uuid} while it is in maintenance mode."
-                )
-            if event in ("rebuild", "delete") and node["protected"]:
-                raise errors.NodeProtected(
-                    f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted"
-                )
-            if event == "provide" and node["retired"]:
-                raise errors.InvalidParameterValue(f"Node {node_uuid} is retired and cannot be provided")
-            try:
-                move = states.next_state(node["provision_state"], event)
-            except states.InvalidTransition:
-                raise errors.InvalidStateRequested(
-                    f'The requested action "{event}" can not be performed on node "{node_uuid}" while it '
-                    f'is in state "{node["provision_state"]}".'
-                ) from None
-            await self._validate_for(task, event)
-            if deploy_steps and event not in ("deploy", "rebuild"):
-                raise errors.InvalidParameterValue(
-                    '"deploy_steps" is only valid when setting target provision state to active or rebuild'
-                )
-            if disable_ramdisk and event not in ("clean", "service"):
-                raise errors.InvalidParameterValue(
-                    "disable_ramdisk is supported only with manual cleaning or servicing"
-                )
-            changes: dict[str, Any] = {}
-            if event in ("deploy", "rebuild"):
-                if drive is not None:  # a bad drive is a 400 here, before anything is written
-                    task.configdrive_image = await drive
-                planned = steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
-                # A new deploy starts a new agent: forget the last one's token and URL.
-                instance_info = {k: v for k, v in node["instance_info"].items() if k != "configdrive"}
-                if configdrive is not None:
-                    instance_info["configdrive"] = configdrive
-                changes["instance_info"] = instance_info
-                info = {k: v for k, v in node["driver_internal_info"].items() if k not in (*AGENT_KEYS, "finish_step")}
-                info["deploy_steps"] = planned
-                if deploy_steps:
-                    info["user_deploy_steps"] = deploy_steps
-                else:
-                    info.pop("user_deploy_steps", None)
-                changes["driver_internal_info"] = info
-            if event == "abort" and node["provision_state"] == states.SERVICEFAIL and node["maintenance"]:
-                raise errors.InvalidState(
-                    f'Can not abort service on node "{node["uuid"]}" while it is in maintenance mode. Please '
-                    "remove the node from maintenance prior to issuing the request to abort the service operation."
-                )
-            if event == "abort" and self._abort_after_step(node):
-                # A step that cannot be interrupted finishes first (Ironic's abort_after).
-                await task.save_fields({"clean_step": {**node["clean_step"], "abort_after": True}})
-                return
-            if event in ("clean", "provide"):
-                changes["driver_internal_info"] = self._cleaning_info(task, event, clean_steps, disable_ramdisk)
-                if event == "clean":
-                    await step_plan.check_arguments(task, "clean", changes["driver_internal_info"][clean.PLAN])
-            if event == "service":
-                plan = step_plan.requested(
-                    task,
-                    "service",
-                    service_steps or [],
-                    disable_ramdisk=disable_ramdisk,
-                    other_kinds={**self._other_steps(task), "clean": step_plan.offered(task, "clean")},
-                )
-                await step_plan.check_arguments(task, "service", plan)
-                info = {k: v for k, v in node["driver_internal_info"].items() if k not in service.SERVICE_KEYS}
-                info[service.PLAN] = plan
-                if disable_ramdisk:
-                    info[service.DISABLE_RAMDISK] = True  # REST 1.108: no step of the plan may need the ramdisk
-                changes["driver_internal_info"] = info
-            if event == "rescue":
-                if not (isinstance(rescue_password, str) and rescue_password.strip()):
-                    raise errors.InvalidParameterValue(
-                        'A non-empty "rescue_password" is required when setting target provision state to rescue'
-                    )
-                # Only the hash is kept (Ironic's hashed_rescue_password): the agent
-                # writes it where the rescue login reads it, never the clear text.
-                hashed = hash_password(rescue_password or "", self.config.rescue_password_hash_algorithm)
-                changes["instance_info"] = {
-                    **{k: v for k, v in node["instance_info"].items() if k != "rescue_password"},
-                    "hashed_rescue_password": hashed,
-                }
-                # A new rescue boots a new ramdisk: forget the last agent's token and URL.
-                changes["driver_internal_info"] = {
-                    k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS
-                }
-            await self.states.transition(task, event, changes=changes)
-            if event == "abort":
-                flow = ABORT_FLOWS.get(move.source)
-            elif event == "unhold":
-                flow = UNHOLD_FLOWS.get(move.source)
+        async with self.configdrives.checking(inline_drive) as drive:
+            verb = functools.partial(
+                self._provision,
+                event=event,
+                drive=drive,
+                configdrive=configdrive,
+                clean_steps=clean_steps,
+                rescue_password=rescue_password,
+                deploy_steps=deploy_steps,
+                disable_ramdisk=disable_ramdisk,
+                service_steps=service_steps,
+            )
+            if event in FIRST_WRITE_LOCKS:
+                try:
+                    async with self.tasks.acquire_at_first_write(node_uuid, event) as task:
+                        await verb(task)
+                    return
+                except errors.NodeChangedMeanwhile:
+                    LOG.info("node changed before its lock was taken, trying again node_uuid=%s", node_uuid)
+            async with self.tasks.acquire(node_uuid, event) as task:
+                await verb(task)
+
+    async def _provision(
+        self,
+        task: Task,
+        *,
+        event: str,
+        drive: asyncio.Future[bytes] | None,
+        configdrive: Any,
+        clean_steps: list[Any] | None,
+        rescue_password: str | None,
+        deploy_steps: list[Any] | None,
+        disable_ramdisk: bool,
+        service_steps: list[Any] | None,
+    ) -> None:
+        """The verb's checks, its first transition and its flow, on a task from either acquire."""
+        node_uuid = task.node["uuid"]
+        node = task.node
+        if event in ("deploy", "rebuild") and node["maintenance"]:
+            raise errors.NodeInMaintenance(
+                f"The {event} action can not be performed on node {node_uuid} while it is in maintenance mode."
+            )
+        if event in ("rebuild", "delete") and node["protected"]:
+            raise errors.NodeProtected(f"Node {node_uuid} is protected and cannot be undeployed, rebuilt or deleted")
+        if event == "provide" and node["retired"]:
+            raise errors.InvalidParameterValue(f"Node {node_uuid} is retired and cannot be provided")
+        try:
+            move = states.next_state(node["provision_state"], event)
+        except states.InvalidTransition:
+            raise errors.InvalidStateRequested(
+                f'The requested action "{event}" can not be performed on node "{node_uuid}" while it '
+                f'is in state "{node["provision_state"]}".'
+            ) from None
+        await self._validate_for(task, event)
+        if deploy_steps and event not in ("deploy", "rebuild"):
+            raise errors.InvalidParameterValue(
+                '"deploy_steps" is only valid when setting target provision state to active or rebuild'
+            )
+        if disable_ramdisk and event not in ("clean", "service"):
+            raise errors.InvalidParameterValue("disable_ramdisk is supported only with manual cleaning or servicing")
+        changes: dict[str, Any] = {}
+        if event in ("deploy", "rebuild"):
+            if drive is not None:  # a bad drive is a 400 here, before anything is written
+                task.configdrive_image = await drive
+            planned = steps.plan(task, deploy_steps or [], await steps.template_steps(self.pool, task))
+            # A new deploy starts a new agent: forget the last one's token and URL.
+            instance_info = {k: v for k, v in node["instance_info"].items() if k != "configdrive"}
+            if configdrive is not None:
+                instance_info["configdrive"] = configdrive
+            changes["instance_info"] = instance_info
+            info = {k: v for k, v in node["driver_internal_info"].items() if k not in (*AGENT_KEYS, "finish_step")}
+            info["deploy_steps"] = planned
+            if deploy_steps:
+                info["user_deploy_steps"] = deploy_steps
             else:
-                flow = FLOW_OF_STATE.get(move.target)
-            if flow is not None:  # manage from available...: nothing more to do
-                task.spawn(lambda t: flow(self.states, t), name=event)
+                info.pop("user_deploy_steps", None)
+            changes["driver_internal_info"] = info
+        if event == "abort" and node["provision_state"] == states.SERVICEFAIL and node["maintenance"]:
+            raise errors.InvalidState(
+                f'Can not abort service on node "{node["uuid"]}" while it is in maintenance mode. Please '
+                "remove the node from maintenance prior to issuing the request to abort the service operation."
+            )
+        if event == "abort" and self._abort_after_step(node):
+            # A step that cannot be interrupted finishes first (Ironic's abort_after).
+            await task.save_fields({"clean_step": {**node["clean_step"], "abort_after": True}})
+            return
+        if event in ("clean", "provide"):
+            changes["driver_internal_info"] = self._cleaning_info(task, event, clean_steps, disable_ramdisk)
+            if event == "clean":
+                await step_plan.check_arguments(task, "clean", changes["driver_internal_info"][clean.PLAN])
+        if event == "service":
+            plan = step_plan.requested(
+                task,
+                "service",
+                service_steps or [],
+                disable_ramdisk=disable_ramdisk,
+                other_kinds={**self._other_steps(task), "clean": step_plan.offered(task, "clean")},
+            )
+            await step_plan.check_arguments(task, "service", plan)
+            info = {k: v for k, v in node["driver_internal_info"].items() if k not in service.SERVICE_KEYS}
+            info[service.PLAN] = plan
+            if disable_ramdisk:
+                info[service.DISABLE_RAMDISK] = True  # REST 1.108: no step of the plan may need the ramdisk
+            changes["driver_internal_info"] = info
+        if event == "rescue":
+            if not (isinstance(rescue_password, str) and rescue_password.strip()):
+                raise errors.InvalidParameterValue(
+                    'A non-empty "rescue_password" is required when setting target provision state to rescue'
+                )
+            # Only the hash is kept (Ironic's hashed_rescue_password): the agent
+            # writes it where the rescue login reads it, never the clear text.
+            hashed = hash_password(rescue_password or "", self.config.rescue_password_hash_algorithm)
+            changes["instance_info"] = {
+                **{k: v for k, v in node["instance_info"].items() if k != "rescue_password"},
+                "hashed_rescue_password": hashed,
+            }
+            # A new rescue boots a new ramdisk: forget the last agent's token and URL.
+            changes["driver_internal_info"] = {
+                k: v for k, v in node["driver_internal_info"].items() if k not in AGENT_KEYS
+            }
+        await self.states.transition(task, event, changes=changes)
+        if event == "abort":
+            flow = ABORT_FLOWS.get(move.source)
+        elif event == "unhold":
+            flow = UNHOLD_FLOWS.get(move.source)
+        else:
+            flow = FLOW_OF_STATE.get(move.target)
+        if flow is not None:  # manage from available...: nothing more to do
+            task.spawn(lambda t: flow(self.states, t), name=event)
 
     async def continue_inspection(self, node_uuid: str, data: Mapping[str, Any]) -> None:
         """The agent posted its inventory (``/v1/continue_inspection``): store it

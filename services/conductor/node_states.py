@@ -113,7 +113,9 @@ class NodeStates:
             event=entry,
             remove_internal_info=remove_internal_info,
             release=release,
+            claim=task.claim,  # the operation's first write takes the lock (TaskManager.acquire_at_first_write)
         )
+        task.claim = None
         task.node = saved
         task.lock_released = release
         return saved

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import uuid
 from typing import Any
 
@@ -445,3 +446,67 @@ async def test_work_for_one_state_never_locks_a_node_that_has_moved_on(pool) -> 
     with pytest.raises(errors.NodeNotFound):
         async with m.tasks.acquire_in_states(str(uuid.uuid4()), "agent heartbeat", (states.ENROLL,)):
             pass
+
+
+async def settled(m: ConductorManager, node_uuid: str) -> NodeRecord:
+    for _ in range(500):
+        node = await m.nodes.get(node_uuid)
+        if node["reservation"] is None and node["target_provision_state"] is None:
+            return node
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"node {node_uuid} never settled")
+
+
+async def test_a_verb_whose_node_changed_before_its_lock_runs_again(pool) -> None:
+    """A provision verb reads a free node without locking it; its first transition takes
+    the lock only if the row is unchanged. A write in between (the power sync's, which
+    takes no lock) sends the verb round again, the usual way: accepted once, one event."""
+    m = manager(pool, "changed-meanwhile")
+    node = await new_node(m)
+    real_build = m.tasks.build_task
+    built: list[str | None] = []
+
+    async def build_then_change(row: NodeRecord, *, purpose: str = "") -> Any:
+        task = await real_build(row, purpose=purpose)
+        built.append(row["reservation"])
+        if len(built) == 1:
+            await pool.execute("UPDATE nodes SET power_state = 'power off' WHERE uuid = $1::uuid", node["uuid"])
+        return task
+
+    m.tasks.build_task = build_then_change  # type: ignore[method-assign,assignment]  # the one fake: a write between read and lock
+    await m.do_provision_action(node["uuid"], "manage")
+    assert built == [None, "changed-meanwhile"]  # read unlocked, then locked first the second time
+    after = await settled(m, node["uuid"])
+    assert (after["provision_state"], after["power_state"]) == (states.MANAGEABLE, "power off")
+    events = await pool.fetch(
+        "SELECT event FROM node_events WHERE node_uuid = $1::uuid ORDER BY sequence", node["uuid"]
+    )
+    assert [e["event"] for e in events] == ["create", "manage", "done"]
+    await m.tasks.stop(grace=1)
+
+
+async def test_two_conductors_racing_one_verb_accept_it_once(pool, caplog: pytest.LogCaptureFixture) -> None:
+    """Both read the free node; only one first transition can take the lock, and the other
+    verb, run again the usual way, is refused (locked, or no longer valid in the new state)."""
+    caplog.set_level(logging.INFO, logger="services.conductor.manager")
+    a, b = manager(pool, "verb-race-a"), manager(pool, "verb-race-b")
+    node = await new_node(a)
+    for _ in range(15):
+        results = await asyncio.gather(
+            a.do_provision_action(node["uuid"], "manage"),
+            b.do_provision_action(node["uuid"], "manage"),
+            return_exceptions=True,
+        )
+        assert sum(r is None for r in results) == 1, results
+        assert all(isinstance(r, errors.NodeLocked | errors.InvalidStateRequested) for r in results if r is not None)
+        await settled(a, node["uuid"])
+        manages = await pool.fetchval(
+            "SELECT count(*) FROM node_events WHERE node_uuid = $1::uuid AND event = 'manage'", node["uuid"]
+        )
+        await pool.execute("DELETE FROM node_events WHERE node_uuid = $1::uuid", node["uuid"])
+        assert manages == 1
+        await pool.execute("UPDATE nodes SET provision_state = 'enroll' WHERE uuid = $1::uuid", node["uuid"])
+    # Most rounds, both read the node before either wrote: the race was the first transitions'.
+    assert sum("trying again" in r.getMessage() for r in caplog.records) >= 5
+    await a.tasks.stop(grace=1)
+    await b.tasks.stop(grace=1)

@@ -173,3 +173,79 @@ async def test_one_read_gives_the_ports_and_volumes_the_two_reads_gave(
     ports, targets, connectors = await node_ports_and_volumes(pool, full_id)
     assert [p["address"] for p in ports] == ["52:54:00:00:aa:02", "52:54:00:00:aa:01"]  # by id
     assert [t["volume_id"] for t in targets] == ["vol-a", "vol-b"] and len(connectors) == 1
+
+
+async def test_a_provision_verb_takes_the_lock_with_its_first_transition(
+    parts: tuple[asyncpg.Pool, TaskManager, NodeStates],
+) -> None:
+    """acquire_at_first_write: the node is held in this process from the read, but the
+    database sees no lock until the transition, which takes it in the same statement."""
+    pool, tasks, states = parts
+    node_uuid = await new_node(pool)
+    async with tasks.acquire_at_first_write(node_uuid, "manage") as task:
+        assert tasks.holds(node_uuid) and task.claim is not None
+        assert await pool.fetchval("SELECT reservation FROM nodes WHERE uuid = $1", node_uuid) is None
+        with pytest.raises(errors.NodeLocked):  # a second operation of this process meanwhile
+            async with tasks.acquire(node_uuid, "power on"):
+                pass
+        saved = await states.transition(task, "manage")
+        assert task.claim is None and saved["reservation"] == HOST
+        row = await pool.fetchrow(
+            "SELECT provision_state, reservation, reservation_expires_at > now() AS leased FROM nodes WHERE uuid = $1",
+            node_uuid,
+        )
+        assert row is not None and tuple(row) == ("verifying", HOST, True)
+    assert not tasks.holds(node_uuid)
+    assert await pool.fetchval("SELECT reservation FROM nodes WHERE uuid = $1", node_uuid) is None  # released
+    events, _ = await written(pool, node_uuid)
+    assert [e["event"] for e in events] == ["manage"]
+
+
+async def test_a_refused_provision_verb_writes_nothing(parts: tuple[asyncpg.Pool, TaskManager, NodeStates]) -> None:
+    pool, tasks, _ = parts
+    node_uuid = await new_node(pool)
+    before = await pool.fetchrow("SELECT xmin::text AS version, * FROM nodes WHERE uuid = $1", node_uuid)
+    with pytest.raises(errors.InvalidParameterValue):
+        async with tasks.acquire_at_first_write(node_uuid, "deploy"):
+            raise errors.InvalidParameterValue("a check failed")
+    assert not tasks.holds(node_uuid)
+    after = await pool.fetchrow("SELECT xmin::text AS version, * FROM nodes WHERE uuid = $1", node_uuid)
+    assert after == before  # not even a lock taken and released
+    assert await written(pool, node_uuid) == ([], [])
+
+
+async def test_a_row_changed_before_the_first_write_is_not_written(
+    parts: tuple[asyncpg.Pool, TaskManager, NodeStates],
+) -> None:
+    """A write between the read and the first transition (the power sync's, which takes no
+    lock) makes the transition refuse; the caller runs the verb again with acquire."""
+    pool, tasks, states = parts
+    node_uuid = await new_node(pool)
+    async with tasks.acquire_at_first_write(node_uuid, "manage") as task:
+        await pool.execute("UPDATE nodes SET power_state = 'power on' WHERE uuid = $1", node_uuid)
+        with pytest.raises(errors.NodeChangedMeanwhile):
+            await states.transition(task, "manage")
+    assert not tasks.holds(node_uuid)
+    row = await pool.fetchrow("SELECT provision_state, power_state, reservation FROM nodes WHERE uuid = $1", node_uuid)
+    assert row is not None and tuple(row) == ("enroll", "power on", None)
+    assert await written(pool, node_uuid) == ([], [])
+    async with tasks.acquire(node_uuid, "manage") as task:  # the usual way then works
+        assert (await states.transition(task, "manage"))["provision_state"] == "verifying"
+
+
+async def test_a_node_locked_elsewhere_is_refused_at_once(parts: tuple[asyncpg.Pool, TaskManager, NodeStates]) -> None:
+    pool, tasks, _ = parts
+    node_uuid = await new_node(pool)
+    await pool.execute(
+        "UPDATE nodes SET reservation = 'other', reservation_expires_at = now() + interval '1 hour' WHERE uuid = $1",
+        node_uuid,
+    )
+    with pytest.raises(errors.NodeLocked):
+        async with tasks.acquire_at_first_write(node_uuid, "manage"):
+            raise AssertionError("entered a node another conductor holds")
+    assert not tasks.holds(node_uuid)
+    # An expired lease is taken at once, the usual way, and released at the end.
+    await pool.execute("UPDATE nodes SET reservation_expires_at = now() - interval '1 s' WHERE uuid = $1", node_uuid)
+    async with tasks.acquire_at_first_write(node_uuid, "manage") as task:
+        assert task.claim is None and task.node["reservation"] == HOST
+    assert await pool.fetchval("SELECT reservation FROM nodes WHERE uuid = $1", node_uuid) is None

@@ -246,6 +246,14 @@ class NodeRepository:
             raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
         return node
 
+    async def get_versioned(self, node_uuid: str) -> tuple[int, NodeRecord]:
+        """The node with its row version (see :meth:`list_versions`), for a write that must
+        find the row unchanged (``update(..., claim=...)``)."""
+        found = await self.versioned_by_ident(node_uuid)
+        if not found:
+            raise errors.NodeNotFound(f"Node {node_uuid} could not be found.")
+        return found[0]
+
     async def get_by_ident(self, ident: str) -> NodeRecord:
         """By UUID or logical name, as the REST API addresses nodes."""
         node = self._node(await self._db.fetchrow(_by_ident("*", ident), ident))
@@ -383,6 +391,7 @@ class NodeRepository:
         remove_internal_info: Sequence[str] = (),
         event: EventEntry | None = None,
         release: bool = False,
+        claim: tuple[int, float] | None = None,
     ) -> NodeRecord:
         """Write changed fields; with ``expect_reservation`` only while that
         holder still owns the lock (a conductor that lost its lease must not write).
@@ -395,9 +404,16 @@ class NodeRepository:
         trip, where a transaction took four (BEGIN, UPDATE, INSERT, COMMIT).
         ``release`` (only with ``expect_reservation``) clears the lock in the
         same write, as :meth:`release` would after it: the last change of an
-        operation and its release are one statement, not two."""
+        operation and its release are one statement, not two.
+
+        ``claim`` (row version, lease; with ``expect_reservation``): the write takes the
+        lock for that holder as :meth:`reserve` would, and only while the node is free
+        and its row still that version, so the first change of an operation and the
+        lock are one commit, not two (NodeChangedMeanwhile otherwise)."""
         if release and expect_reservation is None:
             raise ValueError("only the lock's holder can release it with an update")
+        if claim is not None and (expect_reservation is None or release):
+            raise ValueError("a claiming update takes the lock for its holder and keeps it")
         unknown = set(changes) - WRITABLE_FIELDS
         if unknown:
             raise errors.InvalidParameterValue(f"unknown node fields: {', '.join(sorted(unknown))}")
@@ -410,11 +426,18 @@ class NodeRepository:
             sets.append(f"driver_internal_info = driver_internal_info - ${len(args)}::text[]")
         if release:
             sets += ["reservation = NULL", "reservation_expires_at = NULL"]
-        sql = f"UPDATE nodes SET {', '.join(sets)} WHERE uuid = $1::uuid"
-        if expect_reservation is not None:
+        if claim is not None:
+            assert expect_reservation is not None
+            args += [expect_reservation, claim[1], claim[0]]
+            holder, lease, version = len(args) - 2, len(args) - 1, len(args)
+            sets += [f"reservation = ${holder}", f"reservation_expires_at = now() + make_interval(secs => ${lease})"]
+            where = f" AND reservation IS NULL AND xmin::text::bigint = ${version}"
+        elif expect_reservation is not None:
             args.append(expect_reservation)
-            sql += f" AND reservation = ${len(args)}"
-        sql += " RETURNING *"
+            where = f" AND reservation = ${len(args)}"
+        else:
+            where = ""
+        sql = f"UPDATE nodes SET {', '.join(sets)} WHERE uuid = $1::uuid{where} RETURNING *"
         if event is not None:
             recorded, event_args = inserts_from("saved", event, len(args) + 1)
             sql = f"WITH saved AS ({sql}), {recorded} SELECT * FROM saved"
@@ -431,6 +454,8 @@ class NodeRepository:
             raise _no_chassis(changes) from None  # the node's only foreign key: chassis_uuid
         if node is None:
             await self.get(node_uuid)  # raises NodeNotFound
+            if claim is not None:
+                raise errors.NodeChangedMeanwhile(f"Node {node_uuid} was locked or changed before its lock was taken.")
             raise errors.NodeLocked(f"Node {node_uuid} lock was lost before the update.")
         return node
 

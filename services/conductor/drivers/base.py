@@ -90,6 +90,10 @@ class Task:
     # hands the lock over to it (Ironic's ``task.spawn_after``).
     spawner: Callable[[Task, Callable[[Task], Awaitable[None]], str], None] | None = None
     handed_over: bool = False
+    # Set by the task manager while the node's lock is still to be taken, by the operation's
+    # first write (TaskManager.acquire_at_first_write): the row version read and the lease.
+    # NodeStates.transition takes the lock with it and clears it.
+    claim: tuple[int, float] | None = None
     # Set when the operation's last write also cleared the lock in the database
     # (NodeStates.transition's ``release``): the task manager then only forgets the node.
     lock_released: bool = False
