@@ -28,8 +28,10 @@ how many it could reuse.
 The GET of one node goes the same way, as a page of one: a client
 polling a node that is not moving (a script waiting for a state, Nova's
 power sync) gets the bytes of the last GET after reading the row's version
-only. It shares documents with the detailed list of the same rendering,
-and keeps its own record of whether the last GET reused one.
+only, or without any query when the api knows the row unchanged since it
+read it (services/api/fresh_nodes.py, told of each node a read returns
+through ``seen``). It shares documents with the detailed list of the same
+rendering, and keeps its own record of whether the last GET reused one.
 
 Bounded: at most ``size`` documents (``[api]node_document_cache``, about
 2.3 KiB each at 1.78), least recently used first out; with 0 nothing is
