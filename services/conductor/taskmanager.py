@@ -6,7 +6,8 @@ releases the lock when the block ends, however it ends. An operation that
 continues in the background calls ``task.spawn(work)`` inside the block: the
 lock then passes to the background job and is released when that ends, as
 Ironic's ``acquire`` and ``spawn_after`` do. So the api can answer 202 or 409
-at once, and no code path can forget a release.
+at once, and no code path can forget a release. ``acquire_at_first_write``
+is the same scope for a provision verb whose lock its first transition takes.
 
 While a conductor holds locks it refreshes their leases; if it dies the
 leases expire (or its liveness lock vanishes) and another conductor adopts
