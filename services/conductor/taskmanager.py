@@ -154,13 +154,9 @@ class TaskManager:
                 node = await self.nodes.reserve(node_uuid, self.hostname, self.lease)
                 locked = True
                 self._unclaimed.discard(node_uuid)
-            task = await self.build_task(node, purpose=purpose)
+            task = await self._locked_task(node, purpose)
             if not locked:
                 task.claim = (version, self.lease)
-            task.spawner = self._spawn
-            task.acquire_node = self.acquire
-            task.child_nodes = functools.partial(self.nodes.children, node["uuid"])
-            task.peek_node = self.nodes.get
             yield task
         finally:
             self._unclaimed.discard(node_uuid)
@@ -218,15 +214,20 @@ class TaskManager:
     async def _locked(self, node: NodeRecord, purpose: str) -> AsyncIterator[Task]:
         task: Task | None = None
         try:
-            task = await self.build_task(node, purpose=purpose)
-            task.spawner = self._spawn
-            task.acquire_node = self.acquire
-            task.child_nodes = functools.partial(self.nodes.children, node["uuid"])
-            task.peek_node = self.nodes.get
+            task = await self._locked_task(node, purpose)
             yield task
         finally:
             if task is None or not task.handed_over:
                 await self._let_go(node["uuid"], task)
+
+    async def _locked_task(self, node: NodeRecord, purpose: str) -> Task:
+        """The task of a node this operation holds: it can spawn background work and lock others."""
+        task = await self.build_task(node, purpose=purpose)
+        task.spawner = self._spawn
+        task.acquire_node = self.acquire
+        task.child_nodes = functools.partial(self.nodes.children, node["uuid"])
+        task.peek_node = self.nodes.get
+        return task
 
     @contextlib.asynccontextmanager
     async def reserved(self, node_uuid: str) -> AsyncIterator[NodeRecord]:

@@ -183,7 +183,9 @@ async def test_a_notification_waiting_unread_is_seen(database_url: str) -> None:
         sent.start()
         sent.join(timeout=10)
         assert not sent.is_alive()
-        time.sleep(0.3)  # still blocked: the notification waits on the socket, unread
+        deadline = time.monotonic() + 10  # still blocked: the notification arrives on the socket, unread
+        while not listener.unheard() and time.monotonic() < deadline:
+            time.sleep(0.005)
         assert listener.unheard()
         assert heard == []
         await eventually(lambda: _true(heard == ["abc"]), "the notification to be handed over")
