@@ -30,7 +30,10 @@ async def test_an_event_between_read_and_wait_wakes_the_reader(database_url: str
     try:
         woken = hub.armed()  # a stream arms, then reads the table...
         await record_event(pool)  # ...an event commits meanwhile...
-        await asyncio.sleep(0.5)  # ...and its notification arrives before the stream waits
+        deadline = time.monotonic() + 10  # ...and its notification arrives before the stream waits
+        while not woken.done() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert woken.done()
         started = time.monotonic()
         await hub.wait(woken, timeout=10.0)
         assert time.monotonic() - started < 1.0  # woken at once, not at the safety poll
